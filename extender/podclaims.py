@@ -1,0 +1,146 @@
+"""Resolve the ResourceClaims a pod uses, the way kube-scheduler's DynamicResources plugin does.
+
+A pod names its claims in `spec.resourceClaims[]`: either directly (`resourceClaimName`) or through a
+template, in which case the resourceclaim controller records the generated name in
+`status.resourceClaimStatuses[]` and the claim must be controlled by the pod. Anything that keeps a
+pod from being scheduled yet (claim not created, missing, being deleted, not owned) raises
+`ClaimsNotReady` with the message upstream gives, so users see the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+# Upstream's limit on status.reservedFor (resourceapi.ResourceClaimReservedForMaxSize).
+RESERVED_FOR_MAX = 256
+
+
+class ClaimLike(Protocol):
+    raw: dict
+    name: str
+    namespace: str
+    uid: str
+    deleting: bool
+
+
+class ClaimLookup(Protocol):
+    def claim(self, namespace: str, name: str) -> Any: ...
+
+
+class ClaimsNotReady(Exception):
+    """The pod cannot be scheduled until its claims change (upstream: UnschedulableAndUnresolvable)."""
+
+
+class InvalidPodError(ValueError):
+    """The pod's claim references are malformed (an error, not a scheduling verdict)."""
+
+
+@dataclass(frozen=True)
+class PodClaim:
+    pod_claim_name: str  # spec.resourceClaims[].name
+    claim: Any  # allocator.ResourceClaim
+
+
+def pod_key(pod: Mapping) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def pod_uid(pod: Mapping) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
+
+
+def claim_references(pod: Mapping) -> list[dict]:
+    spec = pod.get("spec") or {}
+    refs = spec.get("resourceClaims") or []
+    if not isinstance(refs, list) or not all(isinstance(ref, dict) for ref in refs):
+        raise InvalidPodError(f"pod {pod_key(pod)}: spec.resourceClaims must be a list of objects")
+    return refs
+
+
+def has_claims(pod: Mapping) -> bool:
+    return bool(claim_references(pod))
+
+
+def _generated_claim_name(pod: Mapping, pod_claim_name: str) -> tuple[bool, str | None]:
+    """(found, name) from status.resourceClaimStatuses; a found entry with no name means "skip"."""
+    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if isinstance(status, dict) and status.get("name") == pod_claim_name:
+            return True, status.get("resourceClaimName")
+    return False, None
+
+
+def claim_name_for(pod: Mapping, ref: Mapping) -> tuple[str | None, bool]:
+    """The ResourceClaim name for one `spec.resourceClaims` entry and whether the pod must own it.
+
+    None means the entry is intentionally without a claim. Raises ClaimsNotReady or InvalidPodError.
+    """
+    name = ref.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidPodError(f"pod {pod_key(pod)}: spec.resourceClaims[] entry without a name")
+    if ref.get("resourceClaimName"):
+        return str(ref["resourceClaimName"]), False
+    if ref.get("resourceClaimTemplateName"):
+        found, generated = _generated_claim_name(pod, name)
+        if not found:
+            raise ClaimsNotReady(f'pod "{pod_key(pod)}": ResourceClaim not created yet')
+        return (str(generated) if generated else None), True
+    if ref.get("podGroupResourceClaim"):
+        raise InvalidPodError(
+            f"pod {pod_key(pod)}: resource claim {name}: podGroupResourceClaim is not supported "
+            "by dra-extender"
+        )
+    raise InvalidPodError(
+        f"pod {pod_key(pod)}: resource claim {name}: neither resourceClaimName nor "
+        "resourceClaimTemplateName is set"
+    )
+
+
+def is_controlled_by(claim_raw: Mapping, uid: str) -> bool:
+    for owner in (claim_raw.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(owner, dict) and owner.get("controller") is True:
+            return bool(uid) and owner.get("uid") == uid
+    return False
+
+
+def resolve_pod_claims(pod: Mapping, lookup: ClaimLookup) -> list[PodClaim]:
+    """The pod's claims in spec order (entries without a claim skipped). Raises ClaimsNotReady."""
+    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    resolved: list[PodClaim] = []
+    for ref in claim_references(pod):
+        claim_name, must_own = claim_name_for(pod, ref)
+        if claim_name is None:
+            continue
+        claim = lookup.claim(namespace, claim_name)
+        if claim is None:
+            # Worded like upstream's claim-cache lookup failure.
+            raise ClaimsNotReady(f'could not find ResourceClaim "{namespace}/{claim_name}"')
+        if claim.deleting:
+            raise ClaimsNotReady(f'resourceclaim "{claim_name}" is being deleted')
+        if must_own and (claim.namespace != namespace or not is_controlled_by(claim.raw, pod_uid(pod))):
+            # Newest upstream (1.36+) capitalises "Pod" in this message.
+            raise ClaimsNotReady(
+                f"ResourceClaim {claim.namespace}/{claim.name} was not created for Pod {pod_key(pod)} "
+                "(Pod is not owner)"
+            )
+        resolved.append(PodClaim(str(ref["name"]), claim))
+    return resolved
+
+
+def allocation_of(claim_raw: Mapping) -> dict | None:
+    return (claim_raw.get("status") or {}).get("allocation") or None
+
+
+def reserved_for(claim_raw: Mapping) -> list[dict]:
+    return list((claim_raw.get("status") or {}).get("reservedFor") or [])
+
+
+def is_reserved_for(claim_raw: Mapping, uid: str) -> bool:
+    return any(entry.get("uid") == uid for entry in reserved_for(claim_raw) if isinstance(entry, dict))
+
+
+def can_be_reserved_for(claim_raw: Mapping, uid: str) -> bool:
+    """False when another consumer would exceed the reservedFor limit (upstream: "resourceclaim in use")."""
+    return is_reserved_for(claim_raw, uid) or len(reserved_for(claim_raw)) < RESERVED_FOR_MAX
