@@ -1,0 +1,409 @@
+"""The extender's view of the cluster: every object it needs, indexed so the filter path never scans.
+
+All changes enter through `ClusterCache.apply`, from the watcher (cluster mode), from `from_objects`
+(snapshot mode) or from the ClaimWriter (objects it wrote, so the next scheduling cycle sees them
+before the watch delivers them). Slices, classes and taint rules feed `allocator.Inventory`;
+allocated claims feed `allocator.AllocatedState`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from allocator import (
+    AllocatedState,
+    DeviceClass,
+    DeviceTaintRule,
+    FeatureGates,
+    InvalidObjectError,
+    Inventory,
+    Node,
+    ResourceClaim,
+    ResourceSlice,
+)
+
+log = logging.getLogger(__name__)
+
+# kind -> (apiVersion, namespaced)
+KINDS: dict[str, tuple[str, bool]] = {
+    "Node": ("v1", False),
+    "Pod": ("v1", True),
+    "DeviceClass": ("resource.k8s.io/v1", False),
+    "ResourceSlice": ("resource.k8s.io/v1", False),
+    "ResourceClaim": ("resource.k8s.io/v1", True),
+    "ResourceClaimTemplate": ("resource.k8s.io/v1", True),
+    "DeviceTaintRule": ("resource.k8s.io/v1", False),
+}
+EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
+# Bounded so a flood of broken objects cannot grow /debug/state without limit.
+MAX_INVALID_DETAILS = 100
+
+Subscriber = Callable[[str, str, dict, "dict | None"], None]
+
+
+class CacheError(ValueError):
+    """A change the cache cannot take (unknown kind or event type); never raised for bad object content."""
+
+
+def object_key(raw: dict, namespaced: bool) -> str:
+    meta = raw.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise ValueError("metadata.name: required")
+    if not namespaced:
+        return meta["name"]
+    namespace = meta.get("namespace")
+    if not isinstance(namespace, str) or not namespace:
+        raise ValueError("metadata.namespace: required")
+    return f"{namespace}/{meta['name']}"
+
+
+def claim_names_of_pod(pod: dict) -> list[str]:
+    """Names of the ResourceClaims a pod uses that can be known now.
+
+    Template-based entries resolve through status.resourceClaimStatuses; an entry not recorded there yet
+    (claim not created) or recorded with a null name (intentionally not created) contributes nothing.
+    """
+    spec = pod.get("spec") or {}
+    statuses = {
+        entry.get("name"): entry.get("resourceClaimName")
+        for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+        if isinstance(entry, dict)
+    }
+    names: list[str] = []
+    for entry in spec.get("resourceClaims") or ():
+        if not isinstance(entry, dict):
+            continue
+        name = entry.get("resourceClaimName")
+        if not name and entry.get("resourceClaimTemplateName"):
+            name = statuses.get(entry.get("name"))
+        if isinstance(name, str) and name:
+            names.append(name)
+    return names
+
+
+def _resource_version(raw: dict) -> int | None:
+    value = (raw.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_pod(raw: dict) -> None:
+    meta = raw["metadata"]
+    if not isinstance(meta.get("uid"), str) or not meta["uid"]:
+        raise ValueError("metadata.uid: required")
+    spec = raw.get("spec")
+    if spec is not None and not isinstance(spec, dict):
+        raise ValueError("spec: must be an object")
+    claims = (spec or {}).get("resourceClaims")
+    if claims is not None and not isinstance(claims, list):
+        raise ValueError("spec.resourceClaims: must be a list")
+
+
+class ClusterCache:
+    def __init__(self, features: FeatureGates) -> None:
+        self.features = features
+        self.inventory = Inventory()
+        self.allocated = AllocatedState()
+        self.ready = False
+        # Every object currently known, valid or not (the snapshot endpoint returns all of them).
+        self._objects: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}
+        self._invalid: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
+        self._nodes: dict[str, Node] = {}
+        self._node_names: list[str] | None = []
+        self._pod_keys_by_uid: dict[str, str] = {}
+        self._pods_by_claim: dict[str, set[str]] = {}   # "ns/claim" -> pod keys
+        self._claims: dict[str, ResourceClaim] = {}
+        self._claim_keys_by_uid: dict[str, str] = {}
+        self._taint_rules: dict[str, DeviceTaintRule] = {}
+        self._subscribers: list[Subscriber] = []
+        self._ignored = 0
+        self._unnamed_invalid = 0   # objects without a usable name cannot be stored at all
+
+    # ---- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def from_objects(cls, objs: Iterable[dict], features: FeatureGates) -> ClusterCache:
+        """A ready cache holding `objs` (snapshot mode).
+
+        `*List` objects are flattened. Hand-written snapshots often leave out the namespace and uid, so
+        namespaced objects default to namespace "default" and a missing uid gets a stable one derived
+        from kind/namespace/name. Objects of other kinds are counted as ignored.
+        """
+        cache = cls(features)
+        for raw in _flatten(objs):
+            kind = raw.get("kind") if isinstance(raw, dict) else None
+            if kind not in KINDS:
+                cache._ignored += 1
+                continue
+            cache.apply(kind, "ADDED", _with_snapshot_defaults(raw, kind))
+        cache.ready = True
+        return cache
+
+    # ---- the single entry for changes ---------------------------------------------------------
+
+    def apply(self, kind: str, event_type: str, raw: dict) -> None:
+        """Apply one watch-style change. Bad object content is logged and counted, never raised.
+
+        ADDED/MODIFIED carrying an older resourceVersion than the stored object are ignored: the
+        ClaimWriter stores what it wrote before the watch delivers it, and the late event must not
+        roll that back.
+        """
+        if kind not in KINDS:
+            raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+        if event_type not in EVENT_TYPES:
+            raise CacheError(f"unknown event type {event_type!r}; expected one of {', '.join(EVENT_TYPES)}")
+        api_version, namespaced = KINDS[kind]
+        if not isinstance(raw, dict):
+            self._reject_unnamed(f"{kind}: object must be a mapping, got {type(raw).__name__}")
+            return
+        try:
+            key = object_key(raw, namespaced)
+        except ValueError as err:
+            self._reject_unnamed(f"{kind} {_describe(raw)}: {err}")
+            return
+        raw.setdefault("kind", kind)
+        raw.setdefault("apiVersion", api_version)
+        store = self._objects[kind]
+        old = store.get(key)
+        old_indexed = old is not None and key not in self._invalid[kind]
+        if event_type == "DELETED":
+            if old is None:
+                return
+            del store[key]
+            self._invalid[kind].pop(key, None)
+            if old_indexed:
+                self._unindex(kind, key, old)
+        else:
+            if old is not None:
+                old_rv, new_rv = _resource_version(old), _resource_version(raw)
+                if old_rv is not None and new_rv is not None and new_rv < old_rv:
+                    return
+            store[key] = raw
+            self._invalid[kind].pop(key, None)
+            try:
+                self._index(kind, key, raw, old if old_indexed else None)
+            except ValueError as err:
+                if old_indexed:
+                    self._unindex(kind, key, old)
+                # InvalidObjectError already names the object; other ValueErrors do not.
+                message = str(err) if isinstance(err, InvalidObjectError) else f"{kind} {key}: {err}"
+                self._record_invalid(kind, key, message)
+        for callback in self._subscribers:
+            callback(kind, event_type, raw, old)
+
+    def replace(self, kind: str, items: Iterable[dict]) -> None:
+        """Make `items` the complete contents of `kind` (after a re-list): missing objects are deleted."""
+        if kind not in KINDS:
+            raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
+        namespaced = KINDS[kind][1]
+        seen: set[str] = set()
+        for raw in items:
+            with contextlib.suppress(ValueError, AttributeError):
+                seen.add(object_key(raw, namespaced))
+            existing = self._lookup_raw(kind, raw, namespaced)
+            self.apply(kind, "MODIFIED" if existing is not None else "ADDED", raw)
+        for key, old in list(self._objects[kind].items()):
+            if key not in seen:
+                self.apply(kind, "DELETED", old)
+
+    def subscribe(self, callback: Subscriber) -> None:
+        """Call `callback(kind, event_type, new, old)` after every applied change."""
+        self._subscribers.append(callback)
+
+    # ---- queries ------------------------------------------------------------------------------
+
+    def node(self, name: str) -> Node | None:
+        return self._nodes.get(name)
+
+    def node_names(self) -> list[str]:
+        if self._node_names is None:
+            self._node_names = sorted(self._nodes)
+        return self._node_names
+
+    def pod(self, namespace: str, name: str) -> dict | None:
+        key = f"{namespace}/{name}"
+        return None if key in self._invalid["Pod"] else self._objects["Pod"].get(key)
+
+    def pod_by_uid(self, uid: str) -> dict | None:
+        key = self._pod_keys_by_uid.get(uid)
+        return self._objects["Pod"].get(key) if key is not None else None
+
+    def claim(self, namespace: str, name: str) -> ResourceClaim | None:
+        return self._claims.get(f"{namespace}/{name}")
+
+    def claim_by_uid(self, uid: str) -> ResourceClaim | None:
+        key = self._claim_keys_by_uid.get(uid)
+        return self._claims.get(key) if key is not None else None
+
+    def claim_template(self, namespace: str, name: str) -> dict | None:
+        key = f"{namespace}/{name}"
+        return None if key in self._invalid["ResourceClaimTemplate"] else self._objects[
+            "ResourceClaimTemplate"].get(key)
+
+    def pods_referencing_claim(self, namespace: str, claim_name: str) -> list[dict]:
+        pods = self._objects["Pod"]
+        return [pods[key] for key in sorted(self._pods_by_claim.get(f"{namespace}/{claim_name}", ()))]
+
+    def device_class(self, name: str) -> DeviceClass | None:
+        return self.inventory.device_class(name)
+
+    def taint_rules(self) -> list[DeviceTaintRule]:
+        return list(self._taint_rules.values())
+
+    def raw(self, kind: str, key: str) -> dict | None:
+        """The stored object of `kind` under `key` ("name" or "namespace/name"), valid or not."""
+        return self._objects.get(kind, {}).get(key)
+
+    def stats(self) -> dict[str, Any]:
+        counts = {kind: len(objs) - len(self._invalid[kind]) for kind, objs in self._objects.items()}
+        details = [
+            {"kind": kind, "key": key, "error": message}
+            for kind, entries in self._invalid.items()
+            for key, message in entries.items()
+        ]
+        return {
+            "ready": self.ready,
+            "objects": counts,
+            "allocatedClaims": sum(1 for claim in self._claims.values() if claim.allocation is not None),
+            "invalid": {kind: len(entries) for kind, entries in self._invalid.items() if entries},
+            "invalidObjects": details[:MAX_INVALID_DETAILS],
+            "unnamedInvalid": self._unnamed_invalid,
+            "ignored": self._ignored,
+        }
+
+    def objects(self) -> list[dict]:
+        """Every stored object (valid or not) with kind and apiVersion set, in a stable order."""
+        return [raw for kind in KINDS for _, raw in sorted(self._objects[kind].items())]
+
+    # ---- index maintenance --------------------------------------------------------------------
+
+    def _lookup_raw(self, kind: str, raw: Any, namespaced: bool) -> dict | None:
+        try:
+            return self._objects[kind].get(object_key(raw, namespaced))
+        except (ValueError, AttributeError):
+            return None
+
+    def _reject_unnamed(self, message: str) -> None:
+        log.warning("ignoring invalid object: %s", message)
+        self._unnamed_invalid += 1
+
+    def _record_invalid(self, kind: str, key: str, message: str) -> None:
+        log.warning("ignoring invalid object: %s", message)
+        self._invalid[kind][key] = message
+
+    def _index(self, kind: str, key: str, raw: dict, old: dict | None) -> None:
+        """Add `raw` to the typed indexes, replacing `old`. Raises ValueError before changing anything."""
+        if kind == "Node":
+            node = Node.from_api(raw)
+            if key not in self._nodes:
+                self._node_names = None
+            self._nodes[key] = node
+        elif kind == "Pod":
+            _check_pod(raw)
+            if old is not None:
+                self._unindex_pod(key, old)
+            self._pod_keys_by_uid[raw["metadata"]["uid"]] = key
+            namespace = raw["metadata"]["namespace"]
+            for claim_name in claim_names_of_pod(raw):
+                self._pods_by_claim.setdefault(f"{namespace}/{claim_name}", set()).add(key)
+        elif kind == "ResourceClaim":
+            self._index_claim(key, ResourceClaim.from_api(raw))
+        elif kind == "ResourceSlice":
+            self.inventory.upsert_slice(ResourceSlice.from_api(raw))
+        elif kind == "DeviceClass":
+            self.inventory.upsert_class(DeviceClass.from_api(raw))
+        elif kind == "DeviceTaintRule":
+            rule = DeviceTaintRule.from_api(raw)
+            self.inventory.upsert_taint_rule(rule)
+            self._taint_rules[key] = rule
+        # ResourceClaimTemplate: only stored raw.
+
+    def _index_claim(self, key: str, claim: ResourceClaim) -> None:
+        previous = self._claims.get(key)
+        unchanged = False
+        if previous is not None:
+            same_uid = previous.uid == claim.uid
+            if not same_uid:
+                self._claim_keys_by_uid.pop(previous.uid, None)
+            unchanged = same_uid and previous.allocation == claim.allocation
+            if previous.allocation is not None and not unchanged:
+                self.allocated.remove_claim(previous.uid)
+        if claim.allocation is not None and not unchanged:
+            self.allocated.add_claim(claim)
+        self._claims[key] = claim
+        self._claim_keys_by_uid[claim.uid] = key
+
+    def _unindex(self, kind: str, key: str, old: dict) -> None:
+        if kind == "Node":
+            if self._nodes.pop(key, None) is not None:
+                self._node_names = None
+        elif kind == "Pod":
+            self._unindex_pod(key, old)
+        elif kind == "ResourceClaim":
+            claim = self._claims.pop(key, None)
+            if claim is not None:
+                self._claim_keys_by_uid.pop(claim.uid, None)
+                if claim.allocation is not None:
+                    self.allocated.remove_claim(claim.uid)
+        elif kind == "ResourceSlice":
+            self.inventory.remove_slice(key)
+        elif kind == "DeviceClass":
+            self.inventory.remove_class(key)
+        elif kind == "DeviceTaintRule":
+            del self._taint_rules[key]
+            self.inventory.remove_taint_rule(key)
+
+    def _unindex_pod(self, key: str, old: dict) -> None:
+        meta = old.get("metadata") or {}
+        if self._pod_keys_by_uid.get(meta.get("uid")) == key:
+            del self._pod_keys_by_uid[meta["uid"]]
+        namespace = meta.get("namespace")
+        for claim_name in claim_names_of_pod(old):
+            claim_key = f"{namespace}/{claim_name}"
+            users = self._pods_by_claim.get(claim_key)
+            if users is not None:
+                users.discard(key)
+                if not users:
+                    del self._pods_by_claim[claim_key]
+
+
+def _describe(raw: dict) -> str:
+    meta = raw.get("metadata")
+    if isinstance(meta, dict) and meta.get("name"):
+        return f"{meta.get('namespace', '')}/{meta['name']}".lstrip("/")
+    return "(unnamed)"
+
+
+def _flatten(objs: Iterable[Any]) -> Iterable[Any]:
+    for raw in objs:
+        if isinstance(raw, dict) and isinstance(raw.get("items"), list) and str(raw.get("kind", "")).endswith(
+                "List"):
+            item_kind = raw["kind"][: -len("List")]
+            for item in raw["items"]:
+                if isinstance(item, dict) and item_kind and "kind" not in item:
+                    item = {**item, "kind": item_kind}
+                yield item
+        elif raw is not None:
+            yield raw
+
+
+def _with_snapshot_defaults(raw: dict, kind: str) -> dict:
+    meta = raw.get("metadata")
+    if not isinstance(meta, dict) or not meta.get("name"):
+        return raw
+    namespaced = KINDS[kind][1]
+    if (namespaced and not meta.get("namespace")) or not meta.get("uid"):
+        meta = dict(meta)
+        if namespaced and not meta.get("namespace"):
+            meta["namespace"] = "default"
+        if not meta.get("uid"):
+            identity = f"{kind}/{meta.get('namespace', '')}/{meta['name']}"
+            meta["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, identity))
+        raw = {**raw, "metadata": meta}
+    return raw
