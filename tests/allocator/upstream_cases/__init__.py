@@ -20,6 +20,8 @@ MODULES = (
     "admin_access",
     "constraints",
     "limits",
+    "prioritized_list",
+    "partitionable",
 )
 
 
