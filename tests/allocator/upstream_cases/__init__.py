@@ -22,6 +22,7 @@ MODULES = (
     "limits",
     "prioritized_list",
     "partitionable",
+    "taints",
 )
 
 

@@ -4,23 +4,31 @@ from __future__ import annotations
 
 from .builders import (
     CLASS_A,
+    CLASS_B,
     DRIVER_A,
+    DRIVER_B,
     NODE_1,
+    NODE_2,
     PARTITIONABLE,
+    PER_DEVICE,
     PRIORITIZED,
+    REGION_1,
     Case,
     allocation,
+    cel,
     claim,
     counter_slice,
     device,
     device_class,
     features,
     first_available,
+    label_selector,
     local,
     memory_at_least,
     request,
     resource_slice,
     result,
+    results,
     sub,
 )
 
@@ -234,6 +242,250 @@ CASES = [
                 local(),
                 result("req-0", DRIVER_A, "pool-1", "device-2"),
                 result("req-0", DRIVER_A, "pool-1", "device-3"),
+            )
+        ],
+    ),
+]
+
+# Upstream gives these pools a slice count of 1 although they have two slices.
+_UNDERSIZED = [
+    counters("slice-2", "pool-1", count=1, counter_set_1={"memory": "18Gi"}),
+]
+
+CASES += [
+    Case(
+        # The allocated device-2 uses 16Gi of 18Gi: device-1 (4Gi) no longer fits.
+        "partitionable-devices-no-capacity-available",
+        features=ON,
+        claims=[claim("claim-0", request("req-0"))],
+        classes=[CLASS],
+        slices=[
+            devices_slice(
+                "slice-1",
+                "pool-1",
+                part("device-1", counter_set_1={"memory": "4Gi"}),
+                part("device-2", counter_set_1={"memory": "16Gi"}),
+                count=1,
+            ),
+            *_UNDERSIZED,
+        ],
+        allocated=[(DRIVER_A, "pool-1", "device-2")],
+    ),
+    Case(
+        # Counters are already overdrawn by an allocated device.
+        "partitionable-devices-overallocated-capacity-pool",
+        features=ON,
+        claims=[claim("claim-0", request("req-0"))],
+        classes=[CLASS],
+        slices=[
+            devices_slice(
+                "slice-1",
+                "pool-1",
+                part("device-1", counter_set_1={"memory": "4Gi"}),
+                part("device-2", counter_set_1={"memory": "20Gi"}),
+                count=1,
+            ),
+            *_UNDERSIZED,
+        ],
+        allocated=[(DRIVER_A, "pool-1", "device-2")],
+    ),
+    Case(
+        "partitionable-devices-disabled-device-consumes-counters",
+        claims=[claim("claim-0", request("req-0"))],
+        classes=[CLASS],
+        slices=[
+            devices_slice(
+                "slice-1",
+                "pool-1",
+                part("device-1", from_counters=False, counter_set_1={"memory": "4Gi"}),
+                count=1,
+            ),
+            *_UNDERSIZED,
+        ],
+    ),
+    Case(
+        "partitionable-devices-disabled-other-device-do-not-consume-counters",
+        claims=[claim("claim-0", request("req-0"))],
+        classes=[CLASS],
+        slices=[
+            devices_slice(
+                "slice-1",
+                "pool-1",
+                part("device-1", from_counters=False, counter_set_1={"memory": "4Gi"}),
+                device("device-2"),
+            ),
+            counters("slice-2", "pool-1", counter_set_1={"memory": "18Gi"}),
+        ],
+        expect=[allocation(local(), result("req-0", DRIVER_A, "pool-1", "device-2"))],
+    ),
+    Case(
+        "partitionable-devices-disabled-per-device-node-selection",
+        claims=[claim("claim-0", request("req-0"))],
+        classes=[CLASS],
+        slices=[
+            resource_slice("slice-1", PER_DEVICE, "pool-1", DRIVER_A, device("device-2", node_name=NODE_1))
+        ],
+    ),
+    Case(
+        # device-2 would be preferred (6Gi) but is on node-2.
+        "partitionable-devices-per-device-node-selection-nodename",
+        features=features(PARTITIONABLE, PRIORITIZED),
+        claims=[
+            claim(
+                "claim-0",
+                first_available(
+                    "req-0",
+                    sub("subReq-0", CLASS_A, 1, memory_at_least("6Gi")),
+                    sub("subReq-1", CLASS_A, 1, memory_at_least("4Gi")),
+                ),
+            )
+        ],
+        classes=[CLASS],
+        slices=[
+            resource_slice(
+                "slice-1",
+                PER_DEVICE,
+                "pool-1",
+                DRIVER_A,
+                device(
+                    "device-1",
+                    counters={"counter-set-1": {"memory": "4Gi"}},
+                    capacity_from_counters=True,
+                    node_name=NODE_1,
+                ),
+                device(
+                    "device-2",
+                    counters={"counter-set-1": {"memory": "6Gi"}},
+                    capacity_from_counters=True,
+                    node_name=NODE_2,
+                ),
+                count=2,
+            ),
+            counter_slice("slice-2", PER_DEVICE, "pool-1", DRIVER_A, {"counter-set-1": {"memory": "18Gi"}}),
+        ],
+        expect=[allocation(local(), result("req-0/subReq-1", DRIVER_A, "pool-1", "device-1"))],
+    ),
+    Case(
+        "partitionable-devices-per-device-node-selection-node-selector",
+        features=features(PARTITIONABLE, PRIORITIZED),
+        claims=[claim("claim-0", request("req-0"))],
+        classes=[CLASS],
+        slices=[
+            resource_slice(
+                "slice-1",
+                PER_DEVICE,
+                "pool-1",
+                DRIVER_A,
+                device(
+                    "device-1",
+                    counters={"counter-set-1": {"memory": "4Gi"}},
+                    capacity_from_counters=True,
+                    node_selector=label_selector("region", REGION_1),
+                ),
+                count=2,
+            ),
+            counter_slice("slice-2", PER_DEVICE, "pool-1", DRIVER_A, {"counter-set-1": {"memory": "18Gi"}}),
+        ],
+        expect=[
+            allocation(label_selector("region", REGION_1), result("req-0", DRIVER_A, "pool-1", "device-1"))
+        ],
+    ),
+    Case(
+        # A device with its own nodeName pins the whole result to the node.
+        "partitionable-devices-per-device-node-selection-node-selector-multiple-devices",
+        features=features(PARTITIONABLE, PRIORITIZED),
+        claims=[claim("claim-0", request("req-0", CLASS_A, 3), request("req-1", CLASS_B, 3))],
+        classes=[CLASS, device_class(CLASS_B, DRIVER_B)],
+        slices=[
+            resource_slice(
+                "slice-1",
+                PER_DEVICE,
+                "pool-1",
+                DRIVER_A,
+                device(
+                    "device-1",
+                    counters={"counter-set-1": {"memory": "4Gi"}},
+                    capacity_from_counters=True,
+                    node_selector=label_selector("region", REGION_1),
+                ),
+                device(
+                    "device-2",
+                    counters={"counter-set-1": {"memory": "4Gi"}},
+                    capacity_from_counters=True,
+                    node_name=NODE_1,
+                ),
+                device(
+                    "device-3",
+                    counters={"counter-set-1": {"memory": "4Gi"}},
+                    capacity_from_counters=True,
+                    all_nodes=True,
+                ),
+                count=2,
+            ),
+            counter_slice("slice-2", PER_DEVICE, "pool-1", DRIVER_A, {"counter-set-1": {"memory": "18Gi"}}),
+            resource_slice(
+                "slice-3",
+                NODE_1,
+                "pool-2",
+                DRIVER_B,
+                *(
+                    device(
+                        f"device-{i}",
+                        counters={"counter-set-2": {"memory": "4Gi"}},
+                        capacity_from_counters=True,
+                    )
+                    for i in (1, 2, 3)
+                ),
+                count=2,
+            ),
+            counter_slice("slice-4", NODE_1, "pool-2", DRIVER_B, {"counter-set-2": {"memory": "12Gi"}}),
+        ],
+        expect=[
+            allocation(
+                local(),
+                *results("req-0", DRIVER_A, "pool-1", 3, 1),
+                *results("req-1", DRIVER_B, "pool-2", 3, 1),
+            )
+        ],
+    ),
+    Case(
+        # device-1 is the only "special" one; req-0 must leave it for req-1.
+        "partitionable-devices-with-attribute-selector",
+        features=ON,
+        claims=[
+            claim(
+                "claim-0",
+                request("req-0", CLASS_A, 2),
+                request("req-1", CLASS_A, 1, cel('device.attributes["driver-a"].special')),
+            )
+        ],
+        classes=[CLASS],
+        slices=[
+            devices_slice(
+                "slice-1",
+                "pool-1",
+                *(
+                    device(
+                        f"device-{i}",
+                        attrs={"special": i == 1},
+                        counters={"counter-set-1": {f"cpu{i}": "1"}, "counter-set-2": {"mem": "10Gi"}},
+                    )
+                    for i in (1, 2, 3)
+                ),
+            ),
+            counters(
+                "slice-2",
+                "pool-1",
+                counter_set_1={"cpu1": "1", "cpu2": "1", "cpu3": "1"},
+                counter_set_2={"mem": "30Gi"},
+            ),
+        ],
+        expect=[
+            allocation(
+                local(),
+                result("req-0", DRIVER_A, "pool-1", "device-2"),
+                result("req-0", DRIVER_A, "pool-1", "device-3"),
+                result("req-1", DRIVER_A, "pool-1", "device-1"),
             )
         ],
     ),
