@@ -23,6 +23,7 @@ MODULES = (
     "prioritized_list",
     "partitionable",
     "taints",
+    "binding_conditions",
 )
 
 

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from .builders import CLASS_A, DRIVER_A, NODE_1, Case, claim, device_class, devices, request, resource_slice
+from .builders import (
+    CLASS_A,
+    DRIVER_A,
+    NODE_1,
+    Case,
+    allocation,
+    claim,
+    device_class,
+    devices,
+    local,
+    request,
+    resource_slice,
+    results,
+)
 
 CLASS = device_class(CLASS_A, DRIVER_A)
 MAX_RESULTS = 32
@@ -33,5 +46,15 @@ CASES = [
         claims=[claim("claim-0", request("req-0", CLASS_A, 500))],
         classes=[CLASS],
         error="exceeds the claim limit",
+    ),
+]
+
+CASES += [
+    Case(
+        "max-number-devices",
+        claims=[claim("claim-0", request("req-0", CLASS_A, MAX_RESULTS))],
+        classes=[CLASS],
+        slices=[resource_slice("slice-1", NODE_1, "pool-1", DRIVER_A, *devices(MAX_RESULTS))],
+        expect=[allocation(local(), *results("req-0", DRIVER_A, "pool-1", MAX_RESULTS))],
     ),
 ]

@@ -12,10 +12,12 @@ from .builders import (
     Case,
     Version,
     allocation,
+    cel,
     claim,
     claim_config,
     device,
     device_class,
+    devices,
     features,
     first_available,
     from_claim,
@@ -27,6 +29,7 @@ from .builders import (
     request,
     resource_slice,
     result,
+    results,
     sub,
 )
 
@@ -341,5 +344,156 @@ CASES = [
         classes=CLASSES,
         slices=[one_device_slice("slice-1", NODE_1, "pool-1", DRIVER_A)],
         expect=[allocation(local(), result("req-0/subReq-1", DRIVER_A, "pool-1", "device-1"))],
+    ),
+]
+
+
+def _generation(value: str) -> dict:
+    return cel(f'device.attributes["driver-a"].generation == "{value}"')
+
+
+def _v6_else_v5() -> dict:
+    return claim(
+        "claim-0",
+        first_available(
+            "req-0",
+            sub("subReq-0", CLASS_A, None, _generation("v6"), mode="All"),
+            sub("subReq-1", CLASS_A, None, _generation("v5"), mode="All"),
+        ),
+    )
+
+
+def _generations(name: str, where: str, pool: str, *gens: str, start: int = 1) -> dict:
+    return resource_slice(
+        name,
+        where,
+        pool,
+        DRIVER_A,
+        *(device(f"device-{i}", attrs={"generation": g}) for i, g in enumerate(gens, start)),
+    )
+
+
+CASES += [
+    Case(
+        "prioritized-list-allocation-mode-all",
+        features=ON,
+        claims=[
+            claim("claim-0", first_available("req-0", sub("subReq-0", CLASS_A, mode="All"), sub("subReq-1")))
+        ],
+        classes=CLASSES[:1],
+        slices=[
+            resource_slice("slice-1", NODE_1, "pool-1", DRIVER_A, device("device-1"), device("device-2"))
+        ],
+        allocated=[(DRIVER_A, "pool-1", "device-2")],
+        expect=[allocation(local(), result("req-0/subReq-1", DRIVER_A, "pool-1", "device-1"))],
+    ),
+    Case(
+        # All with no matching device does not succeed with zero devices: the next subrequest is used.
+        "prioritized-list-allocation-mode-all-with-selectors",
+        features=ON,
+        claims=[_v6_else_v5()],
+        classes=CLASSES[:1],
+        slices=[_generations("slice-1", NODE_1, "pool-1", "v5")],
+        expect=[allocation(local(), result("req-0/subReq-1", DRIVER_A, "pool-1", "device-1"))],
+    ),
+    Case(
+        "prioritized-list-allocation-mode-all-with-selectors-multiple-pools",
+        features=ON,
+        claims=[_v6_else_v5()],
+        classes=CLASSES[:1],
+        slices=[
+            _generations("slice-1", NODE_1, "pool-1", "v5"),
+            _generations("slice-2", NODE_1, "pool-2", "v5"),
+        ],
+        expect=[
+            allocation(
+                local(),
+                result("req-0/subReq-1", DRIVER_A, "pool-1", "device-1"),
+                result("req-0/subReq-1", DRIVER_A, "pool-2", "device-1"),
+            )
+        ],
+    ),
+    Case(
+        "prioritized-list-allocation-mode-all-with-selectors-multiple-pools-across-nodes",
+        features=ON,
+        claims=[_v6_else_v5()],
+        classes=CLASSES[:1],
+        slices=[
+            _generations("slice-1", NODE_1, "pool-1", "v5"),
+            _generations("slice-2", "node-2", "pool-2", "v5", "v6"),
+        ],
+        expect=[allocation(local(), result("req-0/subReq-1", DRIVER_A, "pool-1", "device-1"))],
+    ),
+    Case(
+        # Only devices the class selects count for All.
+        "prioritized-list-allocation-mode-all-with-selectors-deviceclass-subset",
+        features=ON,
+        claims=[_v6_else_v5()],
+        classes=[
+            device_class(
+                CLASS_A,
+                DRIVER_A,
+                selector=cel('device.driver == "driver-a" && device.attributes["driver-a"].selected'),
+            )
+        ],
+        slices=[
+            resource_slice(
+                "slice-1",
+                NODE_1,
+                "pool-1",
+                DRIVER_A,
+                device("device-1", attrs={"generation": "v6", "selected": False}),
+                device("device-2", attrs={"generation": "v5", "selected": False}),
+                device("device-3", attrs={"generation": "v5", "selected": True}),
+            )
+        ],
+        expect=[allocation(local(), result("req-0/subReq-1", DRIVER_A, "pool-1", "device-3"))],
+    ),
+    Case(
+        # Two requests of 32 cannot both fit in one claim: both fall back to 16.
+        "prioritized-list-max-allocation-limit-request",
+        features=ON,
+        claims=[
+            claim(
+                "claim-0",
+                first_available("req-0", sub("subReq-0", CLASS_A, 32), sub("subReq-1", CLASS_A, 16)),
+                first_available("req-1", sub("subReq-0", CLASS_A, 32), sub("subReq-1", CLASS_A, 16)),
+            )
+        ],
+        classes=CLASSES[:1],
+        slices=[resource_slice("slice-1", NODE_1, "pool-1", DRIVER_A, *devices(64))],
+        expect=[
+            allocation(
+                local(),
+                *results("req-0/subReq-1", DRIVER_A, "pool-1", 16, 0),
+                *results("req-1/subReq-1", DRIVER_A, "pool-1", 16, 16),
+            )
+        ],
+        steps=75,
+    ),
+    Case(
+        # All would match 31 devices, which with req-1's two exceeds the limit of 32.
+        "prioritized-list-max-allocation-allocation-mode-all",
+        features=ON,
+        claims=[
+            claim(
+                "claim-0",
+                first_available("req-0", sub("subReq-0", CLASS_A, mode="All"), sub("subReq-1", CLASS_A, 2)),
+                request("req-1", CLASS_B, 2),
+            )
+        ],
+        classes=CLASSES,
+        slices=[
+            resource_slice("slice-1", NODE_1, "pool-1", DRIVER_A, *devices(31)),
+            resource_slice("slice-2", NODE_1, "pool-2", DRIVER_B, *devices(2)),
+        ],
+        expect=[
+            allocation(
+                local(),
+                *results("req-0/subReq-1", DRIVER_A, "pool-1", 2),
+                *results("req-1", DRIVER_B, "pool-2", 2),
+            )
+        ],
+        steps=42,
     ),
 ]
