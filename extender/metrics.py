@@ -1,0 +1,70 @@
+"""Prometheus metrics of the extender. Each server owns its registry, so tests can run several."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Filter must stay far below kube-scheduler's 5 s extender timeout; buckets resolve the fast path.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class _StateCollector(Collector):
+    """Gauges read at scrape time from the live objects (nothing to keep in sync)."""
+
+    def __init__(self, sources: Callable[[], dict[str, Any]]) -> None:
+        self.sources = sources
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        state = self.sources()
+        in_flight = GaugeMetricFamily("dra_extender_allocations_in_flight",
+                                      "Claim allocations chosen but not yet confirmed by the watch.")
+        in_flight.add_metric([], state.get("in_flight", 0))
+        yield in_flight
+        objects = GaugeMetricFamily("dra_extender_cache_objects", "Objects in the cluster cache.",
+                                    labels=["kind"])
+        for kind, count in sorted((state.get("objects") or {}).items()):
+            objects.add_metric([kind], count)
+        yield objects
+        restarts = GaugeMetricFamily("dra_extender_watch_restarts",
+                                     "Watch restarts (reconnects and re-lists) since start.", labels=["kind"])
+        for kind, count in sorted((state.get("watch_restarts") or {}).items()):
+            restarts.add_metric([kind], count)
+        yield restarts
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.filter_seconds = Histogram("dra_extender_filter_duration_seconds", "Filter request latency.",
+                                        buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.prioritize_seconds = Histogram("dra_extender_prioritize_duration_seconds",
+                                            "Prioritize request latency.", buckets=LATENCY_BUCKETS,
+                                            registry=self.registry)
+        self.bind_seconds = Histogram("dra_extender_bind_duration_seconds", "Bind request latency.",
+                                      buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.filter_outcomes = Counter("dra_extender_filter_node_outcomes",
+                                       "Per-node filter verdicts by reason (fits, devices, ...).",
+                                       ["reason"], registry=self.registry)
+        self.bind_conflicts = Counter("dra_extender_bind_conflicts",
+                                      "Binds whose re-check found the chosen node no longer fits.",
+                                      registry=self.registry)
+        self.bind_failures = Counter("dra_extender_bind_failures",
+                                     "Failed binds (kube-scheduler retries the pod) by stage.", ["stage"],
+                                     registry=self.registry)
+        self.bind_write_retries = Counter("dra_extender_bind_write_retries",
+                                          "Claim status writes retried after a 409 conflict.",
+                                          registry=self.registry)
+
+    def watch_state(self, sources: Callable[[], dict[str, Any]]) -> None:
+        """Export gauges from `sources()`:
+        {"in_flight": n, "objects": {kind: n}, "watch_restarts": {kind: n}}."""
+        self.registry.register(_StateCollector(sources))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
