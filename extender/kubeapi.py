@@ -1,0 +1,274 @@
+"""A small asyncio Kubernetes API client: raw dicts over aiohttp, orjson bodies.
+
+Only the credential loading comes from the `kubernetes` package (kubeconfig / in-cluster loaders);
+its typed models are far too slow for slices and claims (see the library measurements).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+# Without this the client would wait forever on a silently dead connection (no RST, e.g. after a NAT drop).
+WATCH_READ_SLACK_S = 30.0
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server, with the fields of its metav1.Status body."""
+
+    def __init__(self, status: int, reason: str, message: str, body: dict | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @classmethod
+    def from_status(cls, status_obj: Mapping[str, Any], default_code: int) -> ApiError:
+        code = status_obj.get("code")
+        return cls(
+            code if isinstance(code, int) and code > 0 else default_code,
+            str(status_obj.get("reason") or ""),
+            str(status_obj.get("message") or ""),
+            dict(status_obj),
+        )
+
+
+def _status_body(data: bytes) -> dict:
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return {"message": data[:500].decode("utf-8", "replace")}
+    return body if isinstance(body, dict) else {"message": str(body)[:500]}
+
+
+def _query(params: Mapping[str, Any]) -> dict[str, str]:
+    query: dict[str, str] = {}
+    for name, value in params.items():
+        if value is None:
+            continue
+        query[name] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return query
+
+
+class KubeClient:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        ssl_context: ssl.SSLContext | bool | None = None,
+        auth: Callable[[], str | None] | None = None,
+        server_hostname: str | None = None,
+        request_timeout_s: float = 30.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._ssl = ssl_context
+        self._auth = auth
+        self._server_hostname = server_hostname
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    # ---- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def for_url(cls, base_url: str, *, ssl: ssl.SSLContext | bool | None = None,
+                token: str | None = None) -> KubeClient:
+        header = f"Bearer {token}" if token else None
+        return cls(base_url, ssl_context=ssl, auth=(lambda: header) if header else None)
+
+    @classmethod
+    async def connect(cls, *, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
+        """A client with the credentials the `kubernetes` package loads.
+
+        In-cluster service account by default; a kubeconfig (explicit path, or $KUBECONFIG / ~/.kube/config
+        when not running in a pod) when `kubeconfig` or `context` is given or no service account exists.
+        """
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        if kubeconfig is None and context is None:
+            try:
+                config.load_incluster_config(client_configuration=cfg)
+            except config.ConfigException:
+                await asyncio.to_thread(config.load_kube_config, client_configuration=cfg)
+        else:
+            await asyncio.to_thread(
+                config.load_kube_config, config_file=kubeconfig, context=context, client_configuration=cfg)
+        return cls(
+            cfg.host,
+            ssl_context=ssl_context_from(cfg),
+            auth=lambda: bearer_header(cfg),
+            server_hostname=getattr(cfg, "tls_server_name", None) or None,
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ---- requests -----------------------------------------------------------------------------
+
+    async def get(self, path: str) -> dict:
+        return await self._request("GET", path)
+
+    async def list(self, path: str, **params: Any) -> dict:
+        """GET a collection. Keyword arguments become query parameters (labelSelector=..., limit=...)."""
+        return await self._request("GET", path, params=params)
+
+    async def create(self, path: str, body: dict) -> dict:
+        return await self._request("POST", path, body=body)
+
+    async def update(self, path: str, body: dict) -> dict:
+        return await self._request("PUT", path, body=body)
+
+    async def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH) -> dict:
+        return await self._request("PATCH", path, body=body, content_type=content_type)
+
+    async def delete(self, path: str, *, preconditions: dict | None = None) -> dict:
+        body = None
+        if preconditions:
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
+        return await self._request("DELETE", path, body=body)
+
+    async def watch(
+        self,
+        path: str,
+        resource_version: str | None,
+        *,
+        timeout_seconds: int = 300,
+        allow_bookmarks: bool = True,
+        **params: Any,
+    ) -> AsyncIterator[dict]:
+        """Stream watch events ({"type", "object"}) of a collection from `resource_version`.
+
+        ERROR events are raised as ApiError (410 Gone when the version is too old); the iterator ends
+        when the server closes the stream (timeoutSeconds elapsed or connection dropped).
+        """
+        query = _query({
+            **params,
+            "watch": True,
+            "resourceVersion": resource_version or None,
+            "allowWatchBookmarks": allow_bookmarks,
+            "timeoutSeconds": timeout_seconds,
+        })
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.total,
+                                        sock_read=timeout_seconds + WATCH_READ_SLACK_S)
+        async with self._session_().get(self.base_url + path, params=query, headers=self._headers(),
+                                        timeout=timeout, **self._tls_kwargs()) as response:
+            if response.status >= 300:
+                raise self._error(response.status, await response.read())
+            # Chunks are joined only once a line is complete: a large slice spans many chunks.
+            pending: list[bytes] = []
+            async for chunk in response.content.iter_any():
+                pending.append(chunk)
+                if b"\n" not in chunk:
+                    continue
+                *lines, rest = b"".join(pending).split(b"\n")
+                pending = [rest] if rest else []
+                for line in lines:
+                    if line.strip():
+                        yield self._watch_event(line)
+            rest = b"".join(pending)
+            if rest.strip():
+                yield self._watch_event(rest)
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _watch_event(line: bytes) -> dict:
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError as err:
+            raise ApiError(500, "InternalError", f"malformed watch event: {err}") from err
+        if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+            raise ApiError(500, "InternalError", f"malformed watch event: {line[:200]!r}")
+        if event.get("type") == "ERROR":
+            raise ApiError.from_status(event["object"], 500)
+        return event
+
+    def _session_(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True, limit=64)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        return self._session
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Accept": JSON}
+        if content_type:
+            headers["Content-Type"] = content_type
+        token = self._auth() if self._auth else None
+        if token:
+            headers["Authorization"] = token
+        return headers
+
+    def _tls_kwargs(self) -> dict[str, Any]:
+        return {"server_hostname": self._server_hostname} if self._server_hostname else {}
+
+    @staticmethod
+    def _error(status: int, data: bytes) -> ApiError:
+        body = _status_body(data)
+        if body.get("kind") == "Status":
+            return ApiError.from_status(body, status)
+        return ApiError(status, "", str(body.get("message") or ""), body)
+
+    async def _request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
+                       body: Any = None, content_type: str = JSON) -> dict:
+        data = orjson.dumps(body) if body is not None else None
+        async with self._session_().request(
+                method, self.base_url + path, params=_query(params or {}), data=data,
+                headers=self._headers(content_type if data is not None else None),
+                **self._tls_kwargs()) as response:
+            payload = await response.read()
+            if response.status >= 300:
+                raise self._error(response.status, payload)
+        if not payload:
+            return {}
+        try:
+            result = orjson.loads(payload)
+        except orjson.JSONDecodeError as err:
+            message = f"{method} {path}: response is not JSON: {err}"
+            raise ApiError(response.status, "InternalError", message) from err
+        return result if isinstance(result, dict) else {"items": result}
+
+
+def ssl_context_from(cfg: Any) -> ssl.SSLContext:
+    """An SSL context from a kubernetes.client.Configuration (CA, client certificate, verify flag)."""
+    context = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+    if cfg.cert_file:
+        context.load_cert_chain(cfg.cert_file, cfg.key_file)
+    if not cfg.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def bearer_header(cfg: Any) -> str | None:
+    """The Authorization header value, refreshed first (service-account token rotation, exec plugins)."""
+    if cfg.refresh_api_key_hook is not None:
+        cfg.refresh_api_key_hook(cfg)
+    return cfg.get_api_key_with_prefix("BearerToken") or None

@@ -1,0 +1,275 @@
+"""KubeClient against the in-process fake API server over real loopback HTTP (also checks the fake)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import types
+
+import aiohttp
+import pytest
+from fakeapi import FakeApiServer
+
+from extender.kubeapi import ApiError, KubeClient, bearer_header, ssl_context_from
+
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+
+
+def claim(name: str) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}}}
+
+
+def with_rv(obj: dict, rv: str) -> dict:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": rv}}
+
+
+ALLOCATION = {"devices": {"results": [{"request": "gpu", "driver": "d", "pool": "p", "device": "dev-0"}]}}
+
+
+async def collect(events: object, count: int) -> list[dict]:
+    out: list[dict] = []
+    async for event in events:  # type: ignore[attr-defined]
+        out.append(event)
+        if len(out) == count:
+            break
+    return out
+
+
+async def test_create_get_update_with_resource_versions(kube: KubeClient) -> None:
+    created = await kube.create(CLAIMS, claim("a"))
+    assert created["metadata"]["uid"]
+    rv = created["metadata"]["resourceVersion"]
+    fetched = await kube.get(f"{CLAIMS}/a")
+    assert fetched == created
+
+    created["metadata"]["labels"] = {"x": "y"}
+    updated = await kube.update(f"{CLAIMS}/a", created)
+    assert int(updated["metadata"]["resourceVersion"]) > int(rv)
+
+    with pytest.raises(ApiError) as err:   # the original version is stale now
+        await kube.update(f"{CLAIMS}/a", with_rv(created, rv))
+    assert err.value.conflict and err.value.reason == "Conflict"
+    assert "the object has been modified" in err.value.message
+    assert err.value.body["kind"] == "Status"
+
+
+async def test_not_found_and_already_exists(kube: KubeClient) -> None:
+    with pytest.raises(ApiError) as err:
+        await kube.get(f"{CLAIMS}/missing")
+    assert err.value.not_found and err.value.reason == "NotFound"
+    assert err.value.message == 'resourceclaims.resource.k8s.io "missing" not found'
+    await kube.create(CLAIMS, claim("a"))
+    with pytest.raises(ApiError) as err:
+        await kube.create(CLAIMS, claim("a"))
+    assert err.value.status == 409 and err.value.reason == "AlreadyExists"
+
+
+async def test_status_subresource_is_separate_from_the_main_resource(kube: KubeClient) -> None:
+    created = await kube.create(CLAIMS, claim("a"))
+    with_status = {**created, "status": {"allocation": ALLOCATION}}
+    main = await kube.update(f"{CLAIMS}/a", with_status)
+    assert "status" not in main, "main resource update must ignore status"
+
+    main["metadata"]["finalizers"] = ["f"]
+    main["status"] = {"allocation": ALLOCATION}
+    status_written = await kube.update(f"{CLAIMS}/a/status", main)
+    assert status_written["status"]["allocation"] == ALLOCATION
+    assert "finalizers" not in status_written["metadata"], "status update must ignore metadata changes"
+
+
+async def test_claim_status_validation(kube: KubeClient) -> None:
+    created = await kube.create(CLAIMS, claim("a"))
+    reserved = [{"resource": "pods", "name": f"p{i}", "uid": f"u{i}"} for i in range(257)]
+    with pytest.raises(ApiError) as err:
+        await kube.update(f"{CLAIMS}/a/status", {**created, "status": {"allocation": ALLOCATION,
+                                                                       "reservedFor": reserved}})
+    assert err.value.status == 422 and "must have at most 256 items" in err.value.message
+    with pytest.raises(ApiError) as err:
+        await kube.update(f"{CLAIMS}/a/status", {**created, "status": {"reservedFor": reserved[:1]}})
+    assert err.value.status == 422
+    full = {"allocation": ALLOCATION, "reservedFor": reserved[:256]}
+    allocated = await kube.update(f"{CLAIMS}/a/status", {**created, "status": full})
+    other = {"devices": {"results": [{**ALLOCATION["devices"]["results"][0], "device": "dev-1"}]}}
+    with pytest.raises(ApiError) as err:
+        await kube.update(f"{CLAIMS}/a/status", {**allocated, "status": {"allocation": other}})
+    assert err.value.status == 422 and "immutable" in err.value.message
+
+
+async def test_delete_with_finalizer_sets_deletion_timestamp(kube: KubeClient) -> None:
+    body = claim("a")
+    body["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    await kube.create(CLAIMS, body)
+    deleting = await kube.delete(f"{CLAIMS}/a")
+    assert deleting["metadata"]["deletionTimestamp"]
+    deleting["metadata"]["finalizers"] = []
+    await kube.update(f"{CLAIMS}/a", deleting)
+    with pytest.raises(ApiError) as err:
+        await kube.get(f"{CLAIMS}/a")
+    assert err.value.not_found
+
+
+async def test_delete_preconditions(kube: KubeClient) -> None:
+    created = await kube.create(CLAIMS, claim("a"))
+    with pytest.raises(ApiError) as err:
+        await kube.delete(f"{CLAIMS}/a", preconditions={"uid": "someone-else"})
+    assert err.value.conflict
+    await kube.delete(f"{CLAIMS}/a", preconditions={"uid": created["metadata"]["uid"]})
+    assert (await kube.list(CLAIMS))["items"] == []
+
+
+async def test_merge_patch(kube: KubeClient) -> None:
+    await kube.create(CLAIMS, claim("a"))
+    patched = await kube.patch(f"{CLAIMS}/a", {"metadata": {"labels": {"a": "b"}}})
+    assert patched["metadata"]["labels"] == {"a": "b"}
+    patched = await kube.patch(f"{CLAIMS}/a", {"metadata": {"labels": None}})
+    assert "labels" not in patched["metadata"]
+
+
+async def test_pod_binding(kube: KubeClient) -> None:
+    pod = await kube.create("/api/v1/namespaces/default/pods",
+                            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {}})
+    binding = {"apiVersion": "v1", "kind": "Binding",
+               "metadata": {"name": "p", "namespace": "default", "uid": pod["metadata"]["uid"]},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"}}
+    await kube.create("/api/v1/namespaces/default/pods/p/binding", binding)
+    assert (await kube.get("/api/v1/namespaces/default/pods/p"))["spec"]["nodeName"] == "node-1"
+    with pytest.raises(ApiError) as err:
+        await kube.create("/api/v1/namespaces/default/pods/p/binding", binding)
+    assert err.value.conflict and "already assigned" in err.value.message
+
+
+async def test_list_items_carry_no_type_meta_and_list_has_resource_version(
+        kube: KubeClient, fake_api: FakeApiServer) -> None:
+    await kube.create(CLAIMS, claim("a"))
+    listed = await kube.list("/apis/resource.k8s.io/v1/resourceclaims")
+    assert listed["kind"] == "ResourceClaimList"
+    assert listed["metadata"]["resourceVersion"] == str(fake_api.resource_version)
+    assert [item["metadata"]["name"] for item in listed["items"]] == ["a"]
+    assert "kind" not in listed["items"][0]
+
+
+async def test_injected_failures(kube: KubeClient, fake_api: FakeApiServer) -> None:
+    created = await kube.create(CLAIMS, claim("a"))
+    fake_api.fail_next("update", "resourceclaims", subresource="status", count=2, status=500)
+    for _ in range(2):
+        with pytest.raises(ApiError) as err:
+            await kube.update(f"{CLAIMS}/a/status", created)
+        assert err.value.status == 500 and err.value.reason == "InternalError"
+    await kube.update(f"{CLAIMS}/a", created)   # main resource was never affected
+    written = await kube.update(f"{CLAIMS}/a/status", {**created, "status": {"allocation": ALLOCATION}})
+    assert written["status"]["allocation"] == ALLOCATION
+
+
+async def test_watch_streams_events_from_a_resource_version(kube: KubeClient) -> None:
+    first = await kube.create(CLAIMS, claim("a"))
+    listed = await kube.list(CLAIMS)
+    events = kube.watch(CLAIMS, listed["metadata"]["resourceVersion"], timeout_seconds=5)
+    task = asyncio.ensure_future(collect(events, 3))
+    await asyncio.sleep(0.05)
+    await kube.create(CLAIMS, claim("b"))
+    await kube.update(f"{CLAIMS}/a", {**first, "metadata": {**first["metadata"], "labels": {"x": "1"}}})
+    await kube.delete(f"{CLAIMS}/b")
+    got = await asyncio.wait_for(task, 5)
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in got] == [
+        ("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
+    assert got[0]["object"]["kind"] == "ResourceClaim"
+
+
+async def test_watch_replays_history_after_the_given_version(kube: KubeClient) -> None:
+    first = await kube.create(CLAIMS, claim("a"))
+    await kube.create(CLAIMS, claim("b"))
+    got = await asyncio.wait_for(collect(kube.watch(CLAIMS, first["metadata"]["resourceVersion"]), 1), 5)
+    assert got[0]["type"] == "ADDED" and got[0]["object"]["metadata"]["name"] == "b"
+
+
+async def test_watch_bookmarks_and_server_timeout(kube: KubeClient) -> None:
+    await kube.create(CLAIMS, claim("a"))
+    got = [e async for e in kube.watch(CLAIMS, "0", timeout_seconds=1)]
+    assert got[0]["type"] == "ADDED"            # RV 0: current state first
+    assert got[-1]["type"] == "BOOKMARK"
+    assert got[-1]["object"]["metadata"]["resourceVersion"]
+
+
+async def test_watch_too_old_version_raises_gone(kube: KubeClient, fake_api: FakeApiServer) -> None:
+    first = await kube.create(CLAIMS, claim("a"))
+    await kube.create(CLAIMS, claim("b"))
+    fake_api.expire_history()
+    with pytest.raises(ApiError) as err:
+        await collect(kube.watch(CLAIMS, first["metadata"]["resourceVersion"]), 1)
+    assert err.value.gone and "too old resource version" in err.value.message
+
+
+async def test_watch_dropped_connection_raises(kube: KubeClient, fake_api: FakeApiServer) -> None:
+    async def consume() -> None:
+        async for _ in kube.watch(CLAIMS, str(fake_api.resource_version), timeout_seconds=30):
+            pass
+
+    task = asyncio.ensure_future(consume())
+    for _ in range(100):
+        if fake_api.open_watches:
+            break
+        await asyncio.sleep(0.01)
+    assert fake_api.close_watches() == 1
+    with pytest.raises(aiohttp.ClientError):
+        await asyncio.wait_for(task, 5)
+
+
+async def test_watch_handles_objects_larger_than_a_chunk(kube: KubeClient) -> None:
+    big = claim("big")
+    big["metadata"]["annotations"] = {"blob": "x" * 300_000}
+    await kube.create(CLAIMS, big)
+    got = await asyncio.wait_for(collect(kube.watch(CLAIMS, "0"), 1), 5)
+    assert got[0]["object"]["metadata"]["annotations"]["blob"] == "x" * 300_000
+
+
+async def test_bearer_token_is_sent(fake_api: FakeApiServer) -> None:
+    seen: list[str | None] = []
+    fake_api.intercept(lambda request: seen.append(request.verb))
+    client = KubeClient.for_url(fake_api.url, token="secret")
+    assert client._headers()["Authorization"] == "Bearer secret"
+    await client.list(CLAIMS)
+    await client.close()
+    assert seen == ["list"]
+
+
+def test_credentials_from_a_kubernetes_configuration() -> None:
+    refreshed: list[bool] = []
+
+    def refresh(cfg: object) -> None:
+        refreshed.append(True)
+
+    cfg = types.SimpleNamespace(
+        ssl_ca_cert=None, cert_file=None, key_file=None, verify_ssl=False,
+        refresh_api_key_hook=refresh,
+        get_api_key_with_prefix=lambda name: "bearer tok" if name == "BearerToken" else None)
+    context = ssl_context_from(cfg)
+    assert context.verify_mode == ssl.CERT_NONE and not context.check_hostname
+    assert bearer_header(cfg) == "bearer tok"
+    assert refreshed == [True]
+
+
+async def test_connect_reads_a_kubeconfig(tmp_path: object, fake_api: FakeApiServer) -> None:
+    path = tmp_path / "kubeconfig"  # type: ignore[operator]
+    path.write_text(f"""
+apiVersion: v1
+kind: Config
+clusters:
+- name: fake
+  cluster: {{server: "{fake_api.url}"}}
+users:
+- name: me
+  user: {{token: kubeconfig-token}}
+contexts:
+- name: other
+  context: {{cluster: fake, user: me}}
+current-context: missing
+""")
+    client = await KubeClient.connect(kubeconfig=str(path), context="other")
+    try:
+        assert client.base_url == fake_api.url
+        assert client._headers()["Authorization"] == "Bearer kubeconfig-token"
+        assert (await client.list(CLAIMS))["items"] == []
+    finally:
+        await client.close()

@@ -1,0 +1,619 @@
+"""An in-process fake Kubernetes API server (aiohttp) for the extender's tests and benchmark.
+
+Faithful where our code depends on it: resourceVersions from one global counter, 409 on a stale
+resourceVersion, status subresources (the main resource ignores status, /status ignores the rest),
+finalizers and deletionTimestamp, pods/binding, ResourceClaim status validation (reservedFor limit,
+immutable allocation), list + watch with ADDED/MODIFIED/DELETED/BOOKMARK and 410 Gone for versions
+older than the kept history, and metav1.Status error bodies. Not implemented: label/field selectors,
+pagination, strategic-merge patch semantics (treated as JSON merge patch), admission, RBAC.
+
+Failure injection: `fail_next`, `close_watches`, `expire_history`, and `intercept` (run a callback
+before a request is handled, e.g. to change an object between a client's read and its write).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import inspect
+import random
+import string
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+RESERVED_FOR_MAX = 256
+JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class Resource:
+    group_version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    has_status: bool = False
+
+    @property
+    def group(self) -> str:
+        return self.group_version.rpartition("/")[0]
+
+    @property
+    def qualified(self) -> str:   # "resourceclaims.resource.k8s.io", as apiserver messages name it
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+RESOURCES = (
+    Resource("v1", "nodes", "Node", False, True),
+    Resource("v1", "pods", "Pod", True, True),
+    Resource("v1", "events", "Event", True),
+    Resource("resource.k8s.io/v1", "deviceclasses", "DeviceClass", False),
+    Resource("resource.k8s.io/v1", "resourceslices", "ResourceSlice", False),
+    Resource("resource.k8s.io/v1", "resourceclaims", "ResourceClaim", True, True),
+    Resource("resource.k8s.io/v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+    Resource("resource.k8s.io/v1", "devicetaintrules", "DeviceTaintRule", False, True),
+    Resource("coordination.k8s.io/v1", "leases", "Lease", True),
+    Resource("events.k8s.io/v1", "events", "Event", True),
+)
+BY_PATH = {(r.group_version, r.plural): r for r in RESOURCES}
+BY_KIND = {(r.group_version, r.kind): r for r in RESOURCES}
+REASONS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 409: "Conflict", 410: "Expired",
+           415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
+           503: "ServiceUnavailable", 504: "Timeout"}
+
+
+class StatusError(Exception):
+    def __init__(self, code: int, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason or REASONS.get(code, "Unknown")
+        self.message = message
+
+    def body(self) -> dict:
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": self.reason, "code": self.code}
+
+
+@dataclass
+class _Fault:
+    verb: str
+    plural: str
+    subresource: str | None
+    remaining: int
+    status: int
+    message: str
+
+
+@dataclass
+class _Watch:
+    resource: Resource
+    namespace: str | None
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    """What `intercept` callbacks receive."""
+    verb: str            # get, list, watch, create, update, patch, delete
+    resource: Resource
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    body: Any
+
+
+_DROP = object()     # end the stream abruptly
+_FINISH = object()   # end the stream cleanly
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _conflict(resource: Resource, name: str) -> StatusError:
+    return StatusError(409, f'Operation cannot be fulfilled on {resource.qualified} "{name}": the object has '
+                            "been modified; please apply your changes to the latest version and try again")
+
+
+def _uid_mismatch(wanted: str, current: dict) -> StatusError:
+    return StatusError(409, f"Precondition failed: UID in precondition: {wanted}, "
+                            f"UID in object meta: {current['metadata']['uid']}")
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+class FakeApiServer:
+    def __init__(self, *, history_size: int = 10_000, bookmark_interval_s: float = 1.0) -> None:
+        self._objects: dict[Resource, dict[tuple[str, str], dict]] = {r: {} for r in RESOURCES}
+        self._rv = 0
+        self._history: deque[tuple[int, Resource, str | None, bytes]] = deque(maxlen=history_size)
+        self._history_floor = 0   # events with a version above this are all in _history
+        self._watches: list[_Watch] = []
+        self._faults: list[_Fault] = []
+        self._interceptors: list[Callable[[ApiRequest], Any]] = []
+        self._bookmark_interval = bookmark_interval_s
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+        self.requests: dict[str, int] = {}   # "verb plural[/subresource]" -> count
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound = self._runner.addresses[0]
+        self.url = f"http://{host}:{bound[1]}"
+        return self.url
+
+    async def stop(self) -> None:
+        self.close_watches(abrupt=False)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ---- direct access (tests and bench seeding; same semantics as the HTTP verbs) ------------
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def seed(self, objects: Iterable[dict]) -> None:
+        for obj in objects:
+            resource = self._resource_of(obj)
+            self._create(resource, obj["metadata"].get("namespace"), obj, keep_identity=True)
+
+    def get_object(self, kind: str, name: str, namespace: str | None = None) -> dict | None:
+        resource = self._resource_by_kind(kind)
+        obj = self._objects[resource].get((namespace or "", name))
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def objects(self, kind: str) -> list[dict]:
+        return [copy.deepcopy(o) for o in self._objects[self._resource_by_kind(kind)].values()]
+
+    def put_object(self, obj: dict) -> dict:
+        """Create or replace an object server-side (no resourceVersion check), emitting the watch event."""
+        resource = self._resource_of(obj)
+        meta = obj["metadata"]
+        key = (meta.get("namespace") or "", meta["name"])
+        if key not in self._objects[resource]:
+            return self._create(resource, meta.get("namespace"), obj, keep_identity=True)
+        body = copy.deepcopy(obj)
+        body["metadata"].pop("resourceVersion", None)
+        return self._store_update(resource, key, body, keep_status=False)
+
+    def remove_object(self, kind: str, name: str, namespace: str | None = None) -> None:
+        """Delete immediately, ignoring finalizers."""
+        resource = self._resource_by_kind(kind)
+        key = (namespace or "", name)
+        obj = self._objects[resource].pop(key)
+        self._emit(resource, "DELETED", self._bump(obj))
+
+    # ---- failure injection --------------------------------------------------------------------
+
+    def fail_next(self, verb: str, plural: str, *, subresource: str | None = None, count: int = 1,
+                  status: int = 500, message: str = "injected failure") -> None:
+        """Answer the next `count` matching requests with `status` instead of handling them."""
+        self._faults.append(_Fault(verb, plural, subresource, count, status, message))
+
+    def intercept(self, callback: Callable[[ApiRequest], Any]) -> Callable[[], None]:
+        """Call `callback(request)` (sync or async) before each request is handled; returns a remover."""
+        self._interceptors.append(callback)
+        return lambda: self._interceptors.remove(callback)
+
+    def close_watches(self, plural: str | None = None, *, abrupt: bool = True) -> int:
+        """End open watch streams (all, or those of one resource); abrupt = drop the connection."""
+        closed = 0
+        for watch in list(self._watches):
+            if plural is None or watch.resource.plural == plural:
+                watch.queue.put_nowait(_DROP if abrupt else _FINISH)
+                closed += 1
+        return closed
+
+    def expire_history(self) -> None:
+        """Forget all past events, as etcd compaction does: older resourceVersions now get 410 Gone."""
+        self._history.clear()
+        self._history_floor = self._rv
+
+    def send_bookmarks(self) -> None:
+        for watch in self._watches:
+            watch.queue.put_nowait(self._bookmark_line(watch.resource))
+
+    @property
+    def open_watches(self) -> int:
+        return len(self._watches)
+
+    # ---- HTTP ---------------------------------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            resource, namespace, name, subresource = self._parse_path(request.path)
+            verb = self._verb(request.method, request.query, name, subresource)
+            body = await self._read_body(request) if request.method != "GET" else None
+            label = f"{verb} {resource.plural}" + (f"/{subresource}" if subresource else "")
+            self.requests[label] = self.requests.get(label, 0) + 1
+            for callback in list(self._interceptors):
+                result = callback(ApiRequest(verb, resource, namespace, name, subresource, body))
+                if inspect.isawaitable(result):
+                    await result
+            self._maybe_fault(verb, resource.plural, subresource)
+            if verb == "watch":
+                return await self._watch(request, resource, namespace)
+            result, code = self._dispatch(verb, resource, namespace, name, subresource, body, request)
+            return web.Response(body=orjson.dumps(result), status=code, content_type=JSON)
+        except StatusError as err:
+            return web.Response(body=orjson.dumps(err.body()), status=err.code, content_type=JSON)
+
+    def _parse_path(self, path: str) -> tuple[Resource, str | None, str | None, str | None]:
+        parts = [p for p in path.split("/") if p]
+        if len(parts) >= 2 and parts[0] == "api":
+            group_version, rest = parts[1], parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+        else:
+            raise StatusError(404, f"the server could not find the requested resource ({path})")
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            raise StatusError(404, f"the server could not find the requested resource ({path})")
+        resource = BY_PATH.get((group_version, rest[0]))
+        if resource is None or (namespace is not None and not resource.namespaced):
+            raise StatusError(404, f"the server could not find the requested resource ({path})")
+        name = rest[1] if len(rest) > 1 else None
+        subresource = rest[2] if len(rest) > 2 else None
+        if subresource is not None and not (
+                (subresource == "status" and resource.has_status)
+                or (subresource == "binding" and resource.plural == "pods")):
+            raise StatusError(404, f"the server could not find the requested resource ({path})")
+        if resource.namespaced and name is not None and namespace is None:
+            raise StatusError(404, f"the server could not find the requested resource ({path})")
+        return resource, namespace, name, subresource
+
+    @staticmethod
+    def _verb(method: str, query: Any, name: str | None, subresource: str | None) -> str:
+        if method == "GET":
+            if name is None:
+                return "watch" if query.get("watch") in ("true", "1") else "list"
+            return "get"
+        if method == "POST" and (name is None or subresource == "binding"):
+            return "create"
+        verb = {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+        if verb is None or name is None:
+            raise StatusError(405, f"the server does not allow {method} on the requested resource")
+        return verb
+
+    @staticmethod
+    async def _read_body(request: web.Request) -> Any:
+        data = await request.read()
+        if not data:
+            return None
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as err:
+            raise StatusError(400, f"the body of the request was in an unknown format: {err}") from err
+
+    def _maybe_fault(self, verb: str, plural: str, subresource: str | None) -> None:
+        for fault in self._faults:
+            if (fault.verb, fault.plural, fault.subresource) == (verb, plural, subresource):
+                fault.remaining -= 1
+                if fault.remaining == 0:
+                    self._faults.remove(fault)
+                raise StatusError(fault.status, fault.message)
+
+    def _dispatch(self, verb: str, resource: Resource, namespace: str | None, name: str | None,
+                  subresource: str | None, body: Any, request: web.Request) -> tuple[dict, int]:
+        if verb == "list":
+            return self._list(resource, namespace), 200
+        key = (namespace or "", name or "")
+        if verb == "get":
+            return copy.deepcopy(self._existing(resource, key)), 200
+        if verb == "create" and subresource == "binding":
+            return self._bind(key, self._require_object(body)), 201
+        if verb == "create":
+            return self._create(resource, namespace, self._require_object(body)), 201
+        if verb == "update":
+            return self._update(resource, key, self._require_object(body), subresource), 200
+        if verb == "patch":
+            content_type = request.headers.get("Content-Type", "")
+            if content_type.split(";")[0].strip() not in (
+                    "application/merge-patch+json", "application/strategic-merge-patch+json"):
+                raise StatusError(415, f"unsupported patch type {content_type!r}; accepted media types "
+                                       "include: application/merge-patch+json")
+            current = self._existing(resource, key)
+            patched = merge_patch(current, self._require_object(body))
+            patched.setdefault("metadata", {})
+            return self._update(resource, key, patched, subresource), 200
+        if verb == "delete":
+            return self._delete(resource, key, body), 200
+        raise StatusError(405, f"unsupported verb {verb}")
+
+    @staticmethod
+    def _require_object(body: Any) -> dict:
+        if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
+            raise StatusError(400, "the body of the request must be a JSON object with object metadata")
+        return body
+
+    # ---- storage semantics --------------------------------------------------------------------
+
+    def _resource_of(self, obj: dict) -> Resource:
+        resource = BY_KIND.get((obj.get("apiVersion", ""), obj.get("kind", "")))
+        if resource is None:
+            raise ValueError(f"fake API server does not serve {obj.get('apiVersion')}/{obj.get('kind')}")
+        return resource
+
+    @staticmethod
+    def _resource_by_kind(kind: str) -> Resource:
+        for resource in RESOURCES:
+            if resource.kind == kind:
+                return resource
+        raise ValueError(f"fake API server does not serve kind {kind}")
+
+    def _existing(self, resource: Resource, key: tuple[str, str]) -> dict:
+        obj = self._objects[resource].get(key)
+        if obj is None:
+            raise StatusError(404, f'{resource.qualified} "{key[1]}" not found')
+        return obj
+
+    def _bump(self, obj: dict) -> dict:
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        return obj
+
+    def _emit(self, resource: Resource, event_type: str, obj: dict) -> None:
+        namespace = obj["metadata"].get("namespace")
+        line = orjson.dumps({"type": event_type, "object": obj}) + b"\n"
+        if len(self._history) == self._history.maxlen:
+            self._history_floor = self._history[0][0]
+        self._history.append((self._rv, resource, namespace, line))
+        for watch in self._watches:
+            if watch.resource is resource and (watch.namespace is None or watch.namespace == namespace):
+                watch.queue.put_nowait(line)
+
+    def _list(self, resource: Resource, namespace: str | None) -> dict:
+        items = []
+        for (ns, _), obj in self._objects[resource].items():
+            if namespace is None or ns == namespace:
+                item = copy.deepcopy(obj)
+                item.pop("kind", None)        # list items carry no type meta, like the real apiserver
+                item.pop("apiVersion", None)
+                items.append(item)
+        return {"kind": f"{resource.kind}List", "apiVersion": resource.group_version,
+                "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+
+    def _create(self, resource: Resource, namespace: str | None, body: dict, *,
+                keep_identity: bool = False) -> dict:
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        if resource.namespaced:
+            if namespace is None:
+                raise StatusError(404, "the server could not find the requested resource")
+            if meta.get("namespace") not in (None, "", namespace):
+                raise StatusError(400, "the namespace of the provided object does not match the namespace "
+                                       "sent on the request")
+            meta["namespace"] = namespace
+        if not meta.get("name") and meta.get("generateName"):
+            suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+            meta["name"] = meta["generateName"] + suffix
+        if not meta.get("name"):
+            raise StatusError(422, f"{resource.kind} is invalid: metadata.name: Required value: name or "
+                                   "generateName is required")
+        key = (namespace or "", meta["name"])
+        if key in self._objects[resource]:
+            raise StatusError(409, f'{resource.qualified} "{meta["name"]}" already exists', "AlreadyExists")
+        if not (keep_identity and meta.get("uid")):
+            meta["uid"] = str(uuid.uuid4())
+        if not (keep_identity and meta.get("creationTimestamp")):
+            meta["creationTimestamp"] = _now()
+        meta["generation"] = 1
+        meta.pop("deletionTimestamp", None)
+        obj["kind"] = resource.kind
+        obj["apiVersion"] = resource.group_version
+        self._bump(obj)
+        self._objects[resource][key] = obj
+        self._emit(resource, "ADDED", obj)
+        return copy.deepcopy(obj)
+
+    def _update(self, resource: Resource, key: tuple[str, str], body: dict, subresource: str | None) -> dict:
+        current = self._existing(resource, key)
+        meta = body.get("metadata") or {}
+        if meta.get("uid") and meta["uid"] != current["metadata"]["uid"]:
+            raise _uid_mismatch(meta["uid"], current)
+        if subresource == "status":
+            updated = copy.deepcopy(current)
+            updated["status"] = copy.deepcopy(body.get("status"))
+            if updated["status"] is None:
+                del updated["status"]
+            if meta.get("resourceVersion"):
+                updated["metadata"]["resourceVersion"] = meta["resourceVersion"]
+            else:
+                updated["metadata"].pop("resourceVersion", None)
+            if resource.plural == "resourceclaims":
+                self._validate_claim_status(key[1], current, updated)
+            return self._store_update(resource, key, updated, keep_status=False)
+        return self._store_update(resource, key, copy.deepcopy(body), keep_status=resource.has_status)
+
+    def _store_update(self, resource: Resource, key: tuple[str, str], obj: dict, *,
+                      keep_status: bool) -> dict:
+        current = self._objects[resource][key]
+        meta = obj.setdefault("metadata", {})
+        wanted_rv = meta.get("resourceVersion")
+        if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
+            raise _conflict(resource, key[1])
+        for immutable in ("uid", "creationTimestamp", "deletionTimestamp", "namespace", "name"):
+            if immutable in current["metadata"]:
+                meta[immutable] = current["metadata"][immutable]
+            else:
+                meta.pop(immutable, None)
+        if keep_status:
+            if "status" in current:
+                obj["status"] = copy.deepcopy(current["status"])
+            else:
+                obj.pop("status", None)
+        obj["kind"] = resource.kind
+        obj["apiVersion"] = resource.group_version
+        generation = current["metadata"].get("generation", 1)
+        meta["generation"] = generation + 1 if obj.get("spec") != current.get("spec") else generation
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            del self._objects[resource][key]
+            self._emit(resource, "DELETED", self._bump(obj))
+            return copy.deepcopy(obj)
+        meta["resourceVersion"] = current["metadata"]["resourceVersion"]
+        if obj == current:
+            return copy.deepcopy(current)     # no-op updates keep the resourceVersion and emit nothing
+        self._bump(obj)
+        self._objects[resource][key] = obj
+        self._emit(resource, "MODIFIED", obj)
+        return copy.deepcopy(obj)
+
+    @staticmethod
+    def _validate_claim_status(name: str, current: dict, updated: dict) -> None:
+        status = updated.get("status") or {}
+        old_allocation = (current.get("status") or {}).get("allocation")
+        allocation = status.get("allocation")
+        reserved = status.get("reservedFor") or []
+        prefix = f'ResourceClaim.resource.k8s.io "{name}" is invalid'
+        if not isinstance(reserved, list):
+            raise StatusError(422, f"{prefix}: status.reservedFor: Invalid value: must be a list")
+        if len(reserved) > RESERVED_FOR_MAX:
+            raise StatusError(422, f"{prefix}: status.reservedFor: Too many: {len(reserved)}: "
+                                   f"must have at most {RESERVED_FOR_MAX} items")
+        if reserved and allocation is None:
+            raise StatusError(422, f"{prefix}: status.reservedFor: Forbidden: may not be specified when "
+                                   "`allocated` is not set")
+        uids = [entry.get("uid") for entry in reserved if isinstance(entry, dict)]
+        if len(set(uids)) != len(uids):
+            raise StatusError(422, f"{prefix}: status.reservedFor: Duplicate value: uids must be unique")
+        if old_allocation is not None and allocation is not None and allocation != old_allocation:
+            raise StatusError(422, f"{prefix}: status.allocation: Invalid value: field is immutable")
+
+    def _delete(self, resource: Resource, key: tuple[str, str], options: Any) -> dict:
+        current = self._existing(resource, key)
+        preconditions = (options or {}).get("preconditions") or {}
+        if preconditions.get("uid") and preconditions["uid"] != current["metadata"]["uid"]:
+            raise _uid_mismatch(preconditions["uid"], current)
+        wanted_rv = preconditions.get("resourceVersion")
+        if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
+            raise _conflict(resource, key[1])
+        if current["metadata"].get("finalizers"):
+            if not current["metadata"].get("deletionTimestamp"):
+                updated = copy.deepcopy(current)
+                updated["metadata"]["deletionTimestamp"] = _now()
+                updated["metadata"]["deletionGracePeriodSeconds"] = 0
+                self._bump(updated)
+                self._objects[resource][key] = updated
+                self._emit(resource, "MODIFIED", updated)
+            return copy.deepcopy(self._objects[resource][key])
+        del self._objects[resource][key]
+        deleted = self._bump(copy.deepcopy(current))
+        self._emit(resource, "DELETED", deleted)
+        return copy.deepcopy(deleted)
+
+    def _bind(self, key: tuple[str, str], binding: dict) -> dict:
+        pods = self._resource_by_kind("Pod")
+        pod = self._existing(pods, key)
+        target = binding.get("target") or {}
+        if not target.get("name"):
+            raise StatusError(422, f'Binding "{key[1]}" is invalid: target.name: Required value')
+        uid = (binding.get("metadata") or {}).get("uid")
+        if uid and uid != pod["metadata"]["uid"]:
+            raise _uid_mismatch(uid, pod)
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            raise StatusError(409, f'Operation cannot be fulfilled on pods/binding "{key[1]}": '
+                                   f'pod {key[1]} is already assigned to node "{node}"')
+        updated = copy.deepcopy(pod)
+        updated.setdefault("spec", {})["nodeName"] = target["name"]
+        conditions = updated.setdefault("status", {}).setdefault("conditions", [])
+        conditions[:] = [c for c in conditions if c.get("type") != "PodScheduled"]
+        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()})
+        self._bump(updated)
+        self._objects[pods][key] = updated
+        self._emit(pods, "MODIFIED", updated)
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    # ---- watch --------------------------------------------------------------------------------
+
+    def _bookmark_line(self, resource: Resource) -> bytes:
+        return orjson.dumps({"type": "BOOKMARK", "object": {
+            "kind": resource.kind, "apiVersion": resource.group_version,
+            "metadata": {"resourceVersion": str(self._rv)}}}) + b"\n"
+
+    async def _watch(self, request: web.Request, resource: Resource,
+                     namespace: str | None) -> web.StreamResponse:
+        query = request.query
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        try:
+            timeout = float(query.get("timeoutSeconds", "1800"))
+            since = query.get("resourceVersion", "")
+            start = int(since) if since not in ("", "0") else None
+        except ValueError as err:
+            raise StatusError(400, f"invalid watch parameter: {err}") from err
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        if start is not None and start < self._history_floor:
+            gone = StatusError(410, f"too old resource version: {start} ({self._history_floor})", "Expired")
+            await response.write(orjson.dumps({"type": "ERROR", "object": gone.body()}) + b"\n")
+            return response
+        watch = _Watch(resource, namespace)
+        # Register and take the backlog in one step (no await in between): nothing is missed or doubled.
+        self._watches.append(watch)
+        if start is None:
+            backlog = [orjson.dumps({"type": "ADDED", "object": obj}) + b"\n"
+                       for (ns, _), obj in sorted(self._objects[resource].items(),
+                                                  key=lambda kv: int(kv[1]["metadata"]["resourceVersion"]))
+                       if namespace is None or ns == namespace]
+        else:
+            backlog = [line for rv, res, ns, line in self._history
+                       if rv > start and res is resource and (namespace is None or ns == namespace)]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            for line in backlog:
+                await response.write(line)
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    if bookmarks:
+                        await response.write(self._bookmark_line(resource))
+                    break
+                try:
+                    item = await asyncio.wait_for(watch.queue.get(), min(remaining, self._bookmark_interval))
+                except TimeoutError:
+                    if bookmarks and watch.queue.empty():
+                        await response.write(self._bookmark_line(resource))
+                    continue
+                if item is _FINISH:
+                    break
+                if item is _DROP:
+                    if request.transport is not None:
+                        request.transport.close()
+                    break
+                if item.startswith(b'{"type":"BOOKMARK"') and not bookmarks:
+                    continue
+                await response.write(item)
+        except ConnectionResetError:
+            pass
+        finally:
+            self._watches.remove(watch)
+        return response
