@@ -1,0 +1,131 @@
+"""Routes an AdmissionReview body to the rule for its resource and operation; answers (HTTP status, body).
+
+Transport-free so the server, the tests and the benchmark share it. dryRun requests are evaluated like any
+other: none of the rules has side effects.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import orjson
+
+from allocator.features import FeatureGates
+from webhook import metrics
+from webhook.claim_status import validate_claim_status
+from webhook.lookup import ClusterLookup
+from webhook.pods import validate_pod_create
+from webhook.review import AdmissionRequest, Decision, MalformedReview, parse_review, review_response
+from webhook.selectors import Compiler, validate_selectors
+from webhook.taint_rules import validate_taint_rule
+from webhook.tolerations import copy_tolerations
+
+log = logging.getLogger(__name__)
+
+Webhook = Literal["mutate", "validate"]
+RESOURCE_GROUP = "resource.k8s.io"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    evaluate: Callable[[AdmissionRequest], Decision]
+    # What a bug inside the rule answers: the same choice as the failurePolicy recommended for the webhook
+    # (fail open where the API server's own validation remains, closed where skipping the rule hurts).
+    fail_open: bool
+
+
+def cel_compiler(features: FeatureGates) -> Compiler:
+    from allocator import cel
+
+    options = cel.CompileOptions(
+        consumable_capacity=features.enabled("DRAConsumableCapacity"),
+        list_type_attributes=features.enabled("DRAListTypeAttributes"),
+    )
+    return lambda expression: cel.compile(expression, options)
+
+
+class AdmissionHandler:
+    def __init__(
+        self,
+        lookup: ClusterLookup,
+        *,
+        reserved_for_limit: int = 256,
+        features: FeatureGates | None = None,
+        compile_selector: Compiler | None = None,
+    ) -> None:
+        if reserved_for_limit < 1:
+            raise ValueError(f"reserved_for_limit must be at least 1, got {reserved_for_limit}")
+        compiler = compile_selector or cel_compiler(features or FeatureGates())
+        status_rule = Rule(lambda r: validate_claim_status(r, lookup, reserved_for_limit), fail_open=True)
+        selector_rule = Rule(lambda r: validate_selectors(r, lookup, compiler), fail_open=True)
+        taint_rule = Rule(lambda r: validate_taint_rule(r, lookup), fail_open=False)
+        self._rules: dict[tuple[Webhook, str, str, str], Rule] = {
+            ("mutate", RESOURCE_GROUP, "resourceclaims/status", "UPDATE"): Rule(
+                copy_tolerations, fail_open=False
+            ),
+            ("validate", RESOURCE_GROUP, "resourceclaims/status", "UPDATE"): status_rule,
+            ("validate", "", "pods", "CREATE"): Rule(
+                lambda r: validate_pod_create(r, lookup, reserved_for_limit), fail_open=True
+            ),
+            ("validate", RESOURCE_GROUP, "resourceclaims", "CREATE"): selector_rule,
+            ("validate", RESOURCE_GROUP, "resourceclaimtemplates", "CREATE"): selector_rule,
+            ("validate", RESOURCE_GROUP, "devicetaintrules", "CREATE"): taint_rule,
+            ("validate", RESOURCE_GROUP, "devicetaintrules", "UPDATE"): taint_rule,
+        }
+
+    def handle(self, webhook: Webhook, body: bytes) -> tuple[int, bytes]:
+        started = time.perf_counter()
+        try:
+            request = parse_review(body)
+        except MalformedReview as err:
+            metrics.DECISIONS.labels(webhook, "", "", "malformed").inc()
+            return 400, orjson.dumps({"error": f"malformed AdmissionReview: {err}"})
+        try:
+            decision, outcome = self._decide(webhook, request)
+        except MalformedReview as err:
+            metrics.DECISIONS.labels(webhook, request.operation, request.resource_key, "malformed").inc()
+            return 400, orjson.dumps({"error": f"malformed AdmissionReview (uid {request.uid}): {err}"})
+        answer = review_response(request.uid, decision)
+        metrics.DECISIONS.labels(webhook, request.operation, request.resource_key, outcome).inc()
+        metrics.LATENCY.labels(webhook).observe(time.perf_counter() - started)
+        return 200, answer
+
+    def _decide(self, webhook: Webhook, request: AdmissionRequest) -> tuple[Decision, str]:
+        rule = self._rules.get((webhook, request.group, request.resource_key, request.operation))
+        if rule is None:
+            return Decision(), "allowed"
+        try:
+            decision = rule.evaluate(request)
+        except MalformedReview:
+            raise
+        except Exception:
+            log.exception(
+                "%s webhook: rule for %s %s failed (uid %s)",
+                webhook,
+                request.operation,
+                request.resource_key,
+                request.uid,
+            )
+            if rule.fail_open:
+                return Decision(warnings=["dra-extender webhook: internal error, check skipped"]), "error"
+            return Decision.deny(
+                "dra-extender webhook: internal error", code=500, reason="InternalError"
+            ), "error"
+        if not decision.allowed:
+            log.warning(
+                "%s webhook denied %s %s %s/%s (uid %s, user %s%s): %s",
+                webhook,
+                request.operation,
+                request.resource_key,
+                request.namespace,
+                request.name,
+                request.uid,
+                request.username,
+                ", dry run" if request.dry_run else "",
+                decision.message,
+            )
+        return decision, decision.outcome

@@ -1,0 +1,68 @@
+"""Answers the webhook's ClusterLookup questions from the extender's ClusterCache (contract D)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from webhook.lookup import ClusterLookup, qualified
+
+
+class ClusterCacheLookup:
+    """Read-only view over a ClusterCache; device name sets are rebuilt only when the inventory changed."""
+
+    def __init__(self, cache: Any) -> None:
+        self._cache = cache
+        self._names_version: object = None
+        self._attributes: frozenset[str] = frozenset()
+        self._capacities: frozenset[str] = frozenset()
+
+    @property
+    def ready(self) -> bool:
+        return bool(self._cache.ready)
+
+    def pod(self, namespace: str, name: str) -> dict | None:
+        return self._cache.pod(namespace, name)
+
+    def claim(self, namespace: str, name: str) -> dict | None:
+        claim = self._cache.claim(namespace, name)
+        return None if claim is None else claim.raw
+
+    def allocated_claims(self) -> Iterable[dict]:
+        for raw in self._cache.objects():
+            if raw.get("kind") == "ResourceClaim" and (raw.get("status") or {}).get("allocation"):
+                yield raw
+
+    def devices(self) -> Iterable[tuple[str, str, str]]:
+        for resource_slice in self._cache.inventory.slices():
+            for device in resource_slice.devices:
+                yield resource_slice.driver, resource_slice.pool, device.name
+
+    def attribute_names(self) -> frozenset[str]:
+        self._refresh_names()
+        return self._attributes
+
+    def capacity_names(self) -> frozenset[str]:
+        self._refresh_names()
+        return self._capacities
+
+    def _refresh_names(self) -> None:
+        inventory = self._cache.inventory
+        version = getattr(inventory, "version", None)
+        if version is not None and version == self._names_version:
+            return
+        attributes: set[str] = set()
+        capacities: set[str] = set()
+        for resource_slice in inventory.slices():
+            for device in resource_slice.devices:
+                attributes.update(qualified(n, resource_slice.driver) for n in device.attributes)
+                capacities.update(qualified(n, resource_slice.driver) for n in device.capacity)
+        self._attributes, self._capacities = frozenset(attributes), frozenset(capacities)
+        self._names_version = version
+
+
+def as_lookup(cache: object) -> ClusterLookup:
+    """`cache` itself when it already answers the webhook's questions, else a ClusterCache adapter."""
+    if isinstance(cache, ClusterLookup):
+        return cache
+    return ClusterCacheLookup(cache)

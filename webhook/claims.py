@@ -1,0 +1,107 @@
+"""Reading ResourceClaim specs and pod claim references as the webhook rules need them (raw dicts)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from webhook.review import mapping, sequence, text
+
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTarget:
+    """What an allocation result's `request` ("req" or "req/sub") names in the claim spec."""
+
+    exists: bool
+    # The exact request or subrequest the devices were allocated for; None when the reference is
+    # missing or names a whole firstAvailable request (then the chosen subrequest is unknown).
+    source: dict | None
+
+
+def request_target(claim: dict, reference: str) -> RequestTarget:
+    devices = mapping(mapping(claim.get("spec"), "spec").get("devices"), "spec.devices")
+    name, _, sub = reference.partition("/")
+    for i, request in enumerate(sequence(devices.get("requests"), "spec.devices.requests")):
+        request = mapping(request, f"spec.devices.requests[{i}]")
+        if request.get("name") != name:
+            continue
+        alternatives = sequence(request.get("firstAvailable"), f"spec.devices.requests[{i}].firstAvailable")
+        if not sub:
+            if alternatives:
+                return RequestTarget(exists=True, source=None)
+            return RequestTarget(exists=True, source=mapping(request.get("exactly"), "exactly"))
+        for j, alternative in enumerate(alternatives):
+            alternative = mapping(alternative, f"spec.devices.requests[{i}].firstAvailable[{j}]")
+            if alternative.get("name") == sub:
+                return RequestTarget(exists=True, source=alternative)
+        return RequestTarget(exists=False, source=None)
+    return RequestTarget(exists=False, source=None)
+
+
+def claim_selectors(claim_spec: dict, path: str) -> Iterator[tuple[str, str]]:
+    """(field path, CEL expression) of every selector in a ResourceClaimSpec located at `path`."""
+    devices = mapping(claim_spec.get("devices"), f"{path}.devices")
+    for i, request in enumerate(sequence(devices.get("requests"), f"{path}.devices.requests")):
+        request_path = f"{path}.devices.requests[{i}]"
+        request = mapping(request, request_path)
+        yield from _selectors(
+            mapping(request.get("exactly"), f"{request_path}.exactly"), f"{request_path}.exactly"
+        )
+        alternatives = sequence(request.get("firstAvailable"), f"{request_path}.firstAvailable")
+        for j, alternative in enumerate(alternatives):
+            alternative_path = f"{request_path}.firstAvailable[{j}]"
+            yield from _selectors(mapping(alternative, alternative_path), alternative_path)
+
+
+def _selectors(request: dict, path: str) -> Iterator[tuple[str, str]]:
+    for k, selector in enumerate(sequence(request.get("selectors"), f"{path}.selectors")):
+        selector_path = f"{path}.selectors[{k}].cel.expression"
+        cel = mapping(mapping(selector, f"{path}.selectors[{k}]").get("cel"), f"{path}.selectors[{k}].cel")
+        if "expression" in cel:
+            yield selector_path, text(cel.get("expression"), selector_path)
+
+
+def pod_references_claim(pod: dict, claim: dict) -> bool:
+    """Whether `pod` uses `claim`, directly by name or through a claim generated for it.
+
+    Generated claims are found through pod.status.resourceClaimStatuses (what the resourceclaim controller
+    records) and, in case our view of the pod lags behind, through the claim being controlled by the pod.
+    """
+    claim_meta = mapping(claim.get("metadata"), "claim.metadata")
+    claim_name = claim_meta.get("name")
+    spec_entries = [
+        e
+        for e in sequence(mapping(pod.get("spec"), "pod.spec").get("resourceClaims"), "pod claims")
+        if isinstance(e, dict)
+    ]
+    if any(e.get("resourceClaimName") == claim_name for e in spec_entries):
+        return True
+    status = mapping(pod.get("status"), "pod.status")
+    templated = {e.get("name") for e in spec_entries if e.get("resourceClaimTemplateName")}
+    for entry in sequence(status.get("resourceClaimStatuses"), "pod.status.resourceClaimStatuses"):
+        if (
+            isinstance(entry, dict)
+            and entry.get("name") in templated
+            and entry.get("resourceClaimName") == claim_name
+        ):
+            return True
+    extended = mapping(status.get("extendedResourceClaimStatus"), "pod.status.extendedResourceClaimStatus")
+    if extended.get("resourceClaimName") == claim_name:
+        return True
+    if not _controlled_by(claim_meta, mapping(pod.get("metadata"), "pod.metadata").get("uid")):
+        return False
+    annotations = mapping(claim_meta.get("annotations"), "claim.metadata.annotations")
+    return (
+        annotations.get(POD_CLAIM_NAME_ANNOTATION) in templated
+        or annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true"
+    )
+
+
+def _controlled_by(meta: dict, owner_uid: object) -> bool:
+    return bool(owner_uid) and any(
+        isinstance(ref, dict) and ref.get("controller") is True and ref.get("uid") == owner_uid
+        for ref in sequence(meta.get("ownerReferences"), "metadata.ownerReferences")
+    )

@@ -1,0 +1,47 @@
+"""Validating rule for pods CREATE: refuse pods whose shared claim can never take another consumer."""
+
+from __future__ import annotations
+
+from webhook.claim_status import effective_limit
+from webhook.lookup import ClusterLookup
+from webhook.review import AdmissionRequest, Decision, mapping, sequence, text
+
+
+def validate_pod_create(
+    request: AdmissionRequest, lookup: ClusterLookup, reserved_for_limit: int
+) -> Decision:
+    pod = request.object or {}
+    namespace = request.namespace or text(
+        mapping(pod.get("metadata"), "metadata").get("namespace"), "namespace"
+    )
+    entries = sequence(mapping(pod.get("spec"), "spec").get("resourceClaims"), "spec.resourceClaims")
+    if not entries:
+        return Decision()
+    if not lookup.ready:
+        return Decision(
+            warnings=["dra-extender webhook: cluster view not synced yet, shared claims not checked"]
+        )
+    limit = effective_limit(reserved_for_limit)
+    problems: list[str] = []
+    warnings: list[str] = []
+    for i, entry in enumerate(entries):
+        path = f"spec.resourceClaims[{i}].resourceClaimName"
+        claim_name = text(mapping(entry, f"spec.resourceClaims[{i}]").get("resourceClaimName"), path)
+        if not claim_name:
+            continue
+        claim = lookup.claim(namespace, claim_name)
+        if claim is None:
+            warnings.append(f"{path}: claim {claim_name} does not exist yet; the pod waits for it")
+            continue
+        status = mapping(claim.get("status"), "claim.status")
+        consumers = len(sequence(status.get("reservedFor"), "claim.status.reservedFor"))
+        if consumers >= limit:
+            problems.append(
+                f"{path}: ResourceClaim {namespace}/{claim_name} is already reserved by "
+                f"{consumers} consumers, the limit is {limit}, so this pod could never start; "
+                "use a ResourceClaimTemplate (spec.resourceClaims[].resourceClaimTemplateName) "
+                "to give each pod its own claim"
+            )
+    if problems:
+        return Decision.deny("; ".join(problems))
+    return Decision(warnings=warnings)

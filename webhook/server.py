@@ -1,0 +1,135 @@
+"""The webhook's HTTPS server: /webhook/mutate and /webhook/validate on their own TLS port."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from aiohttp import web
+
+from allocator.features import FeatureGates
+from webhook.admission import AdmissionHandler, Webhook
+from webhook.cache_lookup import as_lookup
+from webhook.claim_status import RESERVED_FOR_MAX_SIZE
+from webhook.tls import ReloadingTLS
+
+log = logging.getLogger(__name__)
+
+# A review carries the object and the old object; etcd caps objects at 1.5 MiB.
+MAX_REVIEW_BYTES = 8 * 1024 * 1024
+
+
+def build_app(handler: AdmissionHandler) -> web.Application:
+    def endpoint(webhook: Webhook):
+        async def serve(request: web.Request) -> web.Response:
+            status, body = handler.handle(webhook, await request.read())
+            return web.Response(status=status, body=body, content_type="application/json")
+
+        return serve
+
+    app = web.Application(client_max_size=MAX_REVIEW_BYTES)
+    app.router.add_post("/webhook/mutate", endpoint("mutate"))
+    app.router.add_post("/webhook/validate", endpoint("validate"))
+    return app
+
+
+class WebhookServer:
+    def __init__(
+        self,
+        cache: object,
+        *,
+        cert_file: str,
+        key_file: str,
+        host: str,
+        port: int,
+        reserved_for_limit: int = RESERVED_FOR_MAX_SIZE,
+        features: FeatureGates,
+        cert_poll_interval_s: float = 1.0,
+    ) -> None:
+        """`cache` is an extender ClusterCache or anything implementing webhook.lookup.ClusterLookup."""
+        self.handler = AdmissionHandler(
+            as_lookup(cache), reserved_for_limit=reserved_for_limit, features=features
+        )
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.host = host
+        self.port = port
+        self.cert_poll_interval_s = cert_poll_interval_s
+        self.tls: ReloadingTLS | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Raises webhook.tls.CertificateLoadError when the certificate cannot be loaded, OSError on bind."""
+        self.tls = ReloadingTLS(self.cert_file, self.key_file, poll_interval_s=self.cert_poll_interval_s)
+        runner = web.AppRunner(build_app(self.handler), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, ssl_context=self.tls.server_context)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        server = site._server  # aiohttp exposes no public accessor for the bound port (port 0 in tests)
+        if self.port == 0 and server is not None and server.sockets:
+            self.port = server.sockets[0].getsockname()[1]
+        self.tls.start()
+        log.info(
+            "admission webhook listening on https://%s:%d (/webhook/mutate, /webhook/validate)",
+            self.host,
+            self.port,
+        )
+
+    async def stop(self) -> None:
+        if self.tls is not None:
+            await self.tls.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("admission webhook")
+    group.add_argument(
+        "--tls-cert-file",
+        help="serving certificate (PEM) of the webhook; reloaded when it changes. "
+        "Without it and --tls-private-key-file the webhook is not served",
+    )
+    group.add_argument("--tls-private-key-file", help="private key (PEM) of the webhook serving certificate")
+    group.add_argument(
+        "--reserved-for-limit",
+        type=_reserved_for_limit,
+        default=RESERVED_FOR_MAX_SIZE,
+        help=f"most consumers one ResourceClaim may be reserved for (1-{RESERVED_FOR_MAX_SIZE}, "
+        f"default {RESERVED_FOR_MAX_SIZE})",
+    )
+
+
+def _reserved_for_limit(value: str) -> int:
+    try:
+        limit = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if not 1 <= limit <= RESERVED_FOR_MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {RESERVED_FOR_MAX_SIZE}, got {limit}")
+    return limit
+
+
+def server_from_args(
+    args: argparse.Namespace, cache: object, *, features: FeatureGates, host: str, port: int
+) -> WebhookServer | None:
+    """The webhook server `serve` should start, or None (logged) when no certificate was given."""
+    if not args.tls_cert_file or not args.tls_private_key_file:
+        log.warning(
+            "admission webhook disabled: --tls-cert-file and --tls-private-key-file are both required"
+        )
+        return None
+    return WebhookServer(
+        cache,
+        cert_file=args.tls_cert_file,
+        key_file=args.tls_private_key_file,
+        host=host,
+        port=port,
+        reserved_for_limit=args.reserved_for_limit,
+        features=features,
+    )
