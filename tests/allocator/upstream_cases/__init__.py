@@ -24,6 +24,7 @@ MODULES = (
     "partitionable",
     "taints",
     "binding_conditions",
+    "consumable_capacity",
 )
 
 
