@@ -1,0 +1,78 @@
+"""Feature gates that change allocation behaviour, with Kubernetes 1.37 defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# Defaults as in the Kubernetes 1.37 versioned feature-gate table.
+DEFAULT_GATES: Mapping[str, bool] = {
+    "DRAAdminAccess": True,  # GA 1.36
+    "DRAPrioritizedList": True,  # GA 1.36
+    "DRAPartitionableDevices": True,  # beta 1.36
+    "DRADeviceTaints": True,  # GA 1.37
+    "DRADeviceTaintRules": True,  # GA 1.37
+    "DRAConsumableCapacity": True,  # beta 1.36
+    "DRADeviceBindingConditions": True,  # beta 1.36
+    "DRAResourceClaimDeviceStatus": True,  # GA 1.37
+    "DRAListTypeAttributes": False,  # alpha
+}
+
+
+class FeatureGates:
+    """An immutable, hashable set of gate values."""
+
+    __slots__ = ("_hash", "_values")
+
+    def __init__(self, overrides: Mapping[str, bool] | None = None) -> None:
+        values = dict(DEFAULT_GATES)
+        for name, value in (overrides or {}).items():
+            if name not in DEFAULT_GATES:
+                known = ", ".join(sorted(DEFAULT_GATES))
+                raise ValueError(f"unknown feature gate {name!r} (known: {known})")
+            if not isinstance(value, bool):
+                raise ValueError(f"feature gate {name}: value must be true or false, got {value!r}")
+            values[name] = value
+        self._values = values
+        self._hash = hash(tuple(sorted(values.items())))
+
+    @classmethod
+    def parse(cls, text: str) -> FeatureGates:
+        """Parse "Name=true,Other=false" (the --feature-gates syntax)."""
+        overrides: dict[str, bool] = {}
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            name, sep, raw = item.partition("=")
+            name, raw = name.strip(), raw.strip().lower()
+            if not sep or raw not in ("true", "false"):
+                raise ValueError(f"invalid feature gate setting {item!r}: expected NAME=true|false")
+            overrides[name] = raw == "true"
+        return cls(overrides)
+
+    def enabled(self, name: str) -> bool:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise ValueError(f"unknown feature gate {name!r}") from None
+
+    def with_overrides(self, overrides: Mapping[str, bool]) -> FeatureGates:
+        return FeatureGates({**self._values, **overrides})
+
+    def as_dict(self) -> dict[str, bool]:
+        return dict(self._values)
+
+    # Derived switches, named like upstream's allocator feature set.
+    @property
+    def binding_and_status(self) -> bool:
+        return self._values["DRADeviceBindingConditions"] and self._values["DRAResourceClaimDeviceStatus"]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FeatureGates) and self._values == other._values
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        changed = {k: v for k, v in self._values.items() if DEFAULT_GATES[k] != v}
+        return f"FeatureGates({changed})"

@@ -1,0 +1,183 @@
+"""Incremental index of ResourceSlices, DeviceClasses and DeviceTaintRules, with per-node pool caches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from allocator.features import FeatureGates
+from allocator.model import DeviceClass, DeviceTaintRule, Node, ResourceSlice
+from allocator.pools import COMPLETE, INCOMPLETE, INVALID, NodePools, gather_pools
+
+_MAX_CACHED_NODES = 20_000
+
+
+class Inventory:
+    """What the cluster offers. Mutations invalidate only the cached node views they can affect.
+
+    Not safe for concurrent mutation and allocation from several threads; the extender mutates it from
+    its event loop between allocations.
+    """
+
+    def __init__(self) -> None:
+        self._slices: dict[str, ResourceSlice] = {}
+        self._by_pool: dict[tuple[str, str], dict[str, ResourceSlice]] = {}
+        self._by_node: dict[str, dict[str, ResourceSlice]] = {}
+        self._shared: dict[str, ResourceSlice] = {}
+        self._classes: dict[str, DeviceClass] = {}
+        self._rules: dict[str, DeviceTaintRule] = {}
+        self._rule_list: tuple[DeviceTaintRule, ...] = ()
+        self._node_cache: dict[tuple[Any, ...], NodePools] = {}
+        self.version = 0
+
+    # --- slices -------------------------------------------------------------------------------------
+    def upsert_slice(self, slice_: ResourceSlice) -> None:
+        old = self._slices.get(slice_.name)
+        if old is not None:
+            self._unindex(old)
+        self._slices[slice_.name] = slice_
+        self._by_pool.setdefault((slice_.driver, slice_.pool), {})[slice_.name] = slice_
+        if slice_.node_name:
+            self._by_node.setdefault(slice_.node_name, {})[slice_.name] = slice_
+        else:
+            self._shared[slice_.name] = slice_
+        self._invalidate_for(slice_, old)
+
+    def remove_slice(self, name: str) -> None:
+        old = self._slices.pop(name, None)
+        if old is not None:
+            self._unindex(old)
+            self._invalidate_for(old, None)
+
+    def _unindex(self, slice_: ResourceSlice) -> None:
+        pool = self._by_pool.get((slice_.driver, slice_.pool))
+        if pool is not None:
+            pool.pop(slice_.name, None)
+            if not pool:
+                del self._by_pool[(slice_.driver, slice_.pool)]
+        if slice_.node_name:
+            on_node = self._by_node.get(slice_.node_name)
+            if on_node is not None:
+                on_node.pop(slice_.name, None)
+                if not on_node:
+                    del self._by_node[slice_.node_name]
+        else:
+            self._shared.pop(slice_.name, None)
+
+    def _invalidate_for(self, new: ResourceSlice, old: ResourceSlice | None) -> None:
+        self.version += 1
+        if not new.node_name or (old is not None and not old.node_name):
+            self._node_cache.clear()
+            return
+        # A node-local slice affects the nodes of every slice in its pool (completeness is per pool).
+        nodes = {new.node_name} | ({old.node_name} if old is not None else set())
+        for s in self._by_pool.get((new.driver, new.pool), {}).values():
+            if not s.node_name:
+                self._node_cache.clear()
+                return
+            nodes.add(s.node_name)
+        for key in [k for k in self._node_cache if k[0] in nodes]:
+            del self._node_cache[key]
+
+    def slices(self) -> Iterable[ResourceSlice]:
+        return self._slices.values()
+
+    # --- classes and taint rules ----------------------------------------------------------------------
+    def upsert_class(self, device_class: DeviceClass) -> None:
+        self._classes[device_class.name] = device_class
+        self.version += 1
+
+    def remove_class(self, name: str) -> None:
+        if self._classes.pop(name, None) is not None:
+            self.version += 1
+
+    def device_class(self, name: str) -> DeviceClass | None:
+        return self._classes.get(name)
+
+    def upsert_taint_rule(self, rule: DeviceTaintRule) -> None:
+        self._rules[rule.name] = rule
+        self._rules_changed()
+
+    def remove_taint_rule(self, name: str) -> None:
+        if self._rules.pop(name, None) is not None:
+            self._rules_changed()
+
+    def _rules_changed(self) -> None:
+        self._rule_list = tuple(self._rules[name] for name in sorted(self._rules))
+        self.version += 1
+        self._node_cache.clear()
+
+    # --- per-node views -------------------------------------------------------------------------------
+    def node_pools(self, node: Node, features: FeatureGates) -> NodePools:
+        """The pools ``node`` can see, in search order; cached until a relevant change."""
+        key = (node.name, node.labels_key, features)
+        cached = self._node_cache.get(key)
+        if cached is not None:
+            return cached
+        candidates = list(self._by_node.get(node.name, {}).values())
+        candidates.extend(self._shared.values())
+        result = gather_pools(node, features, candidates, self._slices_of_pool, self._rule_list)
+        if len(self._node_cache) >= _MAX_CACHED_NODES:
+            self._node_cache.clear()
+        self._node_cache[key] = result
+        return result
+
+    def _slices_of_pool(self, driver: str, pool: str) -> Iterable[ResourceSlice]:
+        return self._by_pool.get((driver, pool), {}).values()
+
+    def describe_pools(self) -> list[dict[str, Any]]:
+        """Cluster-wide pool summary (newest generation of each pool), sorted by driver and pool."""
+        summary = []
+        for (driver, pool_name), by_name in sorted(self._by_pool.items()):
+            newest = max(s.pool_generation for s in by_name.values())
+            current = sorted(
+                (s for s in by_name.values() if s.pool_generation == newest), key=lambda s: s.name
+            )
+            expected = current[0].resource_slice_count
+            status, reason = COMPLETE, ""
+            if len(current) != expected:
+                status, reason = INCOMPLETE, f"{len(current)} of {expected} slices published"
+            else:
+                reason = _pool_problem(current)
+                if reason:
+                    status = INVALID
+            summary.append(
+                {
+                    "driver": driver,
+                    "pool": pool_name,
+                    "generation": newest,
+                    "slices": len(current),
+                    "devices": sum(len(s.devices) for s in current),
+                    "status": status,
+                    "reason": reason,
+                }
+            )
+        return summary
+
+
+def _pool_problem(slices: list[ResourceSlice]) -> str:
+    """Why a complete pool is unusable, judged cluster-wide (per node, only node-visible slices count)."""
+    counter_sets: dict[str, set[str]] = {}
+    for slice_ in slices:
+        for name, counters in slice_.counter_sets:
+            if name in counter_sets:
+                return f"duplicate counter set name {name}"
+            counter_sets[name] = set(counters)
+    for slice_ in slices:
+        for device in slice_.devices:
+            for set_name, counters in device.consumes_counters:
+                if set_name not in counter_sets:
+                    return f"counter set {set_name} not found"
+                for counter in counters:
+                    if counter not in counter_sets[set_name]:
+                        return f"counter {counter} not found in counter set {set_name}"
+    # Device names must be unique among slices visible from one node; node-local slices of different
+    # nodes may legitimately reuse names only if they are in different pools, so check per node name.
+    seen: dict[str, set[str]] = {}
+    for slice_ in slices:
+        names = seen.setdefault(slice_.node_name, set())
+        for device in slice_.devices:
+            if device.name in names:
+                return f"duplicate device name {device.name}"
+            names.add(device.name)
+    return ""

@@ -1,0 +1,664 @@
+"""Object model over the raw resource.k8s.io/v1 (and core Node) dicts.
+
+Every object is parsed and validated once; the allocator then works on these parsed forms. The original
+dict stays available as ``.raw``. Checks that upstream's allocator performs itself at allocation time (for
+example a selector without CEL, an unknown allocation mode) are deliberately left to the allocator so that
+it can report them with upstream's wording; here we reject input whose structure is unusable.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from allocator.errors import InvalidObjectError
+from allocator.quantity import Quantity
+
+_parse_serial = itertools.count()
+
+SCALAR_ATTRIBUTE_TYPES = ("int", "bool", "string", "version")
+LIST_ATTRIBUTE_TYPES = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
+_PY_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "bool": (bool,), "string": (str,), "version": (str,)}
+BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+class _Checker:
+    """Field access with errors that name the object and the field path."""
+
+    __slots__ = ("kind", "name")
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+
+    def fail(self, path: str, problem: str) -> InvalidObjectError:
+        return InvalidObjectError(self.kind, self.name, path, problem)
+
+    def mapping(self, obj: Mapping[str, Any], key: str, path: str, required: bool = False) -> dict[str, Any]:
+        value = obj.get(key)
+        if value is None:
+            if required:
+                raise self.fail(f"{path}{key}", "required field is missing")
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(f"{path}{key}", f"must be an object, got {type(value).__name__}")
+        return value
+
+    def list(self, obj: Mapping[str, Any], key: str, path: str) -> list[Any]:
+        value = obj.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.fail(f"{path}{key}", f"must be a list, got {type(value).__name__}")
+        return value
+
+    def string(self, obj: Mapping[str, Any], key: str, path: str, required: bool = False) -> str:
+        value = obj.get(key)
+        if value is None or value == "":
+            if required:
+                raise self.fail(f"{path}{key}", "required field is missing")
+            return ""
+        if not isinstance(value, str):
+            raise self.fail(f"{path}{key}", f"must be a string, got {type(value).__name__}")
+        return value
+
+    def integer(self, obj: Mapping[str, Any], key: str, path: str, default: int | None = None) -> int | None:
+        value = obj.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(f"{path}{key}", f"must be an integer, got {value!r}")
+        return value
+
+    def boolean(self, obj: Mapping[str, Any], key: str, path: str) -> bool | None:
+        value = obj.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, bool):
+            raise self.fail(f"{path}{key}", f"must be true or false, got {value!r}")
+        return value
+
+    def quantity(self, value: Any, path: str) -> Quantity:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise self.fail(path, f"must be a quantity string, got {value!r}")
+        try:
+            return Quantity.parse(str(value))
+        except ValueError as exc:
+            raise self.fail(path, f"invalid quantity: {exc}") from None
+
+    def string_list(self, obj: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
+        items = self.list(obj, key, path)
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                raise self.fail(f"{path}{key}[{i}]", f"must be a string, got {item!r}")
+        return tuple(items)
+
+    def node_selector(self, obj: Mapping[str, Any], key: str, path: str) -> dict[str, Any] | None:
+        if obj.get(key) is None:
+            return None
+        selector = self.mapping(obj, key, path)
+        terms = self.list(selector, "nodeSelectorTerms", f"{path}{key}.")
+        for i, term in enumerate(terms):
+            where = f"{path}{key}.nodeSelectorTerms[{i}]"
+            if not isinstance(term, dict):
+                raise self.fail(where, "must be an object")
+            for field in ("matchExpressions", "matchFields"):
+                for j, req in enumerate(self.list(term, field, f"{where}.")):
+                    if not isinstance(req, dict):
+                        raise self.fail(f"{where}.{field}[{j}]", "must be an object")
+                    self.string(req, "key", f"{where}.{field}[{j}].", required=True)
+                    self.string(req, "operator", f"{where}.{field}[{j}].", required=True)
+                    self.string_list(req, "values", f"{where}.{field}[{j}].")
+        return selector
+
+
+def _metadata(raw: Mapping[str, Any], kind: str) -> tuple[_Checker, dict[str, Any]]:
+    if not isinstance(raw, dict):
+        raise InvalidObjectError(kind, "", "", f"must be an object, got {type(raw).__name__}")
+    meta = raw.get("metadata")
+    if not isinstance(meta, dict):
+        raise InvalidObjectError(kind, "", "metadata", "required field is missing")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidObjectError(kind, "", "metadata.name", "required field is missing")
+    namespace = meta.get("namespace")
+    label = f"{namespace}/{name}" if isinstance(namespace, str) and namespace else name
+    return _Checker(kind, label), meta
+
+
+def _parse_taint(ck: _Checker, taint: Any, path: str) -> dict[str, Any]:
+    if not isinstance(taint, dict):
+        raise ck.fail(path, "must be an object")
+    ck.string(taint, "key", f"{path}.", required=True)
+    ck.string(taint, "value", f"{path}.")
+    ck.string(taint, "effect", f"{path}.", required=True)
+    return taint
+
+
+def _parse_tolerations(ck: _Checker, obj: Mapping[str, Any], path: str) -> tuple[dict[str, Any], ...]:
+    tolerations = ck.list(obj, "tolerations", path)
+    for i, tol in enumerate(tolerations):
+        where = f"{path}tolerations[{i}]"
+        if not isinstance(tol, dict):
+            raise ck.fail(where, "must be an object")
+        for key in ("key", "operator", "value", "effect"):
+            ck.string(tol, key, f"{where}.")
+        ck.integer(tol, "tolerationSeconds", f"{where}.")
+    return tuple(tolerations)
+
+
+class AttributeValue:
+    """One device attribute: its API type key and value (a tuple for list types)."""
+
+    __slots__ = ("base_type", "is_list", "type", "value")
+
+    def __init__(self, type_: str, value: Any) -> None:
+        self.type = type_
+        self.value = value
+        self.is_list = type_ in LIST_ATTRIBUTE_TYPES
+        self.base_type = LIST_ATTRIBUTE_TYPES.get(type_, type_)
+
+    def as_set(self) -> frozenset[Any]:
+        return frozenset(self.value) if self.is_list else frozenset((self.value,))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AttributeValue) and (self.type, self.value) == (other.type, other.value)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.value))
+
+    def __repr__(self) -> str:
+        return f"{{{self.type}: {self.value!r}}}"
+
+
+def _parse_attribute(ck: _Checker, raw: Any, path: str) -> AttributeValue:
+    if not isinstance(raw, dict) or len(raw) != 1:
+        raise ck.fail(
+            path, "must set exactly one of int, bool, string, version, ints, bools, strings, versions"
+        )
+    ((type_, value),) = raw.items()
+    if type_ in SCALAR_ATTRIBUTE_TYPES:
+        expected = _PY_TYPES[type_]
+        if not isinstance(value, expected) or (type_ == "int" and isinstance(value, bool)):
+            raise ck.fail(f"{path}.{type_}", f"must be a {type_}, got {value!r}")
+        return AttributeValue(type_, value)
+    if type_ in LIST_ATTRIBUTE_TYPES:
+        base = LIST_ATTRIBUTE_TYPES[type_]
+        if not isinstance(value, list) or not value:
+            raise ck.fail(f"{path}.{type_}", "must be a non-empty list")
+        for i, item in enumerate(value):
+            if not isinstance(item, _PY_TYPES[base]) or (base == "int" and isinstance(item, bool)):
+                raise ck.fail(f"{path}.{type_}[{i}]", f"must be a {base}, got {item!r}")
+        return AttributeValue(type_, tuple(value))
+    raise ck.fail(f"{path}.{type_}", "unknown attribute type")
+
+
+class CapacityRequestPolicy:
+    __slots__ = ("default", "valid_range", "valid_values")
+
+    def __init__(
+        self,
+        default: Quantity | None,
+        valid_values: tuple[Quantity, ...],
+        valid_range: tuple[Quantity, Quantity | None, Quantity | None] | None,
+    ) -> None:
+        self.default = default
+        self.valid_values = valid_values
+        self.valid_range = valid_range  # (min, max, step)
+
+
+class DeviceCapacity:
+    __slots__ = ("policy", "value")
+
+    def __init__(self, value: Quantity, policy: CapacityRequestPolicy | None) -> None:
+        self.value = value
+        self.policy = policy
+
+
+def _parse_policy(ck: _Checker, raw: dict[str, Any], path: str) -> CapacityRequestPolicy:
+    default = ck.quantity(raw["default"], f"{path}.default") if raw.get("default") is not None else None
+    values = tuple(
+        ck.quantity(v, f"{path}.validValues[{i}]")
+        for i, v in enumerate(ck.list(raw, "validValues", f"{path}."))
+    )
+    valid_range = None
+    if raw.get("validRange") is not None:
+        rng = ck.mapping(raw, "validRange", f"{path}.")
+        if rng.get("min") is None:
+            raise ck.fail(f"{path}.validRange.min", "required field is missing")
+        valid_range = (
+            ck.quantity(rng["min"], f"{path}.validRange.min"),
+            ck.quantity(rng["max"], f"{path}.validRange.max") if rng.get("max") is not None else None,
+            ck.quantity(rng["step"], f"{path}.validRange.step") if rng.get("step") is not None else None,
+        )
+    if values and valid_range:
+        raise ck.fail(path, "validValues and validRange are mutually exclusive")
+    return CapacityRequestPolicy(default, values, valid_range)
+
+
+class Device:
+    """One entry of a ResourceSlice's spec.devices."""
+
+    __slots__ = (
+        "_cel",
+        "all_nodes",
+        "allow_multiple_allocations",
+        "attributes",
+        "binding_conditions",
+        "binding_failure_conditions",
+        "binds_to_node",
+        "capacity",
+        "consumes_counters",
+        "memo_key",
+        "name",
+        "node_name",
+        "node_selector",
+        "raw",
+        "signature",
+        "taints",
+    )
+
+    def __init__(self, ck: _Checker, raw: Any, path: str, memo_prefix: tuple[Any, ...]) -> None:
+        if not isinstance(raw, dict):
+            raise ck.fail(path, "must be an object")
+        self.raw = raw
+        self.name = ck.string(raw, "name", f"{path}.", required=True)
+        self.attributes: dict[str, AttributeValue] = {
+            key: _parse_attribute(ck, value, f"{path}.attributes[{key}]")
+            for key, value in ck.mapping(raw, "attributes", f"{path}.").items()
+        }
+        self.capacity: dict[str, DeviceCapacity] = {}
+        for key, cap in ck.mapping(raw, "capacity", f"{path}.").items():
+            where = f"{path}.capacity[{key}]"
+            if not isinstance(cap, dict) or cap.get("value") is None:
+                raise ck.fail(f"{where}.value", "required field is missing")
+            policy = cap.get("requestPolicy")
+            self.capacity[key] = DeviceCapacity(
+                ck.quantity(cap["value"], f"{where}.value"),
+                _parse_policy(ck, policy, f"{where}.requestPolicy") if isinstance(policy, dict) else None,
+            )
+        self.consumes_counters: tuple[tuple[str, dict[str, Quantity]], ...] = tuple(
+            _parse_counter_use(ck, item, f"{path}.consumesCounters[{i}]")
+            for i, item in enumerate(ck.list(raw, "consumesCounters", f"{path}."))
+        )
+        self.node_name = ck.string(raw, "nodeName", f"{path}.")
+        self.node_selector = ck.node_selector(raw, "nodeSelector", f"{path}.")
+        self.all_nodes = bool(ck.boolean(raw, "allNodes", f"{path}."))
+        self.taints: tuple[dict[str, Any], ...] = tuple(
+            _parse_taint(ck, t, f"{path}.taints[{i}]")
+            for i, t in enumerate(ck.list(raw, "taints", f"{path}."))
+        )
+        self.binds_to_node = bool(ck.boolean(raw, "bindsToNode", f"{path}."))
+        self.binding_conditions = ck.string_list(raw, "bindingConditions", f"{path}.")
+        self.binding_failure_conditions = ck.string_list(raw, "bindingFailureConditions", f"{path}.")
+        self.allow_multiple_allocations = bool(ck.boolean(raw, "allowMultipleAllocations", f"{path}."))
+        self.memo_key = (*memo_prefix, self.name)
+        # Everything except the name: two devices with equal signatures in the same pool behave identically
+        # for every selector, constraint, counter, taint and capacity check.
+        self.signature = orjson.dumps(
+            {k: v for k, v in raw.items() if k != "name"}, option=orjson.OPT_SORT_KEYS
+        )
+        self._cel: Any = None
+
+    def cel_device(self, driver: str) -> Any:
+        """The CEL input for this device, built on first use and kept for the slice's lifetime."""
+        if self._cel is None:
+            from allocator import cel
+
+            self._cel = cel.make_device(
+                driver,
+                self.raw.get("attributes") or {},
+                self.raw.get("capacity") or {},
+                allow_multiple_allocations=self.raw.get("allowMultipleAllocations"),
+                memo_key=self.memo_key,
+            )
+        return self._cel
+
+
+def _parse_counter_use(ck: _Checker, raw: Any, path: str) -> tuple[str, dict[str, Quantity]]:
+    if not isinstance(raw, dict):
+        raise ck.fail(path, "must be an object")
+    counter_set = ck.string(raw, "counterSet", f"{path}.", required=True)
+    return counter_set, _parse_counters(ck, raw, path)
+
+
+def _parse_counters(ck: _Checker, raw: dict[str, Any], path: str) -> dict[str, Quantity]:
+    counters: dict[str, Quantity] = {}
+    for name, counter in ck.mapping(raw, "counters", f"{path}.").items():
+        if not isinstance(counter, dict) or counter.get("value") is None:
+            raise ck.fail(f"{path}.counters[{name}].value", "required field is missing")
+        counters[name] = ck.quantity(counter["value"], f"{path}.counters[{name}].value")
+    return counters
+
+
+class DeviceClass:
+    __slots__ = ("config", "name", "raw", "selectors", "uid")
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        ck, meta = _metadata(raw, "DeviceClass")
+        self.raw = raw
+        self.name: str = meta["name"]
+        self.uid: str = meta.get("uid") or ""
+        spec = ck.mapping(raw, "spec", "")
+        self.selectors = _parse_selectors(ck, spec, "spec.")
+        self.config: list[dict[str, Any]] = ck.list(spec, "config", "spec.")
+        for i, cfg in enumerate(self.config):
+            if not isinstance(cfg, dict):
+                raise ck.fail(f"spec.config[{i}]", "must be an object")
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> DeviceClass:
+        return cls(raw)
+
+
+def _parse_selectors(ck: _Checker, obj: Mapping[str, Any], path: str) -> tuple[str | None, ...]:
+    """CEL expressions of a selectors list; None for a selector without CEL (reported by the allocator)."""
+    result: list[str | None] = []
+    for i, selector in enumerate(ck.list(obj, "selectors", path)):
+        if not isinstance(selector, dict):
+            raise ck.fail(f"{path}selectors[{i}]", "must be an object")
+        cel = selector.get("cel")
+        if cel is None:
+            result.append(None)
+            continue
+        if not isinstance(cel, dict):
+            raise ck.fail(f"{path}selectors[{i}].cel", "must be an object")
+        result.append(ck.string(cel, "expression", f"{path}selectors[{i}].cel.") or None)
+    return tuple(result)
+
+
+class ResourceSlice:
+    __slots__ = (
+        "all_nodes",
+        "counter_sets",
+        "devices",
+        "driver",
+        "generation",
+        "has_binding_conditions",
+        "name",
+        "node_name",
+        "node_selector",
+        "per_device_node_selection",
+        "pool",
+        "pool_generation",
+        "raw",
+        "resource_slice_count",
+        "shared_counters_set",
+        "uid",
+    )
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        ck, meta = _metadata(raw, "ResourceSlice")
+        self.raw = raw
+        self.name: str = meta["name"]
+        self.uid: str = meta.get("uid") or ""
+        self.generation = meta.get("generation") or 0
+        spec = ck.mapping(raw, "spec", "", required=True)
+        self.driver = ck.string(spec, "driver", "spec.", required=True)
+        pool = ck.mapping(spec, "pool", "spec.", required=True)
+        self.pool = ck.string(pool, "name", "spec.pool.", required=True)
+        self.pool_generation = ck.integer(pool, "generation", "spec.pool.", default=0) or 0
+        count = ck.integer(pool, "resourceSliceCount", "spec.pool.", default=None)
+        if count is None or count <= 0:
+            raise ck.fail("spec.pool.resourceSliceCount", f"must be greater than zero, got {count!r}")
+        self.resource_slice_count: int = count
+        self.node_name = ck.string(spec, "nodeName", "spec.")
+        self.node_selector = ck.node_selector(spec, "nodeSelector", "spec.")
+        self.all_nodes = bool(ck.boolean(spec, "allNodes", "spec."))
+        # Tri-state like the API pointer: None (unset), True/False when set.
+        self.per_device_node_selection = ck.boolean(spec, "perDeviceNodeSelection", "spec.")
+        self.shared_counters_set = spec.get("sharedCounters") is not None
+        self.counter_sets: list[tuple[str, dict[str, Quantity]]] = []
+        for i, item in enumerate(ck.list(spec, "sharedCounters", "spec.")):
+            where = f"spec.sharedCounters[{i}]"
+            if not isinstance(item, dict):
+                raise ck.fail(where, "must be an object")
+            self.counter_sets.append(
+                (ck.string(item, "name", f"{where}.", required=True), _parse_counters(ck, item, where))
+            )
+        # Without a uid (test input), make every parse distinct so CEL memoization can never go stale.
+        memo_prefix = (
+            (self.uid, self.generation, meta.get("resourceVersion") or "")
+            if self.uid
+            else ("parse", next(_parse_serial))
+        )
+        self.devices = tuple(
+            Device(ck, d, f"spec.devices[{i}]", memo_prefix)
+            for i, d in enumerate(ck.list(spec, "devices", "spec."))
+        )
+        self.has_binding_conditions = any(d.binding_conditions for d in self.devices)
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> ResourceSlice:
+        return cls(raw)
+
+    @property
+    def node_local(self) -> bool:
+        return bool(self.node_name)
+
+
+class ExactRequest:
+    """An ``exactly`` request or one ``firstAvailable`` subrequest."""
+
+    __slots__ = (
+        "admin_access",
+        "allocation_mode",
+        "capacity_requests",
+        "count",
+        "device_class_name",
+        "name",
+        "selectors",
+        "tolerations",
+    )
+
+    def __init__(self, ck: _Checker, raw: Any, path: str, name: str, subrequest: bool) -> None:
+        if not isinstance(raw, dict):
+            raise ck.fail(path, "must be an object")
+        self.name = name
+        self.device_class_name = ck.string(raw, "deviceClassName", f"{path}.")
+        self.selectors = _parse_selectors(ck, raw, f"{path}.")
+        self.allocation_mode = ck.string(raw, "allocationMode", f"{path}.") or "ExactCount"
+        count = ck.integer(raw, "count", f"{path}.", default=None)
+        self.count: int = 1 if count is None and self.allocation_mode == "ExactCount" else (count or 0)
+        if self.allocation_mode == "ExactCount" and self.count <= 0:
+            raise ck.fail(f"{path}.count", f"must be greater than zero, got {self.count}")
+        self.admin_access: bool | None = None if subrequest else ck.boolean(raw, "adminAccess", f"{path}.")
+        self.tolerations = _parse_tolerations(ck, raw, f"{path}.")
+        capacity = raw.get("capacity")
+        self.capacity_requests: dict[str, Quantity] | None = None
+        if capacity is not None:
+            if not isinstance(capacity, dict):
+                raise ck.fail(f"{path}.capacity", "must be an object")
+            self.capacity_requests = {
+                key: ck.quantity(value, f"{path}.capacity.requests[{key}]")
+                for key, value in ck.mapping(capacity, "requests", f"{path}.capacity.").items()
+            }
+
+
+class DeviceRequest:
+    __slots__ = ("exactly", "first_available", "name")
+
+    def __init__(self, ck: _Checker, raw: Any, path: str) -> None:
+        if not isinstance(raw, dict):
+            raise ck.fail(path, "must be an object")
+        self.name = ck.string(raw, "name", f"{path}.", required=True)
+        has_exactly = raw.get("exactly") is not None
+        subs = ck.list(raw, "firstAvailable", f"{path}.")
+        if has_exactly == bool(subs):
+            raise ck.fail(path, "exactly one of exactly or firstAvailable must be set")
+        self.exactly = (
+            ExactRequest(ck, raw["exactly"], f"{path}.exactly", self.name, False) if has_exactly else None
+        )
+        self.first_available: tuple[ExactRequest, ...] = tuple(
+            ExactRequest(
+                ck,
+                sub,
+                f"{path}.firstAvailable[{i}]",
+                ck.string(sub, "name", f"{path}.firstAvailable[{i}].", required=True)
+                if isinstance(sub, dict)
+                else "",
+                True,
+            )
+            for i, sub in enumerate(subs)
+        )
+
+
+class DeviceConstraint:
+    __slots__ = ("distinct_attribute", "match_attribute", "requests")
+
+    def __init__(self, ck: _Checker, raw: Any, path: str) -> None:
+        if not isinstance(raw, dict):
+            raise ck.fail(path, "must be an object")
+        self.requests = frozenset(ck.string_list(raw, "requests", f"{path}."))
+        self.match_attribute = ck.string(raw, "matchAttribute", f"{path}.") or None
+        self.distinct_attribute = ck.string(raw, "distinctAttribute", f"{path}.") or None
+
+
+class ResourceClaim:
+    __slots__ = (
+        "allocation",
+        "config",
+        "constraints",
+        "deleting",
+        "key",
+        "name",
+        "namespace",
+        "raw",
+        "requests",
+        "reserved_for",
+        "uid",
+    )
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        ck, meta = _metadata(raw, "ResourceClaim")
+        self.raw = raw
+        self.name: str = meta["name"]
+        self.namespace: str = meta.get("namespace") or ""
+        self.uid: str = meta.get("uid") or ""
+        self.key = f"{self.namespace}/{self.name}"
+        self.deleting = bool(meta.get("deletionTimestamp"))
+        spec = ck.mapping(raw, "spec", "")
+        devices = ck.mapping(spec, "devices", "spec.")
+        self.requests = tuple(
+            DeviceRequest(ck, r, f"spec.devices.requests[{i}]")
+            for i, r in enumerate(ck.list(devices, "requests", "spec.devices."))
+        )
+        self.constraints = tuple(
+            DeviceConstraint(ck, c, f"spec.devices.constraints[{i}]")
+            for i, c in enumerate(ck.list(devices, "constraints", "spec.devices."))
+        )
+        self.config: list[dict[str, Any]] = ck.list(devices, "config", "spec.devices.")
+        for i, cfg in enumerate(self.config):
+            if not isinstance(cfg, dict):
+                raise ck.fail(f"spec.devices.config[{i}]", "must be an object")
+            ck.string_list(cfg, "requests", f"spec.devices.config[{i}].")
+        status = ck.mapping(raw, "status", "")
+        allocation = status.get("allocation")
+        if allocation is not None:
+            _check_allocation(ck, allocation)
+        self.allocation: dict[str, Any] | None = allocation
+        self.reserved_for: list[dict[str, Any]] = ck.list(status, "reservedFor", "status.")
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> ResourceClaim:
+        return cls(raw)
+
+
+def _check_allocation(ck: _Checker, allocation: Any) -> None:
+    if not isinstance(allocation, dict):
+        raise ck.fail("status.allocation", "must be an object")
+    devices = ck.mapping(allocation, "devices", "status.allocation.")
+    for i, result in enumerate(ck.list(devices, "results", "status.allocation.devices.")):
+        where = f"status.allocation.devices.results[{i}]"
+        if not isinstance(result, dict):
+            raise ck.fail(where, "must be an object")
+        for key in ("request", "driver", "pool", "device"):
+            ck.string(result, key, f"{where}.", required=True)
+        ck.string(result, "shareID", f"{where}.")
+        for name, value in ck.mapping(result, "consumedCapacity", f"{where}.").items():
+            ck.quantity(value, f"{where}.consumedCapacity[{name}]")
+
+
+class Node:
+    __slots__ = ("labels", "labels_key", "name", "raw", "uid")
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        ck, meta = _metadata(raw, "Node")
+        self.raw = raw
+        self.name: str = meta["name"]
+        self.uid: str = meta.get("uid") or ""
+        labels = ck.mapping(meta, "labels", "metadata.")
+        for key, value in labels.items():
+            if not isinstance(value, str):
+                raise ck.fail(f"metadata.labels[{key}]", f"must be a string, got {value!r}")
+        self.labels: dict[str, str] = labels
+        self.labels_key = tuple(sorted(labels.items()))
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> Node:
+        return cls(raw)
+
+    @classmethod
+    def named(cls, name: str, labels: Mapping[str, str] | None = None) -> Node:
+        return cls(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels or {})}}
+        )
+
+
+class DeviceTaintRule:
+    __slots__ = ("name", "raw", "selector", "taint", "uid")
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        ck, meta = _metadata(raw, "DeviceTaintRule")
+        self.raw = raw
+        self.name: str = meta["name"]
+        self.uid: str = meta.get("uid") or ""
+        spec = ck.mapping(raw, "spec", "", required=True)
+        selector = spec.get("deviceSelector")
+        self.selector: tuple[str, str, str] | None = None
+        if selector is not None:
+            if not isinstance(selector, dict):
+                raise ck.fail("spec.deviceSelector", "must be an object")
+            self.selector = tuple(
+                ck.string(selector, key, "spec.deviceSelector.") for key in ("driver", "pool", "device")
+            )  # type: ignore[assignment]
+        if spec.get("taint") is None:
+            raise ck.fail("spec.taint", "required field is missing")
+        self.taint = _parse_taint(ck, spec["taint"], "spec.taint")
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> DeviceTaintRule:
+        return cls(raw)
+
+    def matches(self, driver: str, pool: str, device: str) -> bool:
+        """Set selector fields must be equal; a rule without a selector matches nothing."""
+        if self.selector is None:
+            return False
+        want_driver, want_pool, want_device = self.selector
+        return (
+            (not want_driver or want_driver == driver)
+            and (not want_pool or want_pool == pool)
+            and (not want_device or want_device == device)
+        )
+
+
+_KINDS: dict[str, type] = {
+    "DeviceClass": DeviceClass,
+    "ResourceSlice": ResourceSlice,
+    "ResourceClaim": ResourceClaim,
+    "Node": Node,
+    "DeviceTaintRule": DeviceTaintRule,
+}
+
+
+def parse_object(
+    raw: dict[str, Any],
+) -> DeviceClass | ResourceSlice | ResourceClaim | Node | DeviceTaintRule | None:
+    """Parse one API object of a kind the allocator uses; None for every other kind."""
+    if not isinstance(raw, dict):
+        raise InvalidObjectError("object", "", "", f"must be an object, got {type(raw).__name__}")
+    cls = _KINDS.get(raw.get("kind", ""))
+    return cls(raw) if cls is not None else None

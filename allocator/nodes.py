@@ -1,0 +1,89 @@
+"""Core NodeSelector semantics (node affinity), as used by ResourceSlices and allocation results."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from allocator.model import Node
+
+
+class NodeSelectorError(ValueError):
+    """A node selector that cannot be evaluated (unknown operator, bad Gt/Lt value, unsupported field)."""
+
+
+def _integer_operand(values: list[str], operator: str) -> int:
+    if len(values) != 1:
+        raise NodeSelectorError(f"operator {operator} needs exactly one value, got {len(values)}")
+    try:
+        return int(values[0])
+    except ValueError:
+        raise NodeSelectorError(f"operator {operator} needs an integer value, got {values[0]!r}") from None
+
+
+def _requirement_matches(requirement: Mapping[str, Any], values_by_key: Mapping[str, str]) -> bool:
+    key = requirement.get("key", "")
+    operator = requirement.get("operator", "")
+    values = list(requirement.get("values") or [])
+    present = key in values_by_key
+    actual = values_by_key.get(key)
+    if operator == "In":
+        if not values:
+            raise NodeSelectorError(f"key {key}: operator In needs at least one value")
+        return present and actual in values
+    if operator == "NotIn":
+        if not values:
+            raise NodeSelectorError(f"key {key}: operator NotIn needs at least one value")
+        return not present or actual not in values
+    if operator in ("Exists", "DoesNotExist"):
+        if values:
+            raise NodeSelectorError(f"key {key}: operator {operator} takes no values")
+        return present if operator == "Exists" else not present
+    if operator in ("Gt", "Lt"):
+        bound = _integer_operand(values, operator)
+        if not present:
+            return False
+        try:
+            number = int(actual or "")
+        except ValueError:
+            return False
+        return number > bound if operator == "Gt" else number < bound
+    raise NodeSelectorError(f"key {key}: unknown operator {operator!r}")
+
+
+def _term_matches(term: Mapping[str, Any], node: Node) -> bool:
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not expressions and not fields:
+        return False  # an empty term matches no node
+    for requirement in expressions:
+        if not _requirement_matches(requirement, node.labels):
+            return False
+    for requirement in fields:
+        if requirement.get("key") != "metadata.name":
+            raise NodeSelectorError(f"unsupported field selector key {requirement.get('key')!r}")
+        if requirement.get("operator") not in ("In", "NotIn"):
+            raise NodeSelectorError(
+                f"field selector metadata.name: unsupported operator {requirement.get('operator')!r}"
+            )
+        if not _requirement_matches(requirement, {"metadata.name": node.name}):
+            return False
+    return True
+
+
+def node_matches_selector(node: Node, node_selector: Mapping[str, Any]) -> bool:
+    """True if any term matches (terms are ORed, requirements inside a term ANDed)."""
+    return any(_term_matches(term, node) for term in node_selector.get("nodeSelectorTerms") or [])
+
+
+def node_matches(
+    node: Node | None, node_name: str, all_nodes: bool, node_selector: Mapping[str, Any] | None
+) -> bool:
+    """Node selection of a slice or device: nodeName, then allNodes, then nodeSelector."""
+    if node_name:
+        return node is not None and node.name == node_name
+    if all_nodes:
+        return True
+    if node_selector is not None:
+        return node is not None and node_matches_selector(node, node_selector)
+    return False

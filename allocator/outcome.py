@@ -1,0 +1,67 @@
+"""What an allocation attempt returns: the results, or why the claims do not fit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+REJECTION_KEYS = (
+    "class selector",
+    "request selector",
+    "in use",
+    "taint",
+    "counters",
+    "capacity",
+    "constraint",
+    "incomplete pool",
+    "invalid pool",
+    "node",
+    "binding conditions",
+)
+
+
+@dataclass
+class Reason:
+    """Why one request (or subrequest) of one claim could not be satisfied on the node."""
+
+    claim: str  # "ns/name"
+    request: str
+    subrequest: str | None
+    needed: int
+    considered: int
+    rejected: dict[str, int] = field(default_factory=dict)
+    in_use_by: dict[str, int] = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def matching(self) -> int:
+        """Devices that passed every per-device check."""
+        return self.considered - sum(v for k, v in self.rejected.items() if k != "constraint")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "claim": self.claim,
+            "request": self.request,
+            "subrequest": self.subrequest,
+            "needed": self.needed,
+            "considered": self.considered,
+            "rejected": dict(self.rejected),
+            "inUseBy": dict(self.in_use_by),
+            "message": self.message,
+        }
+
+
+@dataclass
+class AllocationOutcome:
+    success: bool
+    allocations: list[dict[str, Any]]
+    reasons: list[Reason]
+    steps: int
+    subrequest_ranks: list[dict[str, int]]
+
+    def summary(self) -> str:
+        if self.success:
+            return f"allocated {len(self.allocations)} claim(s)"
+        if not self.reasons:
+            return "cannot allocate all claims"
+        return "; ".join(r.message for r in self.reasons)

@@ -1,0 +1,269 @@
+"""Which devices a node can see, grouped in resource pools, and in which order the search visits them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from allocator.errors import AllocationError
+from allocator.features import FeatureGates
+from allocator.model import BLOCKING_TAINT_EFFECTS, Device, DeviceTaintRule, Node, ResourceSlice
+from allocator.nodes import NodeSelectorError, node_matches
+from allocator.quantity import Quantity
+
+COMPLETE, INCOMPLETE, INVALID = "complete", "incomplete", "invalid"
+
+DeviceKey = tuple[str, str, str]  # (driver, pool, device)
+
+
+class DeviceEntry:
+    """One device as seen from one node: everything the search needs, precomputed."""
+
+    __slots__ = (
+        "blocking_taints",
+        "device",
+        "equivalence",
+        "index",
+        "key",
+        "node_ok",
+        "pool",
+        "slice",
+        "taints",
+    )
+
+    def __init__(
+        self,
+        pool: Pool,
+        slice_: ResourceSlice,
+        device: Device,
+        node_ok: bool,
+        taints: tuple[dict[str, Any], ...],
+    ) -> None:
+        self.pool = pool
+        self.slice = slice_
+        self.device = device
+        self.key: DeviceKey = (slice_.driver, slice_.pool, device.name)
+        self.node_ok = node_ok
+        self.taints = taints
+        self.blocking_taints = tuple(t for t in taints if t.get("effect") in BLOCKING_TAINT_EFFECTS)
+        self.index = -1  # position in NodePools.candidates
+        self.equivalence: object = None
+
+
+class Pool:
+    __slots__ = (
+        "counter_sets",
+        "device_count",
+        "devices_not_targeting",
+        "driver",
+        "entries",
+        "generation",
+        "has_binding_conditions",
+        "name",
+        "reason",
+        "slices",
+        "status",
+    )
+
+    def __init__(self, driver: str, name: str, generation: int) -> None:
+        self.driver = driver
+        self.name = name
+        self.generation = generation
+        self.status = COMPLETE
+        self.reason = ""
+        self.slices: list[ResourceSlice] = []
+        self.entries: list[DeviceEntry] = []
+        self.counter_sets: dict[str, dict[str, Quantity]] = {}
+        self.devices_not_targeting: list[Device] = []
+        self.has_binding_conditions = False
+        self.device_count = 0  # devices visible from the node, also for incomplete and invalid pools
+
+    @property
+    def pool_id(self) -> str:
+        return f"{self.driver}/{self.name}"
+
+    def all_devices(self) -> Iterable[Device]:
+        for entry in self.entries:
+            yield entry.device
+        yield from self.devices_not_targeting
+
+
+class NodePools:
+    """The pools of one node in search order; ``candidates`` holds the devices of usable pools in order."""
+
+    __slots__ = ("candidates", "has_invalid", "pools")
+
+    def __init__(self, pools: list[Pool]) -> None:
+        self.pools = pools
+        self.candidates: list[DeviceEntry] = [e for p in pools if p.status == COMPLETE for e in p.entries]
+        for index, entry in enumerate(self.candidates):
+            entry.index = index
+        self.has_invalid = any(p.status == INVALID for p in pools)
+
+
+def _slice_relevant(slice_: ResourceSlice, node: Node, features: FeatureGates) -> bool:
+    partitionable = features.enabled("DRAPartitionableDevices")
+    if not partitionable and (slice_.per_device_node_selection is not None or slice_.shared_counters_set):
+        return False
+    if slice_.shared_counters_set:
+        return True
+    try:
+        if slice_.node_name or slice_.all_nodes or slice_.node_selector is not None:
+            return node_matches(node, slice_.node_name, slice_.all_nodes, slice_.node_selector)
+        if slice_.per_device_node_selection:
+            for device in slice_.devices:
+                try:
+                    if node_matches(node, device.node_name, device.all_nodes, device.node_selector):
+                        return True
+                except NodeSelectorError as exc:
+                    raise AllocationError(
+                        f"gather pool information: failed to perform node selection for device {device.name} "
+                        f"in slice {slice_.name}: {exc}"
+                    ) from None
+    except NodeSelectorError as exc:
+        raise AllocationError(
+            f"gather pool information: failed to perform node selection for slice {slice_.name}: {exc}"
+        ) from None
+    return False  # no node selection field we know of
+
+
+def effective_taints(
+    slice_: ResourceSlice, device: Device, rules: Sequence[DeviceTaintRule]
+) -> tuple[dict[str, Any], ...]:
+    """The device's own taints plus those of matching DeviceTaintRules (as the slice tracker patches them)."""
+    matching = tuple(r.taint for r in rules if r.matches(slice_.driver, slice_.pool, device.name))
+    return device.taints + matching if matching else device.taints
+
+
+def gather_pools(
+    node: Node,
+    features: FeatureGates,
+    slices: Iterable[ResourceSlice],
+    slices_of_pool: Callable[[str, str], Iterable[ResourceSlice]],
+    taint_rules: Sequence[DeviceTaintRule],
+) -> NodePools:
+    """Pools visible from ``node``. ``slices`` are the candidate slices (node-local plus shared);
+    ``slices_of_pool(driver, pool)`` returns every slice of a pool, for completeness checks."""
+    kept: dict[tuple[str, str], list[ResourceSlice]] = {}
+    for slice_ in sorted(slices, key=lambda s: s.name):
+        if not _slice_relevant(slice_, node, features):
+            continue
+        pool_key = (slice_.driver, slice_.pool)
+        current = kept.get(pool_key)
+        if current is None or slice_.pool_generation > current[0].pool_generation:
+            kept[pool_key] = [slice_]
+        elif slice_.pool_generation == current[0].pool_generation:
+            current.append(slice_)
+
+    pools: list[Pool] = []
+    for (driver, pool_name), pool_slices in kept.items():
+        generation = pool_slices[0].pool_generation
+        expected = pool_slices[0].resource_slice_count
+        not_targeting: list[ResourceSlice] = []
+        pool = Pool(driver, pool_name, generation)
+        pool.device_count = sum(len(s.devices) for s in pool_slices)
+        if len(pool_slices) != expected:
+            everything = list(slices_of_pool(driver, pool_name))
+            if any(s.pool_generation > generation for s in everything):
+                continue  # obsolete: the driver is publishing a newer generation, ignore the pool entirely
+            same_generation = [s for s in everything if s.pool_generation == generation]
+            if len(same_generation) != expected:
+                pool.status = INCOMPLETE
+                pool.reason = f"{len(same_generation)} of {expected} slices published"
+                pools.append(pool)
+                continue
+            kept_names = {s.name for s in pool_slices}
+            not_targeting = sorted(
+                (s for s in same_generation if s.name not in kept_names), key=lambda s: s.name
+            )
+        _build_pool(pool, pool_slices, not_targeting, node, features, taint_rules)
+        pools.append(pool)
+
+    pools.sort(key=lambda p: (p.has_binding_conditions, p.driver, p.name))
+    _assign_equivalence(pools)
+    return NodePools(pools)
+
+
+def _build_pool(
+    pool: Pool,
+    slices: list[ResourceSlice],
+    not_targeting: list[ResourceSlice],
+    node: Node,
+    features: FeatureGates,
+    taint_rules: Sequence[DeviceTaintRule],
+) -> None:
+    partitionable = features.enabled("DRAPartitionableDevices")
+    use_rules = features.enabled("DRADeviceTaintRules") and taint_rules
+    pool.slices = slices
+    device_slices = [s for s in slices if not (partitionable and s.shared_counters_set)]
+    seen: set[str] = set()
+    for slice_ in device_slices:
+        per_device = bool(slice_.per_device_node_selection)
+        for device in slice_.devices:
+            if device.name in seen:
+                _invalidate(pool, f"duplicate device name {device.name}")
+                return
+            seen.add(device.name)
+            node_ok = True
+            if per_device:
+                try:
+                    node_ok = node_matches(node, device.node_name, device.all_nodes, device.node_selector)
+                except NodeSelectorError as exc:
+                    raise AllocationError(
+                        f"gather pool information: failed to perform node selection for device {device.name} "
+                        f"in slice {slice_.name}: {exc}"
+                    ) from None
+            taints = effective_taints(slice_, device, taint_rules) if use_rules else device.taints
+            pool.entries.append(DeviceEntry(pool, slice_, device, node_ok, taints))
+            if device.binding_conditions:
+                pool.has_binding_conditions = True
+    pool.devices_not_targeting = [
+        d for s in not_targeting if not (partitionable and s.shared_counters_set) for d in s.devices
+    ]
+    if not partitionable:
+        return
+    for slice_ in slices:
+        for set_name, counters in slice_.counter_sets:
+            if set_name in pool.counter_sets:
+                _invalidate(pool, f"duplicate counter set name {set_name}")
+                return
+            pool.counter_sets[set_name] = counters
+    for device in pool.all_devices():
+        for set_name, counters in device.consumes_counters:
+            counter_set = pool.counter_sets.get(set_name)
+            if counter_set is None:
+                _invalidate(pool, f"counter set {set_name} not found")
+                return
+            for counter in counters:
+                if counter not in counter_set:
+                    _invalidate(pool, f"counter {counter} not found in counter set {set_name}")
+                    return
+
+
+def _invalidate(pool: Pool, reason: str) -> None:
+    pool.status = INVALID
+    pool.reason = reason
+    pool.entries = []
+    pool.devices_not_targeting = []
+    pool.counter_sets = {}
+
+
+def _assign_equivalence(pools: list[Pool]) -> None:
+    """Give devices that no check can tell apart the same equivalence token (used to prune the search).
+
+    Devices allowing multiple allocations keep a unique token: their remaining capacity differs per device.
+    """
+    tokens: dict[tuple[Any, ...], int] = {}
+    for pool in pools:
+        for entry in pool.entries:
+            if entry.device.allow_multiple_allocations:
+                entry.equivalence = ("unique", entry.key)
+                continue
+            signature = (
+                pool.driver,
+                pool.name,
+                entry.device.signature,
+                entry.node_ok,
+                repr(entry.taints) if entry.taints is not entry.device.taints else None,
+            )
+            entry.equivalence = tokens.setdefault(signature, len(tokens))

@@ -1,0 +1,162 @@
+"""Explain a failed allocation: per claim and request, which check rejected how many devices."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from allocator import capacity as cap
+from allocator.constraints import DistinctAttribute, lookup_attribute
+from allocator.errors import AllocationError
+from allocator.outcome import Reason
+from allocator.pools import INCOMPLETE, INVALID, DeviceEntry
+from allocator.taints import untolerated
+
+if TYPE_CHECKING:
+    from allocator.search import RequestData, _Search
+
+_PHRASES = {
+    "request selector": "rejected by request selectors",
+    "in use": "in use",
+    "taint": "tainted",
+    "counters": "without enough shared counters",
+    "capacity": "without enough capacity",
+    "constraint": "failing claim constraints",
+    "incomplete pool": "in incomplete pools",
+    "invalid pool": "in invalid pools",
+    "node": "not available on this node",
+    "binding conditions": "with binding conditions (feature disabled)",
+}
+
+
+def _counters_short(search: _Search, entry: DeviceEntry) -> bool:
+    """Would the device exceed its pool's counters given only what is already allocated?"""
+    if not entry.device.consumes_counters:
+        return False
+    if not search.partitionable:
+        return True
+    available = search._pool_counters(entry.pool)
+    for set_name, counters in entry.device.consumes_counters:
+        for counter, value in counters.items():
+            if available[set_name][counter] < value:
+                return True
+    return False
+
+
+def _rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) -> str | None:
+    device = entry.device
+    if device.binding_conditions and not search.binding_and_status:
+        return "binding conditions"
+    try:
+        if not search._selectors_match(ci, rd, entry, True):
+            return "class selector"
+    except AllocationError:
+        return "class selector"
+    try:
+        if not search._selectors_match(ci, rd, entry, False):
+            return "request selector"
+    except AllocationError:
+        return "request selector"
+    if not entry.node_ok:
+        return "node"
+    if not rd.admin and entry.key in search.allocated.devices:
+        return "in use"
+    if search.taints_on and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
+        return "taint"
+    skip_counters = device.allow_multiple_allocations and entry.key in search.allocated.capacity
+    if not skip_counters and _counters_short(search, entry):
+        return "counters"
+    if search.consumable and (
+        cap.undefined_requests(rd.capacity_requests, device, entry.key[0])
+        or not cap.fits(
+            rd.capacity_requests,
+            device,
+            entry.key[0],
+            device.allow_multiple_allocations,
+            search.allocated.capacity.get(entry.key),
+            None,
+        )
+    ):
+        return "capacity"
+    return None
+
+
+def _constraint_losses(search: _Search, ci: int, rd: RequestData, usable: list[DeviceEntry]) -> int:
+    """Usable devices that cannot be part of the best group any applicable constraint allows."""
+    worst = 0
+    for constraint in search.constraints[ci]:
+        if not constraint.applies(rd.base_name, rd.sub_name):
+            continue
+        values = Counter()
+        for entry in usable:
+            value = lookup_attribute(entry.device, entry.key[0], constraint.attribute)
+            if value is not None:
+                values[value] += 1
+        best = len(values) if isinstance(constraint, DistinctAttribute) else max(values.values(), default=0)
+        worst = max(worst, len(usable) - best)
+    return worst
+
+
+def _message(claim_name: str, rd: RequestData, reason: Reason, note: str = "") -> str:
+    label = f"request {rd.base_name}" + (f", subrequest {rd.sub_name}" if rd.sub_name else "")
+    noun = "device" if reason.needed == 1 else "devices"
+    details = [f"{reason.rejected[k]} {_PHRASES[k]}" for k in _PHRASES if reason.rejected.get(k)]
+    text = f"claim {claim_name}: {label}: needs {reason.needed} {noun}, {reason.matching} match"
+    if reason.matching == 1:
+        text += "es"
+    if details:
+        text += f" ({', '.join(details)})"
+    return text + note
+
+
+def explain(search: _Search) -> list[Reason]:
+    pools = search.pools
+    incomplete = sum(p.device_count for p in pools.pools if p.status == INCOMPLETE)
+    invalid = sum(p.device_count for p in pools.pools if p.status == INVALID)
+    considered = len(search.candidates) + incomplete + invalid
+    short: list[Reason] = []
+    everything: list[Reason] = []
+    for ci, claim in enumerate(search.claims):
+        for rds in search.requests[ci]:
+            for rd in rds:
+                rejected: Counter[str] = Counter()
+                if incomplete:
+                    rejected["incomplete pool"] = incomplete
+                if invalid:
+                    rejected["invalid pool"] = invalid
+                in_use_by: Counter[str] = Counter()
+                usable = []
+                for entry in search.candidates:
+                    why = _rejection(search, ci, rd, entry)
+                    if why is None:
+                        usable.append(entry)
+                        continue
+                    rejected[why] += 1
+                    if why == "in use":
+                        in_use_by[search.allocated.devices[entry.key]] += 1
+                lost = _constraint_losses(search, ci, rd, usable)
+                if lost:
+                    rejected["constraint"] = lost
+                reason = Reason(
+                    claim.key,
+                    rd.base_name,
+                    rd.sub_name,
+                    rd.num_devices,
+                    considered,
+                    dict(rejected),
+                    dict(in_use_by),
+                )
+                if reason.matching - lost < rd.num_devices or (
+                    rd.all_devices is not None and not rd.all_devices
+                ):
+                    reason.message = _message(claim.name, rd, reason)
+                    short.append(reason)
+                else:
+                    reason.message = _message(
+                        claim.name,
+                        rd,
+                        reason,
+                        "; enough on their own, but not together with the other requests",
+                    )
+                    everything.append(reason)
+    return short or everything

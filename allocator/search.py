@@ -1,0 +1,683 @@
+"""The structured allocator: depth-first search over claims, requests and device slots.
+
+Semantics follow upstream's incubating/experimental allocator (first solution in pool/slice/device order
+wins, combinations within a request, firstAvailable with backtracking across claims). Deliberate fixes of
+known upstream bugs are marked where they are implemented.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from allocator import capacity as cap
+from allocator.constraints import Constraint, DistinctAttribute, MatchAttribute
+from allocator.errors import AllocationError, AllocationTimeout, NodeAllocationError
+from allocator.features import FeatureGates
+from allocator.inventory import Inventory
+from allocator.model import DeviceClass, ExactRequest, Node, ResourceClaim
+from allocator.outcome import AllocationOutcome
+from allocator.pools import INCOMPLETE, INVALID, DeviceEntry, NodePools, Pool
+from allocator.quantity import Quantity
+from allocator.result import build_allocation
+from allocator.state import AllocatedState
+from allocator.taints import untolerated
+
+MAX_RESULTS_PER_CLAIM = 32  # AllocationResultsMaxSize
+FAIL, OK, MAX_SIZE = 0, 1, 2
+_DEADLINE_CHECK_INTERVAL = 64
+
+
+class RequestData:
+    """One ``exactly`` request or one subrequest, prepared for the search."""
+
+    __slots__ = (
+        "admin",
+        "all_devices",
+        "base_name",
+        "capacity_requests",
+        "class_programs",
+        "device_class",
+        "full_name",
+        "mask",
+        "name",
+        "num_devices",
+        "parent_name",
+        "request",
+        "request_programs",
+        "selectable",
+        "sub_name",
+        "tolerations",
+    )
+
+    def __init__(
+        self, request: ExactRequest, parent_name: str | None, device_class: DeviceClass, admin: bool
+    ) -> None:
+        self.request = request
+        self.name = request.name
+        self.parent_name = parent_name
+        self.base_name = parent_name if parent_name is not None else request.name
+        self.sub_name = request.name if parent_name is not None else None
+        self.full_name = f"{parent_name}/{request.name}" if parent_name is not None else request.name
+        self.device_class = device_class
+        self.admin = admin
+        self.tolerations = request.tolerations
+        self.capacity_requests = request.capacity_requests
+        self.num_devices = 0
+        self.all_devices: list[DeviceEntry] | None = None
+        self.class_programs: list[Any] | None = None  # compiled lazily, like upstream (no devices: no error)
+        self.request_programs: list[Any] | None = None
+        self.selectable: list[bool | None] = []
+        self.mask: int | None = None  # candidates that may be selectable (pruning only)
+
+
+class Chosen:
+    """A device tentatively allocated to a request."""
+
+    __slots__ = ("consumed", "counted", "entry", "multiple", "request", "share_id")
+
+    def __init__(self, entry: DeviceEntry, request: RequestData, multiple: bool) -> None:
+        self.entry = entry
+        self.request = request
+        self.multiple = multiple
+        self.counted = False  # counters were consumed for it
+        self.share_id: str | None = None
+        self.consumed: dict[str, Quantity] | None = None
+
+
+def claim_ref(claim: ResourceClaim) -> str:
+    """Like klog.KObj: namespace/name, or just the name without a namespace."""
+    return f"{claim.namespace}/{claim.name}" if claim.namespace else claim.name
+
+
+class Allocator:
+    """Allocates claims on one node at a time. Cheap to create; reusable for many nodes and calls.
+
+    ``prune`` enables search pruning that never changes which solution is found, but makes step counts
+    differ from upstream's in searches that backtrack; pass ``prune=False`` to compare step counts.
+    """
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        allocated: AllocatedState,
+        features: FeatureGates | None = None,
+        *,
+        deadline_s: float = 10.0,
+        prune: bool = True,
+    ) -> None:
+        self.inventory = inventory
+        self.allocated = allocated
+        self.features = features or FeatureGates()
+        self.deadline_s = deadline_s
+        self.prune = prune
+
+    def allocate(self, node: Node, claims: Sequence[ResourceClaim]) -> AllocationOutcome:
+        pools = self.inventory.node_pools(node, self.features)
+        return _Search(self, node, pools, list(claims)).run()
+
+
+class _Search:
+    """State of one allocate() call."""
+
+    def __init__(
+        self, allocator: Allocator, node: Node, pools: NodePools, claims: list[ResourceClaim]
+    ) -> None:
+        features = allocator.features
+        self.inventory = allocator.inventory
+        self.allocated = allocator.allocated
+        self.prune = allocator.prune
+        self.deadline = time.monotonic() + allocator.deadline_s
+        self.node = node
+        self.pools = pools
+        self.candidates = pools.candidates
+        self.claims = claims
+        self.admin_gate = features.enabled("DRAAdminAccess")
+        self.prioritized = features.enabled("DRAPrioritizedList")
+        self.partitionable = features.enabled("DRAPartitionableDevices")
+        self.taints_on = features.enabled("DRADeviceTaints")
+        self.consumable = features.enabled("DRAConsumableCapacity")
+        self.binding_and_status = features.binding_and_status
+        self.list_attributes = features.enabled("DRAListTypeAttributes")
+        # Upstream's "stable" variant (chosen when none of these is on) has no distinctAttribute.
+        self.distinct_supported = self.consumable or self.binding_and_status or self.list_attributes
+        self.steps = 0
+        self.backtracked = False
+        # Per claim, per request: the RequestData list (one entry, or one per firstAvailable subrequest).
+        self.requests: list[list[list[RequestData]]] = []
+        self.first_available: list[list[bool]] = []
+        self.selected_sub: list[list[int]] = []
+        self.constraints: list[list[Constraint]] = []
+        self.results: list[list[Chosen]] = [[] for _ in claims]
+        # device key -> claim indices it is being allocated to in this attempt (exclusive use)
+        self.allocating: dict[tuple[str, str, str], list[int]] = {}
+        self.allocating_mask = 0
+        self.allocating_capacity: dict[tuple[str, str, str], dict[str, Quantity]] = {}
+        self.allocating_shares: dict[tuple[str, str, str], int] = {}
+        self.available_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
+        self.consumed_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
+        self._compile_options: Any = None
+        self._allocated_mask: int | None = None
+
+    # --- entry point ----------------------------------------------------------------------------------
+    def run(self) -> AllocationOutcome:
+        self._prepare()
+        depth = sum(
+            1 + sum(2 + max(rd.num_devices for rd in rds) for rds in claim) for claim in self.requests
+        )
+        if depth + 200 > sys.getrecursionlimit():
+            sys.setrecursionlimit(depth + 1000)  # one frame per search step along the current path
+        status = self._step(0, 0, 0, 0, False, 0)
+        if status == OK:
+            allocations = [
+                build_allocation(
+                    claim,
+                    self.results[ci],
+                    [rds[self.selected_sub[ci][ri]] for ri, rds in enumerate(self.requests[ci])],
+                    self.node.name,
+                    self.binding_and_status,
+                )
+                for ci, claim in enumerate(self.claims)
+            ]
+            ranks = [
+                {
+                    rds[0].parent_name or "": self.selected_sub[ci][ri]
+                    for ri, rds in enumerate(self.requests[ci])
+                    if self.first_available[ci][ri]
+                }
+                for ci in range(len(self.claims))
+            ]
+            return AllocationOutcome(True, allocations, [], self.steps, ranks)
+        from allocator.reasons import explain
+
+        reasons = explain(self)
+        outcome = AllocationOutcome(False, [], reasons, self.steps, [])
+        if self.pools.has_invalid:
+            # Upstream wraps this in ErrFailedAllocationOnNode: an error, but only for this node.
+            raise NodeAllocationError("invalid resource pools were encountered", outcome)
+        return outcome
+
+    # --- preparation ----------------------------------------------------------------------------------
+    def _prepare(self) -> None:
+        for ci, claim in enumerate(self.claims):
+            ref = claim_ref(claim)
+            claim_requests: list[list[RequestData]] = []
+            flags: list[bool] = []
+            min_devices = 0
+            for request in claim.requests:
+                if request.first_available and not self.prioritized:
+                    raise AllocationError(
+                        f"claim {ref}, request {request.name}: has subrequests, but the DRAPrioritizedList "
+                        "feature is disabled"
+                    )
+                if not self.consumable:
+                    if request.exactly is not None and request.exactly.capacity_requests is not None:
+                        raise AllocationError(
+                            f"claim {ref}, request {request.name}: has capacity requests, but the "
+                            "DRAConsumableCapacity feature is disabled"
+                        )
+                    for sub in request.first_available:
+                        if sub.capacity_requests is not None:
+                            raise AllocationError(
+                                f"claim {ref}, subrequest {sub.name}: has capacity requests, but the "
+                                "DRAConsumableCapacity feature is disabled"
+                            )
+                if request.exactly is not None:
+                    rds = [self._request_data(ci, ref, request.exactly, None)]
+                else:
+                    rds = [self._request_data(ci, ref, sub, request.name) for sub in request.first_available]
+                claim_requests.append(rds)
+                flags.append(request.exactly is None)
+                min_devices += min(rd.num_devices for rd in rds)
+            if min_devices > MAX_RESULTS_PER_CLAIM:
+                raise AllocationError(
+                    f"claim {ref}: number of requested devices {min_devices} exceeds the claim limit of "
+                    f"{MAX_RESULTS_PER_CLAIM}"
+                )
+            constraints: list[Constraint] = []
+            for i, constraint in enumerate(claim.constraints):
+                if constraint.match_attribute:
+                    constraints.append(
+                        MatchAttribute(constraint.requests, constraint.match_attribute, self.list_attributes)
+                    )
+                elif constraint.distinct_attribute and self.distinct_supported:
+                    constraints.append(
+                        DistinctAttribute(
+                            constraint.requests, constraint.distinct_attribute, self.list_attributes
+                        )
+                    )
+                else:
+                    raise AllocationError(
+                        f"claim {ref}, constraint #{i}: empty constraint (unsupported constraint type?)"
+                    )
+            self.requests.append(claim_requests)
+            self.first_available.append(flags)
+            self.selected_sub.append([0] * len(claim_requests))
+            self.constraints.append(constraints)
+
+    def _request_data(self, ci: int, ref: str, request: ExactRequest, parent_name: str | None) -> RequestData:
+        for i, selector in enumerate(request.selectors):
+            if selector is None:
+                raise AllocationError(
+                    f"claim {ref}, request {request.name}, selector #{i}: CEL expression empty "
+                    "(unsupported selector type?)"
+                )
+        if not self.admin_gate and request.admin_access is not None:
+            raise AllocationError(
+                f"claim {ref}, request {request.name}: admin access is requested, but the feature is disabled"
+            )
+        if not request.device_class_name:
+            raise AllocationError(
+                f"claim {ref}, request {request.name}: missing device class name (unsupported request type?)"
+            )
+        device_class = self.inventory.device_class(request.device_class_name)
+        if device_class is None:
+            raise AllocationError(
+                f"claim {ref}, request {request.name}: could not retrieve device class "
+                f"{request.device_class_name}: deviceclass.resource.k8s.io "
+                f'"{request.device_class_name}" not found'
+            )
+        rd = RequestData(request, parent_name, device_class, self.admin_gate and bool(request.admin_access))
+        rd.selectable = [None] * len(self.candidates)
+        if request.allocation_mode == "ExactCount":
+            rd.num_devices = request.count
+        elif request.allocation_mode == "All":
+            rd.all_devices = self._all_devices(ci, ref, rd)
+            rd.num_devices = len(rd.all_devices)
+        else:
+            raise AllocationError(
+                f"claim {ref}, request {request.name}: unsupported count mode {request.allocation_mode}"
+            )
+        return rd
+
+    def _all_devices(self, ci: int, ref: str, rd: RequestData) -> list[DeviceEntry]:
+        devices = []
+        for pool in self.pools.pools:
+            if pool.status == INCOMPLETE:
+                raise AllocationError(
+                    f"claim {ref}, request {rd.name}: asks for all devices, but resource pool {pool.pool_id} "
+                    "is currently being updated"
+                )
+            if pool.status == INVALID:
+                raise AllocationError(
+                    f"claim {ref}, request {rd.name}: asks for all devices, but resource pool {pool.pool_id} "
+                    "is currently invalid"
+                )
+            for entry in pool.entries:
+                if not self._is_selectable(ci, rd, entry):
+                    continue
+                if self.consumable and not self._capacity_fits(rd, entry, False):
+                    continue
+                devices.append(entry)
+        return devices
+
+    # --- selection ------------------------------------------------------------------------------------
+    def _options(self) -> Any:
+        if self._compile_options is None:
+            from allocator import cel
+
+            self._compile_options = cel.CompileOptions(
+                consumable_capacity=self.consumable, list_type_attributes=self.list_attributes
+            )
+        return self._compile_options
+
+    def _compile(self, ci: int, rd: RequestData, for_class: bool) -> list[Any]:
+        from allocator import cel
+
+        expressions = rd.device_class.selectors if for_class else rd.request.selectors
+        programs = []
+        for i, expression in enumerate(expressions):
+            try:
+                programs.append(cel.compile(expression or "", self._options()))
+            except cel.CELError as exc:
+                owner = (
+                    f"class {rd.device_class.name}" if for_class else f"claim {claim_ref(self.claims[ci])}"
+                )
+                raise AllocationError(f"{owner}: selector #{i}: CEL compile error: {exc}") from None
+        return programs
+
+    def _selectors_match(self, ci: int, rd: RequestData, entry: DeviceEntry, for_class: bool) -> bool:
+        from allocator import cel
+
+        programs = rd.class_programs if for_class else rd.request_programs
+        if programs is None:
+            programs = self._compile(ci, rd, for_class)
+            if for_class:
+                rd.class_programs = programs
+            else:
+                rd.request_programs = programs
+        if not programs:
+            return True
+        device = entry.device.cel_device(entry.key[0])
+        for i, program in enumerate(programs):
+            try:
+                if not program.matches(device):
+                    return False
+            except cel.CELError as exc:
+                owner = (
+                    f"class {rd.device_class.name}" if for_class else f"claim {claim_ref(self.claims[ci])}"
+                )
+                raise AllocationError(f"{owner}: selector #{i}: CEL runtime error: {exc}") from None
+        return True
+
+    def _is_selectable(self, ci: int, rd: RequestData, entry: DeviceEntry) -> bool:
+        cached = rd.selectable[entry.index]
+        if cached is not None:
+            return cached
+        result = (
+            (self.binding_and_status or not entry.device.binding_conditions)
+            and self._selectors_match(ci, rd, entry, True)
+            and self._selectors_match(ci, rd, entry, False)
+            and entry.node_ok
+        )
+        rd.selectable[entry.index] = result
+        return result
+
+    def _capacity_fits(self, rd: RequestData, entry: DeviceEntry, multiple_possible: bool = True) -> bool:
+        device, driver = entry.device, entry.key[0]
+        if cap.undefined_requests(rd.capacity_requests, device, driver):
+            return False
+        multiple = device.allow_multiple_allocations
+        return cap.fits(
+            rd.capacity_requests,
+            device,
+            driver,
+            multiple,
+            self.allocated.capacity.get(entry.key),
+            self.allocating_capacity.get(entry.key) if multiple_possible else None,
+        )
+
+    # --- counters -------------------------------------------------------------------------------------
+    def _pool_counters(self, pool: Pool) -> dict[str, dict[str, Quantity]]:
+        # Keyed by (driver, pool): upstream keys these caches by pool name only, so two drivers with
+        # equally named pools would share counters.
+        pool_key = (pool.driver, pool.name)
+        available = self.available_counters.get(pool_key)
+        if available is None:
+            available = {name: dict(counters) for name, counters in pool.counter_sets.items()}
+            for device in pool.all_devices():
+                if device.consumes_counters and self.allocated.is_allocated(
+                    (pool.driver, pool.name, device.name)
+                ):
+                    for set_name, counters in device.consumes_counters:
+                        for counter, value in counters.items():
+                            if counter in available.get(set_name, {}):
+                                available[set_name][counter] = available[set_name][counter] - value
+            self.available_counters[pool_key] = available
+        return available
+
+    def _apply_counters(self, entry: DeviceEntry, sign: int) -> dict[str, dict[str, Quantity]]:
+        pool_key = (entry.pool.driver, entry.pool.name)
+        consumed = self.consumed_counters.setdefault(pool_key, {})
+        for set_name, counters in entry.device.consumes_counters:
+            totals = consumed.setdefault(set_name, {})
+            for counter, value in counters.items():
+                current = totals.get(counter)
+                if sign > 0:
+                    totals[counter] = value if current is None else current + value
+                else:
+                    totals[counter] = current - value  # type: ignore[operator]
+        return consumed
+
+    def _take_counters(self, entry: DeviceEntry) -> bool:
+        available = self._pool_counters(entry.pool)
+        consumed = self._apply_counters(entry, +1)
+        for set_name, counters in available.items():
+            used = consumed.get(set_name)
+            if not used:
+                continue
+            for counter, limit in counters.items():
+                amount = used.get(counter)
+                if amount is not None and limit < amount:
+                    self._apply_counters(entry, -1)
+                    return False
+        return True
+
+    # --- one candidate --------------------------------------------------------------------------------
+    def _in_use(self, key: tuple[str, str, str]) -> bool:
+        return key in self.allocated.devices or bool(self.allocating.get(key))
+
+    def _allocate_device(self, ci: int, rd: RequestData, entry: DeviceEntry, must: bool) -> Chosen | None:
+        device, key = entry.device, entry.key
+        multiple = self.consumable and device.allow_multiple_allocations
+        if rd.admin:
+            if not multiple and ci in self.allocating.get(key, ()):
+                return None
+        elif self._in_use(key):
+            return None
+        if device.consumes_counters and not self.partitionable:
+            return None
+        chosen = Chosen(entry, rd, multiple)
+        skip_counters = multiple and (key in self.allocated.capacity or key in self.allocating_capacity)
+        if device.consumes_counters and not skip_counters:
+            if not self._take_counters(entry):
+                return None
+            chosen.counted = True
+        # Upstream (issue #140436) leaked the counters taken above when a later check rejected the device;
+        # every rejection below gives them back.
+        if self.taints_on and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
+            self._release(chosen)
+            return None
+        if self.consumable and not self._capacity_fits(rd, entry):
+            self._release(chosen)
+            return None
+        constraints = self.constraints[ci]
+        for i, constraint in enumerate(constraints):
+            if not constraint.add(device, key[0], rd.base_name, rd.sub_name):
+                for added in reversed(constraints[:i]):
+                    added.remove(rd.base_name, rd.sub_name)
+                self._release(chosen)
+                if must:
+                    raise AllocationError(
+                        f"claim {claim_ref(self.claims[ci])}, request {rd.name}: cannot add device "
+                        f"{key[0]}/{key[1]}/{key[2]} because a claim constraint would not be satisfied"
+                    )
+                return None
+        if multiple:
+            consumed = cap.consumed_capacity(rd.capacity_requests, device, key[0])
+            chosen.consumed = consumed
+            chosen.share_id = str(uuid.uuid4())
+            totals = dict(self.allocating_capacity.get(key, {}))
+            for name, value in consumed.items():
+                totals[name] = totals[name] + value if name in totals else value
+            self.allocating_capacity[key] = totals
+            self.allocating_shares[key] = self.allocating_shares.get(key, 0) + 1
+        else:
+            users = self.allocating.get(key)
+            if users is None:
+                self.allocating[key] = [ci]
+                self.allocating_mask |= 1 << entry.index
+            else:
+                users.append(ci)
+        self.results[ci].append(chosen)
+        return chosen
+
+    def _release(self, chosen: Chosen) -> None:
+        if chosen.counted:
+            self._apply_counters(chosen.entry, -1)
+            chosen.counted = False
+
+    def _undo(self, ci: int, chosen: Chosen) -> None:
+        rd, entry = chosen.request, chosen.entry
+        for constraint in reversed(self.constraints[ci]):
+            constraint.remove(rd.base_name, rd.sub_name)
+        if chosen.multiple:
+            if chosen.consumed:
+                remaining = self.allocating_shares[entry.key] - 1
+                if remaining:
+                    totals = dict(self.allocating_capacity[entry.key])
+                    for name, value in chosen.consumed.items():
+                        totals[name] = totals[name] - value
+                    self.allocating_capacity[entry.key] = totals
+                    self.allocating_shares[entry.key] = remaining
+                else:
+                    del self.allocating_capacity[entry.key]
+                    del self.allocating_shares[entry.key]
+        else:
+            users = self.allocating[entry.key]
+            users.remove(ci)
+            if not users:
+                del self.allocating[entry.key]
+                self.allocating_mask &= ~(1 << entry.index)
+        # Upstream did not give back counters when undoing a shareable device (issue #140436).
+        self._release(chosen)
+        self.results[ci].pop()
+
+    # --- the search -----------------------------------------------------------------------------------
+    def _step(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int) -> int:
+        """One recursive step (counted like upstream's allocateOne invocations)."""
+        self.steps += 1
+        if self.steps % _DEADLINE_CHECK_INTERVAL == 0 and time.monotonic() > self.deadline:
+            raise AllocationTimeout("timed out trying to allocate devices")
+        if ci >= len(self.claims):
+            return OK
+        claim_requests = self.requests[ci]
+        if ri >= len(claim_requests):
+            status = self._step(ci + 1, 0, 0, 0, False, 0)
+            # The result-size signal stops at a claim boundary: another choice for an earlier claim
+            # may let a later claim pick a subrequest that needs fewer devices.
+            return FAIL if status == MAX_SIZE else status
+        rds = claim_requests[ri]
+        if not in_sub and self.first_available[ci][ri]:
+            all_exceeded = True
+            for sub in range(len(rds)):
+                status = self._step(ci, ri, sub, 0, True, 0)
+                if status == MAX_SIZE:
+                    continue
+                all_exceeded = False
+                if status == OK:
+                    self.selected_sub[ci][ri] = sub
+                    return OK
+            return MAX_SIZE if all_exceeded else FAIL
+        rd = rds[si]
+        all_devices = rd.all_devices
+        if all_devices is not None and not all_devices:
+            return FAIL  # "All" needs at least one device
+        if di >= rd.num_devices:
+            return self._step(ci, ri + 1, 0, 0, False, 0)
+        if len(self.results[ci]) + rd.num_devices - di > MAX_RESULTS_PER_CLAIM:
+            return MAX_SIZE
+        if all_devices is not None:
+            chosen = self._allocate_device(ci, rd, all_devices[di], True)
+            if chosen is None:
+                return FAIL
+            status = self._step(ci, ri, si, di + 1, in_sub, 0)
+            if status != OK:
+                self._undo(ci, chosen)
+                self.backtracked = True
+            return status
+        if self.prune and self.backtracked and self._hopeless(ci, ri, rd, di, start):
+            return FAIL
+        return self._try_candidates(ci, ri, si, di, in_sub, start, rd)
+
+    def _try_candidates(
+        self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: RequestData
+    ) -> int:
+        candidates = self.candidates
+        selectable = rd.selectable
+        allocated_devices = self.allocated.devices
+        allocating = self.allocating
+        admin = rd.admin
+        consumable = self.consumable
+        # Devices no check can tell apart: once one failed at this slot, the others fail too.
+        skip_equivalent = self.prune and not admin
+        tried: set[object] = set()
+        for index in range(start, len(candidates)):
+            entry = candidates[index]
+            key = entry.key
+            if admin:
+                users = allocating.get(key)
+                if users and ci in users:
+                    continue
+            elif key in allocated_devices or allocating.get(key):
+                continue
+            ok = selectable[index]
+            if ok is None:
+                ok = self._is_selectable(ci, rd, entry)
+            if not ok:
+                continue
+            if consumable and not self._capacity_fits(rd, entry):
+                continue
+            if skip_equivalent and entry.equivalence in tried:
+                continue
+            chosen = self._allocate_device(ci, rd, entry, False)
+            if chosen is None:
+                if skip_equivalent:
+                    tried.add(entry.equivalence)
+                continue
+            status = self._step(ci, ri, si, di + 1, in_sub, index + 1)
+            if status == OK:
+                return OK
+            self._undo(ci, chosen)
+            self.backtracked = True
+            if status == MAX_SIZE:
+                return MAX_SIZE
+            if skip_equivalent:
+                tried.add(entry.equivalence)
+        return FAIL
+
+    # --- pruning --------------------------------------------------------------------------------------
+    def _mask(self, ci: int, rd: RequestData) -> int:
+        """Candidates that are or might be selectable (a CEL error counts as "might": the search itself
+        reports it if it ever gets there)."""
+        if rd.mask is None:
+            if rd.all_devices is not None:
+                rd.mask = sum(1 << e.index for e in rd.all_devices)
+            else:
+                mask = 0
+                for entry in self.candidates:
+                    try:
+                        ok = self._is_selectable(ci, rd, entry)
+                    except AllocationError:
+                        ok = True
+                    if ok:
+                        mask |= 1 << entry.index
+                rd.mask = mask
+        return rd.mask
+
+    def _free_mask(self) -> int:
+        if self._allocated_mask is None:
+            devices = self.allocated.devices
+            self._allocated_mask = sum(1 << e.index for e in self.candidates if e.key in devices)
+        return ~(self._allocated_mask | self.allocating_mask)
+
+    def _hopeless(self, ci: int, ri: int, rd: RequestData, di: int, start: int) -> bool:
+        """True if the rest of this claim cannot possibly be satisfied from the free devices.
+
+        Only requests that take devices exclusively count; a shareable device could serve several
+        requests, so its presence disables the claim-wide bound.
+        """
+        if rd.admin:
+            return False
+        free = self._free_mask()
+        mine = self._mask(ci, rd) & free
+        needed_here = rd.num_devices - di
+        if (mine >> start).bit_count() < needed_here:
+            return True
+        needed = needed_here
+        union = (mine >> start) << start
+        for later in self.requests[ci][ri + 1 :]:
+            if any(r.admin for r in later):
+                continue
+            needed += min(r.num_devices for r in later)
+            for r in later:
+                union |= self._mask(ci, r) & free
+        if needed == needed_here:
+            return False
+        if self.consumable and any(
+            self.candidates[i].device.allow_multiple_allocations for i in _bits(union)
+        ):
+            return False
+        return union.bit_count() < needed
+
+
+def _bits(mask: int) -> list[int]:
+    result = []
+    while mask:
+        low = mask & -mask
+        result.append(low.bit_length() - 1)
+        mask ^= low
+    return result
