@@ -39,13 +39,19 @@ class Rule:
 
 
 def cel_compiler(features: FeatureGates) -> Compiler:
-    from allocator import cel
+    """Compiles with the allocator's engine, imported on first use so the webhook starts without it."""
+    consumable_capacity = features.enabled("DRAConsumableCapacity")
+    list_type_attributes = features.enabled("DRAListTypeAttributes")
 
-    options = cel.CompileOptions(
-        consumable_capacity=features.enabled("DRAConsumableCapacity"),
-        list_type_attributes=features.enabled("DRAListTypeAttributes"),
-    )
-    return lambda expression: cel.compile(expression, options)
+    def compile_selector(expression: str) -> object:
+        from allocator import cel
+
+        options = cel.CompileOptions(
+            consumable_capacity=consumable_capacity, list_type_attributes=list_type_attributes
+        )
+        return cel.compile(expression, options)
+
+    return compile_selector
 
 
 class AdmissionHandler:
