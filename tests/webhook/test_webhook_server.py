@@ -11,7 +11,6 @@ import aiohttp
 import orjson
 import pytest
 from webhook_fixtures import (
-    admission_review,
     allocation,
     claim,
     exact_request,
@@ -106,7 +105,7 @@ async def test_missing_certificate_fails_clearly(tmp_path: Path) -> None:
         port=0,
         features=FeatureGates(),
     )
-    with pytest.raises(CertificateLoadError, match="nope.crt"):
+    with pytest.raises(CertificateLoadError, match=r"nope\.crt"):
         await webhook.start()
 
 
