@@ -25,6 +25,9 @@ MODULES = (
     "taints",
     "binding_conditions",
     "consumable_capacity",
+    "list_attributes",
+    "pools",
+    "lexicographic",
 )
 
 

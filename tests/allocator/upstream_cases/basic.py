@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .builders import (
     ALL_NODES,
+    BINDING,
     CLASS_A,
     CLASS_B,
     DRIVER_A,
@@ -19,11 +20,13 @@ from .builders import (
     Case,
     all_devices,
     allocation,
+    cel,
     claim,
     claim_config,
     device,
     device_class,
     devices,
+    features,
     from_claim,
     from_class,
     label_selector,
@@ -521,5 +524,91 @@ CASES = [
         classes=[CLASS],
         slices=[SLICE],
         error="undeclared reference",
+    ),
+]
+
+
+def _five_of_four(name: str, *slices: dict) -> Case:
+    # Upstream counts 16 allocateOne calls for the combinations search (65 for permutations).
+    return Case(name, claims=[simple_claim(count=5)], classes=[CLASS], slices=list(slices), steps=16)
+
+
+def _typed(name: str, kind: str, **kw: object) -> dict:
+    return device(name, attrs={"type": kind}, **kw)
+
+
+_TYPE_X = cel('device.attributes["driver-a"].type == "X"')
+
+CASES += [
+    _five_of_four(
+        "check-combinations-within-single-request-single-pool-single-slice",
+        resource_slice("slice-1", NODE_1, "pool-1", DRIVER_A, *devices(4, 1)),
+    ),
+    _five_of_four(
+        "check-combinations-within-single-request-single-pool-multiple-slices",
+        resource_slice("slice-1", NODE_1, "pool-1", DRIVER_A, *devices(2, 1), count=2),
+        resource_slice("slice-2", NODE_1, "pool-1", DRIVER_A, *devices(2, 3), count=2),
+    ),
+    _five_of_four(
+        "check-combinations-within-single-request-multiple-pools-multiple-slices",
+        resource_slice("slice-1", NODE_1, "pool-1", DRIVER_A, device("device-1"), count=2),
+        resource_slice("slice-2", NODE_1, "pool-1", DRIVER_A, device("device-2"), count=2),
+        resource_slice("slice-3", NODE_1, "pool-2", DRIVER_A, *devices(2, 3)),
+    ),
+    _five_of_four(
+        "check-combinations-within-single-request-many-pools",
+        *(
+            resource_slice(f"slice-{i}", NODE_1, f"pool-{i}", DRIVER_A, device(f"device-{i}"))
+            for i in (1, 2, 3, 4)
+        ),
+    ),
+    Case(
+        # {device-1, device-2} for req-1 leaves nothing for req-2; combinations skip {device-2, device-1}.
+        "check-combinations-with-backtracking",
+        claims=[claim("claim-0", request("req-1", CLASS_A, 2), request("req-2", CLASS_A, 1, _TYPE_X))],
+        classes=[CLASS],
+        slices=[
+            resource_slice(
+                "slice-1",
+                NODE_1,
+                "pool-1",
+                DRIVER_A,
+                _typed("device-1", "X"),
+                _typed("device-2", "Y"),
+                _typed("device-3", "Y"),
+            )
+        ],
+        expect=[
+            allocation(
+                local(),
+                result("req-1", DRIVER_A, "pool-1", "device-2"),
+                result("req-1", DRIVER_A, "pool-1", "device-3"),
+                result("req-2", DRIVER_A, "pool-1", "device-1"),
+            )
+        ],
+        steps=12,
+    ),
+    Case(
+        # The binding condition puts pool-2 last, as upstream intends.
+        "check-combinations-with-backtracking-across-slices-and-pools",
+        features=features(BINDING),
+        claims=[claim("claim-0", request("req-1", CLASS_A, 2), request("req-2", CLASS_A, 1, _TYPE_X))],
+        classes=[CLASS],
+        slices=[
+            resource_slice("slice-1", NODE_1, "pool-1", DRIVER_A, _typed("device-1", "X"), count=2),
+            resource_slice("slice-2", NODE_1, "pool-1", DRIVER_A, _typed("device-2", "Y"), count=2),
+            resource_slice(
+                "slice-3", NODE_1, "pool-2", DRIVER_A, _typed("device-3", "Y", binding=["IsPrepare"])
+            ),
+        ],
+        expect=[
+            allocation(
+                local(),
+                result("req-1", DRIVER_A, "pool-1", "device-2"),
+                result("req-1", DRIVER_A, "pool-2", "device-3", binding=["IsPrepare"]),
+                result("req-2", DRIVER_A, "pool-1", "device-1"),
+            )
+        ],
+        steps=12,
     ),
 ]

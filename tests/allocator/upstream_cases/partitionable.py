@@ -13,6 +13,7 @@ from .builders import (
     PER_DEVICE,
     PRIORITIZED,
     REGION_1,
+    TAINTS,
     Case,
     allocation,
     cel,
@@ -24,12 +25,14 @@ from .builders import (
     first_available,
     label_selector,
     local,
+    match,
     memory_at_least,
     request,
     resource_slice,
     result,
     results,
     sub,
+    taint,
 )
 
 CLASS = device_class(CLASS_A, DRIVER_A)
@@ -488,5 +491,56 @@ CASES += [
                 result("req-1", DRIVER_A, "pool-1", "device-1"),
             )
         ],
+    ),
+]
+
+CASES += [
+    Case(
+        # device-1 passes the counter check but its taint rejects it. Upstream kept its 4Gi counted
+        # (leaving 4Gi of 8Gi), so device-2 (8Gi) no longer fitted; the counters are released.
+        "partitionable-devices-counters-released-after-taint-rejection",
+        features=features(PARTITIONABLE, TAINTS),
+        claims=[claim("claim-0", request("req-0"))],
+        classes=[CLASS],
+        slices=[
+            devices_slice(
+                "slice-1",
+                "pool-1",
+                device(
+                    "device-1",
+                    counters={"counter-set-1": {"memory": "4Gi"}},
+                    taints=[taint("taint-key", "taint-value", "NoSchedule")],
+                ),
+                part("device-2", counter_set_1={"memory": "8Gi"}),
+            ),
+            counters("slice-2", "pool-1", counter_set_1={"memory": "8Gi"}),
+        ],
+        expect=[allocation(local(), result("req-0", DRIVER_A, "pool-1", "device-2"))],
+        fixes_upstream_bug="kubernetes/kubernetes#140436",
+    ),
+    Case(
+        # The same leak through a constraint rejection: device-1 fails matchAttribute with device-0.
+        "partitionable-devices-counters-released-after-constraint-rejection",
+        features=ON,
+        claims=[claim("claim-0", request("req-0"), request("req-1"), constraints=[match("driver-a/numa")])],
+        classes=[CLASS],
+        slices=[
+            devices_slice(
+                "slice-1",
+                "pool-1",
+                device("device-0", attrs={"numa": 0}, counters={"counter-set-1": {"memory": "2Gi"}}),
+                device("device-1", attrs={"numa": 1}, counters={"counter-set-1": {"memory": "4Gi"}}),
+                device("device-2", attrs={"numa": 0}, counters={"counter-set-1": {"memory": "6Gi"}}),
+            ),
+            counters("slice-2", "pool-1", counter_set_1={"memory": "8Gi"}),
+        ],
+        expect=[
+            allocation(
+                local(),
+                result("req-0", DRIVER_A, "pool-1", "device-0"),
+                result("req-1", DRIVER_A, "pool-1", "device-2"),
+            )
+        ],
+        fixes_upstream_bug="kubernetes/kubernetes#140436",
     ),
 ]

@@ -497,3 +497,52 @@ CASES += [
         steps=42,
     ),
 ]
+
+
+def _typed(name: str, kind: str) -> dict:
+    return device(name, attrs={"type": kind})
+
+
+CASES += [
+    Case(
+        # req-1 cannot get three Y devices; req-2's first choice asks for too many; both fall back.
+        "check-combinations-with-prioritized-list",
+        features=ON,
+        claims=[
+            claim(
+                "claim-0",
+                first_available(
+                    "req-1",
+                    sub("subReq-0", CLASS_A, 3, cel('device.attributes["driver-a"].type == "Y"')),
+                    sub("subReq-1", CLASS_A, 2),
+                ),
+                first_available(
+                    "req-2",
+                    sub("subReq-0", CLASS_A, 2),
+                    sub("subReq-1", CLASS_A, 1, cel('device.attributes["driver-a"].type == "X"')),
+                ),
+            )
+        ],
+        classes=CLASSES[:1],
+        slices=[
+            resource_slice(
+                "slice-1",
+                NODE_1,
+                "pool-1",
+                DRIVER_A,
+                _typed("device-1", "X"),
+                _typed("device-2", "Y"),
+                _typed("device-3", "Y"),
+            )
+        ],
+        expect=[
+            allocation(
+                local(),
+                result("req-1/subReq-1", DRIVER_A, "pool-1", "device-2"),
+                result("req-1/subReq-1", DRIVER_A, "pool-1", "device-3"),
+                result("req-2/subReq-1", DRIVER_A, "pool-1", "device-1"),
+            )
+        ],
+        steps=26,
+    ),
+]
