@@ -1,0 +1,355 @@
+"""The Kubernetes CEL libraries (quantity, semver, lists, regex, includes) for cel-expr-python.
+
+cel-expr-python cannot pass custom Python types through CEL (see python-libraries.md, C2), so
+Quantity and Semver values travel as tagged ``bytes``: a 0xFF byte (never valid UTF-8, so
+``string(q)`` fails like upstream's missing conversion) plus a kind letter plus a canonical text.
+The text is canonical for equality: a quantity's exact nano-unit count, a version without build
+metadata. So ``==`` between two quantities or two versions is exact, as upstream.
+
+Typing: ``quantity("1").compareTo(1)`` still fails at compile time (no overload on (bytes, int)),
+as upstream. Documented deviations from upstream, where cel-go rejects at compile time:
+- Mixing a quantity and a semver, or calling a semver method on a quantity, fails at run time
+  with "no such overload" rather than at compile time.
+- ``quantity(...) == "1"`` is ``false`` here where cel-go reports "no such overload".
+- Methods meant for other types (``size()``, ``b"..."`` comparisons) accept the bytes encoding.
+
+cel-expr-python matches an overload at run time by the kinds of its arguments and never by
+``dyn`` parameters, so the functions that accept anything (``includes``, ``indexOf``) get one
+overload per argument kind.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import re2
+from cel_expr_python import cel
+
+from allocator.quantity import INT64_MAX, INT64_MIN, NANO, Quantity
+from allocator.semver import Semver
+
+T = cel.Type
+
+_QUANTITY_TAG = b"\xffQ"
+_SEMVER_TAG = b"\xffS"
+
+# The strings extension already declares indexOf/lastIndexOf; cel-expr-python cannot add list
+# overloads to it, so member calls are renamed (same length, so error positions stay right) to
+# functions that serve both strings and lists.
+RENAMED_MEMBER_FUNCTIONS = {"indexOf": "_ndexOf", "lastIndexOf": "_astIndexOf"}
+
+
+class NoSuchOverload(TypeError):
+    def __init__(self, function: str, *args: object) -> None:
+        kinds = ", ".join(_kind(a) for a in args)
+        super().__init__(f"no such overload: {function}({kinds})")
+
+
+_BYTES = (bytes, bytearray)  # cel-expr-python hands bytes values to functions as bytearray
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, _BYTES):
+        tag = value[:2]
+        return "Quantity" if tag == _QUANTITY_TAG else "Semver" if tag == _SEMVER_TAG else "bytes"
+    return {bool: "bool", int: "int", float: "double", str: "string", list: "list", dict: "map",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+# -- encoding -----------------------------------------------------------------------------------
+
+def encode_quantity(quantity: Quantity) -> bytes:
+    return _QUANTITY_TAG + str(quantity.nanos).encode()
+
+
+def encode_semver(version: Semver) -> bytes:
+    return _SEMVER_TAG + str(Semver(version.major, version.minor, version.patch, version.prerelease)).encode()
+
+
+def _nanos(value: object, function: str, *others: object) -> int:
+    if isinstance(value, _BYTES) and value[:2] == _QUANTITY_TAG:
+        return int(value[2:])
+    raise NoSuchOverload(function, value, *others)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decoded_semver(value: bytes) -> Semver:
+    return Semver.parse(value[2:].decode())
+
+
+def _semver(value: object, function: str, *others: object) -> Semver:
+    if isinstance(value, _BYTES) and value[:2] == _SEMVER_TAG:
+        return _decoded_semver(bytes(value))
+    raise NoSuchOverload(function, value, *others)
+
+
+def _quantity_bytes(nanos: int) -> bytes:
+    return _QUANTITY_TAG + str(nanos).encode()
+
+
+# -- quantity and semver ------------------------------------------------------------------------
+
+def _quantity(text: str) -> bytes:
+    return encode_quantity(Quantity.parse(text))
+
+
+def _is_quantity(text: str) -> bool:
+    try:
+        Quantity.parse(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _sign(value: bytes) -> int:
+    nanos = _nanos(value, "sign")
+    return (nanos > 0) - (nanos < 0)
+
+
+def _compare(a: bytes, b: bytes, function: str) -> int:
+    if a[:2] == b[:2] == _QUANTITY_TAG:
+        x, y = int(a[2:]), int(b[2:])
+        return (x > y) - (x < y)
+    if a[:2] == b[:2] == _SEMVER_TAG:
+        return _decoded_semver(bytes(a)).compare(_decoded_semver(bytes(b)))
+    raise NoSuchOverload(function, a, b)
+
+
+def _as_integer(value: bytes) -> int:
+    nanos = _nanos(value, "asInteger")
+    whole, fraction = divmod(nanos, NANO)
+    if fraction or not INT64_MIN <= whole <= INT64_MAX:
+        raise ValueError("cannot convert value to integer")
+    return whole
+
+
+def _is_integer(value: bytes) -> bool:
+    nanos = _nanos(value, "isInteger")
+    return nanos % NANO == 0 and INT64_MIN <= nanos // NANO <= INT64_MAX
+
+
+def _as_approximate_float(value: bytes) -> float:
+    return Quantity(_nanos(value, "asApproximateFloat")).as_approximate_float()
+
+
+def _add(a: bytes, b: bytes | int) -> bytes:
+    if type(b) is int:
+        return _quantity_bytes(_nanos(a, "add", b) + b * NANO)
+    return _quantity_bytes(_nanos(a, "add", b) + _nanos(b, "add", a))
+
+
+def _sub(a: bytes, b: bytes | int) -> bytes:
+    if type(b) is int:
+        return _quantity_bytes(_nanos(a, "sub", b) - b * NANO)
+    return _quantity_bytes(_nanos(a, "sub", b) - _nanos(b, "sub", a))
+
+
+def _semver_of(text: str, normalize: bool = False) -> bytes:
+    return encode_semver(Semver.parse(text, normalize=normalize))
+
+
+def _is_semver(text: str, normalize: bool = False) -> bool:
+    try:
+        Semver.parse(text, normalize=normalize)
+    except ValueError:
+        return False
+    return True
+
+
+# -- lists, includes, regex --------------------------------------------------------------------
+
+def cel_equal(a: object, b: object) -> bool:
+    """CEL heterogeneous equality on the Python values cel-expr-python hands to functions."""
+    ta, tb = type(a), type(b)
+    if ta is bytearray:
+        a, ta = bytes(a), bytes  # type: ignore[arg-type]
+    if tb is bytearray:
+        b, tb = bytes(b), bytes  # type: ignore[arg-type]
+    if ta is bool or tb is bool:
+        return ta is tb and a == b
+    if ta in (int, float) and tb in (int, float):
+        return a == b
+    if ta is list and tb is list:
+        return len(a) == len(b) and all(cel_equal(x, y) for x, y in zip(a, b, strict=True))  # type: ignore[arg-type]
+    if ta is dict and tb is dict:
+        return a.keys() == b.keys() and all(cel_equal(a[k], b[k]) for k in a)  # type: ignore[attr-defined,index]
+    return ta is tb and a == b
+
+
+def _order_key(value: object, function: str) -> tuple[int, Any]:
+    kind = type(value)
+    if kind is bool:
+        return (0, value)
+    if kind in (int, float):
+        return (1, value)
+    if kind is str:
+        return (2, value)
+    if kind in _BYTES:
+        data = bytes(value)  # type: ignore[call-overload]
+        if data[:2] == _QUANTITY_TAG:
+            return (3, int(data[2:]))
+        if data[:2] == _SEMVER_TAG:
+            return (4, _decoded_semver(data))
+        return (5, data)
+    raise NoSuchOverload(function, value)
+
+
+def _ordered(items: list, function: str) -> list[tuple[int, Any]]:
+    keys = [_order_key(item, function) for item in items]
+    if len({k[0] for k in keys}) > 1:
+        raise NoSuchOverload(function, items)
+    return keys
+
+
+def _is_sorted(items: list) -> bool:
+    keys = _ordered(items, "isSorted")
+    return all(not (b[1] < a[1]) for a, b in itertools.pairwise(keys))
+
+
+def _extreme(items: list, function: str, pick: Callable[[Any, Any], bool]) -> object:
+    if not items:
+        raise ValueError(f"{function} called on empty list")
+    keys = _ordered(items, function)
+    best = 0
+    for i in range(1, len(items)):
+        if pick(keys[i][1], keys[best][1]):
+            best = i
+    return items[best]
+
+
+def _min(items: list) -> object:
+    return _extreme(items, "min", lambda a, b: a < b)
+
+
+def _max(items: list) -> object:
+    return _extreme(items, "max", lambda a, b: a > b)
+
+
+def _sum(items: list) -> int | float:
+    if not items:
+        return 0
+    kinds = {type(item) for item in items}
+    if kinds == {int}:
+        total = sum(items)
+        if not INT64_MIN <= total <= INT64_MAX:
+            raise OverflowError("integer overflow")
+        return total
+    if kinds == {float}:
+        return float(sum(items))
+    raise NoSuchOverload("sum", items)
+
+
+def _index_of(target: str | list, item: object, offset: int | None = None) -> int:
+    if isinstance(target, str):
+        return _string_index_of(target, item, offset, last=False)
+    return next((i for i, x in enumerate(target) if cel_equal(x, item)), -1)
+
+
+def _last_index_of(target: str | list, item: object, offset: int | None = None) -> int:
+    if isinstance(target, str):
+        return _string_index_of(target, item, offset, last=True)
+    return next((i for i in range(len(target) - 1, -1, -1) if cel_equal(target[i], item)), -1)
+
+
+def _string_index_of(text: str, sub: object, offset: int | None, last: bool) -> int:
+    if not isinstance(sub, str):
+        raise NoSuchOverload("lastIndexOf" if last else "indexOf", text, sub)
+    if offset is None:
+        return text.rfind(sub) if last else text.find(sub)
+    if not 0 <= offset <= len(text) or (last and offset >= len(text) and text):
+        raise IndexError(f"index out of range: {offset}")
+    if last:
+        return text.rfind(sub, 0, offset + len(sub))
+    return text.find(sub, offset)
+
+
+def _includes(target: object, item: object) -> bool:
+    if type(target) is list:
+        return any(cel_equal(x, item) for x in target)  # type: ignore[attr-defined]
+    return cel_equal(target, item)
+
+
+@functools.lru_cache(maxsize=512)
+def _regex(pattern: str) -> Any:
+    try:
+        return re2.compile(pattern)
+    except re2.error as err:
+        raise ValueError(f"invalid regular expression {pattern!r}: {err}") from None
+
+
+def _find(text: str, pattern: str) -> str:
+    match = _regex(pattern).search(text)
+    return match.group(0) if match else ""
+
+
+def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
+    if limit == 0:
+        return []
+    found = [m.group(0) for m in _regex(pattern).finditer(text)]
+    return found if limit < 0 else found[:limit]
+
+
+# -- declarations ---------------------------------------------------------------------------------
+
+# The run-time kinds a dyn argument can have (cel-expr-python needs one overload per kind).
+_ANY_KINDS: Sequence[tuple[str, Any]] = (
+    ("int", T.INT), ("uint", T.UINT), ("double", T.DOUBLE), ("string", T.STRING), ("bool", T.BOOL),
+    ("bytes", T.BYTES), ("list", T.LIST), ("map", T.MAP), ("null", T.NULL),
+)
+
+
+def _overload(ident: str, result: Any, params: list[Any], impl: Callable[..., Any],
+              member: bool = False) -> Any:
+    return cel.Overload(ident, result, params, is_member=member, impl=impl)
+
+
+def _member(name: str, result: Any, params: list[Any], impl: Callable[..., Any]) -> Any:
+    ident = "_".join([name, *(str(p).lower().replace("<", "_").replace(">", "").replace(", ", "_")
+                              for p in params)])
+    return cel.Overload(ident, result, params, is_member=True, impl=impl)
+
+
+def function_declarations() -> list[Any]:
+    B, N, S, L = T.BYTES, T.INT, T.STRING, T.LIST
+    decls: dict[str, list[Any]] = {
+        "quantity": [_overload("quantity_string", B, [S], _quantity)],
+        "isQuantity": [_overload("is_quantity_string", T.BOOL, [S], _is_quantity)],
+        # Upstream declares sign() as a global overload; the documented member form works too.
+        "sign": [_overload("sign_quantity", N, [B], _sign), _member("sign", N, [B], _sign)],
+        "compareTo": [_member("compareTo", N, [B, B], lambda a, b: _compare(a, b, "compareTo"))],
+        "isGreaterThan": [_member("isGreaterThan", T.BOOL, [B, B],
+                                  lambda a, b: _compare(a, b, "isGreaterThan") > 0)],
+        "isLessThan": [_member("isLessThan", T.BOOL, [B, B], lambda a, b: _compare(a, b, "isLessThan") < 0)],
+        "asInteger": [_member("asInteger", N, [B], _as_integer)],
+        "isInteger": [_member("isInteger", T.BOOL, [B], _is_integer)],
+        "asApproximateFloat": [_member("asApproximateFloat", T.DOUBLE, [B], _as_approximate_float)],
+        "add": [_member("add", B, [B, B], _add), _member("add", B, [B, N], _add)],
+        "sub": [_member("sub", B, [B, B], _sub), _member("sub", B, [B, N], _sub)],
+        "semver": [_overload("semver_string", B, [S], _semver_of),
+                   _overload("semver_string_bool", B, [S, T.BOOL], _semver_of)],
+        "isSemver": [_overload("is_semver_string", T.BOOL, [S], _is_semver),
+                     _overload("is_semver_string_bool", T.BOOL, [S, T.BOOL], _is_semver)],
+        "major": [_member("major", N, [B], lambda v: _semver(v, "major").major)],
+        "minor": [_member("minor", N, [B], lambda v: _semver(v, "minor").minor)],
+        "patch": [_member("patch", N, [B], lambda v: _semver(v, "patch").patch)],
+        "isSorted": [_member("isSorted", T.BOOL, [L], _is_sorted)],
+        "sum": [_member("sum", T.DYN, [L], _sum)],
+        "min": [_member("min", T.DYN, [L], _min)],
+        "max": [_member("max", T.DYN, [L], _max)],
+        "find": [_member("find", S, [S, S], _find)],
+        "findAll": [_member("findAll", T.List(S), [S, S], _find_all),
+                    _member("findAll", T.List(S), [S, S, N], _find_all)],
+        RENAMED_MEMBER_FUNCTIONS["indexOf"]: [
+            _member("indexOf", N, [S, S], _index_of), _member("indexOf", N, [S, S, N], _index_of),
+            *(_member("indexOf", N, [L, kind], _index_of) for _, kind in _ANY_KINDS)],
+        RENAMED_MEMBER_FUNCTIONS["lastIndexOf"]: [
+            _member("lastIndexOf", N, [S, S], _last_index_of),
+            _member("lastIndexOf", N, [S, S, N], _last_index_of),
+            *(_member("lastIndexOf", N, [L, kind], _last_index_of) for _, kind in _ANY_KINDS)],
+        "includes": [_member("includes", T.BOOL, [receiver, arg], _includes)
+                     for _, receiver in _ANY_KINDS for _, arg in _ANY_KINDS],
+    }
+    return [cel.FunctionDecl(name, overloads) for name, overloads in decls.items()]
