@@ -18,11 +18,25 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from upstream_cases import MODULES, all_cases
-from upstream_cases.builders import NODE_1, SHARE_ID, Case, Obj, node
+from upstream_cases.builders import (
+    CLASS_A,
+    DRIVER_A,
+    NODE_1,
+    SHARE_ID,
+    Case,
+    Obj,
+    claim,
+    device_class,
+    devices,
+    node,
+    request,
+    resource_slice,
+)
 
 from allocator import (
     AllocatedState,
     AllocationError,
+    AllocationTimeout,
     Allocator,
     DeviceClass,
     FeatureGates,
@@ -87,7 +101,7 @@ def with_uids(claims: list[Obj]) -> list[Obj]:
     return out
 
 
-def run(case: Case) -> Any:
+def run(case: Case, deadline_s: float = 10.0) -> Any:
     """Build everything from raw dicts and allocate; returns the outcome (exceptions propagate)."""
     inventory = Inventory()
     for raw in case.classes:
@@ -95,7 +109,7 @@ def run(case: Case) -> Any:
     for raw in case.slices:
         inventory.upsert_slice(ResourceSlice.from_api(raw))
     claims = [ResourceClaim.from_api(raw) for raw in with_uids(case.claims)]
-    allocator = Allocator(inventory, build_state(case), gates_for(case.features))
+    allocator = Allocator(inventory, build_state(case), gates_for(case.features), deadline_s=deadline_s)
     return allocator.allocate(Node.from_api(case.node or node(NODE_1)), claims)
 
 
@@ -145,6 +159,15 @@ def _strip_namespace(message: str) -> str:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_upstream_case(case: Case) -> None:
+    before = copy.deepcopy(case)
+    try:
+        check_case(case)
+    finally:
+        # Like upstream, the allocator must not modify the objects it was given.
+        assert case == before, "the allocator modified its input objects"
+
+
+def check_case(case: Case) -> None:
     if case.error or case.error_field:
         try:
             outcome = run(case)
@@ -187,3 +210,23 @@ def test_case_names_are_unique() -> None:
 def test_every_topic_module_is_listed() -> None:
     on_disk = {p.stem for p in (Path(__file__).parent / "upstream_cases").glob("*.py")}
     assert on_disk - {"__init__", "builders"} == set(MODULES)
+
+
+# Upstream's "interrupt" test: request 6 devices from 5 (no solution). Without a deadline the
+# answer is "does not fit"; with one that has already passed, the search stops with an error.
+INTERRUPT = Case(
+    "interrupt",
+    claims=[claim("claim-0", request("req-0", CLASS_A, 6))],
+    classes=[device_class()],
+    slices=[resource_slice("slice-1", NODE_1, "pool-1", DRIVER_A, *devices(5, 1))],
+)
+
+
+def test_interrupt_off() -> None:
+    assert not run(INTERRUPT).success
+
+
+@pytest.mark.parametrize("deadline_s", [0.0, 1e-9])
+def test_interrupt_deadline_already_passed(deadline_s: float) -> None:
+    with pytest.raises(AllocationTimeout):
+        run(INTERRUPT, deadline_s=deadline_s)
