@@ -252,6 +252,7 @@ class Device:
         "binds_to_node",
         "capacity",
         "consumes_counters",
+        "has_list_attributes",
         "memo_key",
         "name",
         "node_name",
@@ -270,6 +271,7 @@ class Device:
             key: _parse_attribute(ck, value, f"{path}.attributes[{key}]")
             for key, value in ck.mapping(raw, "attributes", f"{path}.").items()
         }
+        self.has_list_attributes = any(v.is_list for v in self.attributes.values())
         self.capacity: dict[str, DeviceCapacity] = {}
         for key, cap in ck.mapping(raw, "capacity", f"{path}.").items():
             where = f"{path}.capacity[{key}]"
@@ -335,7 +337,7 @@ def _parse_counters(ck: _Checker, raw: dict[str, Any], path: str) -> dict[str, Q
 
 
 class DeviceClass:
-    __slots__ = ("config", "name", "raw", "selectors", "uid")
+    __slots__ = ("compiled", "config", "name", "raw", "selectors", "uid")
 
     def __init__(self, raw: dict[str, Any]) -> None:
         ck, meta = _metadata(raw, "DeviceClass")
@@ -344,6 +346,7 @@ class DeviceClass:
         self.uid: str = meta.get("uid") or ""
         spec = ck.mapping(raw, "spec", "")
         self.selectors = _parse_selectors(ck, spec, "spec.")
+        self.compiled: dict[Any, list[Any]] = {}  # compiled selectors by CEL compile options
         self.config: list[dict[str, Any]] = ck.list(spec, "config", "spec.")
         for i, cfg in enumerate(self.config):
             if not isinstance(cfg, dict):
@@ -447,6 +450,7 @@ class ExactRequest:
         "admin_access",
         "allocation_mode",
         "capacity_requests",
+        "compiled",
         "count",
         "device_class_name",
         "name",
@@ -460,6 +464,7 @@ class ExactRequest:
         self.name = name
         self.device_class_name = ck.string(raw, "deviceClassName", f"{path}.")
         self.selectors = _parse_selectors(ck, raw, f"{path}.")
+        self.compiled: dict[Any, list[Any]] = {}  # compiled selectors by CEL compile options
         self.allocation_mode = ck.string(raw, "allocationMode", f"{path}.") or "ExactCount"
         count = ck.integer(raw, "count", f"{path}.", default=None)
         self.count: int = 1 if count is None and self.allocation_mode == "ExactCount" else (count or 0)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from allocator import capacity as cap
+from allocator import cel
 from allocator.constraints import Constraint, DistinctAttribute, MatchAttribute
 from allocator.errors import AllocationError, AllocationTimeout, NodeAllocationError
 from allocator.features import FeatureGates
@@ -28,6 +29,7 @@ from allocator.taints import untolerated
 
 MAX_RESULTS_PER_CLAIM = 32  # AllocationResultsMaxSize
 FAIL, OK, MAX_SIZE = 0, 1, 2
+SHARED = 2  # eligibility of a shareable device: depends on what is allocated in this attempt
 _DEADLINE_CHECK_INTERVAL = 64
 
 
@@ -41,6 +43,7 @@ class RequestData:
         "capacity_requests",
         "class_programs",
         "device_class",
+        "eligible",
         "full_name",
         "mask",
         "name",
@@ -71,6 +74,8 @@ class RequestData:
         self.class_programs: list[Any] | None = None  # compiled lazily, like upstream (no devices: no error)
         self.request_programs: list[Any] | None = None
         self.selectable: list[bool | None] = []
+        # Per candidate: 0 not eligible, 1 eligible, SHARED eligible if its remaining capacity fits.
+        self.eligible: list[int | None] = []
         self.mask: int | None = None  # candidates that may be selectable (pruning only)
 
 
@@ -282,6 +287,7 @@ class _Search:
             )
         rd = RequestData(request, parent_name, device_class, self.admin_gate and bool(request.admin_access))
         rd.selectable = [None] * len(self.candidates)
+        rd.eligible = [None] * len(self.candidates)
         if request.allocation_mode == "ExactCount":
             rd.num_devices = request.count
         elif request.allocation_mode == "All":
@@ -317,17 +323,18 @@ class _Search:
     # --- selection ------------------------------------------------------------------------------------
     def _options(self) -> Any:
         if self._compile_options is None:
-            from allocator import cel
-
             self._compile_options = cel.CompileOptions(
                 consumable_capacity=self.consumable, list_type_attributes=self.list_attributes
             )
         return self._compile_options
 
     def _compile(self, ci: int, rd: RequestData, for_class: bool) -> list[Any]:
-        from allocator import cel
-
-        expressions = rd.device_class.selectors if for_class else rd.request.selectors
+        owner_object = rd.device_class if for_class else rd.request
+        options = self._options()
+        cached = owner_object.compiled.get(options)
+        if cached is not None:
+            return cached
+        expressions = owner_object.selectors
         programs = []
         for i, expression in enumerate(expressions):
             try:
@@ -337,11 +344,10 @@ class _Search:
                     f"class {rd.device_class.name}" if for_class else f"claim {claim_ref(self.claims[ci])}"
                 )
                 raise AllocationError(f"{owner}: selector #{i}: CEL compile error: {exc}") from None
+        owner_object.compiled[options] = programs
         return programs
 
     def _selectors_match(self, ci: int, rd: RequestData, entry: DeviceEntry, for_class: bool) -> bool:
-        from allocator import cel
-
         programs = rd.class_programs if for_class else rd.request_programs
         if programs is None:
             programs = self._compile(ci, rd, for_class)
@@ -354,6 +360,9 @@ class _Search:
         device = entry.device.cel_device(entry.key[0])
         for i, program in enumerate(programs):
             try:
+                if entry.device.has_list_attributes and not self.list_attributes:
+                    # Upstream's CEL input conversion rejects list values while the gate is off.
+                    raise cel.CELRuntimeError("unsupported attribute value")
                 if not program.matches(device):
                     return False
             except cel.CELError as exc:
@@ -374,6 +383,19 @@ class _Search:
             and entry.node_ok
         )
         rd.selectable[entry.index] = result
+        return result
+
+    def _eligible(self, ci: int, rd: RequestData, entry: DeviceEntry) -> int:
+        """Everything about a candidate that does not change during the search, cached per request."""
+        if not self._is_selectable(ci, rd, entry):
+            result = 0
+        elif not self.consumable:
+            result = 1
+        elif entry.device.allow_multiple_allocations:
+            result = 0 if cap.undefined_requests(rd.capacity_requests, entry.device, entry.key[0]) else SHARED
+        else:
+            result = 1 if self._capacity_fits(rd, entry) else 0
+        rd.eligible[entry.index] = result
         return result
 
     def _capacity_fits(self, rd: RequestData, entry: DeviceEntry, multiple_possible: bool = True) -> bool:
@@ -461,7 +483,7 @@ class _Search:
         if self.taints_on and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
             self._release(chosen)
             return None
-        if self.consumable and not self._capacity_fits(rd, entry):
+        if multiple and not self._capacity_fits(rd, entry):
             self._release(chosen)
             return None
         constraints = self.constraints[ci]
@@ -530,7 +552,7 @@ class _Search:
     def _step(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int) -> int:
         """One recursive step (counted like upstream's allocateOne invocations)."""
         self.steps += 1
-        if self.steps % _DEADLINE_CHECK_INTERVAL == 0 and time.monotonic() > self.deadline:
+        if self.steps % _DEADLINE_CHECK_INTERVAL == 1 and time.monotonic() > self.deadline:
             raise AllocationTimeout("timed out trying to allocate devices")
         if ci >= len(self.claims):
             return OK
@@ -577,11 +599,10 @@ class _Search:
         self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: RequestData
     ) -> int:
         candidates = self.candidates
-        selectable = rd.selectable
+        eligible = rd.eligible
         allocated_devices = self.allocated.devices
         allocating = self.allocating
         admin = rd.admin
-        consumable = self.consumable
         # Devices no check can tell apart: once one failed at this slot, the others fail too.
         skip_equivalent = self.prune and not admin
         tried: set[object] = set()
@@ -594,12 +615,10 @@ class _Search:
                     continue
             elif key in allocated_devices or allocating.get(key):
                 continue
-            ok = selectable[index]
+            ok = eligible[index]
             if ok is None:
-                ok = self._is_selectable(ci, rd, entry)
-            if not ok:
-                continue
-            if consumable and not self._capacity_fits(rd, entry):
+                ok = self._eligible(ci, rd, entry)
+            if not ok or (ok == SHARED and not self._capacity_fits(rd, entry)):
                 continue
             if skip_equivalent and entry.equivalence in tried:
                 continue
