@@ -1,0 +1,316 @@
+"""`dra-extender serve`: the scheduler extender, its debug port and the admission webhook.
+
+The cluster comes from a kubeconfig / in-cluster credentials (list+watch), or from a directory of
+YAML files with `--snapshot DIR` (binds then only change the in-memory objects).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import shlex
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from allocator import FeatureGates
+from extender.podclaims import has_claims
+from extender.scoring import POLICIES
+from extender.server import DEFAULT_PREFIX, ExtenderServer, server_ssl_context
+
+log = logging.getLogger("dra-extender")
+
+try:  # the webhook ships in the same distribution; tolerate a tree where it is not there yet
+    from webhook import server as webhook_server
+except ImportError:  # pragma: no cover - only in partial checkouts
+    webhook_server = None  # type: ignore[assignment]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the scheduler extender (filter, prioritize, bind, preempt) and its debug endpoints",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_source_arguments(parser)
+    net = parser.add_argument_group("network")
+    net.add_argument(
+        "--bind-address",
+        default="127.0.0.1",
+        help="address all ports listen on (default 127.0.0.1; use 0.0.0.0 in a cluster)",
+    )
+    net.add_argument(
+        "--extender-port",
+        type=_port,
+        default=8888,
+        help=f"scheduler-extender port, verbs under {DEFAULT_PREFIX}/ (default 8888)",
+    )
+    net.add_argument(
+        "--debug-port",
+        type=_port,
+        default=8889,
+        help="read-only /debug/*, /metrics, /healthz, /readyz (default 8889)",
+    )
+    net.add_argument(
+        "--webhook-port", type=_port, default=8443, help="admission webhook port (TLS, default 8443)"
+    )
+    net.add_argument(
+        "--extender-tls-cert-file", help="serve the extender port over HTTPS with this certificate"
+    )
+    net.add_argument("--extender-tls-private-key-file", help="private key of --extender-tls-cert-file")
+    net.add_argument(
+        "--extender-client-ca-file",
+        help="require extender clients (kube-scheduler) to present a certificate signed by this CA",
+    )
+    sched = parser.add_argument_group("scheduling")
+    sched.add_argument(
+        "--scoring",
+        choices=POLICIES,
+        default="binpack",
+        help="device placement policy for prioritize; pods override it with the annotation "
+        "dra-extender.io/scoring (default binpack)",
+    )
+    sched.add_argument(
+        "--filter-holds-devices",
+        action="store_true",
+        help="filter returns one chosen node and holds its devices until bind or --hold-timeout",
+    )
+    sched.add_argument(
+        "--hold-timeout",
+        type=_seconds,
+        default=30.0,
+        help="seconds a filter hold lasts without a bind (default 30)",
+    )
+    add_logging_arguments(parser)
+    if webhook_server is not None:
+        webhook_server.add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("cluster source (in-cluster credentials by default)")
+    group.add_argument("--kubeconfig", help="kubeconfig file to use instead of in-cluster credentials")
+    group.add_argument("--context", help="kubeconfig context to use")
+    group.add_argument(
+        "--snapshot", metavar="DIR", help="read the cluster from YAML/JSON files instead of an API server"
+    )
+    group.add_argument(
+        "--feature-gates",
+        default="",
+        help="comma-separated Name=true|false overrides of the Kubernetes 1.37 defaults",
+    )
+
+
+def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--log-format", default="text", choices=("text", "json"))
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535, got {port}")
+    return port
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value.removesuffix("s"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration in seconds: {value!r}") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    return seconds
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": self.formatTime(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry).decode()
+
+
+def configure_logging(level: str, log_format: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def parse_features(text: str) -> FeatureGates:
+    return FeatureGates.parse(text) if text else FeatureGates()
+
+
+@dataclass
+class Cluster:
+    """The cache plus what keeps it current (nothing in snapshot mode)."""
+
+    cache: Any
+    client: Any = None
+    watcher: Any = None
+
+    async def close(self) -> None:
+        if self.watcher is not None:
+            await self.watcher.stop()
+        if self.client is not None:
+            await self.client.close()
+
+
+async def open_cluster(
+    args: argparse.Namespace, features: FeatureGates, *, wait_ready_s: float | None
+) -> Cluster:
+    """A ClusterCache from --snapshot or from the API server (watched until closed)."""
+    from extender.cache import ClusterCache
+
+    if args.snapshot:
+        from extender.objects_io import load_objects
+
+        return Cluster(ClusterCache.from_objects(load_objects([args.snapshot]), features))
+    from extender.informer import ClusterWatcher
+    from extender.kubeapi import KubeClient
+
+    client = await KubeClient.connect(kubeconfig=args.kubeconfig, context=args.context)
+    cache = ClusterCache(features)
+    watcher = ClusterWatcher(client, cache)
+    await watcher.start()
+    cluster = Cluster(cache, client, watcher)
+    if wait_ready_s is not None and not await watcher.wait_ready(wait_ready_s):
+        await cluster.close()
+        raise RuntimeError(f"the cluster cache did not sync within {wait_ready_s:g} s")
+    return cluster
+
+
+def build_scheduler(cluster: Cluster, args: argparse.Namespace) -> Any:
+    from extender.assume import AssumeCache
+    from extender.claimwriter import ClaimWriter
+    from extender.scheduling import Scheduler
+
+    assume = AssumeCache()
+    assume.attach(cluster.cache)
+    return Scheduler(
+        cluster.cache,
+        assume,
+        ClaimWriter(cluster.client, cluster.cache),
+        scoring=getattr(args, "scoring", "binpack"),
+        hold_devices=getattr(args, "filter_holds_devices", False),
+        hold_ttl_s=getattr(args, "hold_timeout", 30.0),
+    )
+
+
+def example_pod(cache: Any) -> dict | None:
+    """A pending pod with claims from the cache, for the printed curl commands."""
+    for raw in cache.objects():
+        if raw.get("kind") == "Pod" and not (raw.get("spec") or {}).get("nodeName") and has_claims(raw):
+            return raw
+    return None
+
+
+def usage_banner(server: ExtenderServer, cache: Any) -> str:
+    extender, debug = server.urls["extender"], server.urls["debug"]
+    insecure = "-k " if extender.startswith("https") else ""
+    lines = [
+        f"dra-extender: extender verbs at {extender}/{{filter,prioritize,bind,preempt}}",
+        f"dra-extender: debug at {debug}/debug/explain?pod=NS/NAME, {debug}/debug/state, "
+        f"{debug}/debug/snapshot, {debug}/metrics, {debug}/healthz, {debug}/readyz",
+    ]
+    pod = example_pod(cache)
+    if pod is not None:
+        meta = pod["metadata"]
+        body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": cache.node_names()}).decode()
+        lines += [
+            f"try filter for pod {meta['namespace']}/{meta['name']}:",
+            f"  curl -s {insecure}-X POST -H 'Content-Type: application/json' {extender}/filter "
+            f"-d {shlex.quote(body)}",
+            "explain it:",
+            f"  curl -s '{debug}/debug/explain?pod={meta['namespace']}/{meta['name']}&format=text'",
+        ]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, args.log_format)
+    if args.snapshot and (args.kubeconfig or args.context):
+        print("error: --snapshot cannot be combined with --kubeconfig or --context", file=sys.stderr)
+        return 2
+    if bool(args.extender_tls_cert_file) != bool(args.extender_tls_private_key_file):
+        print(
+            "error: --extender-tls-cert-file and --extender-tls-private-key-file go together", file=sys.stderr
+        )
+        return 2
+    try:
+        features = parse_features(args.feature_gates)
+    except ValueError as error:
+        print(f"error: --feature-gates: {error}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(serve(args, features))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.Event | None = None) -> int:
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    try:
+        cluster = await open_cluster(args, features, wait_ready_s=None)
+    except Exception as error:
+        log.error("cannot read the cluster: %s", error)
+        return 1
+    server = ExtenderServer(
+        build_scheduler(cluster, args), watch_health=cluster.watcher.health if cluster.watcher else None
+    )
+    webhook = None
+    try:
+        ssl_context = None
+        if args.extender_tls_cert_file:
+            ssl_context = server_ssl_context(
+                args.extender_tls_cert_file, args.extender_tls_private_key_file, args.extender_client_ca_file
+            )
+        await server.start(args.bind_address, args.extender_port, args.debug_port, ssl_context)
+        if webhook_server is None:
+            log.warning("webhook package not available: the webhook port is not opened")
+        else:
+            webhook = webhook_server.server_from_args(
+                args, cluster.cache, features=features, host=args.bind_address, port=args.webhook_port
+            )
+            if webhook is not None:
+                await webhook.start()
+            else:
+                log.info(
+                    "webhook port %d not opened (no --tls-cert-file/--tls-private-key-file)",
+                    args.webhook_port,
+                )
+        print(usage_banner(server, cluster.cache), flush=True)
+        await stop.wait()
+        log.info("shutting down")
+        return 0
+    except (OSError, ValueError) as error:
+        log.error("cannot start: %s", error)
+        return 1
+    finally:
+        if webhook is not None:
+            await webhook.stop()
+        await server.stop()
+        await cluster.close()

@@ -1,0 +1,119 @@
+"""Why a pod fits a node or not: per node, per claim and request, how many devices were candidates and
+which step rejected the rest. Shared by GET /debug/explain and `dra-extender explain`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from extender.podclaims import pod_key
+from extender.scheduling import NodeVerdict, Scheduler, SchedulingError
+
+
+class ExplainError(LookupError):
+    """The pod or node asked about does not exist in the cache."""
+
+
+def _device_id(result: dict[str, Any]) -> str:
+    return f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
+
+
+def _devices(verdict: NodeVerdict, claim_names: list[str]) -> list[dict[str, Any]]:
+    if verdict.outcome is None or not verdict.fits:
+        return []
+    chosen = []
+    for claim_name, allocation in zip(claim_names, verdict.outcome.allocations, strict=False):
+        results = (allocation.get("devices") or {}).get("results") or []
+        chosen.append({
+            "claim": claim_name,
+            "devices": [
+                {"request": r.get("request"), "device": _device_id(r)}
+                for r in results
+            ],
+        })
+    return chosen
+
+
+def _node_report(verdict: NodeVerdict, claim_names: list[str]) -> dict[str, Any]:
+    reasons = [reason.to_dict() for reason in verdict.outcome.reasons] if verdict.outcome is not None else []
+    return {
+        "node": verdict.node,
+        "fits": verdict.fits,
+        "unresolvable": verdict.unresolvable if not verdict.fits else False,
+        "message": verdict.message,
+        "requests": reasons,
+        "allocation": _devices(verdict, claim_names),
+    }
+
+
+def explain_pod(scheduler: Scheduler, namespace: str, name: str, nodes: Iterable[str] | None = None) -> dict:
+    """The explanation as a JSON-ready dict. Raises ExplainError for an unknown pod or node."""
+    pod = scheduler.cache.pod(namespace, name)
+    if pod is None:
+        raise ExplainError(f"pod {namespace}/{name} not found")
+    node_names = list(nodes) if nodes is not None else list(scheduler.cache.node_names())
+    for node in node_names:
+        if scheduler.cache.node(node) is None:
+            raise ExplainError(f"node {node} not found")
+    report: dict[str, Any] = {"pod": pod_key(pod), "claims": [], "error": "", "nodes": []}
+    try:
+        plan = scheduler.plan(pod)
+        for entry in plan.claims:
+            claim = entry.claim
+            report["claims"].append({
+                "podClaimName": entry.pod_claim_name,
+                "claim": claim.key,
+                "allocated": claim.allocation is not None,
+                "reservedFor": len(claim.reserved_for),
+            })
+        to_allocate = [claim.name for claim in plan.to_allocate]
+        verdicts = [scheduler.check_node(plan, node) for node in node_names]
+    except SchedulingError as error:
+        report["error"] = str(error)
+        return report
+    report["nodes"] = [_node_report(verdict, to_allocate) for verdict in verdicts]
+    report["fittingNodes"] = sum(1 for verdict in verdicts if verdict.fits)
+    return report
+
+
+def _rejections(request: dict[str, Any]) -> str:
+    parts = []
+    for step, count in request.get("rejected", {}).items():
+        if not count:
+            continue
+        text = f"{step} {count}"
+        if step == "in use" and request.get("inUseBy"):
+            owners = ", ".join(f"{owner}: {n}" for owner, n in sorted(request["inUseBy"].items()))
+            text += f" ({owners})"
+        parts.append(text)
+    return "; ".join(parts) or "none"
+
+
+def render_text(report: dict[str, Any]) -> str:
+    lines = []
+    total = len(report["nodes"])
+    if report["error"]:
+        lines.append(f"pod {report['pod']}: error: {report['error']}")
+    else:
+        lines.append(f"pod {report['pod']}: fits {report.get('fittingNodes', 0)} of {total} node(s)")
+    for claim in report["claims"]:
+        state = "allocated" if claim["allocated"] else "to allocate"
+        lines.append(f"  claim {claim['podClaimName']} -> {claim['claim']} ({state})")
+    for node in report["nodes"]:
+        if node["fits"]:
+            lines.append(f"{node['node']}: fits")
+            for claim in node["allocation"]:
+                for device in claim["devices"]:
+                    lines.append(f"  claim {claim['claim']}, request {device['request']}: {device['device']}")
+            continue
+        kind = "unresolvable" if node["unresolvable"] else "unschedulable"
+        lines.append(f"{node['node']}: does not fit ({kind}): {node['message']}")
+        for request in node["requests"]:
+            name = request.get("request", "")
+            if request.get("subrequest"):
+                name += f"/{request['subrequest']}"
+            lines.append(
+                f"  claim {request.get('claim')}, request {name}: needs {request.get('needed')}, "
+                f"{request.get('considered')} candidate(s); rejected: {_rejections(request)}"
+            )
+    return "\n".join(lines) + "\n"

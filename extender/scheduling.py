@@ -1,0 +1,487 @@
+"""Filter, prioritize, bind and preempt for pods with ResourceClaims.
+
+This module plays the in-tree DynamicResources plugin's part for kube-scheduler (PreEnqueue and
+PreFilter checks per pod, Filter per node, Score, and Reserve + PreBind at bind time) on top of the
+cluster cache, the assume cache of allocations in flight and the claim writer.
+
+Two pods must never get the same device. All decisions read the cache's allocated state overlaid with
+the in-flight allocations, and bind re-runs the allocation for the chosen node and reserves the
+result in the assume cache in one synchronous step (no await in between), so concurrent binds on the
+event loop cannot both take the last device.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cachetools import TTLCache
+
+from allocator import (
+    AllocatedState,
+    AllocationError,
+    AllocationOutcome,
+    Allocator,
+    InvalidObjectError,
+    Node,
+    NodeAllocationError,
+    ResourceClaim,
+    node_matches_selector,
+)
+from allocator.errors import AllocationTimeout
+from extender.podclaims import (
+    ClaimsNotReady,
+    InvalidPodError,
+    PodClaim,
+    can_be_reserved_for,
+    has_claims,
+    is_reserved_for,
+    pod_key,
+    pod_uid,
+    resolve_pod_claims,
+)
+from extender.scoring import NodeFit, node_scores, policy_for, rank_points
+
+log = logging.getLogger(__name__)
+
+# Rejections that evicting pods could undo: kube-scheduler may try preemption for these nodes.
+PREEMPTION_MAY_HELP = frozenset({"in use", "counters", "capacity"})
+# How long one filter may run on the event loop before it lets other requests in.
+YIELD_AFTER_S = 0.005
+# Filter results reused by prioritize (and by bind in hold mode) for the same pod.
+RESULT_TTL_S = 30.0
+
+
+class SchedulingError(Exception):
+    """A real error (invalid claim, CEL runtime error): kube-scheduler retries the pod."""
+
+
+class BindFailed(Exception):
+    """The bind could not be done; the message goes back to kube-scheduler as the bind error."""
+
+
+@dataclass
+class NodeVerdict:
+    node: str
+    fits: bool
+    message: str = ""
+    unresolvable: bool = False
+    reason: str = "fits"  # metric label
+    outcome: AllocationOutcome | None = None
+
+
+@dataclass
+class PodPlan:
+    """Everything about one pod that does not depend on the node."""
+
+    pod: dict
+    claims: list[PodClaim] = field(default_factory=list)
+    to_allocate: list[ResourceClaim] = field(default_factory=list)
+    allocated: list[ResourceClaim] = field(default_factory=list)  # allocated, still to check per node
+    blocked: NodeVerdict | None = None  # a verdict for every node (claims not ready, ...)
+    allocator: Allocator | None = None
+    view: AllocatedState | None = None
+
+
+@dataclass
+class FilterResult:
+    passed: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+    error: str = ""
+    verdicts: dict[str, NodeVerdict] = field(default_factory=dict)
+
+
+def _blocked(message: str, reason: str, unresolvable: bool = True) -> NodeVerdict:
+    return NodeVerdict("", False, message, unresolvable, reason)
+
+
+def allocated_devices(outcome: AllocationOutcome | None) -> int:
+    if outcome is None:
+        return 0
+    return sum(len((a.get("devices") or {}).get("results") or []) for a in outcome.allocations)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        cache: Any,
+        assume: Any,
+        writer: Any,
+        *,
+        scoring: str = "binpack",
+        hold_devices: bool = False,
+        hold_ttl_s: float = 30.0,
+        node_deadline_s: float = 1.0,
+        metrics: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cache = cache
+        self.assume = assume
+        self.writer = writer
+        self.scoring = scoring
+        self.hold_devices = hold_devices
+        self.hold_ttl_s = hold_ttl_s
+        self.node_deadline_s = node_deadline_s
+        self.metrics = metrics
+        self.clock = clock
+        # pod uid -> (node, [(claim, allocation)]) in --filter-holds-devices mode.
+        self._holds: dict[str, tuple[str, list[tuple[ResourceClaim, dict]]]] = {}
+        self._results: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=4096, ttl=RESULT_TTL_S)
+        self.bind_attempts = 0
+        self.bind_conflicts = 0
+
+    # ---- per pod ------------------------------------------------------------------------------
+
+    def lookup_claim(self, namespace: str, name: str) -> ResourceClaim | None:
+        claim = self.cache.claim(namespace, name)
+        if claim is None:
+            raw = self.cache.raw("ResourceClaim", f"{namespace}/{name}")
+            if raw is not None:
+                try:
+                    ResourceClaim.from_api(raw)
+                except InvalidObjectError as error:
+                    raise SchedulingError(f"invalid claim: {error}") from None
+        return claim
+
+    def _claim_in_flight_for_other(self, claim: ResourceClaim, uid: str) -> bool:
+        entry = self.assume.pending(claim.uid)
+        return entry is not None and entry.pod_uid != uid
+
+    def _class_problem(self, claim: ResourceClaim) -> NodeVerdict | None:
+        for request in claim.requests:
+            if request.exactly is not None:
+                name = request.exactly.device_class_name
+                if self.cache.device_class(name) is None:
+                    return _blocked(f"request {request.name}: device class {name} does not exist",
+                                    "class missing", unresolvable=False)
+                continue
+            if not self.cache.features.enabled("DRAPrioritizedList"):
+                return _blocked(
+                    f"resource claim {claim.key}, request {request.name}: has subrequests, but the "
+                    "DRAPrioritizedList feature is disabled", "feature disabled")
+            for sub in request.first_available:
+                if self.cache.device_class(sub.device_class_name) is None:
+                    return _blocked(
+                        f"request {request.name}/{sub.name}: device class {sub.device_class_name} "
+                        "does not exist",
+                        "class missing", unresolvable=False)
+        return None
+
+    def plan(self, pod: dict, *, rebinding: bool = False) -> PodPlan:
+        """Resolve and pre-check the pod's claims. Raises SchedulingError for real errors."""
+        plan = PodPlan(pod)
+        uid = pod_uid(pod)
+        try:
+            plan.claims = resolve_pod_claims(pod, _ClaimLookup(self))
+        except ClaimsNotReady as not_ready:
+            plan.blocked = _blocked(str(not_ready), "claims not ready")
+            return plan
+        except InvalidPodError as invalid:
+            raise SchedulingError(str(invalid)) from None
+        seen: set[str] = set()
+        for entry in plan.claims:
+            claim = entry.claim
+            if claim.uid in seen:  # the same claim referenced twice by the pod
+                continue
+            seen.add(claim.uid)
+            if claim.allocation is not None:
+                if not can_be_reserved_for(claim.raw, uid):
+                    plan.blocked = _blocked("resourceclaim in use", "claim in use")
+                    return plan
+                plan.allocated.append(claim)
+                continue
+            if self._claim_in_flight_for_other(claim, uid):
+                plan.blocked = _blocked(f"resource claim {claim.key} is in the process of being allocated",
+                                        "claim in flight")
+                return plan
+            problem = self._class_problem(claim)
+            if problem is not None:
+                plan.blocked = problem
+                return plan
+            plan.to_allocate.append(claim)
+        if plan.to_allocate:
+            plan.view = self._allocated_view(uid if rebinding else None)
+            plan.allocator = Allocator(self.cache.inventory, plan.view, self.cache.features,
+                                       deadline_s=self.node_deadline_s)
+        return plan
+
+    def _allocated_view(self, own_pod_uid: str | None) -> AllocatedState:
+        """Allocated devices plus everything in flight; at bind, minus the binding pod's own entries
+        (a filter hold or an earlier attempt), which this bind replaces."""
+        if own_pod_uid is None:
+            return self.assume.allocated_view(self.cache)
+        others = []
+        for claim_uid, claim, allocation in self.assume.in_flight():
+            entry = self.assume.pending(claim_uid)
+            if entry is not None and entry.pod_uid != own_pod_uid:
+                others.append((claim_uid, claim, allocation))
+        return self.cache.allocated.with_in_flight(others)
+
+    # ---- per node -----------------------------------------------------------------------------
+
+    def _node(self, name: str, node_objects: Mapping[str, dict] | None) -> Node | None:
+        if node_objects is not None and name in node_objects:
+            try:
+                return Node.from_api(node_objects[name])
+            except InvalidObjectError:
+                return None
+        return self.cache.node(name)
+
+    def check_node(
+        self, plan: PodPlan, node_name: str, node_objects: Mapping[str, dict] | None = None
+    ) -> NodeVerdict:
+        """Does the pod fit this node? Raises SchedulingError for real errors."""
+        if plan.blocked is not None:
+            blocked = plan.blocked
+            return NodeVerdict(node_name, False, blocked.message, blocked.unresolvable, blocked.reason)
+        node = self._node(node_name, node_objects)
+        if node is None:
+            return NodeVerdict(node_name, False, f"node {node_name} is not known to dra-extender", True,
+                               "unknown node")
+        for claim in plan.allocated:
+            selector = (claim.allocation or {}).get("nodeSelector")
+            if selector and not node_matches_selector(node, selector):
+                return NodeVerdict(node_name, False, "resourceclaim not available on the node", True,
+                                   "claim on other node")
+        if plan.allocator is None:
+            return NodeVerdict(node_name, True)
+        try:
+            outcome = plan.allocator.allocate(node, plan.to_allocate)
+        except AllocationTimeout:
+            return NodeVerdict(node_name, False, "timed out trying to allocate devices", True, "timeout")
+        except NodeAllocationError as error:
+            outcome = error.outcome if isinstance(error.outcome, AllocationOutcome) else None
+            return NodeVerdict(node_name, False, str(error), True, "node error", outcome)
+        except AllocationError as error:
+            raise SchedulingError(str(error)) from None
+        if outcome.success:
+            return NodeVerdict(node_name, True, outcome=outcome)
+        may_help = any(
+            count > 0 and key in PREEMPTION_MAY_HELP
+            for reason in outcome.reasons
+            for key, count in reason.rejected.items()
+        )
+        message = outcome.summary() or "cannot allocate all claims"
+        return NodeVerdict(node_name, False, message, not may_help, "devices", outcome)
+
+    def evaluate(self, pod: dict, node_names: Iterable[str],
+                 node_objects: Mapping[str, dict] | None = None) -> dict[str, NodeVerdict]:
+        """Synchronous verdicts for every node (explain and simulate use this)."""
+        plan = self.plan(pod)
+        return {name: self.check_node(plan, name, node_objects) for name in node_names}
+
+    # ---- filter -------------------------------------------------------------------------------
+
+    async def filter(self, pod: dict, node_names: list[str],
+                     node_objects: Mapping[str, dict] | None = None) -> FilterResult:
+        if not has_claims(pod):
+            return FilterResult(list(node_names), {}, {})
+        uid = pod_uid(pod)
+        if self.hold_devices:
+            self.release_hold(uid)
+        try:
+            plan = self.plan(pod)
+            verdicts: dict[str, NodeVerdict] = {}
+            started = self.clock()
+            for name in node_names:
+                verdicts[name] = self.check_node(plan, name, node_objects)
+                if self.clock() - started > YIELD_AFTER_S:
+                    await asyncio.sleep(0)
+                    started = self.clock()
+        except SchedulingError as error:
+            self._count_outcome("error", len(node_names))
+            return FilterResult([], {}, {}, str(error))
+        for verdict in verdicts.values():
+            self._count_outcome(verdict.reason, 1)
+        if uid:
+            self._results[uid] = verdicts
+        if self.hold_devices and plan.to_allocate:
+            return self._hold_best(pod, plan, verdicts)
+        return _split(verdicts)
+
+    def _hold_best(self, pod: dict, plan: PodPlan, verdicts: dict[str, NodeVerdict]) -> FilterResult:
+        """--filter-holds-devices: pick the best node now and keep its devices in flight until bind."""
+        fitting = [v for v in verdicts.values() if v.fits]
+        if not fitting:
+            return _split(verdicts)
+        scores = self._scores(pod, fitting, plan.view)
+        best = max(fitting, key=lambda v: (scores.get(v.node, 0), -list(verdicts).index(v.node)))
+        held = list(zip(plan.to_allocate, best.outcome.allocations if best.outcome else [], strict=True))
+        uid = pod_uid(pod)
+        for claim, allocation in held:
+            self._reserve(claim, allocation, uid, ttl_s=self.hold_ttl_s)
+        self._holds[uid] = (best.node, held)
+        result = _split({best.node: best})
+        for verdict in verdicts.values():
+            if verdict.node == best.node:
+                continue
+            if verdict.fits:
+                result.failed[verdict.node] = f"dra-extender holds devices for this pod on node {best.node}"
+            elif verdict.unresolvable:
+                result.unresolvable[verdict.node] = verdict.message
+            else:
+                result.failed[verdict.node] = verdict.message
+        return result
+
+    def release_hold(self, uid: str) -> None:
+        hold = self._holds.pop(uid, None)
+        if hold is not None:
+            for claim, _ in hold[1]:
+                self._release(claim)
+
+    def _count_outcome(self, reason: str, count: int) -> None:
+        if self.metrics is not None and count:
+            self.metrics.filter_outcomes.labels(reason=reason).inc(count)
+
+    # ---- prioritize ---------------------------------------------------------------------------
+
+    async def prioritize(self, pod: dict, node_names: list[str],
+                         node_objects: Mapping[str, dict] | None = None) -> dict[str, int]:
+        if not has_claims(pod):
+            return dict.fromkeys(node_names, 0)
+        cached = self._results.get(pod_uid(pod)) or {}
+        missing = [name for name in node_names if name not in cached]
+        fresh: dict[str, NodeVerdict] = {}
+        view = None
+        try:
+            plan = self.plan(pod)
+            view = plan.view
+            for name in missing:
+                fresh[name] = self.check_node(plan, name, node_objects)
+                await asyncio.sleep(0)
+        except SchedulingError:
+            return dict.fromkeys(node_names, 0)
+        verdicts = [cached.get(name) or fresh[name] for name in node_names]
+        scores = self._scores(pod, [v for v in verdicts if v.fits], view)
+        return {name: scores.get(name, 0) for name in node_names}
+
+    def _scores(self, pod: dict, fitting: list[NodeVerdict], view: AllocatedState | None) -> dict[str, int]:
+        policy = policy_for(pod, self.scoring)
+        fits = {v.node: self._node_fit(v, view if policy != "none" else None) for v in fitting}
+        return node_scores(policy, fits)
+
+    def _node_fit(self, verdict: NodeVerdict, view: AllocatedState | None) -> NodeFit:
+        outcome = verdict.outcome
+        ranks = rank_points(outcome.subrequest_ranks) if outcome is not None else 0
+        used = total = 0
+        node = self.cache.node(verdict.node)
+        if view is not None and outcome is not None and node is not None:
+            # Placement looks at the pools this pod would take devices from on this node.
+            pools = {
+                (result.get("driver"), result.get("pool"))
+                for allocation in outcome.allocations
+                for result in (allocation.get("devices") or {}).get("results") or []
+            }
+            for entry in self.cache.inventory.node_pools(node, self.cache.features).candidates:
+                if entry.key[:2] in pools:
+                    total += 1
+                    used += view.is_allocated(entry.key)
+        return NodeFit(ranks, used, total, allocated_devices(outcome))
+
+    # ---- bind ---------------------------------------------------------------------------------
+
+    async def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
+        """Allocate (re-checked against current state), reserve and bind. Raises BindFailed."""
+        pod = self.cache.pod(namespace, name)
+        if pod is None:
+            raise BindFailed(f"pod {namespace}/{name} is not known to dra-extender")
+        if uid and pod_uid(pod) and pod_uid(pod) != uid:
+            raise BindFailed(f"pod {namespace}/{name} has UID {pod_uid(pod)}, not {uid}")
+        self.bind_attempts += 1
+        writes = self._reserve_for_bind(pod, node_name) if has_claims(pod) else []
+        try:
+            await self.writer.bind(pod, node_name, writes)
+        except Exception as error:
+            for claim, allocation in writes:
+                if allocation is not None:
+                    self._release(claim)
+            message = str(error) or type(error).__name__
+            if self.metrics is not None:
+                self.metrics.bind_failures.labels(stage="write").inc()
+            raise BindFailed(message) from None
+        self._holds.pop(pod_uid(pod), None)
+
+    def _reserve_for_bind(self, pod: dict, node_name: str) -> list[tuple[ResourceClaim, dict | None]]:
+        """Synchronous: re-check and reserve with no await in between (atomic on the event loop)."""
+        uid = pod_uid(pod)
+        hold = self._holds.get(uid)
+        if hold is not None and hold[0] != node_name:
+            self.release_hold(uid)
+            hold = None
+        try:
+            plan = self.plan(pod, rebinding=True)
+            verdict = self.check_node(plan, node_name)
+        except SchedulingError as error:
+            self.release_hold(uid)
+            raise BindFailed(f"pod {pod_key(pod)}: {error}") from None
+        if not verdict.fits:
+            self.release_hold(uid)
+            self.bind_conflicts += 1
+            if self.metrics is not None:
+                self.metrics.bind_conflicts.inc()
+                self.metrics.bind_failures.labels(stage="recheck").inc()
+            raise BindFailed(f"pod {pod_key(pod)} no longer fits node {node_name}: {verdict.message}")
+        writes: list[tuple[ResourceClaim, dict | None]] = [
+            (claim, None) for claim in plan.allocated if not is_reserved_for(claim.raw, uid)
+        ]
+        allocations = verdict.outcome.allocations if verdict.outcome is not None else []
+        for claim, allocation in zip(plan.to_allocate, allocations, strict=True):
+            self._reserve(claim, allocation, uid)
+            writes.append((claim, allocation))
+        return writes
+
+    def _reserve(self, claim: ResourceClaim, allocation: dict, uid: str, ttl_s: float | None = None) -> None:
+        self.assume.reserve(claim, allocation, uid, ttl_s=ttl_s)
+
+    def _release(self, claim: ResourceClaim) -> None:
+        self.assume.release(claim.uid)
+
+    @property
+    def bind_conflict_rate(self) -> float:
+        return self.bind_conflicts / self.bind_attempts if self.bind_attempts else 0.0
+
+    # ---- preempt ------------------------------------------------------------------------------
+
+    def preempt(self, pod: dict, victims: Mapping[str, dict]) -> dict[str, dict]:
+        """Keep candidates where the pod fits now, or where evicting victims could free devices.
+
+        kube-scheduler's dry run ignores extender filters, so candidates may come with empty victim
+        lists; those are kept only if the pod already fits there.
+        """
+        if not has_claims(pod):
+            return dict(victims)
+        try:
+            plan = self.plan(pod)
+            kept = {}
+            for node, node_victims in victims.items():
+                verdict = self.check_node(plan, node)
+                if verdict.fits or (node_victims.get("Pods") and not verdict.unresolvable):
+                    kept[node] = node_victims
+            return kept
+        except SchedulingError:
+            return {}
+
+
+class _ClaimLookup:
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+
+    def claim(self, namespace: str, name: str) -> ResourceClaim | None:
+        return self.scheduler.lookup_claim(namespace, name)
+
+
+def _split(verdicts: Mapping[str, NodeVerdict]) -> FilterResult:
+    result = FilterResult([], {}, {}, verdicts=dict(verdicts))
+    for name, verdict in verdicts.items():
+        if verdict.fits:
+            result.passed.append(name)
+        elif verdict.unresolvable:
+            result.unresolvable[name] = verdict.message
+        else:
+            result.failed[name] = verdict.message
+    return result

@@ -1,0 +1,215 @@
+"""HTTP front of the extender: the scheduler-extender verbs on one port, read-only debug on another.
+
+Extender port (`{prefix}/filter`, `/prioritize`, `/bind`, `/preempt`): exactly kube-scheduler's JSON.
+Malformed bodies get HTTP 400 with a message; a scheduling problem is an answer, not an HTTP error.
+Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/healthz`, `/readyz`, `/metrics`.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+import yaml
+from aiohttp import web
+
+from extender import wire
+from extender.explain import ExplainError, explain_pod, render_text
+from extender.metrics import CONTENT_TYPE, Metrics
+from extender.scheduling import BindFailed, Scheduler
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PREFIX = "/scheduler"
+# kube-scheduler sends full Pod objects (and NodeLists without nodeCacheCapable): allow large bodies.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+_YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _json(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except wire.BadRequest as error:
+        return web.Response(status=400, text=f"{error}\n")
+    except web.HTTPException:
+        raise
+    except Exception as error:  # a bug, not bad input: say so and keep serving
+        log.exception("%s %s failed", request.method, request.path)
+        return _json(orjson.dumps({"Error": f"internal error: {type(error).__name__}: {error}"}), status=500)
+
+
+def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
+    """TLS for the extender port; with a client CA, clients must present a certificate it signed."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert_file, key_file)
+    if client_ca_file:
+        context.load_verify_locations(cafile=client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+class ExtenderServer:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        metrics: Metrics | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        watch_health: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.cache = scheduler.cache
+        self.metrics = metrics or Metrics()
+        scheduler.metrics = self.metrics
+        self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
+        self.watch_health = watch_health
+        self.metrics.watch_state(self._gauges)
+        self._runners: list[web.AppRunner] = []
+        self.urls: dict[str, str] = {}
+
+    # ---- apps ---------------------------------------------------------------------------------
+
+    def extender_app(self) -> web.Application:
+        app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
+        app.router.add_post(f"{self.prefix}/filter", self.filter)
+        app.router.add_post(f"{self.prefix}/prioritize", self.prioritize)
+        app.router.add_post(f"{self.prefix}/bind", self.bind)
+        app.router.add_post(f"{self.prefix}/preempt", self.preempt)
+        return app
+
+    def debug_app(self) -> web.Application:
+        app = web.Application(middlewares=[_errors])
+        app.router.add_get("/debug/explain", self.explain)
+        app.router.add_get("/debug/state", self.state)
+        app.router.add_get("/debug/snapshot", self.snapshot)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics_endpoint)
+        return app
+
+    async def start(self, host: str, extender_port: int, debug_port: int,
+                    ssl_context: ssl.SSLContext | None = None) -> None:
+        for name, app, port, context in (("extender", self.extender_app(), extender_port, ssl_context),
+                                         ("debug", self.debug_app(), debug_port, None)):
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, host, port, ssl_context=context)
+            await site.start()
+            self._runners.append(runner)
+            bound = runner.addresses[0][1] if runner.addresses else port
+            scheme = "https" if context is not None else "http"
+            shown = f"[{host}]" if ":" in host else host
+            self.urls[name] = f"{scheme}://{shown}:{bound}" + (self.prefix if name == "extender" else "")
+
+    async def stop(self) -> None:
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+
+    # ---- extender verbs -----------------------------------------------------------------------
+
+    async def filter(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        args = wire.parse_extender_args(await request.read(), "filter")
+        result = await self.scheduler.filter(args.pod, args.node_names, args.node_objects)
+        body = wire.encode_filter_result(
+            args, result.passed, result.failed, result.unresolvable, result.error
+        )
+        self.metrics.filter_seconds.observe(time.perf_counter() - started)
+        return _json(body)
+
+    async def prioritize(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        args = wire.parse_extender_args(await request.read(), "prioritize")
+        scores = await self.scheduler.prioritize(args.pod, args.node_names, args.node_objects)
+        self.metrics.prioritize_seconds.observe(time.perf_counter() - started)
+        return _json(wire.encode_host_priorities(scores))
+
+    async def bind(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        args = wire.parse_binding_args(await request.read())
+        error = ""
+        try:
+            await self.scheduler.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        except BindFailed as failed:
+            error = str(failed)
+            log.info("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, error)
+        self.metrics.bind_seconds.observe(time.perf_counter() - started)
+        return _json(wire.encode_binding_result(error))
+
+    async def preempt(self, request: web.Request) -> web.Response:
+        args = wire.parse_preemption_args(await request.read())
+        return _json(wire.encode_preemption_result(self.scheduler.preempt(args.pod, args.victims)))
+
+    # ---- debug --------------------------------------------------------------------------------
+
+    async def explain(self, request: web.Request) -> web.Response:
+        target = request.query.get("pod", "")
+        namespace, _, name = target.rpartition("/")
+        if not namespace or not name:
+            raise wire.BadRequest("query parameter pod=NAMESPACE/NAME is required")
+        text_format = request.query.get("format", "json")
+        if text_format not in ("json", "text"):
+            raise wire.BadRequest(f"format must be json or text, got {text_format!r}")
+        nodes = request.query.getall("node", []) or None
+        try:
+            report = explain_pod(self.scheduler, namespace, name, nodes)
+        except ExplainError as error:
+            return web.Response(status=404, text=f"{error}\n")
+        if text_format == "text":
+            return web.Response(text=render_text(report))
+        return _json(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+
+    async def state(self, request: web.Request) -> web.Response:
+        scheduler = self.scheduler
+        body = {
+            "cache": self.cache.stats(),
+            "pools": self.cache.inventory.describe_pools(),
+            "inFlight": self.scheduler.assume.describe(),
+            "binds": {"attempts": scheduler.bind_attempts, "conflicts": scheduler.bind_conflicts,
+                      "conflictRate": scheduler.bind_conflict_rate},
+            "watch": self.watch_health() if self.watch_health else {"mode": "snapshot"},
+        }
+        return _json(orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+
+    async def snapshot(self, request: web.Request) -> web.Response:
+        text = yaml.dump_all(self.cache.objects(), Dumper=_YAML_DUMPER, sort_keys=False)
+        return web.Response(text=text, content_type="application/yaml")
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        if self.cache.ready:
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text="cluster cache not synced yet\n")
+
+    async def metrics_endpoint(self, request: web.Request) -> web.Response:
+        response = web.Response(body=self.metrics.render())
+        response.headers["Content-Type"] = CONTENT_TYPE
+        return response
+
+    def _gauges(self) -> dict[str, Any]:
+        health = self.watch_health() if self.watch_health else {}
+        restarts = {
+            kind: info["restarts"]
+            for kind, info in (health.get("kinds") or {}).items()
+            if isinstance(info, dict) and "restarts" in info
+        }
+        return {
+            "in_flight": len(self.scheduler.assume),
+            "objects": self.cache.stats().get("objects", {}),
+            "watch_restarts": restarts,
+        }

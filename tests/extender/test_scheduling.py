@@ -1,0 +1,256 @@
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import dra_objects as o
+import pytest
+
+from allocator import FeatureGates, ResourceClaim
+from extender.assume import AssumeCache
+from extender.cache import ClusterCache
+from extender.podclaims import RESERVED_FOR_MAX
+from extender.scheduling import Scheduler
+
+NODES = ["node-0", "node-1", "node-2"]
+
+
+def make(objs: list[dict[str, Any]], **options: Any) -> Scheduler:
+    cache = ClusterCache.from_objects(objs, FeatureGates())
+    assume = AssumeCache()
+    assume.attach(cache)
+    return Scheduler(cache, assume, None, **options)
+
+
+def pod_of(scheduler: Scheduler, name: str) -> dict:
+    pod = scheduler.cache.pod("default", name)
+    assert pod is not None
+    return pod
+
+
+async def test_pod_without_claims_passes_every_node_unchanged() -> None:
+    scheduler = make(o.cluster(1, 1))
+    plain = {"metadata": {"name": "plain", "namespace": "default", "uid": "u"}, "spec": {"containers": []}}
+    result = await scheduler.filter(plain, ["node-0", "unknown"])
+    assert (result.passed, result.failed, result.unresolvable, result.error) == (
+        ["node-0", "unknown"],
+        {},
+        {},
+        "",
+    )
+
+
+async def test_fit_and_one_line_reason_per_node() -> None:
+    objs = [
+        o.device_class(),
+        o.node("node-0"),
+        o.gpu_slice("node-0", 2),
+        o.node("node-1"),
+        o.gpu_slice("node-1", 4),
+        o.claim("c", count=3),
+        o.pod("p", ["c"]),
+    ]
+    scheduler = make(objs)
+    result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0", "node-1", "ghost"])
+    assert result.passed == ["node-1"]
+    # No devices in use on node-0: preemption cannot help, so the node is unresolvable.
+    assert result.unresolvable == {
+        "node-0": "claim c: request gpu: needs 3 devices, 2 match",
+        "ghost": "node ghost is not known to dra-extender",
+    }
+    assert result.failed == {} and result.error == ""
+
+
+async def test_devices_in_use_are_resolvable_failures() -> None:
+    used = o.allocate(o.claim("used"), "node-0", ["gpu-0"], [{"resource": "pods", "name": "x", "uid": "x"}])
+    objs = [*o.cluster(1, 2), used, o.claim("c", count=2), o.pod("p", ["c"])]
+    scheduler = make(objs)
+    result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])
+    assert list(result.failed) == ["node-0"]
+    assert "needs 2 devices, 1 match" in result.failed["node-0"]
+    assert "in use" in result.failed["node-0"]
+
+
+async def test_template_claim_not_created_yet_is_unresolvable_everywhere() -> None:
+    objs = [*o.cluster(2, 1), o.pod("p", [], templates={"gpu": "one-gpu"})]
+    scheduler = make(objs)
+    result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0", "node-1"])
+    assert result.unresolvable == dict.fromkeys(
+        ["node-0", "node-1"], 'pod "default/p": ResourceClaim not created yet'
+    )
+
+
+async def test_missing_device_class_waits_as_unschedulable() -> None:
+    claim = o.claim("c", requests=[{"name": "gpu", "exactly": {"deviceClassName": "nope.example.com"}}])
+    scheduler = make([*o.cluster(1, 1), claim, o.pod("p", ["c"])])
+    result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])
+    assert result.failed == {"node-0": "request gpu: device class nope.example.com does not exist"}
+
+
+async def test_allocated_claim_only_fits_its_node() -> None:
+    shared = o.allocate(o.claim("shared"), "node-1", ["gpu-0"])
+    scheduler = make([*o.cluster(3, 1), shared, o.pod("p", ["shared"])])
+    result = await scheduler.filter(pod_of(scheduler, "p"), NODES)
+    assert result.passed == ["node-1"]
+    assert result.unresolvable == dict.fromkeys(
+        ["node-0", "node-2"], "resourceclaim not available on the node"
+    )
+
+
+async def test_claim_reserved_by_the_maximum_number_of_consumers() -> None:
+    consumers = [{"resource": "pods", "name": f"p{i}", "uid": f"u{i}"} for i in range(RESERVED_FOR_MAX)]
+    shared = o.allocate(o.claim("shared"), "node-0", ["gpu-0"], consumers)
+    scheduler = make([*o.cluster(1, 1), shared, o.pod("p", ["shared"])])
+    result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])
+    assert result.unresolvable == {"node-0": "resourceclaim in use"}
+
+
+async def test_claim_in_flight_for_another_pod_and_in_flight_devices_count() -> None:
+    objs = [
+        *o.cluster(1, 2),
+        o.claim("shared"),
+        o.pod("p", ["shared"]),
+        o.claim("two", count=2),
+        o.pod("q", ["two"]),
+    ]
+    scheduler = make(objs)
+    shared = scheduler.cache.claim("default", "shared")
+    allocation = {
+        "devices": {"results": [{"request": "gpu", "driver": o.DRIVER, "pool": "node-0", "device": "gpu-1"}]}
+    }
+    scheduler.assume.reserve(shared, allocation, "some-other-pod")
+    result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])
+    assert result.unresolvable == {
+        "node-0": "resource claim default/shared is in the process of being allocated"
+    }
+    # The in-flight device is taken for everyone else too.
+    result = await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])
+    assert "needs 2 devices, 1 match" in result.failed["node-0"]
+
+
+async def test_invalid_claim_is_an_error() -> None:
+    broken = o.claim("c")
+    broken["spec"]["devices"]["requests"] = [{"name": "gpu"}]  # neither exactly nor firstAvailable
+    scheduler = make([*o.cluster(1, 1), broken, o.pod("p", ["c"])])
+    result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])
+    assert result.passed == [] and "invalid claim" in result.error and "default/c" in result.error
+
+
+async def test_prioritize_binpack_spread_and_annotation() -> None:
+    used = o.allocate(o.claim("used"), "node-1", ["gpu-0", "gpu-1"])
+    objs = [
+        *o.cluster(2, 4),
+        used,
+        o.claim("c"),
+        o.pod("p", ["c"]),
+        o.pod("s", ["c2"], annotations={"dra-extender.io/scoring": "spread"}),
+        o.claim("c2"),
+    ]
+    scheduler = make(objs, scoring="binpack")
+    binpack = await scheduler.prioritize(pod_of(scheduler, "p"), ["node-0", "node-1"])
+    assert binpack["node-1"] > binpack["node-0"]
+    spread = await scheduler.prioritize(pod_of(scheduler, "s"), ["node-0", "node-1"])
+    assert spread["node-0"] > spread["node-1"]
+    assert all(0 <= score <= 10 for score in [*binpack.values(), *spread.values()])
+
+
+async def test_prioritize_prefers_the_better_ranked_subrequest() -> None:
+    requests = [
+        {
+            "name": "gpu",
+            "firstAvailable": [
+                {"name": "four", "deviceClassName": o.CLASS, "count": 4},
+                {"name": "one", "deviceClassName": o.CLASS, "count": 1},
+            ],
+        }
+    ]
+    objs = [
+        o.device_class(),
+        o.node("node-0"),
+        o.gpu_slice("node-0", 4),
+        o.node("node-1"),
+        o.gpu_slice("node-1", 1),
+        o.claim("c", requests=requests),
+        o.pod("p", ["c"]),
+    ]
+    scheduler = make(objs, scoring="spread")
+    scores = await scheduler.prioritize(pod_of(scheduler, "p"), ["node-0", "node-1"])
+    assert scores["node-0"] > scores["node-1"]
+
+
+async def test_filter_holds_devices_until_bind_or_timeout() -> None:
+    now = [0.0]
+    objs = [*o.cluster(2, 1), o.claim("a"), o.pod("pa", ["a"]), o.claim("b"), o.pod("pb", ["b"])]
+    scheduler = make(objs, hold_devices=True, hold_ttl_s=5.0)
+    scheduler.assume._clock = lambda: now[0]
+    first = await scheduler.filter(pod_of(scheduler, "pa"), ["node-0", "node-1"])
+    assert len(first.passed) == 1
+    held = first.passed[0]
+    assert "holds devices for this pod" in next(iter(first.failed.values()))
+    second = await scheduler.filter(pod_of(scheduler, "pb"), ["node-0", "node-1"])
+    assert second.passed == [n for n in ["node-0", "node-1"] if n != held]
+    # The second pod holds the other node now: nothing is left for a third look.
+    assert len(scheduler.assume) == 2
+    now[0] = 6.0  # both holds expire
+    assert len(scheduler.assume) == 0
+
+
+async def test_preempt_keeps_only_useful_candidates() -> None:
+    used = o.allocate(o.claim("used"), "node-1", ["gpu-0"], [{"resource": "pods", "name": "x", "uid": "x"}])
+    # node-2 has no devices: evicting pods there wins nothing.
+    objs = [*o.cluster(2, 1), o.node("node-2"), used, o.claim("c"), o.pod("p", ["c"])]
+    scheduler = make(objs)
+    victims = {
+        "node-0": {"Pods": [], "NumPDBViolations": 0},
+        "node-1": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0},
+        "node-2": {"Pods": [{"UID": "y"}], "NumPDBViolations": 0},
+    }
+    kept = scheduler.preempt(pod_of(scheduler, "p"), victims)
+    assert kept == {"node-0": victims["node-0"], "node-1": victims["node-1"]}
+
+
+async def test_long_filter_does_not_stall_the_event_loop() -> None:
+    objs = [*o.cluster(400, 8), o.claim("c", count=2), o.pod("p", ["c"])]
+    scheduler = make(objs)
+    nodes = [f"node-{i}" for i in range(400)]
+    longest = 0.0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal longest
+        last = time.perf_counter()
+        while not done:
+            await asyncio.sleep(0)
+            now = time.perf_counter()
+            longest = max(longest, now - last)
+            last = now
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    started = time.perf_counter()
+    result = await scheduler.filter(pod_of(scheduler, "p"), nodes)
+    elapsed = time.perf_counter() - started
+    done = True
+    await task
+    assert len(result.passed) == 400
+    # The filter yields about every 5 ms; allow for a slow shared machine, but far below the filter time.
+    print(f"filter {elapsed * 1000:.1f} ms, longest loop stall {longest * 1000:.1f} ms")
+    assert longest < 0.05 or longest < elapsed / 4, (longest, elapsed)
+
+
+@pytest.mark.parametrize("gates", ["DRAPrioritizedList=false"])
+async def test_first_available_needs_its_feature_gate(gates: str) -> None:
+    requests = [{"name": "gpu", "firstAvailable": [{"name": "one", "deviceClassName": o.CLASS}]}]
+    cache = ClusterCache.from_objects(
+        [*o.cluster(1, 1), o.claim("c", requests=requests), o.pod("p", ["c"])], FeatureGates.parse(gates)
+    )
+    scheduler = Scheduler(cache, AssumeCache(), None)
+    result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])
+    assert "DRAPrioritizedList feature is disabled" in result.unresolvable["node-0"]
+
+
+def test_claim_objects_are_the_allocator_model() -> None:
+    scheduler = make([*o.cluster(1, 1), o.claim("c"), o.pod("p", ["c"])])
+    plan = scheduler.plan(pod_of(scheduler, "p"))
+    assert isinstance(plan.to_allocate[0], ResourceClaim) and plan.blocked is None
