@@ -10,6 +10,7 @@ from collections.abc import Sequence
 # Each module defines `register(subparsers)`, which adds its subparser and sets `func(args) -> int`.
 SUBCOMMAND_MODULES = (
     "extender.commands.check",
+    "extender.commands.allocate",
 )
 
 
