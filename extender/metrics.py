@@ -36,6 +36,10 @@ class _StateCollector(Collector):
         for kind, count in sorted((state.get("watch_restarts") or {}).items()):
             restarts.add_metric([kind], count)
         yield restarts
+        conflicts = GaugeMetricFamily("dra_extender_bind_write_conflicts",
+                                      "Claim status writes answered with 409 Conflict and retried.")
+        conflicts.add_metric([], state.get("write_conflicts", 0))
+        yield conflicts
 
 
 class Metrics:
@@ -57,13 +61,10 @@ class Metrics:
         self.bind_failures = Counter("dra_extender_bind_failures",
                                      "Failed binds (kube-scheduler retries the pod) by stage.", ["stage"],
                                      registry=self.registry)
-        self.bind_write_retries = Counter("dra_extender_bind_write_retries",
-                                          "Claim status writes retried after a 409 conflict.",
-                                          registry=self.registry)
 
     def watch_state(self, sources: Callable[[], dict[str, Any]]) -> None:
         """Export gauges from `sources()`:
-        {"in_flight": n, "objects": {kind: n}, "watch_restarts": {kind: n}}."""
+        {"in_flight": n, "objects": {kind: n}, "watch_restarts": {kind: n}, "write_conflicts": n}."""
         self.registry.register(_StateCollector(sources))
 
     def render(self) -> bytes:

@@ -33,6 +33,7 @@ from allocator import (
     node_matches_selector,
 )
 from allocator.errors import AllocationTimeout
+from extender.claimwriter import BindError
 from extender.podclaims import (
     ClaimsNotReady,
     InvalidPodError,
@@ -396,14 +397,15 @@ class Scheduler:
         writes = self._reserve_for_bind(pod, node_name) if has_claims(pod) else []
         try:
             await self.writer.bind(pod, node_name, writes)
-        except Exception as error:
+        except BaseException as error:
             for claim, allocation in writes:
                 if allocation is not None:
                     self._release(claim)
-            message = str(error) or type(error).__name__
+            if not isinstance(error, BindError):
+                raise
             if self.metrics is not None:
                 self.metrics.bind_failures.labels(stage="write").inc()
-            raise BindFailed(message) from None
+            raise BindFailed(str(error)) from None
         self._holds.pop(pod_uid(pod), None)
 
     def _reserve_for_bind(self, pod: dict, node_name: str) -> list[tuple[ResourceClaim, dict | None]]:

@@ -212,4 +212,5 @@ class ExtenderServer:
             "in_flight": len(self.scheduler.assume),
             "objects": self.cache.stats().get("objects", {}),
             "watch_restarts": restarts,
+            "write_conflicts": getattr(self.scheduler.writer, "conflicts", 0),
         }

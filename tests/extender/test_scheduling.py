@@ -10,8 +10,9 @@ import pytest
 from allocator import FeatureGates, ResourceClaim
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
+from extender.claimwriter import ClaimWriter
 from extender.podclaims import RESERVED_FOR_MAX
-from extender.scheduling import Scheduler
+from extender.scheduling import BindFailed, Scheduler
 
 NODES = ["node-0", "node-1", "node-2"]
 
@@ -20,7 +21,7 @@ def make(objs: list[dict[str, Any]], **options: Any) -> Scheduler:
     cache = ClusterCache.from_objects(objs, FeatureGates())
     assume = AssumeCache()
     assume.attach(cache)
-    return Scheduler(cache, assume, None, **options)
+    return Scheduler(cache, assume, ClaimWriter(None, cache), **options)
 
 
 def pod_of(scheduler: Scheduler, name: str) -> dict:
@@ -254,3 +255,96 @@ def test_claim_objects_are_the_allocator_model() -> None:
     scheduler = make([*o.cluster(1, 1), o.claim("c"), o.pod("p", ["c"])])
     plan = scheduler.plan(pod_of(scheduler, "p"))
     assert isinstance(plan.to_allocate[0], ResourceClaim) and plan.blocked is None
+
+
+def devices_of(scheduler: Scheduler) -> list[tuple[str, str, str]]:
+    """Every allocated device over all claims in the cache (duplicates kept)."""
+    found = []
+    for raw in scheduler.cache.objects():
+        allocation = (raw.get("status") or {}).get("allocation") if raw["kind"] == "ResourceClaim" else None
+        for result in ((allocation or {}).get("devices") or {}).get("results") or []:
+            found.append((result["driver"], result["pool"], result["device"]))
+    return found
+
+
+async def test_bind_writes_allocation_reservation_and_binding() -> None:
+    scheduler = make([*o.cluster(2, 2), o.claim("c", count=2), o.pod("p", ["c"])])
+    pod = pod_of(scheduler, "p")
+    await scheduler.bind("default", "p", pod["metadata"]["uid"], "node-1")
+    claim = scheduler.cache.claim("default", "c")
+    assert claim.allocation is not None and {r["pool"] for r in claim.allocation["devices"]["results"]} == {
+        "node-1"
+    }
+    assert [entry["uid"] for entry in claim.reserved_for] == [pod["metadata"]["uid"]]
+    assert "resource.kubernetes.io/delete-protection" in claim.raw["metadata"]["finalizers"]
+    assert pod_of(scheduler, "p")["spec"]["nodeName"] == "node-1"
+    assert len(scheduler.assume) == 0 and scheduler.bind_conflict_rate == 0.0
+
+
+async def test_concurrent_binds_never_share_the_last_device() -> None:
+    objs = o.cluster(1, 3)
+    for index in range(8):
+        objs += [o.claim(f"c{index}"), o.pod(f"p{index}", [f"c{index}"])]
+    scheduler = make(objs)
+    pods = [pod_of(scheduler, f"p{index}") for index in range(8)]
+    for pod in pods:  # every pod sees the free devices before anyone binds
+        assert (await scheduler.filter(pod, ["node-0"])).passed == ["node-0"]
+
+    async def bind(pod: dict) -> bool:
+        try:
+            await scheduler.bind("default", pod["metadata"]["name"], pod["metadata"]["uid"], "node-0")
+        except BindFailed as failed:
+            assert "no longer fits node node-0" in str(failed)
+            return False
+        return True
+
+    outcomes = await asyncio.gather(*(bind(pod) for pod in pods))
+    assert sum(outcomes) == 3
+    devices = devices_of(scheduler)
+    assert len(devices) == 3 and len(set(devices)) == 3
+    assert scheduler.bind_conflicts == 5 and len(scheduler.assume) == 0
+
+
+async def test_failed_bind_leaves_nothing_in_flight() -> None:
+    scheduler = make([*o.cluster(1, 2), o.claim("c"), o.pod("p", ["c"]), o.claim("d"), o.pod("q", ["d"])])
+    pod = pod_of(scheduler, "p")
+    with pytest.raises(BindFailed, match="has UID"):
+        await scheduler.bind("default", "p", "not-the-uid", "node-0")
+    with pytest.raises(BindFailed, match="not known to dra-extender"):
+        await scheduler.bind("default", "nobody", "u", "node-0")
+    pod["spec"]["nodeName"] = "elsewhere"  # bound meanwhile: the Binding is refused after the claim writes
+    with pytest.raises(BindFailed):
+        await scheduler.bind("default", "p", pod["metadata"]["uid"], "node-0")
+    assert len(scheduler.assume) == 0
+    claim = scheduler.cache.claim("default", "c")
+    assert claim.allocation is None and claim.reserved_for == []
+    # The device is still free for the next pod.
+    await scheduler.bind("default", "q", pod_of(scheduler, "q")["metadata"]["uid"], "node-0")
+
+
+async def test_shared_allocated_claim_only_gets_the_reservation() -> None:
+    shared = o.allocate(
+        o.claim("shared"), "node-0", ["gpu-0"], [{"resource": "pods", "name": "x", "uid": "x"}]
+    )
+    scheduler = make([*o.cluster(1, 1), shared, o.pod("p", ["shared"])])
+    pod = pod_of(scheduler, "p")
+    await scheduler.bind("default", "p", pod["metadata"]["uid"], "node-0")
+    claim = scheduler.cache.claim("default", "shared")
+    assert [entry["uid"] for entry in claim.reserved_for] == ["x", pod["metadata"]["uid"]]
+    assert devices_of(scheduler) == [(o.DRIVER, "node-0", "gpu-0")]
+
+
+async def test_hold_is_used_at_bind_and_other_node_is_rechecked() -> None:
+    objs = [*o.cluster(2, 1), o.claim("a"), o.pod("pa", ["a"]), o.claim("b"), o.pod("pb", ["b"])]
+    scheduler = make(objs, hold_devices=True)
+    pa, pb = pod_of(scheduler, "pa"), pod_of(scheduler, "pb")
+    held_a = (await scheduler.filter(pa, ["node-0", "node-1"])).passed[0]
+    held_b = (await scheduler.filter(pb, ["node-0", "node-1"])).passed[0]
+    assert held_a != held_b
+    await scheduler.bind("default", "pa", pa["metadata"]["uid"], held_a)
+    # pb asks for pa's node anyway: its own hold is released and the node no longer fits.
+    with pytest.raises(BindFailed, match="no longer fits"):
+        await scheduler.bind("default", "pb", pb["metadata"]["uid"], held_a)
+    assert len(scheduler.assume) == 0
+    await scheduler.bind("default", "pb", pb["metadata"]["uid"], held_b)
+    assert sorted(devices_of(scheduler)) == [(o.DRIVER, "node-0", "gpu-0"), (o.DRIVER, "node-1", "gpu-0")]
