@@ -1,0 +1,250 @@
+"""List + watch of the kinds the extender needs, feeding the ClusterCache.
+
+Per kind: list, then watch from the list's resourceVersion, resuming from the last version seen
+(events and bookmarks) whenever the server ends a stream. A 410 Gone means the version fell out of
+the server's history: the kind is listed again and its contents replaced, so deletions that
+happened meanwhile are seen. Other errors back off exponentially with jitter and resume the watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from extender.cache import ClusterCache
+from extender.kubeapi import ApiError, KubeClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WatchedKind:
+    kind: str
+    path: str
+    # An optional kind whose API is not served (older cluster, feature gate off) counts as empty.
+    optional: bool = False
+
+
+DEFAULT_KINDS = (
+    WatchedKind("Node", "/api/v1/nodes"),
+    WatchedKind("Pod", "/api/v1/pods"),
+    WatchedKind("DeviceClass", "/apis/resource.k8s.io/v1/deviceclasses"),
+    WatchedKind("ResourceSlice", "/apis/resource.k8s.io/v1/resourceslices"),
+    WatchedKind("ResourceClaim", "/apis/resource.k8s.io/v1/resourceclaims"),
+    WatchedKind("ResourceClaimTemplate", "/apis/resource.k8s.io/v1/resourceclaimtemplates"),
+    WatchedKind("DeviceTaintRule", "/apis/resource.k8s.io/v1/devicetaintrules", optional=True),
+)
+
+
+@dataclass
+class Backoff:
+    """Exponential delay with equal jitter: half fixed, half random, so restarts do not synchronize."""
+
+    initial_s: float = 0.5
+    max_s: float = 30.0
+    _current: float = 0.0
+
+    def next(self) -> float:
+        self._current = self.initial_s if self._current == 0 else min(self._current * 2, self.max_s)
+        return self._current / 2 + random.uniform(0, self._current / 2)
+
+    def reset(self) -> None:
+        self._current = 0.0
+
+    def hold_at_max(self) -> None:
+        self._current = self.max_s
+
+
+@dataclass
+class KindHealth:
+    listed: bool = False
+    available: bool = True
+    resource_version: str | None = None
+    last_event_time: float | None = None
+    events: int = 0
+    bookmarks: int = 0
+    lists: int = 0
+    restarts: int = 0
+    errors: int = 0
+    last_error: str | None = None
+    backoff: Backoff = field(default_factory=Backoff)
+
+    def as_dict(self, now: float) -> dict[str, Any]:
+        return {
+            "listed": self.listed,
+            "available": self.available,
+            "resourceVersion": self.resource_version,
+            "lastEventAgeSeconds": round(now - self.last_event_time, 3) if self.last_event_time else None,
+            "events": self.events,
+            "bookmarks": self.bookmarks,
+            "lists": self.lists,
+            "restarts": self.restarts,
+            "errors": self.errors,
+            "lastError": self.last_error,
+        }
+
+
+class _Relist(Exception):
+    """The watch cannot resume from the version it has; list again."""
+
+
+class ClusterWatcher:
+    def __init__(
+        self,
+        client: KubeClient,
+        cache: ClusterCache,
+        *,
+        kinds: tuple[WatchedKind, ...] = DEFAULT_KINDS,
+        on_restart: Callable[[str], None] | None = None,
+        watch_timeout_s: tuple[float, float] = (300.0, 600.0),
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+    ) -> None:
+        self.client = client
+        self.cache = cache
+        self.kinds = kinds
+        self._on_restart = on_restart
+        self._watch_timeout = watch_timeout_s
+        self._health = {
+            k.kind: KindHealth(backoff=Backoff(backoff_initial_s, backoff_max_s)) for k in kinds
+        }
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready = asyncio.Event()
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._tasks:
+            raise RuntimeError("ClusterWatcher already started")
+        self._tasks = [asyncio.create_task(self._run(k), name=f"watch {k.kind}") for k in self.kinds]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set()
+
+    async def wait_ready(self, timeout_s: float | None = None) -> bool:
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def health(self) -> dict[str, Any]:
+        now = time.time()
+        return {"ready": self.ready, "kinds": {kind: h.as_dict(now) for kind, h in self._health.items()}}
+
+    # ---- per kind -----------------------------------------------------------------------------
+
+    async def _run(self, watched: WatchedKind) -> None:
+        health = self._health[watched.kind]
+        while True:
+            try:
+                if health.resource_version is None:
+                    await self._list(watched, health)
+                started = time.monotonic()
+                if await self._watch(watched, health) or time.monotonic() - started > 1.0:
+                    # The server ended the stream (its timeout): resume from the last version at once.
+                    continue
+                # An empty stream that ended at once (a proxy closing it?) must not become a busy loop.
+            except _Relist as why:
+                self._restarted(watched.kind, health, str(why))
+                health.resource_version = None
+                continue
+            except ApiError as err:
+                if err.not_found and watched.optional:
+                    self._unavailable(watched, health)
+                else:
+                    self._failed(watched.kind, health, f"{err.status} {err.reason}: {err.message}")
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as err:
+                self._failed(watched.kind, health, f"{type(err).__name__}: {err}")
+            await asyncio.sleep(health.backoff.next())
+
+    async def _list(self, watched: WatchedKind, health: KindHealth) -> None:
+        listing = await self.client.list(watched.path)
+        items = listing.get("items")
+        version = (listing.get("metadata") or {}).get("resourceVersion")
+        if not isinstance(items, list) or not isinstance(version, str):
+            raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
+        self.cache.replace(watched.kind, items)
+        health.resource_version = version
+        health.lists += 1
+        health.available = True
+        health.last_event_time = time.time()
+        health.backoff.reset()
+        self._listed(watched.kind, health)
+
+    async def _watch(self, watched: WatchedKind, health: KindHealth) -> int:
+        """Follow one watch stream until the server ends it; returns the number of events received."""
+        timeout = int(random.uniform(*self._watch_timeout))
+        received = 0
+        try:
+            events = self.client.watch(watched.path, health.resource_version, timeout_seconds=timeout)
+            async for event in events:
+                event_type = event.get("type")
+                obj = event["object"]
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if event_type in ("ADDED", "MODIFIED", "DELETED"):
+                    self.cache.apply(watched.kind, event_type, obj)
+                    health.events += 1
+                elif event_type == "BOOKMARK":
+                    health.bookmarks += 1
+                else:
+                    log.warning("watch %s: ignoring event of type %r", watched.path, event_type)
+                    continue
+                if isinstance(version, str) and version:
+                    health.resource_version = version
+                health.last_event_time = time.time()
+                health.backoff.reset()
+                received += 1
+        except ApiError as err:
+            if err.gone:
+                raise _Relist(f"410 Gone: {err.message}") from err
+            raise
+        return received
+
+    # ---- bookkeeping --------------------------------------------------------------------------
+
+    def _listed(self, kind: str, health: KindHealth) -> None:
+        if not health.listed:
+            health.listed = True
+            if all(h.listed for h in self._health.values()):
+                self.cache.ready = True
+                self._ready.set()
+                log.info("cluster cache ready: initial lists done")
+
+    def _unavailable(self, watched: WatchedKind, health: KindHealth) -> None:
+        if health.available:
+            log.info("%s is not served (%s); treating it as empty", watched.kind, watched.path)
+        health.available = False
+        self.cache.replace(watched.kind, [])
+        self._listed(watched.kind, health)
+        # Checked again at the slowest backoff pace: the API may be enabled later.
+        health.backoff.hold_at_max()
+
+    def _restarted(self, kind: str, health: KindHealth, why: str) -> None:
+        health.restarts += 1
+        log.info("watch %s restarts: %s", kind, why)
+        if self._on_restart is not None:
+            self._on_restart(kind)
+
+    def _failed(self, kind: str, health: KindHealth, message: str) -> None:
+        health.errors += 1
+        health.last_error = message
+        log.warning("watch %s failed: %s", kind, message)
+        self._restarted(kind, health, message)

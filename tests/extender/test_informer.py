@@ -1,0 +1,167 @@
+"""ClusterWatcher against the fake API server: lists, watches, drops, 410 Gone, bookmarks, backoff."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from fakeapi import FakeApiServer
+
+from allocator import FeatureGates
+from extender.cache import ClusterCache
+from extender.informer import Backoff, ClusterWatcher, WatchedKind
+from extender.kubeapi import KubeClient
+
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims"
+
+
+def claim(name: str) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}}}
+
+
+def node(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": f"uid-{name}"}}
+
+
+async def eventually(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def cache() -> ClusterCache:
+    return ClusterCache(FeatureGates())
+
+
+@pytest.fixture
+def restarts() -> list[str]:
+    return []
+
+
+@pytest.fixture
+async def watcher(kube: KubeClient, cache: ClusterCache,
+                  restarts: list[str]) -> AsyncIterator[ClusterWatcher]:
+    w = ClusterWatcher(kube, cache, on_restart=restarts.append, backoff_initial_s=0.2, backoff_max_s=0.5)
+    yield w
+    await w.stop()
+
+
+async def test_initial_lists_then_ready(fake_api: FakeApiServer, watcher: ClusterWatcher,
+                                        cache: ClusterCache) -> None:
+    fake_api.seed([node("n1"), node("n2"), claim("a")])
+    assert not cache.ready
+    await watcher.start()
+    assert await watcher.wait_ready(5)
+    assert cache.ready and cache.node_names() == ["n1", "n2"]
+    assert cache.claim("ns", "a") is not None
+    health = watcher.health()
+    assert health["ready"] and all(k["listed"] and k["lists"] == 1 for k in health["kinds"].values())
+
+
+async def test_watch_events_reach_the_cache(kube: KubeClient, watcher: ClusterWatcher,
+                                            cache: ClusterCache) -> None:
+    await watcher.start()
+    await watcher.wait_ready(5)
+    await kube.create(CLAIMS, claim("a"))
+    await eventually(lambda: cache.claim("ns", "a") is not None)
+    await kube.delete(f"{CLAIMS}/a")
+    await eventually(lambda: cache.claim("ns", "a") is None)
+    assert watcher.health()["kinds"]["ResourceClaim"]["events"] == 2
+
+
+async def test_dropped_watch_resumes_without_relisting(fake_api: FakeApiServer, kube: KubeClient,
+                                                       watcher: ClusterWatcher, cache: ClusterCache,
+                                                       restarts: list[str]) -> None:
+    await watcher.start()
+    await watcher.wait_ready(5)
+    await eventually(lambda: fake_api.open_watches == len(watcher.kinds))
+    fake_api.close_watches("resourceclaims")
+    fake_api.seed([claim("made-while-disconnected")])   # must come from the history replay on resume
+    await eventually(lambda: cache.claim("ns", "made-while-disconnected") is not None)
+    await kube.create(CLAIMS, claim("after"))
+    await eventually(lambda: cache.claim("ns", "after") is not None)
+    health = watcher.health()["kinds"]["ResourceClaim"]
+    assert health["restarts"] == 1 and health["errors"] == 1 and health["lists"] == 1
+    assert restarts == ["ResourceClaim"]
+
+
+async def test_gone_relists_and_detects_deletions(fake_api: FakeApiServer, watcher: ClusterWatcher,
+                                                  cache: ClusterCache, restarts: list[str]) -> None:
+    fake_api.seed([claim("stays"), claim("goes")])
+    await watcher.start()
+    await watcher.wait_ready(5)
+    await eventually(lambda: fake_api.open_watches == len(watcher.kinds))
+    # While the watch is down, one claim is deleted and the history that recorded it is compacted away.
+    fake_api.close_watches("resourceclaims")
+    fake_api.remove_object("ResourceClaim", "goes", "ns")
+    fake_api.seed([claim("new")])
+    fake_api.expire_history()
+    await eventually(lambda: cache.claim("ns", "goes") is None and cache.claim("ns", "new") is not None)
+    assert cache.claim("ns", "stays") is not None
+    health = watcher.health()["kinds"]["ResourceClaim"]
+    assert health["lists"] == 2 and health["restarts"] == 2     # the drop, then the 410
+    assert restarts == ["ResourceClaim", "ResourceClaim"]
+
+
+async def test_bookmarks_advance_the_resource_version(fake_api: FakeApiServer, kube: KubeClient,
+                                                      watcher: ClusterWatcher) -> None:
+    await watcher.start()
+    await watcher.wait_ready(5)
+    await kube.create(CLAIMS, claim("a"))   # changes the global version, not the nodes'
+    target = str(fake_api.resource_version)
+    await eventually(lambda: watcher.health()["kinds"]["Node"]["resourceVersion"] == target)
+    assert watcher.health()["kinds"]["Node"]["bookmarks"] >= 1
+
+
+async def test_server_timeouts_resume_quietly(kube: KubeClient, cache: ClusterCache, fake_api: FakeApiServer,
+                                              restarts: list[str]) -> None:
+    watcher = ClusterWatcher(kube, cache, on_restart=restarts.append, watch_timeout_s=(1, 1))
+    try:
+        await watcher.start()
+        await watcher.wait_ready(5)
+        await asyncio.sleep(1.3)
+        await kube.create(CLAIMS, claim("late"))
+        await eventually(lambda: cache.claim("ns", "late") is not None)
+        assert restarts == [] and watcher.health()["kinds"]["ResourceClaim"]["lists"] == 1
+        assert fake_api.requests["watch resourceclaims"] >= 2
+    finally:
+        await watcher.stop()
+
+
+async def test_list_errors_back_off_and_delay_readiness(fake_api: FakeApiServer,
+                                                        watcher: ClusterWatcher) -> None:
+    fake_api.fail_next("list", "nodes", count=2, status=500)
+    await watcher.start()
+    assert await watcher.wait_ready(5)
+    health = watcher.health()["kinds"]["Node"]
+    assert health["errors"] == 2 and "500 InternalError" in health["lastError"]
+    assert health["lists"] == 1
+
+
+async def test_optional_kind_not_served_counts_as_empty(kube: KubeClient, cache: ClusterCache) -> None:
+    kinds = (WatchedKind("Node", "/api/v1/nodes"),
+             WatchedKind("DeviceTaintRule", "/apis/resource.k8s.io/v1alpha9/devicetaintrules", optional=True))
+    watcher = ClusterWatcher(kube, cache, kinds=kinds)
+    try:
+        await watcher.start()
+        assert await watcher.wait_ready(5)
+        health = watcher.health()["kinds"]["DeviceTaintRule"]
+        assert health["available"] is False and health["errors"] == 0
+    finally:
+        await watcher.stop()
+
+
+def test_backoff_grows_with_jitter_up_to_the_maximum() -> None:
+    backoff = Backoff(initial_s=1.0, max_s=4.0)
+    delays = [backoff.next() for _ in range(5)]
+    for delay, ceiling in zip(delays, [1, 2, 4, 4, 4], strict=True):
+        assert ceiling / 2 <= delay <= ceiling
+    backoff.reset()
+    assert backoff.next() <= 1.0
