@@ -1,0 +1,134 @@
+"""Allocations chosen but not yet seen in the cluster cache ("in flight").
+
+Between the moment the extender picks devices for a claim and the moment the cache holds the
+written allocation, those devices must already count as used, or the next pod could get them too.
+
+Invariant (no double allocation): a caller computes an allocation from `allocated_view(cache)` and
+calls `reserve()` for it with no `await` in between. The extender runs on one asyncio event loop,
+so no other coroutine can allocate from the same view in that window, and every later view
+includes the reservation. The entry then lives until the cache shows the claim allocated (the
+ClaimWriter applies what it wrote; the watch confirms it later), until the caller releases it (the
+write failed, the bind was refused), or until its TTL passes (filter-hold mode).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from allocator import AllocatedState, ResourceClaim
+from extender.cache import ClusterCache
+
+
+class AlreadyInFlight(ValueError):
+    """The claim is being allocated for another pod."""
+
+
+@dataclass(frozen=True)
+class InFlight:
+    claim: ResourceClaim
+    allocation: dict
+    pod_uid: str
+    expires_at: float | None
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+
+class AssumeCache:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._entries: dict[str, InFlight] = {}
+
+    def reserve(self, claim: ResourceClaim, allocation: dict, pod_uid: str, *,
+                ttl_s: float | None = None) -> None:
+        """Count `allocation` as used for `claim` from now on.
+
+        Reserving again for the same pod replaces the entry (e.g. a held filter result now bound on
+        another node); reserving a claim that is in flight for a different pod is refused.
+        """
+        current = self.pending(claim.uid)
+        if current is not None and current.pod_uid != pod_uid:
+            raise AlreadyInFlight(f"resource claim {claim.key} is in the process of being allocated "
+                                  f"(pod uid {current.pod_uid})")
+        expires_at = self._clock() + ttl_s if ttl_s is not None else None
+        self._entries[claim.uid] = InFlight(claim, allocation, pod_uid, expires_at)
+
+    def release(self, claim_uid: str) -> None:
+        self._entries.pop(claim_uid, None)
+
+    def release_pod(self, pod_uid: str) -> None:
+        """Drop every entry held for one pod (its bind failed or it was deleted)."""
+        for uid in [uid for uid, entry in self._entries.items() if entry.pod_uid == pod_uid]:
+            del self._entries[uid]
+
+    def confirm_from_watch(self, claim: ResourceClaim) -> None:
+        """The cache now holds `claim`; once it carries an allocation the entry is no longer needed."""
+        if claim.allocation is not None:
+            self._entries.pop(claim.uid, None)
+
+    def pending(self, claim_uid: str) -> InFlight | None:
+        entry = self._entries.get(claim_uid)
+        if entry is not None and entry.expired(self._clock()):
+            del self._entries[claim_uid]
+            return None
+        return entry
+
+    def in_flight(self) -> list[tuple[str, ResourceClaim, dict]]:
+        self._expire()
+        return [(uid, entry.claim, entry.allocation) for uid, entry in self._entries.items()]
+
+    def allocated_view(self, cache: ClusterCache) -> AllocatedState:
+        """Devices in use: the cache's allocated state plus every in-flight allocation it lacks."""
+        self._expire()
+        items = []
+        for uid, entry in list(self._entries.items()):
+            cached = cache.claim_by_uid(uid)
+            if cached is not None and cached.allocation is not None:
+                del self._entries[uid]   # the cache counts it already; no confirmation was wired up
+                continue
+            items.append((uid, entry.claim, entry.allocation))
+        return cache.allocated.with_in_flight(items)
+
+    def attach(self, cache: ClusterCache) -> None:
+        """Confirm or drop entries as claim changes reach `cache` (from the watch or the ClaimWriter)."""
+        cache.subscribe(self._on_change)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """For /debug/state."""
+        self._expire()
+        now = self._clock()
+        return [
+            {
+                "claim": entry.claim.key,
+                "claimUID": uid,
+                "podUID": entry.pod_uid,
+                "devices": [
+                    f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}"
+                    for r in (entry.allocation.get("devices") or {}).get("results") or ()
+                ],
+                "expiresInSeconds": None if entry.expires_at is None else round(entry.expires_at - now, 3),
+            }
+            for uid, entry in self._entries.items()
+        ]
+
+    def __len__(self) -> int:
+        self._expire()
+        return len(self._entries)
+
+    def _expire(self) -> None:
+        now = self._clock()
+        expired = [uid for uid, entry in self._entries.items() if entry.expired(now)]
+        for uid in expired:
+            del self._entries[uid]
+
+    def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+        if kind != "ResourceClaim":
+            return
+        uid = (new.get("metadata") or {}).get("uid")
+        if uid not in self._entries:
+            return
+        if event_type == "DELETED" or (new.get("status") or {}).get("allocation") is not None:
+            del self._entries[uid]

@@ -1,0 +1,131 @@
+"""AssumeCache: in-flight allocations count as used until the cache shows them, expire, never double up."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from allocator import FeatureGates, ResourceClaim
+from extender.assume import AlreadyInFlight, AssumeCache
+from extender.cache import ClusterCache
+
+DRIVER, POOL = "gpu.example.com", "node-1"
+
+
+def raw_claim(name: str, *, allocation: dict | None = None, rv: str = "1") -> dict:
+    obj: dict = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": rv},
+                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}}}
+    if allocation is not None:
+        obj["status"] = {"allocation": allocation}
+    return obj
+
+
+def allocation(device: str) -> dict:
+    return {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": POOL, "device": device}]}}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def cache() -> ClusterCache:
+    return ClusterCache(FeatureGates())
+
+
+def test_reserved_allocations_count_as_used(cache: ClusterCache) -> None:
+    assume = AssumeCache()
+    claim = ResourceClaim.from_api(raw_claim("a"))
+    assume.reserve(claim, allocation("gpu-0"), "pod-1")
+    view = assume.allocated_view(cache)
+    assert view.owner_of(DRIVER, POOL, "gpu-0") == "ns/a"
+    assert cache.allocated.owner_of(DRIVER, POOL, "gpu-0") is None, "the cache's own state is untouched"
+    assert [(uid, alloc) for uid, _, alloc in assume.in_flight()] == [("uid-a", allocation("gpu-0"))]
+    assert assume.describe()[0]["devices"] == [f"{DRIVER}/{POOL}/gpu-0"]
+    assume.release("uid-a")
+    assert assume.allocated_view(cache).owner_of(DRIVER, POOL, "gpu-0") is None
+
+
+def test_a_claim_in_flight_for_another_pod_is_refused(cache: ClusterCache) -> None:
+    assume = AssumeCache()
+    claim = ResourceClaim.from_api(raw_claim("a"))
+    assume.reserve(claim, allocation("gpu-0"), "pod-1")
+    with pytest.raises(AlreadyInFlight, match="ns/a is in the process of being allocated"):
+        assume.reserve(claim, allocation("gpu-1"), "pod-2")
+    assume.reserve(claim, allocation("gpu-1"), "pod-1")   # same pod: replaced (e.g. another node at bind)
+    view = assume.allocated_view(cache)
+    assert view.owner_of(DRIVER, POOL, "gpu-0") is None and view.owner_of(DRIVER, POOL, "gpu-1") == "ns/a"
+    assume.release_pod("pod-1")
+    assert len(assume) == 0
+
+
+def test_confirmation_from_the_watch(cache: ClusterCache) -> None:
+    assume = AssumeCache()
+    assume.reserve(ResourceClaim.from_api(raw_claim("a")), allocation("gpu-0"), "pod-1")
+    assume.confirm_from_watch(ResourceClaim.from_api(raw_claim("a", rv="2")))
+    assert len(assume) == 1, "a claim update without allocation confirms nothing"
+    assume.confirm_from_watch(ResourceClaim.from_api(raw_claim("a", rv="3", allocation=allocation("gpu-0"))))
+    assert len(assume) == 0
+
+
+def test_attached_cache_events_confirm_and_drop_entries(cache: ClusterCache) -> None:
+    assume = AssumeCache()
+    assume.attach(cache)
+    cache.apply("ResourceClaim", "ADDED", raw_claim("a"))
+    cache.apply("ResourceClaim", "ADDED", raw_claim("b"))
+    assume.reserve(cache.claim("ns", "a"), allocation("gpu-0"), "pod-1")
+    assume.reserve(cache.claim("ns", "b"), allocation("gpu-1"), "pod-2")
+    cache.apply("ResourceClaim", "MODIFIED", raw_claim("a", rv="2", allocation=allocation("gpu-0")))
+    assert [uid for uid, _, _ in assume.in_flight()] == ["uid-b"]
+    assert assume.allocated_view(cache).owner_of(DRIVER, POOL, "gpu-0") == "ns/a", "now counted by the cache"
+    cache.apply("ResourceClaim", "DELETED", raw_claim("b", rv="3"))
+    assert assume.in_flight() == []
+
+
+def test_view_skips_entries_the_cache_already_counts(cache: ClusterCache) -> None:
+    assume = AssumeCache()   # not attached: allocated_view must still not count a claim twice
+    assume.reserve(ResourceClaim.from_api(raw_claim("a")), allocation("gpu-0"), "pod-1")
+    cache.apply("ResourceClaim", "ADDED", raw_claim("a", allocation=allocation("gpu-0")))
+    view = assume.allocated_view(cache)
+    assert view is cache.allocated and len(assume) == 0
+
+
+def test_ttl_expiry() -> None:
+    clock = FakeClock()
+    assume = AssumeCache(clock=clock)
+    claim = ResourceClaim.from_api(raw_claim("a"))
+    assume.reserve(claim, allocation("gpu-0"), "pod-1", ttl_s=5)
+    assume.reserve(ResourceClaim.from_api(raw_claim("b")), allocation("gpu-1"), "pod-2")
+    clock.now += 4.9
+    assert assume.pending("uid-a") is not None
+    assert assume.describe()[0]["expiresInSeconds"] == pytest.approx(0.1)
+    clock.now += 0.2
+    assert assume.pending("uid-a") is None
+    assert [uid for uid, _, _ in assume.in_flight()] == ["uid-b"]
+    assume.reserve(claim, allocation("gpu-0"), "pod-3")   # expired holds do not block other pods
+
+
+async def test_concurrent_allocators_never_share_a_device(cache: ClusterCache) -> None:
+    assume = AssumeCache()
+    devices = [f"gpu-{i}" for i in range(10)]
+    chosen: dict[str, str] = {}
+
+    async def schedule(i: int) -> None:
+        await asyncio.sleep(random.uniform(0, 0.01))
+        # choose and reserve with no await in between (the documented invariant)
+        view = assume.allocated_view(cache)
+        free = [d for d in devices if not view.is_allocated((DRIVER, POOL, d))]
+        if free:
+            assume.reserve(ResourceClaim.from_api(raw_claim(f"c{i}")), allocation(free[0]), f"pod-{i}")
+            chosen[f"c{i}"] = free[0]
+        await asyncio.sleep(random.uniform(0, 0.01))   # the "bind" happens later
+
+    await asyncio.gather(*(schedule(i) for i in range(25)))
+    assert len(chosen) == 10 and sorted(chosen.values()) == sorted(devices)
