@@ -109,15 +109,29 @@ def _message(claim_name: str, rd: RequestData, reason: Reason, note: str = "") -
     return text + note
 
 
+def _joint(claims: list[str], requests: list[str], needed: int, usable: int, considered: int) -> Reason:
+    """Every request fits on its own: say how many devices the requests need together."""
+    noun = "device" if needed == 1 else "devices"
+    who = f"claim {claims[0]}" if len(claims) == 1 else "claims " + ", ".join(claims)
+    message = (
+        f"{who}: requests {', '.join(requests)} need {needed} {noun} together, {usable} match "
+        "(or the devices that match cannot be combined)"
+    )
+    return Reason(",".join(claims), ",".join(requests), None, needed, considered, {}, {}, message)
+
+
 def explain(search: _Search) -> list[Reason]:
     pools = search.pools
     incomplete = sum(p.device_count for p in pools.pools if p.status == INCOMPLETE)
     invalid = sum(p.device_count for p in pools.pools if p.status == INVALID)
     considered = len(search.candidates) + incomplete + invalid
     short: list[Reason] = []
-    everything: list[Reason] = []
+    claim_totals: list[tuple[str, list[str], int, set[int]]] = []
     for ci, claim in enumerate(search.claims):
+        claim_usable: set[int] = set()
+        claim_needed = 0
         for rds in search.requests[ci]:
+            claim_needed += min(rd.num_devices for rd in rds)
             for rd in rds:
                 rejected: Counter[str] = Counter()
                 if incomplete:
@@ -134,6 +148,7 @@ def explain(search: _Search) -> list[Reason]:
                     rejected[why] += 1
                     if why == "in use":
                         in_use_by[search.allocated.devices[entry.key]] += 1
+                claim_usable.update(e.index for e in usable)
                 lost = _constraint_losses(search, ci, rd, usable)
                 if lost:
                     rejected["constraint"] = lost
@@ -146,17 +161,30 @@ def explain(search: _Search) -> list[Reason]:
                     dict(rejected),
                     dict(in_use_by),
                 )
-                if reason.matching - lost < rd.num_devices or (
-                    rd.all_devices is not None and not rd.all_devices
-                ):
+                all_empty = rd.all_devices is not None and not rd.all_devices
+                if reason.matching - lost < rd.num_devices or all_empty:
                     reason.message = _message(claim.name, rd, reason)
                     short.append(reason)
-                else:
-                    reason.message = _message(
-                        claim.name,
-                        rd,
-                        reason,
-                        "; enough on their own, but not together with the other requests",
-                    )
-                    everything.append(reason)
-    return short or everything
+        names = [r.name for r in claim.requests]
+        claim_totals.append((claim.name, names, claim_needed, claim_usable))
+    if short:
+        return short
+    for name, requests, needed, usable in claim_totals:
+        if needed > len(usable):
+            short.append(_joint([name], requests, needed, len(usable), considered))
+    if short:
+        return short
+    everything = set().union(*(u for *_, u in claim_totals)) if claim_totals else set()
+    return [
+        _joint(
+            [c.name for c in search.claims],
+            [
+                f"{c.name}/{r}"
+                for c, (_, reqs, _, _) in zip(search.claims, claim_totals, strict=True)
+                for r in reqs
+            ],
+            sum(n for _, _, n, _ in claim_totals),
+            len(everything),
+            considered,
+        )
+    ]
