@@ -1,0 +1,410 @@
+"""Controllers run by `dra-extender serve --controllers=...`: device taint eviction and driver loss.
+
+Entry points for `serve`:
+    add_arguments(parser)                       # --controllers, --taint-eviction-workers, ...
+    handle = await start_from_args(cache, client, args)    # or start_controllers(...) directly
+    handle.driver_lost(); handle.state()        # for /debug/state and explanations
+    await handle.stop()
+
+Everything runs on the event loop that calls start; cache events must be applied on that loop.
+With leader election only the Lease holder acts; the others keep nothing but their candidacy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import socket
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from extender.controllers.clock import Clock, RealClock
+from extender.controllers.driver_loss import DriverLossTracker
+from extender.controllers.events import EventRecorder
+from extender.controllers.evictor import PodEvictor, PodRef
+from extender.controllers.leader import LeaderElector
+from extender.controllers.metrics import ControllerMetrics
+from extender.controllers.pools import PoolIndex
+from extender.controllers.taint_eviction import RuleRef, TaintEvictionController
+from extender.controllers.workqueue import RateLimiter, WorkQueue
+
+log = logging.getLogger(__name__)
+
+TAINT_EVICTION = "taint-eviction"
+DRIVER_LOSS = "driver-loss"
+CONTROLLER_NAMES = (TAINT_EVICTION, DRIVER_LOSS)
+COMPONENT = "dra-extender-controllers"
+MAX_STATE_ENTRIES = 100
+
+
+class ControllerCache(Protocol):
+    def subscribe(self, callback: Any) -> None: ...
+    def objects(self) -> list[dict]: ...
+    def pod(self, namespace: str, name: str) -> dict | None: ...
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in CONTROLLER_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown controller {', '.join(unknown)}; known: {', '.join(CONTROLLER_NAMES)}"
+        )
+    return names
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: str) -> float:
+    """Go-style duration ("5m", "90s", "1h30m") or plain seconds, to seconds."""
+    text = text.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        parts = _DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise argparse.ArgumentTypeError(
+                f"invalid duration {text!r} (examples: 300, 90s, 5m, 1h30m)"
+            ) from None
+        seconds = sum(float(n) * _UNIT[u] for n, u in parts)
+    if seconds < 0:
+        raise argparse.ArgumentTypeError(f"duration must not be negative: {text!r}")
+    return seconds
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("controllers")
+    group.add_argument(
+        "--controllers",
+        type=parse_names,
+        default=(),
+        metavar="NAMES",
+        help=f"comma-separated controllers to run: {', '.join(CONTROLLER_NAMES)} (default: none)",
+    )
+    group.add_argument(
+        "--taint-eviction-workers",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="pods evicted concurrently at most (default: 10)",
+    )
+    group.add_argument(
+        "--driver-loss-grace-period",
+        type=parse_duration,
+        default=300.0,
+        metavar="DURATION",
+        help="how long devices of a pool without ResourceSlices stay reserved (default: 5m)",
+    )
+    group.add_argument(
+        "--evict-on-driver-loss",
+        action="store_true",
+        help="evict pods whose devices' driver stayed gone past the grace period",
+    )
+    group.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run the controllers only while holding a coordination.k8s.io Lease",
+    )
+    group.add_argument("--leader-elect-namespace", default="kube-system", metavar="NS")
+    group.add_argument("--leader-elect-lease-name", default="dra-extender-controllers", metavar="NAME")
+
+
+@dataclass(frozen=True)
+class ControllerOptions:
+    names: tuple[str, ...] = ()
+    workers: int = 10
+    driver_loss_grace_period: float = 300.0
+    evict_on_driver_loss: bool = False
+    leader_elect: bool = False
+    lease_namespace: str = "kube-system"
+    lease_name: str = "dra-extender-controllers"
+    identity: str = ""
+
+    def __post_init__(self) -> None:
+        parse_names(",".join(self.names))
+        if self.evict_on_driver_loss and DRIVER_LOSS not in self.names:
+            raise ValueError(f"--evict-on-driver-loss needs --controllers={DRIVER_LOSS}")
+        if self.workers < 1:
+            raise ValueError(f"--taint-eviction-workers must be at least 1, got {self.workers}")
+
+
+class _Term:
+    """Everything that exists while this replica acts (the whole time without leader election)."""
+
+    def __init__(
+        self,
+        cache: ControllerCache,
+        client: Any,
+        clock: Clock,
+        options: ControllerOptions,
+        metrics: ControllerMetrics,
+    ) -> None:
+        self.pools = PoolIndex()
+        self.recorder = EventRecorder(client, clock, COMPONENT)
+        self.queue: WorkQueue[Any] = WorkQueue(
+            self._process,
+            clock=clock,
+            workers=options.workers,
+            rate_limiter=RateLimiter(clock),
+            name="taint-eviction",
+            on_retry=lambda _key, _err: metrics.retries.inc(),
+        )
+        self.taint: TaintEvictionController | None = None
+        self.evictor: PodEvictor | None = None
+        if TAINT_EVICTION in options.names or options.evict_on_driver_loss:
+            self.evictor = PodEvictor(
+                client,
+                self.recorder,
+                clock,
+                metrics,
+                schedule=self.queue.schedule,
+                cancel=self.queue.cancel,
+                on_evicted=self._on_evicted,
+            )
+        if TAINT_EVICTION in options.names and self.evictor is not None:
+            self.taint = TaintEvictionController(
+                cache, client, clock, self.evictor, self.pools, schedule_rule=self.queue.schedule
+            )
+        self.driver_loss: DriverLossTracker | None = None
+        if DRIVER_LOSS in options.names:
+            self.driver_loss = DriverLossTracker(
+                cache,
+                clock,
+                self.recorder,
+                self.pools,
+                grace_period=options.driver_loss_grace_period,
+                evictor=self.evictor if options.evict_on_driver_loss else None,
+            )
+
+    def seed(self, objects: Iterable[dict]) -> None:
+        objects = list(objects)
+        for raw in objects:
+            if raw.get("kind") == "ResourceSlice":
+                self.pools.upsert(raw)
+        if self.taint is not None:
+            self.taint.seed(objects)
+        if self.driver_loss is not None:
+            self.driver_loss.seed(objects)
+        self.recorder.start()
+        self.queue.start()
+
+    async def stop(self) -> None:
+        if self.driver_loss is not None:
+            self.driver_loss.stop()
+        await self.queue.stop()
+        await self.recorder.stop()
+
+    def on_event(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+        if kind == "ResourceSlice":
+            name = str((new.get("metadata") or {}).get("name") or "")
+            touched = self.pools.remove(name) if event_type == "DELETED" else self.pools.upsert(new)
+            if touched:
+                if self.taint is not None:
+                    self.taint.on_pools(touched)
+                if self.driver_loss is not None:
+                    self.driver_loss.on_pools(touched)
+        elif kind == "ResourceClaim":
+            if self.taint is not None:
+                self.taint.on_claim(event_type, new, old)
+            if self.driver_loss is not None:
+                self.driver_loss.on_claim(event_type, new, old)
+        elif kind == "Pod":
+            if event_type == "DELETED":
+                if self.evictor is not None:
+                    self.evictor.forget(PodRef.of(new))
+            elif self.taint is not None:
+                self.taint.on_pod(new, old)
+        elif kind == "DeviceTaintRule" and self.taint is not None:
+            self.taint.on_rule(event_type, new, old)
+
+    async def _process(self, key: Any) -> float | None:
+        if isinstance(key, PodRef) and self.evictor is not None:
+            return await self.evictor.process(key)
+        if isinstance(key, RuleRef) and self.taint is not None:
+            return await self.taint.process_rule(key)
+        return None
+
+    def _on_evicted(self, ref: PodRef, eviction: Any) -> None:
+        if self.taint is not None:
+            self.taint.on_evicted(ref, eviction)
+
+
+class Controllers:
+    """The handle `start_controllers` returns."""
+
+    def __init__(
+        self,
+        cache: ControllerCache,
+        client: Any,
+        clock: Clock,
+        options: ControllerOptions,
+        registry: CollectorRegistry,
+    ) -> None:
+        self.options = options
+        self._cache = cache
+        self._client = client
+        self._clock = clock
+        self.metrics = ControllerMetrics(registry)
+        self._term: _Term | None = None
+        self._elector: LeaderElector | None = None
+        self.metrics.watch_queue(
+            lambda: self._term.queue.depth() if self._term else 0,
+            lambda: self._term.queue.in_flight() if self._term else 0,
+        )
+        self.metrics.watch_driver_lost(
+            lambda: self._term.driver_loss.device_count() if self._term and self._term.driver_loss else 0
+        )
+        cache.subscribe(self._on_event)
+
+    @property
+    def active(self) -> bool:
+        return self._term is not None
+
+    @property
+    def term(self) -> _Term | None:
+        return self._term
+
+    async def _start_term(self) -> None:
+        if self._term is None:
+            term = _Term(self._cache, self._client, self._clock, self.options, self.metrics)
+            self._term = term
+            term.seed(self._cache.objects())
+            log.info("controllers running: %s", ", ".join(self.options.names))
+
+    async def _stop_term(self) -> None:
+        term, self._term = self._term, None
+        if term is not None:
+            await term.stop()
+            log.info("controllers stopped")
+
+    def _on_event(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+        if self._term is None:
+            return
+        try:
+            self._term.on_event(kind, event_type, new, old)
+        except Exception:
+            # Never let a controller bug break the cache's apply() for everybody else.
+            log.exception("controllers: handling %s %s failed", event_type, kind)
+
+    def driver_lost(self) -> list[dict[str, Any]]:
+        if self._term is None or self._term.driver_loss is None:
+            return []
+        return self._term.driver_loss.driver_lost()
+
+    def state(self) -> dict[str, Any]:
+        term = self._term
+        state: dict[str, Any] = {
+            "controllers": list(self.options.names),
+            "active": term is not None,
+            "leader_election": self._elector is not None,
+        }
+        if self._elector is not None:
+            state["identity"] = self._elector.identity
+        if term is None:
+            return state
+        state["queue"] = {"depth": term.queue.depth(), "in_flight": term.queue.in_flight()}
+        if term.evictor is not None:
+            pending = sorted(term.evictor.pending().items(), key=lambda item: item[1].when)
+            state["pending_evictions"] = [
+                {
+                    "pod": f"{ref.namespace}/{ref.name}",
+                    "uid": ref.uid,
+                    "at": ev.when,
+                    "seconds_left": max(0.0, ev.when - self._clock.now()),
+                    "reasons": [str(r) for r in ev.reasons],
+                }
+                for ref, ev in pending[:MAX_STATE_ENTRIES]
+            ]
+            state["pending_evictions_total"] = len(pending)
+        if term.driver_loss is not None:
+            state["driver_lost"] = term.driver_loss.driver_lost()
+        return state
+
+    async def stop(self) -> None:
+        if self._elector is not None:
+            await self._elector.stop()
+        await self._stop_term()
+
+
+async def start_controllers(
+    cache: ControllerCache,
+    client: Any,
+    *,
+    names: Iterable[str],
+    clock: Clock | None = None,
+    workers: int = 10,
+    driver_loss_grace_period: float = 300.0,
+    evict_on_driver_loss: bool = False,
+    leader_elect: bool = False,
+    lease_namespace: str = "kube-system",
+    lease_name: str = "dra-extender-controllers",
+    identity: str | None = None,
+    registry: CollectorRegistry = REGISTRY,
+) -> Controllers:
+    options = ControllerOptions(
+        names=tuple(names),
+        workers=workers,
+        driver_loss_grace_period=driver_loss_grace_period,
+        evict_on_driver_loss=evict_on_driver_loss,
+        leader_elect=leader_elect,
+        lease_namespace=lease_namespace,
+        lease_name=lease_name,
+        identity=identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+    )
+    controllers = Controllers(cache, client, clock or RealClock(), options, registry)
+    if not options.names:
+        return controllers
+    if leader_elect:
+        controllers._elector = LeaderElector(
+            client,
+            controllers._clock,
+            identity=options.identity,
+            namespace=lease_namespace,
+            name=lease_name,
+            on_started=controllers._start_term,
+            on_stopped=controllers._stop_term,
+        )
+        controllers._elector.start()
+    else:
+        await controllers._start_term()
+    return controllers
+
+
+async def start_from_args(
+    cache: ControllerCache,
+    client: Any,
+    args: argparse.Namespace,
+    *,
+    clock: Clock | None = None,
+    registry: CollectorRegistry = REGISTRY,
+) -> Controllers:
+    return await start_controllers(
+        cache,
+        client,
+        names=args.controllers,
+        clock=clock,
+        workers=args.taint_eviction_workers,
+        driver_loss_grace_period=args.driver_loss_grace_period,
+        evict_on_driver_loss=args.evict_on_driver_loss,
+        leader_elect=args.leader_elect,
+        lease_namespace=args.leader_elect_namespace,
+        lease_name=args.leader_elect_lease_name,
+        registry=registry,
+    )

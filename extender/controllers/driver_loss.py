@@ -1,0 +1,220 @@
+"""Driver-loss grace period: allocated devices whose pool lost all its ResourceSlices.
+
+When a driver or kubelet restarts, its slices vanish while claims still hold the devices. The
+devices stay allocated (claims still hold them, so the allocator's AllocatedState keeps counting
+them) and cannot be offered to new claims (they are gone from the Inventory along with their
+slices). This tracker reports them as "driver lost" with the time left. If the slices come back in
+time, nothing else happens; if not, each affected claim and pod gets an event and, when
+configured, the pods are evicted through the shared PodEvictor.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.controllers.claims import allocated_results, claim_key, consumers, pod_claim_keys, result_device
+from extender.controllers.clock import Clock, TimerHandle
+from extender.controllers.events import EventRecorder
+from extender.controllers.evictor import DRIVER_LOST, Eviction, PodEvictor, PodRef, Reason
+from extender.controllers.pools import PoolId, PoolIndex
+from extender.controllers.taint_eviction import PodLookup
+
+log = logging.getLogger(__name__)
+
+SOURCE = "driver-loss"
+EVENT_REASON = "DeviceDriverLost"
+
+
+@dataclass
+class _LostPool:
+    since: float
+    deadline: float
+    timer: TimerHandle | None = None
+    expired: bool = False
+    evicting: set[PodRef] = field(default_factory=set)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+class DriverLossTracker:
+    def __init__(
+        self,
+        pods: PodLookup,
+        clock: Clock,
+        recorder: EventRecorder,
+        pools: PoolIndex,
+        *,
+        grace_period: float = 300.0,
+        evictor: PodEvictor | None = None,
+    ) -> None:
+        if grace_period < 0:
+            raise ValueError(f"driver-loss grace period must not be negative, got {grace_period}")
+        self._pods = pods
+        self._clock = clock
+        self._recorder = recorder
+        self._pools = pools
+        self._grace = grace_period
+        self._evictor = evictor  # None: report only, never evict
+        self._claims: dict[str, dict] = {}
+        self._pool_claims: dict[PoolId, set[str]] = {}
+        self._lost: dict[PoolId, _LostPool] = {}
+
+    def seed(self, objects: Iterable[dict]) -> None:
+        for raw in objects:
+            if raw.get("kind") == "ResourceClaim":
+                self._store(raw)
+        for pool in list(self._pool_claims):
+            self._check(pool)
+
+    def stop(self) -> None:
+        for lost in self._lost.values():
+            if lost.timer is not None:
+                lost.timer.cancel()
+
+    # ---- events -------------------------------------------------------------------------------
+
+    def on_claim(self, event_type: str, new: dict, old: dict | None) -> None:
+        key = claim_key(new)
+        touched = self._forget(key)
+        if event_type != "DELETED":
+            touched |= self._store(new)
+        for pool in touched:
+            self._check(pool)
+
+    def on_pools(self, touched: set[PoolId]) -> None:
+        for pool in touched:
+            self._check(pool)
+
+    # ---- queries ------------------------------------------------------------------------------
+
+    def driver_lost(self) -> list[dict[str, Any]]:
+        """For /debug/state and explanations: pools whose driver is gone while claims hold devices."""
+        now = self._clock.now()
+        report = []
+        for pool_id, lost in sorted(self._lost.items()):
+            report.append(
+                {
+                    "driver": pool_id[0],
+                    "pool": pool_id[1],
+                    "devices": self._held_devices(pool_id),
+                    "claims": sorted(self._pool_claims.get(pool_id, ())),
+                    "seconds_left": max(0.0, lost.deadline - now),
+                    "expired": lost.expired,
+                }
+            )
+        return report
+
+    def device_count(self) -> int:
+        return sum(len(self._held_devices(pool_id)) for pool_id in self._lost)
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    def _store(self, raw: dict) -> set[PoolId]:
+        results = allocated_results(raw)
+        if not results:
+            return set()
+        key = claim_key(raw)
+        self._claims[key] = raw
+        pools = set()
+        for result in results:
+            device = result_device(result)
+            if device is not None:
+                pools.add((device[0], device[1]))
+        for pool in pools:
+            self._pool_claims.setdefault(pool, set()).add(key)
+        return pools
+
+    def _forget(self, key: str) -> set[PoolId]:
+        raw = self._claims.pop(key, None)
+        if raw is None:
+            return set()
+        pools = set()
+        for result in allocated_results(raw):
+            device = result_device(result)
+            if device is None:
+                continue
+            pool = (device[0], device[1])
+            pools.add(pool)
+            holders = self._pool_claims.get(pool)
+            if holders is not None:
+                holders.discard(key)
+                if not holders:
+                    del self._pool_claims[pool]
+        return pools
+
+    def _held_devices(self, pool_id: PoolId) -> list[str]:
+        names = set()
+        for key in self._pool_claims.get(pool_id, ()):
+            for result in allocated_results(self._claims[key]):
+                device = result_device(result)
+                if device is not None and (device[0], device[1]) == pool_id:
+                    names.add(device[2])
+        return sorted(names)
+
+    def _check(self, pool_id: PoolId) -> None:
+        driver_gone = not self._pools.has_pool(pool_id) and bool(self._pool_claims.get(pool_id))
+        lost = self._lost.get(pool_id)
+        if driver_gone and lost is None:
+            now = self._clock.now()
+            lost = self._lost[pool_id] = _LostPool(since=now, deadline=now + self._grace)
+            lost.timer = self._clock.call_at(lost.deadline, lambda: self._expire(pool_id))
+            log.warning(
+                "driver of pool %s/%s is gone while claims hold %s; grace period %s",
+                *pool_id,
+                ", ".join(self._held_devices(pool_id)),
+                _duration(self._grace),
+            )
+        elif not driver_gone and lost is not None:
+            self._recover(pool_id, lost)
+
+    def _recover(self, pool_id: PoolId, lost: _LostPool) -> None:
+        del self._lost[pool_id]
+        if lost.timer is not None:
+            lost.timer.cancel()
+        if self._pools.has_pool(pool_id):
+            log.info(
+                "driver of pool %s/%s is back after %s", *pool_id, _duration(self._clock.now() - lost.since)
+            )
+        if self._evictor is not None:
+            for ref in lost.evicting:
+                self._evictor.want(ref, SOURCE, None)
+
+    def _expire(self, pool_id: PoolId) -> None:
+        lost = self._lost.get(pool_id)
+        if lost is None or lost.expired:
+            return
+        lost.expired = True
+        gone_for = _duration(self._grace)
+        action = "; evicting the pods that use them" if self._evictor is not None else ""
+        for key in sorted(self._pool_claims.get(pool_id, ())):
+            claim = self._claims[key]
+            devices = sorted(
+                f"{d[0]}/{d[1]}/{d[2]}"
+                for r in allocated_results(claim)
+                if (d := result_device(r)) is not None and (d[0], d[1]) == pool_id
+            )
+            message = (
+                f"devices {', '.join(devices)} have had no ResourceSlice for {gone_for}: driver lost{action}"
+            )
+            self._recorder.record(claim, EVENT_REASON, message, event_type="Warning")
+            for pod in consumers(claim, self._pods):
+                if key not in pod_claim_keys(pod, self._claims):
+                    continue
+                ref = PodRef.of(pod)
+                self._recorder.record(
+                    ref.reference(),
+                    EVENT_REASON,
+                    f"claim {claim['metadata'].get('name')}: {message}",
+                    event_type="Warning",
+                )
+                if self._evictor is not None and (pod.get("spec") or {}).get("nodeName"):
+                    lost.evicting.add(ref)
+                    self._evictor.want(
+                        ref, SOURCE, Eviction(lost.deadline, (Reason(DRIVER_LOST, "/".join(pool_id)),))
+                    )

@@ -1,0 +1,371 @@
+"""Device taint eviction: pods whose allocated devices carry a NoExecute taint they do not tolerate go.
+
+Inputs arrive as cache events (pods, claims, slices via the shared PoolIndex, DeviceTaintRules); the
+handlers only compute and hand wishes to the PodEvictor, which does the API work through the queue.
+A pod must go when it is scheduled and one of its claims is allocated, reserved for this pod (UID)
+and uses a device with a NoExecute taint (from its slice or a matching DeviceTaintRule) that the
+allocation result's tolerations do not tolerate forever; the earliest eviction time wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple, Protocol
+
+from extender.controllers.claims import allocated_results, claim_key, consumers, pod_claim_keys, result_device
+from extender.controllers.clock import Clock, format_time
+from extender.controllers.evictor import Eviction, PodEvictor, PodRef, Reason
+from extender.controllers.pools import DeviceId, PoolId, PoolIndex
+from extender.controllers.rule_status import current_condition, eviction_condition, same_condition
+from extender.controllers.tolerations import NO_EXECUTE, eviction_time
+from extender.podclaims import is_reserved_for, pod_uid
+
+log = logging.getLogger(__name__)
+
+SOURCE = "taint"
+RULE_STATUS_PERIOD = 10.0
+RULE_PATH = "/apis/resource.k8s.io/v1/devicetaintrules/{name}/status"
+
+
+class RuleRef(NamedTuple):
+    name: str
+    uid: str
+
+
+class PodLookup(Protocol):
+    def pod(self, namespace: str, name: str) -> dict | None: ...
+
+
+class StatusClient(Protocol):
+    async def patch(self, path: str, body: Any, content_type: str = ...) -> dict: ...
+
+
+def rule_matches(rule: Mapping[str, Any], device: DeviceId) -> bool:
+    """All selector fields that are set must match; a rule without a selector matches nothing."""
+    selector = (rule.get("spec") or {}).get("deviceSelector")
+    if not isinstance(selector, dict):
+        return False
+    return all(
+        not selector.get(field) or selector[field] == value
+        for field, value in zip(("driver", "pool", "device"), device, strict=True)
+    )
+
+
+def _rule_taint(rule: Mapping[str, Any]) -> dict:
+    return (rule.get("spec") or {}).get("taint") or {}
+
+
+def _uid(raw: Mapping[str, Any]) -> str:
+    return str((raw.get("metadata") or {}).get("uid") or "")
+
+
+class TaintEvictionController:
+    def __init__(
+        self,
+        pods: PodLookup,
+        client: StatusClient,
+        clock: Clock,
+        evictor: PodEvictor,
+        pools: PoolIndex,
+        *,
+        schedule_rule: Callable[[RuleRef, float], None],
+    ) -> None:
+        self._pods = pods
+        self._client = client
+        self._clock = clock
+        self._evictor = evictor
+        self._pools = pools
+        self._schedule_rule = schedule_rule
+        self._claims: dict[str, dict] = {}  # allocated claims by "ns/name"
+        self._claim_eviction: dict[str, Eviction | None] = {}
+        self._pool_claims: dict[PoolId, set[str]] = {}
+        self._rules: dict[str, dict] = {}  # every DeviceTaintRule by name
+        self._evicted_by_rule: dict[str, int] = {}  # rule UID -> pods evicted since start
+        self._written: dict[str, tuple[int, float, dict]] = {}  # rule UID -> (generation, time, condition)
+
+    # ---- startup ------------------------------------------------------------------------------
+
+    def seed(self, objects: Iterable[dict]) -> None:
+        pods: list[dict] = []
+        for raw in objects:
+            kind = raw.get("kind")
+            if kind == "ResourceClaim":
+                self._store_claim(raw)
+            elif kind == "DeviceTaintRule":
+                self._rules[str((raw.get("metadata") or {}).get("name"))] = raw
+            elif kind == "Pod":
+                pods.append(raw)
+        self._recompute(list(self._claims))
+        for pod in pods:
+            self._evaluate_pod(pod)
+        now = self._clock.now()
+        for rule in self._rules.values():
+            self._schedule_rule(RuleRef(str(rule["metadata"].get("name")), _uid(rule)), now)
+
+    # ---- event handlers (synchronous, never block) --------------------------------------------
+
+    def on_claim(self, event_type: str, new: dict, old: dict | None) -> None:
+        key = claim_key(new)
+        previous = self._claims.get(key) or old
+        self._forget_claim(key)
+        if event_type != "DELETED":
+            self._store_claim(new)
+            self._recompute([key])
+        for claim in (previous, new):
+            if claim is not None:
+                for pod in consumers(claim, self._pods):
+                    self._evaluate_pod(pod)
+
+    def on_pod(self, new: dict, old: dict | None) -> None:
+        """A pod was added or changed (deletions go straight to the PodEvictor)."""
+        if old is not None and not _pod_changed(old, new):
+            return
+        self._evaluate_pod(new)
+
+    def on_pools(self, touched: set[PoolId]) -> None:
+        keys = sorted({key for pool in touched for key in self._pool_claims.get(pool, ())})
+        self._reevaluate(self._recompute(keys))
+
+    def on_rule(self, event_type: str, new: dict, old: dict | None) -> None:
+        name = str((new.get("metadata") or {}).get("name"))
+        previous = self._rules.get(name) or old
+        if event_type == "DELETED":
+            self._rules.pop(name, None)
+            self._written.pop(_uid(new), None)
+        else:
+            self._rules[name] = new
+        spec_changed = (
+            previous is None
+            or event_type == "DELETED"
+            or previous.get("spec") != new.get("spec")
+            or _uid(previous) != _uid(new)
+        )
+        if spec_changed:
+            self._reevaluate(self._recompute(list(self._claims)))
+        generation = (new.get("metadata") or {}).get("generation")
+        if event_type != "DELETED" and (
+            spec_changed or (previous or {}).get("metadata", {}).get("generation") != generation
+        ):
+            self._schedule_rule(RuleRef(name, _uid(new)), self._clock.now())
+
+    def on_evicted(self, ref: PodRef, eviction: Eviction) -> None:
+        for reason in eviction.reasons:
+            if reason.kind == "DeviceTaintRule":
+                self._evicted_by_rule[reason.detail] = self._evicted_by_rule.get(reason.detail, 0) + 1
+                # Not at once: the watch has yet to show the deletion, the count would still include the pod.
+                self._schedule_rule(
+                    RuleRef(reason.name, reason.detail), self._clock.now() + RULE_STATUS_PERIOD
+                )
+
+    # ---- state --------------------------------------------------------------------------------
+
+    def _store_claim(self, raw: dict) -> None:
+        results = allocated_results(raw)
+        if not results:
+            return
+        key = claim_key(raw)
+        self._claims[key] = raw
+        for result in results:
+            device = result_device(result)
+            if device is not None:
+                self._pool_claims.setdefault((device[0], device[1]), set()).add(key)
+
+    def _forget_claim(self, key: str) -> None:
+        raw = self._claims.pop(key, None)
+        self._claim_eviction.pop(key, None)
+        if raw is None:
+            return
+        for result in allocated_results(raw):
+            device = result_device(result)
+            if device is None:
+                continue
+            holders = self._pool_claims.get((device[0], device[1]))
+            if holders is not None:
+                holders.discard(key)
+                if not holders:
+                    del self._pool_claims[(device[0], device[1])]
+
+    def _recompute(self, keys: list[str]) -> list[str]:
+        """Recompute the claims' eviction times; returns the keys whose eviction changed."""
+        rules = self._no_execute_rules()
+        changed = []
+        for key in keys:
+            claim = self._claims.get(key)
+            eviction = self.claim_eviction(claim, rules) if claim is not None else None
+            if self._claim_eviction.get(key) != eviction or key not in self._claim_eviction:
+                changed.append(key)
+            self._claim_eviction[key] = eviction
+        return changed
+
+    def _reevaluate(self, claim_keys: list[str]) -> None:
+        seen: set[PodRef] = set()
+        for key in claim_keys:
+            claim = self._claims.get(key)
+            if claim is None:
+                continue
+            for pod in consumers(claim, self._pods):
+                ref = PodRef.of(pod)
+                if ref not in seen:
+                    seen.add(ref)
+                    self._evaluate_pod(pod)
+
+    def _no_execute_rules(self) -> list[dict]:
+        return [rule for rule in self._rules.values() if _rule_taint(rule).get("effect") == NO_EXECUTE]
+
+    def claim_eviction(self, claim: Mapping[str, Any], rules: list[dict]) -> Eviction | None:
+        candidates: list[Eviction] = []
+        for result in allocated_results(claim):
+            device = result_device(result)
+            if device is None:
+                continue
+            tolerations = result.get("tolerations") or []
+            tainted: list[tuple[dict, Reason]] = [
+                (taint, Reason("ResourceSlice", "/".join(device), _describe_taint(taint)))
+                for taint in self._pools.no_execute_taints(device)
+            ]
+            tainted += [
+                (
+                    {**_rule_taint(rule), "effect": NO_EXECUTE},
+                    Reason("DeviceTaintRule", str(rule["metadata"].get("name")), _uid(rule)),
+                )
+                for rule in rules
+                if rule_matches(rule, device)
+            ]
+            for taint, reason in tainted:
+                try:
+                    when = eviction_time(taint, tolerations)
+                except ValueError as err:
+                    log.warning("claim %s: ignoring taint %s: %s", claim_key(claim), reason, err)
+                    continue
+                if when is not None:
+                    candidates.append(Eviction(when, (reason,)))
+        return Eviction.combine(candidates)
+
+    def pod_eviction(self, pod: Mapping[str, Any]) -> Eviction | None:
+        if not (pod.get("spec") or {}).get("nodeName"):
+            return None
+        uid = pod_uid(pod)
+        evictions = []
+        for key in pod_claim_keys(pod, self._claims):
+            eviction = self._claim_eviction.get(key)
+            if eviction is not None and is_reserved_for(self._claims[key], uid):
+                evictions.append(eviction)
+        return Eviction.combine(evictions)
+
+    def _evaluate_pod(self, pod: dict) -> None:
+        self._evictor.want(PodRef.of(pod), SOURCE, self.pod_eviction(pod))
+
+    # ---- DeviceTaintRule status (called by the queue) -----------------------------------------
+
+    async def process_rule(self, ref: RuleRef) -> float | None:
+        rule = self._rules.get(ref.name)
+        if rule is None or _uid(rule) != ref.uid:
+            return None
+        now = self._clock.now()
+        generation = (rule.get("metadata") or {}).get("generation") or 0
+        effect = _rule_taint(rule).get("effect")
+        existing = current_condition(rule)
+        written = self._written.get(ref.uid)
+        if effect != NO_EXECUTE:
+            # One-time report per spec generation, also across restarts.
+            if (existing or {}).get("observedGeneration") == generation or (
+                written and written[0] == generation
+            ):
+                return None
+        elif written and written[0] == generation and now < written[1] + RULE_STATUS_PERIOD:
+            return written[1] + RULE_STATUS_PERIOD
+        pods, namespaces, allocated = self._affected_pods(rule)
+        published = (
+            sum(1 for device in self._pools.all_devices() if rule_matches(rule, device))
+            if effect != NO_EXECUTE
+            else 0
+        )
+        condition = eviction_condition(
+            rule,
+            pending_pods=len(pods),
+            pending_namespaces=namespaces,
+            evicted_pods=self._evicted_by_rule.get(ref.uid, 0),
+            published_devices=published,
+            allocated_devices=allocated,
+        )
+        previous = written[2] if written else existing
+        if not same_condition(previous, condition):
+            self._written[ref.uid] = (
+                generation,
+                now,
+                await self._write_condition(rule, previous, condition, now),
+            )
+        if effect == NO_EXECUTE and pods:
+            return now + RULE_STATUS_PERIOD
+        return None
+
+    def _affected_pods(self, rule: dict) -> tuple[set[PodRef], int, int]:
+        """Pods that this rule evicts (for effect None: would evict with NoExecute), their namespace count,
+        and the number of allocated devices it selects."""
+        as_no_execute = {**_rule_taint(rule), "effect": NO_EXECUTE}
+        pods: set[PodRef] = set()
+        allocated = 0
+        for key, claim in self._claims.items():
+            hit = False
+            for result in allocated_results(claim):
+                device = result_device(result)
+                if device is None or not rule_matches(rule, device):
+                    continue
+                allocated += 1
+                try:
+                    hit = hit or eviction_time(as_no_execute, result.get("tolerations") or []) is not None
+                except ValueError:
+                    continue
+            if not hit:
+                continue
+            for pod in consumers(claim, self._pods):
+                ref = PodRef.of(pod)
+                if (
+                    (pod.get("spec") or {}).get("nodeName")
+                    and not (pod.get("metadata") or {}).get("deletionTimestamp")
+                    and not self._evictor.was_evicted(ref.uid)
+                    and key in pod_claim_keys(pod, self._claims)
+                ):
+                    pods.add(ref)
+        return pods, len({ref.namespace for ref in pods}), allocated
+
+    async def _write_condition(self, rule: dict, previous: dict | None, condition: dict, now: float) -> dict:
+        """Merge-patch the condition into the rule's status (UID pinned); returns what was written."""
+        status = dict(condition)
+        if (
+            previous is None
+            or previous.get("status") != condition["status"]
+            or not previous.get("lastTransitionTime")
+        ):
+            status["lastTransitionTime"] = format_time(now)
+        else:
+            status["lastTransitionTime"] = previous["lastTransitionTime"]
+        others = [
+            c
+            for c in (rule.get("status") or {}).get("conditions") or []
+            if isinstance(c, dict) and c.get("type") != status["type"]
+        ]
+        body = {"metadata": {"uid": _uid(rule)}, "status": {"conditions": [*others, status]}}
+        name = str(rule["metadata"].get("name"))
+        await self._client.patch(RULE_PATH.format(name=name), body, "application/merge-patch+json")
+        return status
+
+    # ---- introspection ------------------------------------------------------------------------
+
+    def claim_evictions(self) -> dict[str, Eviction]:
+        return {key: ev for key, ev in self._claim_eviction.items() if ev is not None}
+
+
+def _pod_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    return (
+        (old.get("spec") or {}).get("nodeName") != (new.get("spec") or {}).get("nodeName")
+        or (old.get("status") or {}).get("resourceClaimStatuses")
+        != (new.get("status") or {}).get("resourceClaimStatuses")
+        or pod_uid(old) != pod_uid(new)
+    )
+
+
+def _describe_taint(taint: Mapping[str, Any]) -> str:
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return f"{taint.get('key')}{value}:{taint.get('effect')}"

@@ -1,0 +1,202 @@
+"""Test bed for the controllers: the fake API server over loopback, a cache mirrored from it by real
+watches, a client that counts concurrent calls, and a fake clock (so no test sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import importlib.util
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from extender.controllers import Controllers, start_controllers
+from extender.controllers.clock import FakeClock
+from extender.kubeapi import KubeClient
+
+
+def _load_fakeapi() -> Any:
+    # tests/ is no package (its allocator/ folder would shadow the real one): load the file directly.
+    if "fakeapi" not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "fakeapi.py"
+        spec = importlib.util.spec_from_file_location("fakeapi", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["fakeapi"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["fakeapi"]
+
+
+FakeApiServer = _load_fakeapi().FakeApiServer
+
+KINDS = {"Pod", "ResourceClaim", "ResourceSlice", "DeviceTaintRule"}
+
+
+class MirrorCache:
+    """The ClusterCache methods the controllers use, fed synchronously with every change the fake API
+    server makes (an infinitely fast watch), so a test can wait for quiescence deterministically."""
+
+    def __init__(self) -> None:
+        self._objects: dict[tuple[str, str, str], dict] = {}
+        self._subscribers: list[Any] = []
+
+    def subscribe(self, callback: Any) -> None:
+        self._subscribers.append(callback)
+
+    def objects(self) -> list[dict]:
+        return [copy.deepcopy(obj) for obj in self._objects.values()]
+
+    def pod(self, namespace: str, name: str) -> dict | None:
+        return self._objects.get(("Pod", namespace, name))
+
+    def apply(self, event_type: str, obj: dict) -> None:
+        kind = obj.get("kind")
+        if kind not in KINDS:
+            return
+        obj = copy.deepcopy(obj)
+        meta = obj["metadata"]
+        key = (kind, str(meta.get("namespace") or ""), str(meta["name"]))
+        old = self._objects.get(key)
+        if event_type == "DELETED":
+            self._objects.pop(key, None)
+        else:
+            self._objects[key] = obj
+        for callback in self._subscribers:
+            callback(kind, event_type, obj, old)
+
+
+class MirroredApiServer(FakeApiServer):
+    def __init__(self, cache: MirrorCache, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cache = cache
+
+    def _emit(self, resource: Any, event_type: str, obj: dict) -> None:  # the fake server's watch fan-out
+        super()._emit(resource, event_type, obj)
+        self.cache.apply(event_type, obj)
+
+
+class CountingClient:
+    """Delegates to KubeClient; records every call and the peak number of concurrent calls per verb."""
+
+    def __init__(self, inner: KubeClient) -> None:
+        self.inner = inner
+        self.calls: list[tuple[str, str]] = []
+        self.in_flight: Counter[str] = Counter()
+        self.peak: Counter[str] = Counter()
+
+    async def _call(self, verb: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append((verb, path))
+        self.in_flight[verb] += 1
+        self.peak[verb] = max(self.peak[verb], self.in_flight[verb])
+        try:
+            return await getattr(self.inner, verb)(path, *args, **kwargs)
+        finally:
+            self.in_flight[verb] -= 1
+
+    async def get(self, path: str) -> dict:
+        return await self._call("get", path)
+
+    async def create(self, path: str, body: dict) -> dict:
+        return await self._call("create", path, body)
+
+    async def update(self, path: str, body: dict) -> dict:
+        return await self._call("update", path, body)
+
+    async def patch(self, path: str, body: Any, content_type: str = "application/merge-patch+json") -> dict:
+        return await self._call("patch", path, body, content_type)
+
+    async def delete(self, path: str, *, preconditions: dict | None = None) -> dict:
+        return await self._call("delete", path, preconditions=preconditions)
+
+
+class Env:
+    def __init__(self, server: Any, kube: KubeClient) -> None:
+        self.server = server
+        self.kube = kube
+        self.client = CountingClient(kube)
+        self.cache = server.cache
+        self.clock = FakeClock()
+        self.registry = CollectorRegistry()
+        self.controllers: list[Controllers] = []
+
+    async def start(self, names: tuple[str, ...] = ("taint-eviction",), **options: Any) -> Controllers:
+        await self.settle()
+        controllers = await start_controllers(
+            self.cache,
+            self.client,
+            names=names,
+            clock=self.clock,
+            registry=options.pop("registry", self.registry),
+            **options,
+        )
+        self.controllers.append(controllers)
+        await self.settle()
+        return controllers
+
+    async def settle(self) -> None:
+        """Until no controller has work ready or in flight and every event has been sent."""
+        for _ in range(10_000):
+            version = self.server.resource_version
+            for _ in range(3):
+                await asyncio.sleep(0)
+            for controllers in self.controllers:
+                term = controllers.term
+                if term is not None:
+                    await term.queue.wait_idle()
+                    await term.recorder.flush()
+            if version == self.server.resource_version:
+                return
+        raise AssertionError("controllers did not settle")
+
+    async def advance(self, seconds: float, step: float = 1.0) -> None:
+        """Let `seconds` of fake time pass in steps, settling after each."""
+        remaining = seconds
+        while remaining > 1e-9:
+            delta = min(step, remaining)
+            self.clock.advance(delta)
+            remaining -= delta
+            await self.settle()
+
+    def events(self, reason: str | None = None) -> list[tuple[str, str, str]]:
+        """(involved kind/namespace/name, reason, message) of recorded events, oldest first."""
+        found = []
+        by_version = sorted(self.server.objects("Event"), key=lambda e: int(e["metadata"]["resourceVersion"]))
+        for event in by_version:
+            obj = event["involvedObject"]
+            if reason is None or event["reason"] == reason:
+                found.append(
+                    (
+                        f"{obj['kind']}/{obj.get('namespace', '')}/{obj['name']}",
+                        event["reason"],
+                        event["message"],
+                    )
+                )
+        return found
+
+    def pod_names(self) -> set[str]:
+        return {f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in self.server.objects("Pod")}
+
+    def deletes(self) -> list[str]:
+        return [path for verb, path in self.client.calls if verb == "delete"]
+
+    def metric(self, name: str) -> float:
+        value = self.registry.get_sample_value(name)
+        return 0.0 if value is None else value
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[Env]:
+    server = MirroredApiServer(MirrorCache())
+    await server.start()
+    kube = KubeClient.for_url(server.url)
+    environment = Env(server, kube)
+    yield environment
+    for controllers in environment.controllers:
+        await controllers.stop()
+    await kube.close()
+    await server.stop()
