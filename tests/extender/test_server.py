@@ -1,0 +1,260 @@
+"""The extender and debug ports over real HTTP on loopback, with kube-scheduler-shaped payloads."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import dra_objects as o
+import orjson
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from allocator import FeatureGates
+from extender.assume import AssumeCache
+from extender.cache import ClusterCache
+from extender.claimwriter import ClaimWriter
+from extender.objects_io import load_objects
+from extender.scheduling import Scheduler
+from extender.server import ExtenderServer, server_ssl_context
+
+PAYLOADS = Path(__file__).parent / "payloads"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
+
+
+def build_server(objs: list[dict[str, Any]]) -> ExtenderServer:
+    cache = ClusterCache.from_objects(objs, FeatureGates())
+    assume = AssumeCache()
+    assume.attach(cache)
+    return ExtenderServer(Scheduler(cache, assume, ClaimWriter(None, cache)))
+
+
+@pytest.fixture
+async def example() -> AsyncIterator[ExtenderServer]:
+    """The bundled example cluster, served on ephemeral loopback ports."""
+    server = build_server(load_objects([EXAMPLES]))
+    await server.start("127.0.0.1", 0, 0)
+    yield server
+    await server.stop()
+
+
+async def post(url: str, body: bytes) -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=body, headers={"Content-Type": "application/json"}) as response,
+    ):
+        raw = await response.read()
+        try:
+            return response.status, orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return response.status, raw.decode()
+
+
+async def get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.text()
+
+
+async def test_filter_node_cache_capable_payload(example: ExtenderServer) -> None:
+    status, body = await post(
+        example.urls["extender"] + "/filter", (PAYLOADS / "filter_node_cache_capable.json").read_bytes()
+    )
+    assert status == 200
+    assert set(body) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+    assert body["Nodes"] is None and body["Error"] == ""
+    assert isinstance(body["NodeNames"], list) and body["NodeNames"]
+    assert set(body["NodeNames"]) | set(body["FailedNodes"]) | set(body["FailedAndUnresolvableNodes"]) == {
+        "node-1",
+        "node-2",
+        "node-3",
+    }
+
+
+async def test_filter_full_node_list_payload(example: ExtenderServer) -> None:
+    payload = orjson.loads((PAYLOADS / "filter_full_nodes.json").read_bytes())
+    status, body = await post(example.urls["extender"] + "/filter", orjson.dumps(payload))
+    assert status == 200 and body["NodeNames"] is None
+    returned = {node["metadata"]["name"] for node in body["Nodes"]["items"]}
+    assert returned and returned <= {"node-1", "node-2", "node-3"}
+    sent = {node["metadata"]["name"]: node for node in payload["Nodes"]["items"]}
+    assert all(node == sent[node["metadata"]["name"]] for node in body["Nodes"]["items"])
+
+
+async def test_pod_without_claims_passes_unchanged(example: ExtenderServer) -> None:
+    status, body = await post(
+        example.urls["extender"] + "/filter", (PAYLOADS / "filter_pod_without_claims.json").read_bytes()
+    )
+    assert status == 200
+    assert body == {
+        "Nodes": None,
+        "NodeNames": ["node-1", "node-2", "node-3"],
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": "",
+    }
+
+
+async def test_prioritize_bind_and_state(example: ExtenderServer) -> None:
+    base = example.urls["extender"]
+    status, scores = await post(
+        base + "/prioritize", (PAYLOADS / "prioritize_node_cache_capable.json").read_bytes()
+    )
+    assert status == 200 and isinstance(scores, list)
+    assert {entry["Host"] for entry in scores} == {"node-1", "node-2", "node-3"}
+    assert all(set(entry) == {"Host", "Score"} and 0 <= entry["Score"] <= 10 for entry in scores)
+
+    status, body = await post(base + "/bind", (PAYLOADS / "bind.json").read_bytes())
+    assert (status, body) == (200, {"Error": ""})
+    claim = example.cache.claim("default", "single-gpu")
+    assert claim.allocation is not None and claim.reserved_for[0]["name"] == "inference"
+    # Binding twice to another node is refused with a message, not an HTTP error.
+    again = orjson.loads((PAYLOADS / "bind.json").read_bytes()) | {"Node": "node-2"}
+    status, body = await post(base + "/bind", orjson.dumps(again))
+    assert status == 200 and body["Error"]
+
+    status, text = await get(example.urls["debug"] + "/debug/state")
+    state = orjson.loads(text)
+    assert status == 200 and state["binds"]["attempts"] == 2 and state["cache"]["ready"] is True
+    assert {pool["pool"] for pool in state["pools"]} >= {"node-1", "node-2"}
+
+
+async def test_preempt_accepts_empty_victim_lists(example: ExtenderServer) -> None:
+    status, body = await post(
+        example.urls["extender"] + "/preempt", (PAYLOADS / "preempt_meta_victims.json").read_bytes()
+    )
+    assert status == 200 and set(body) == {"NodeNameToMetaVictims"}
+    # The pod fits node-2 as it is, so the candidate without victims stays.
+    assert body["NodeNameToMetaVictims"]["node-2"] == {"Pods": [], "NumPDBViolations": 0}
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "bind", "preempt"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"{",
+        b"[1,2]",
+        b'{"Pod": 7}',
+        b'{"Pod": {"metadata": {"name": 5}}}',
+        b'{"PodName": "x"}',
+        b"\xff\xfe",
+    ],
+)
+async def test_malformed_bodies_get_400_with_a_message(
+    example: ExtenderServer, verb: str, body: bytes
+) -> None:
+    status, text = await post(f"{example.urls['extender']}/{verb}", body)
+    assert status == 400 and isinstance(text, str) and text.startswith(verb)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5),
+        lambda children: (
+            st.lists(children, max_size=3)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "Pod",
+                        "NodeNames",
+                        "Nodes",
+                        "metadata",
+                        "spec",
+                        "name",
+                        "namespace",
+                        "resourceClaims",
+                        "items",
+                        "uid",
+                    ]
+                ),
+                children,
+                max_size=4,
+            )
+        ),
+        max_leaves=12,
+    )
+)
+def test_random_json_never_gets_a_500(value: Any) -> None:
+    async def scenario() -> set[int]:
+        server = build_server(o.cluster(1, 1))
+        app = server.extender_app()
+        from aiohttp.test_utils import TestClient, TestServer
+
+        async with TestClient(TestServer(app)) as client:
+            statuses = set()
+            for verb in ("filter", "prioritize", "bind", "preempt"):
+                response = await client.post(f"/scheduler/{verb}", data=orjson.dumps(value))
+                statuses.add(response.status)
+            return statuses
+
+    assert asyncio.run(scenario()) <= {200, 400}
+
+
+async def test_debug_explain_json_and_text(example: ExtenderServer) -> None:
+    debug = example.urls["debug"]
+    status, text = await get(debug + "/debug/explain?pod=default/inference")
+    report = orjson.loads(text)
+    assert status == 200 and report["pod"] == "default/inference"
+    assert {node["node"] for node in report["nodes"]} == {"node-1", "node-2", "node-3"}
+    status, text = await get(debug + "/debug/explain?pod=default/inference&node=node-1&format=text")
+    assert status == 200 and text.startswith("pod default/inference: fits") and "node-1" in text
+    assert (await get(debug + "/debug/explain?pod=default/nobody"))[0] == 404
+    assert (await get(debug + "/debug/explain?pod=default/inference&node=ghost"))[0] == 404
+    assert (await get(debug + "/debug/explain"))[0] == 400
+    assert (await get(debug + "/debug/explain?pod=default/inference&format=xml"))[0] == 400
+
+
+async def test_snapshot_reads_back_into_the_same_cache(example: ExtenderServer, tmp_path: Path) -> None:
+    status, text = await get(example.urls["debug"] + "/debug/snapshot")
+    assert status == 200
+    (tmp_path / "snapshot.yaml").write_text(text)
+    again = ClusterCache.from_objects(load_objects([tmp_path]), FeatureGates())
+    assert again.stats()["objects"] == example.cache.stats()["objects"]
+    assert len(list(yaml.safe_load_all(text))) == len(example.cache.objects())
+
+
+async def test_health_ready_and_metrics(example: ExtenderServer) -> None:
+    debug = example.urls["debug"]
+    assert await get(debug + "/healthz") == (200, "ok\n")
+    assert await get(debug + "/readyz") == (200, "ok\n")
+    await post(
+        example.urls["extender"] + "/filter", (PAYLOADS / "filter_node_cache_capable.json").read_bytes()
+    )
+    status, text = await get(debug + "/metrics")
+    assert status == 200
+    assert "dra_extender_filter_duration_seconds_count 1.0" in text
+    assert 'dra_extender_cache_objects{kind="ResourceSlice"}' in text
+    assert "dra_extender_allocations_in_flight 0.0" in text
+    assert 'dra_extender_filter_node_outcomes_total{reason="fits"}' in text
+    example.cache.ready = False
+    assert (await get(debug + "/readyz"))[0] == 503
+
+
+async def test_https_with_client_certificates(tmp_path: Path) -> None:
+    from tls_material import write_ca_and_certs
+
+    files = write_ca_and_certs(tmp_path)
+    server = build_server(o.cluster(1, 1))
+    await server.start("127.0.0.1", 0, 0, server_ssl_context(files.server_cert, files.server_key, files.ca))
+    try:
+        url = server.urls["extender"] + "/filter"
+        assert url.startswith("https://")
+        body = (PAYLOADS / "filter_pod_without_claims.json").read_bytes()
+        trusted = ssl.create_default_context(cafile=files.ca)
+        trusted.load_cert_chain(files.client_cert, files.client_key)
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, data=body, ssl=trusted) as response:
+                assert response.status == 200
+            anonymous = ssl.create_default_context(cafile=files.ca)
+            with pytest.raises(aiohttp.ClientError):
+                async with session.post(url, data=body, ssl=anonymous) as response:
+                    await response.read()
+    finally:
+        await server.stop()
