@@ -32,7 +32,7 @@ def validate_claim_status(
         for i, e in enumerate(sequence(status.get("reservedFor"), "status.reservedFor"))
     ]
     old_reserved = sequence(old_status.get("reservedFor"), "oldObject.status.reservedFor")
-    old_uids = {e.get("uid") for e in old_reserved if isinstance(e, dict)}
+    old_uids = {e.get("uid") for e in old_reserved if isinstance(e, dict) and isinstance(e.get("uid"), str)}
     allocation = status.get("allocation")
     problems: list[str] = []
     warnings: list[str] = []

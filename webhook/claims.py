@@ -80,7 +80,8 @@ def pod_references_claim(pod: dict, claim: dict) -> bool:
     if any(e.get("resourceClaimName") == claim_name for e in spec_entries):
         return True
     status = mapping(pod.get("status"), "pod.status")
-    templated = {e.get("name") for e in spec_entries if e.get("resourceClaimTemplateName")}
+    # A list, not a set: names from the request may be of any JSON type, including unhashable ones.
+    templated = [e.get("name") for e in spec_entries if e.get("resourceClaimTemplateName")]
     for entry in sequence(status.get("resourceClaimStatuses"), "pod.status.resourceClaimStatuses"):
         if (
             isinstance(entry, dict)
