@@ -101,7 +101,7 @@ def with_uids(claims: list[Obj]) -> list[Obj]:
     return out
 
 
-def run(case: Case, deadline_s: float = 10.0) -> Any:
+def run(case: Case, deadline_s: float = 10.0, **options: Any) -> Any:
     """Build everything from raw dicts and allocate; returns the outcome (exceptions propagate)."""
     inventory = Inventory()
     for raw in case.classes:
@@ -109,7 +109,9 @@ def run(case: Case, deadline_s: float = 10.0) -> Any:
     for raw in case.slices:
         inventory.upsert_slice(ResourceSlice.from_api(raw))
     claims = [ResourceClaim.from_api(raw) for raw in with_uids(case.claims)]
-    allocator = Allocator(inventory, build_state(case), gates_for(case.features), deadline_s=deadline_s)
+    allocator = Allocator(
+        inventory, build_state(case), gates_for(case.features), deadline_s=deadline_s, **options
+    )
     return allocator.allocate(Node.from_api(case.node or node(NODE_1)), claims)
 
 
@@ -198,8 +200,10 @@ def check_case(case: Case) -> None:
         want = sorted((normalize(a) for a in case.expect), key=_key)
         assert got == want
     if case.steps is not None:
-        # Upstream counts allocateOne invocations; our pruning may only make the search shorter.
+        # Upstream counts allocateOne invocations; our pruning may only make the search shorter,
+        # and without pruning the search must take exactly upstream's (combination) steps.
         assert 0 < outcome.steps <= case.steps, f"{outcome.steps} steps, upstream needs {case.steps}"
+        assert run(case, prune=False).steps == case.steps
 
 
 def test_case_names_are_unique() -> None:
