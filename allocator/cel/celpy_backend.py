@@ -32,6 +32,7 @@ import re2
 from celpy.evaluation import CELEvalError, Evaluator
 
 from allocator.cel.backend import CELCompileError, CELDevice, CELRuntimeError, CompileOptions
+from allocator.cel.celpy_check import NAMESPACES, QUIET_RE2, Checker
 from allocator.cel.parser import (
     Call,
     Comprehension,
@@ -43,7 +44,6 @@ from allocator.cel.parser import (
     MapExpr,
     Node,
     Select,
-    line_column,
     parse,
     qualified_name,
 )
@@ -84,18 +84,16 @@ class Optional:
 
 OPTIONAL_NONE = Optional(False)
 
-_NUMERIC = (ct.IntType, ct.UintType, ct.DoubleType)
-
 
 def _kind(value: object) -> str:
-    """The CEL type name of a runtime value."""
-    if isinstance(value, ct.BoolType):
+    """The CEL type name of a runtime value (celpy's types, or the plain Python ones they derive from)."""
+    if isinstance(value, (bool, ct.BoolType)):
         return "bool"
-    if isinstance(value, ct.IntType):
-        return "int"
     if isinstance(value, ct.UintType):
         return "uint"
-    if isinstance(value, ct.DoubleType):
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
         return "double"
     if isinstance(value, str):
         return "string"
@@ -123,7 +121,7 @@ def _kind(value: object) -> str:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, _NUMERIC) and not isinstance(value, ct.BoolType)
+    return isinstance(value, (int, float)) and not isinstance(value, (bool, ct.BoolType))
 
 
 def _plain(number: Any) -> int | float:
@@ -223,13 +221,13 @@ def _logical(is_and: bool) -> Callable[[Any, Any], Any]:
 
     def implementation(a: Any, b: Any) -> Any:
         for value in (a, b):
-            if isinstance(value, ct.BoolType) and bool(value) == decisive:
+            if _kind(value) == "bool" and bool(value) == decisive:
                 return ct.BoolType(decisive)
         for value in (a, b):
             if isinstance(value, CELEvalError):
                 return value
         for value in (a, b):
-            if not isinstance(value, ct.BoolType):
+            if _kind(value) != "bool":
                 return CELEvalError(f"no such overload: {'_&&_' if is_and else '_||_'} on {_kind(value)}",
                                     NoOverload, (f"no such overload: logical operator on {_kind(value)}",))
         return ct.BoolType(not decisive)
@@ -238,15 +236,15 @@ def _logical(is_and: bool) -> Callable[[Any, Any], Any]:
 
 
 def _not(value: Any) -> Any:
-    if not isinstance(value, ct.BoolType):
+    if _kind(value) != "bool":
         raise _no_overload("!_", value)
     return ct.BoolType(not value)
 
 
 def _condition(value: Any) -> Any:
-    if not isinstance(value, ct.BoolType):
+    if _kind(value) != "bool":
         raise _no_overload("_?_:_", value)
-    return value
+    return ct.BoolType(value)
 
 
 _ARITHMETIC_KINDS = {
@@ -273,15 +271,28 @@ def _arithmetic(function: str, implementation: Callable[[Any, Any], Any]) -> Cal
             raise _no_overload(function, a, b)
         if kind_a == "list":
             return ct.ListType([*a, *b])
-        return implementation(a, b)
+        return _CEL_TYPES.get(kind_a, _same)(implementation(a, b))
 
     return checked
 
 
 def _negate(value: Any) -> Any:
-    if isinstance(value, ct.BoolType) or not isinstance(value, (ct.IntType, ct.DoubleType, ct.DurationType)):
+    kind = _kind(value)
+    if kind not in ("int", "double", "google.protobuf.Duration"):
         raise _no_overload("-_", value)
-    return -value
+    return _CEL_TYPES.get(kind, _same)(-value)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+# Python arithmetic on celpy values can produce plain Python values; results are wrapped back (the
+# constructors also enforce the 64-bit ranges).
+_CEL_TYPES: dict[str, Callable[[Any], Any]] = {
+    "int": ct.IntType, "uint": ct.UintType, "double": ct.DoubleType,
+    "string": ct.StringType, "bytes": ct.BytesType,
+}
 
 
 def _index(container: Any, key: Any) -> Any:
@@ -573,10 +584,10 @@ def _format_value(verb: str, precision: str | None, value: Any) -> str:
     if verb == "s":
         return _to_display(value)
     if verb in "fe":
-        if not isinstance(value, _NUMERIC) or isinstance(value, ct.BoolType):
+        if not _is_number(value):
             raise LibraryError(f"format: %{verb} needs a number, got {_kind(value)}")
         return f"{float(value):.{int(precision or 6)}{verb}}"
-    if not isinstance(value, (ct.IntType, ct.UintType)) or isinstance(value, ct.BoolType):
+    if not _is_number(value) or isinstance(value, float):
         raise LibraryError(f"format: %{verb} needs an integer, got {_kind(value)}")
     return format(int(value), {"d": "d", "b": "b", "o": "o", "x": "x", "X": "X"}[verb])
 
@@ -658,7 +669,7 @@ def _last_index_of_any(value: Any, *args: Any) -> Any:
 
 def _compiled_regex(pattern: Any) -> Any:
     try:
-        return re2.compile(str(pattern))
+        return re2.compile(str(pattern), QUIET_RE2)
     except re2.error as err:
         raise LibraryError(f"invalid regular expression {str(pattern)!r}: {err}") from None
 
@@ -849,269 +860,6 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
 
 
 # --------------------------------------------------------------------------------------------------
-# Static check: what cel-go's checker rejects in the DRA environment
-
-# Static types: CEL type names, plus "device"/"domains"/"attributes"/"capacities" for the parts of the
-# device variable, and "dyn" when unknown until evaluation.
-DYN = "dyn"
-_NUMERIC_TYPES = {"int", "uint", "double"}
-
-# function -> (allowed argument counts, result type); member functions take the receiver separately.
-_GLOBAL_FUNCTIONS: dict[str, tuple[tuple[int, ...], str]] = {
-    "size": ((1,), "int"), "int": ((1,), "int"), "uint": ((1,), "uint"), "double": ((1,), "double"),
-    "string": ((1,), "string"), "bytes": ((1,), "bytes"), "bool": ((1,), "bool"), "dyn": ((1,), DYN),
-    "type": ((1,), "type"), "matches": ((2,), "bool"), "duration": ((1,), "google.protobuf.Duration"),
-    "timestamp": ((1,), "google.protobuf.Timestamp"),
-    "quantity": ((1,), "kubernetes.Quantity"), "isQuantity": ((1,), "bool"),
-    "semver": ((1, 2), "kubernetes.Semver"), "isSemver": ((1, 2), "bool"),
-    "sets.contains": ((2,), "bool"), "sets.equivalent": ((2,), "bool"), "sets.intersects": ((2,), "bool"),
-    "strings.quote": ((1,), "string"),
-    "optional.of": ((1,), "optional_type"), "optional.ofNonZeroValue": ((1,), "optional_type"),
-    "optional.none": ((0,), "optional_type"),
-}
-_Q, _S = "kubernetes.Quantity", "kubernetes.Semver"
-# member function -> (allowed argument counts, result type, receiver types or None for any)
-_MEMBER_FUNCTIONS: dict[str, tuple[tuple[int, ...], str, frozenset[str] | None]] = {
-    "size": ((0,), "int", frozenset({"string", "bytes", "list", "map"})),
-    "contains": ((1,), "bool", frozenset({"string"})),
-    "startsWith": ((1,), "bool", frozenset({"string"})),
-    "endsWith": ((1,), "bool", frozenset({"string"})),
-    "matches": ((1,), "bool", frozenset({"string"})),
-    "find": ((1,), "string", frozenset({"string"})),
-    "findAll": ((1, 2), "list", frozenset({"string"})),
-    "charAt": ((1,), "string", frozenset({"string"})),
-    "indexOf": ((1, 2), "int", frozenset({"string", "list"})),
-    "lastIndexOf": ((1, 2), "int", frozenset({"string", "list"})),
-    "lowerAscii": ((0,), "string", frozenset({"string"})),
-    "upperAscii": ((0,), "string", frozenset({"string"})),
-    "replace": ((2, 3), "string", frozenset({"string"})),
-    "split": ((1, 2), "list", frozenset({"string"})),
-    "substring": ((1, 2), "string", frozenset({"string"})),
-    "trim": ((0,), "string", frozenset({"string"})),
-    "join": ((0, 1), "string", frozenset({"list"})),
-    "format": ((1,), "string", frozenset({"string"})),
-    "isSorted": ((0,), "bool", frozenset({"list"})),
-    "sum": ((0,), DYN, frozenset({"list"})),
-    "min": ((0,), DYN, frozenset({"list"})),
-    "max": ((0,), DYN, frozenset({"list"})),
-    "compareTo": ((1,), "int", frozenset({_Q, _S})),
-    "isGreaterThan": ((1,), "bool", frozenset({_Q, _S})),
-    "isLessThan": ((1,), "bool", frozenset({_Q, _S})),
-    "add": ((1,), _Q, frozenset({_Q})),
-    "sub": ((1,), _Q, frozenset({_Q})),
-    "isInteger": ((0,), "bool", frozenset({_Q})),
-    "asInteger": ((0,), "int", frozenset({_Q})),
-    "asApproximateFloat": ((0,), "double", frozenset({_Q})),
-    "sign": ((0,), "int", frozenset({_Q})),
-    "major": ((0,), "int", frozenset({_S})),
-    "minor": ((0,), "int", frozenset({_S})),
-    "patch": ((0,), "int", frozenset({_S})),
-    "hasValue": ((0,), "bool", frozenset({"optional_type"})),
-    "value": ((0,), DYN, frozenset({"optional_type"})),
-    "orValue": ((1,), DYN, frozenset({"optional_type"})),
-    "or": ((1,), "optional_type", frozenset({"optional_type"})),
-    "includes": ((1,), "bool", None),
-}
-_NAMESPACES = ("sets", "strings", "optional")
-_ORDERED_TYPES = {"int", "uint", "double", "string", "bytes", "bool",
-                  "google.protobuf.Timestamp", "google.protobuf.Duration"}
-_REGEX_FUNCTIONS = {"matches", "find", "findAll"}
-
-
-class _Checker:
-    def __init__(self, text: str, options: CompileOptions) -> None:
-        self.text = text
-        self.options = options
-        self.scopes: list[set[str]] = []
-
-    def fail(self, node: Node, message: str) -> CELCompileError:
-        line, column = line_column(self.text, node.pos)
-        return CELCompileError(f"compile error at {line}:{column}: {message}")
-
-    def device_fields(self) -> dict[str, str]:
-        fields = {"driver": "string", "attributes": "domains:attributes", "capacity": "domains:capacities"}
-        if self.options.consumable_capacity:
-            fields["allowMultipleAllocations"] = "bool"
-        return fields
-
-    def check(self, node: Node) -> str:
-        if isinstance(node, Literal):
-            return "null_type" if node.kind == "null" else node.kind
-        if isinstance(node, Ident):
-            if node.name.startswith("__"):
-                raise self.fail(node, f"undeclared reference to '{node.name}'")
-            if any(node.name in scope for scope in self.scopes):
-                return DYN
-            if node.name == "device":
-                return "device"
-            raise self.fail(node, f"undeclared reference to '{node.name}'")
-        if isinstance(node, Select):
-            operand = self.check(node.operand)
-            result = self.member_type(node, operand, node.field)
-            return "optional_type" if node.optional or operand == "optional_type" else result
-        if isinstance(node, Has):
-            operand = self.check(node.select.operand)
-            self.member_type(node.select, operand, node.select.field)
-            return "bool"
-        if isinstance(node, Index):
-            operand = self.check(node.operand)
-            index = self.check(node.index)
-            if operand == "device":
-                raise self.fail(node, "type 'kubernetes.DRADevice' does not support indexing")
-            if operand.startswith("domains:") and index not in ("string", DYN):
-                raise self.fail(node, f"found no matching overload for '_[_]' applied to '(map, {index})'")
-            result = self.member_type(node, operand, None)
-            return "optional_type" if node.optional or operand == "optional_type" else result
-        if isinstance(node, ListExpr):
-            for element in node.elements:
-                self.check(element)
-            return "list"
-        if isinstance(node, MapExpr):
-            if any(entry.optional for entry in node.entries):
-                raise self.fail(node, "optional map entries '{?key: value}' are not supported by the celpy "
-                                      "backend (the cel-expr backend supports them)")
-            for entry in node.entries:
-                self.check(entry.key)
-                self.check(entry.value)
-            return "map"
-        if isinstance(node, Comprehension):
-            return self.comprehension(node)
-        if isinstance(node, Call):
-            return self.call(node)
-        raise self.fail(node, f"unsupported expression {type(node).__name__}")
-
-    def member_type(self, node: Node, operand: str, field: str | None) -> str:
-        if operand == "device":
-            fields = self.device_fields()
-            if field not in fields:
-                raise self.fail(node, f"undefined field '{field}'")
-            return fields[field]
-        if operand.startswith("domains:"):
-            return operand.split(":", 1)[1]
-        if operand == "attributes":
-            return DYN
-        if operand == "capacities":
-            return _Q
-        if operand in (DYN, "map", "list", "optional_type"):
-            return DYN
-        if field is None:
-            raise self.fail(node, f"found no matching overload for '_[_]' applied to '({operand}, ...)'")
-        raise self.fail(node, f"type '{operand}' does not support field selection")
-
-    def comprehension(self, node: Comprehension) -> str:
-        target = self.check(node.target)
-        if node.macro != "bind" and target not in ("list", "map", DYN) and not target.startswith("domains:") \
-                and target not in ("attributes", "capacities"):
-            raise self.fail(node, f"expression of type '{target}' cannot be the range of a comprehension")
-        if node.var2 is not None:
-            raise self.fail(node, f"two-variable comprehension '{node.macro}({node.var}, {node.var2}, ...)' "
-                                  "is not supported by the celpy backend")
-        self.scopes.append({node.var})
-        results = [self.check(arg) for arg in node.args]
-        self.scopes.pop()
-        if node.macro == "bind":
-            return results[0]
-        has_predicate = node.macro in ("all", "exists", "exists_one", "filter") or len(results) == 2
-        if has_predicate and results[0] not in ("bool", DYN):
-            raise self.fail(node.args[0], f"{node.macro}() predicate must be bool, not {results[0]}")
-        return "bool" if node.macro in ("all", "exists", "exists_one") else "list"
-
-    def call(self, node: Call) -> str:
-        name = node.function
-        if name.startswith(("_", "@", "!")) or name == "-_":
-            return self.operator(node, [self.check(arg) for arg in node.args])
-        namespace = qualified_name(node.target) if node.target is not None else None
-        if namespace in _NAMESPACES:
-            return self.global_call(node, f"{namespace}.{name}")
-        if node.target is None:
-            return self.global_call(node, name)
-        receiver = self.check(node.target)
-        for arg in node.args:
-            self.check(arg)
-        spec = _MEMBER_FUNCTIONS.get(name)
-        if spec is None or (name == "includes" and not self.options.list_type_attributes):
-            raise self.fail(node, f"undeclared reference to '{name}'")
-        counts, result, receivers = spec
-        if len(node.args) not in counts:
-            raise self.fail(node, f"found no matching overload for '{name}' with {len(node.args)} arguments")
-        if receivers is not None and receiver not in receivers and not _is_dynamic(receiver):
-            raise self.fail(node, f"found no matching overload for '{name}' applied to '{receiver}'")
-        self.check_regex(node, name)
-        return result
-
-    def global_call(self, node: Call, name: str) -> str:
-        for arg in node.args:
-            self.check(arg)
-        spec = _GLOBAL_FUNCTIONS.get(name)
-        if spec is None:
-            raise self.fail(node, f"undeclared reference to '{name}'")
-        counts, result = spec
-        if len(node.args) not in counts:
-            raise self.fail(node, f"found no matching overload for '{name}' with {len(node.args)} arguments")
-        self.check_regex(node, name)
-        return result
-
-    def check_regex(self, node: Call, name: str) -> None:
-        # Kubernetes validates literal regular expressions at compile time.
-        if name in _REGEX_FUNCTIONS:
-            pattern = node.args[-1] if node.target is None else node.args[0]
-            if isinstance(pattern, Literal) and pattern.kind == "string":
-                try:
-                    re2.compile(str(pattern.value))
-                except re2.error as err:
-                    raise self.fail(pattern, f"invalid regular expression {pattern.value!r}: {err}") from None
-
-    def operator(self, node: Call, types: list[str]) -> str:
-        name = node.function
-        known = [t for t in types if not _is_dynamic(t)]
-        mismatch = self.fail(node, f"found no matching overload for '{name}' "
-                                   f"applied to '({', '.join(types)})'")
-        if name in ("_&&_", "_||_", "!_"):
-            if any(t != "bool" for t in known):
-                raise mismatch
-            return "bool"
-        if name == "_?_:_":
-            if types[0] not in ("bool", DYN):
-                raise mismatch
-            if len(known[1:] if types[0] != DYN else known) == 2 and types[1] != types[2] \
-                    and not _is_dynamic(types[1]) and not _is_dynamic(types[2]):
-                raise mismatch
-            return types[1] if types[1] == types[2] else DYN
-        if name == "-_":
-            if known and known[0] not in ("int", "double", "google.protobuf.Duration"):
-                raise mismatch
-            return types[0]
-        if len(known) < 2:
-            if name == "@in" and not _is_dynamic(types[1]) and types[1] not in ("list", "map"):
-                raise mismatch
-            return "bool" if name in ("_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_", "@in") else DYN
-        left, right = types
-        if name in ("_==_", "_!=_"):
-            if left != right:
-                raise mismatch
-            return "bool"
-        if name in ("_<_", "_<=_", "_>_", "_>=_"):
-            numeric = left in _NUMERIC_TYPES and right in _NUMERIC_TYPES
-            if not (numeric or (left == right and left in _ORDERED_TYPES)):
-                raise mismatch
-            return "bool"
-        if name == "@in":
-            if right not in ("list", "map"):
-                raise mismatch
-            return "bool"
-        allowed = _ARITHMETIC_KINDS.get(name, set())
-        if left != right or left not in allowed:
-            time_mix = name in ("_+_", "_-_") and left in _TIME_KINDS and right in _TIME_KINDS
-            if not time_mix:
-                raise mismatch
-        return left
-
-
-def _is_dynamic(static_type: str) -> bool:
-    return static_type in (DYN, "attributes") or static_type.startswith("domains:")
-
-
-# --------------------------------------------------------------------------------------------------
 # Emission of celpy-compatible text
 
 
@@ -1219,7 +967,7 @@ def _emit_call(node: Call) -> str:
     if name == "_?_:_":
         return f"__cond({args[0]}) ? ({args[1]}) : ({args[2]})"
     namespace = qualified_name(node.target) if node.target is not None else None
-    if namespace in _NAMESPACES:
+    if namespace in NAMESPACES:
         return f"__{namespace}_{name}({', '.join(args)})"
     if node.target is None:
         return f"{name}({', '.join(args)})"
@@ -1361,10 +1109,7 @@ class CelpyBackend:
 
     def compile(self, expression: str, options: CompileOptions) -> CelpyProgram:
         tree = parse(expression)
-        result_type = _Checker(expression, options).check(tree)
-        if result_type not in ("bool", DYN, "attributes") and not _is_dynamic(result_type):
-            raise CELCompileError(f"selector must evaluate to bool or the unknown type, not {result_type}",
-                                  expression)
+        Checker(expression, options).check_selector(tree)
         text = emit(tree)
         try:
             ast = self.environment.compile(text)

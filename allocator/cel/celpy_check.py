@@ -1,0 +1,391 @@
+"""A static check of a parsed selector against the DRA CEL environment, for the celpy backend.
+
+cel-python has no type checker, so this module rejects at compile time what cel-go's checker rejects:
+undeclared identifiers and functions, undefined `device` fields (`allowMultipleAllocations` exists only
+with consumable capacity), calls that match no overload, operators on statically mismatched types
+(`true == 1`, `1 + 1u`), mixed-type list/map literals (HomogeneousAggregateLiterals), invalid literal
+regular expressions in matches(), and a result that cannot be a bool. Anything whose type is only known at
+evaluation time (attribute values are `dyn`) is left to the runtime, as in cel-go.
+"""
+
+from __future__ import annotations
+
+import re2
+
+from allocator.cel.backend import CELCompileError, CompileOptions
+from allocator.cel.parser import (
+    Call,
+    Comprehension,
+    Has,
+    Ident,
+    Index,
+    ListExpr,
+    Literal,
+    MapExpr,
+    Node,
+    Select,
+    line_column,
+    qualified_name,
+)
+
+# A static type: a CEL type name, or ("list", elem), ("map", key, value), ("optional_type", value).
+Type = str | tuple
+
+DYN = "dyn"
+BOOL, INT, UINT, DOUBLE, STRING, BYTES = "bool", "int", "uint", "double", "string", "bytes"
+QUANTITY, SEMVER = "kubernetes.Quantity", "kubernetes.Semver"
+TIMESTAMP, DURATION = "google.protobuf.Timestamp", "google.protobuf.Duration"
+DEVICE = "kubernetes.DRADevice"
+ANY_LIST: Type = ("list", DYN)
+ANY_MAP: Type = ("map", DYN, DYN)
+ANY_OPTIONAL: Type = ("optional_type", DYN)
+STRING_LIST: Type = ("list", STRING)
+
+NUMERIC = {INT, UINT, DOUBLE}
+ORDERED = {INT, UINT, DOUBLE, STRING, BYTES, BOOL, TIMESTAMP, DURATION}
+TIMES = {TIMESTAMP, DURATION}
+ARITHMETIC = {
+    "_+_": {INT, UINT, DOUBLE, STRING, BYTES},
+    "_-_": {INT, UINT, DOUBLE},
+    "_*_": {INT, UINT, DOUBLE},
+    "_/_": {INT, UINT, DOUBLE},
+    "_%_": {INT, UINT},
+}
+ELEMENT = "@element"  # result placeholder: the receiver list's element type
+INNER = "@inner"  # result placeholder: the receiver optional's value type
+WRAPPED = "@wrapped"  # result placeholder: an optional of the argument's type
+
+# name -> overloads (receiver, parameters, result); the receiver is None for global functions.
+Overload = tuple[Type | None, tuple[Type, ...], Type]
+_ANY_SIZED = (STRING, BYTES, ANY_LIST, ANY_MAP)
+OVERLOADS: dict[str, list[Overload]] = {
+    "size": [*((r, (), INT) for r in _ANY_SIZED), *((None, (r,), INT) for r in _ANY_SIZED)],
+    "int": [(None, (DYN,), INT)], "uint": [(None, (DYN,), UINT)], "double": [(None, (DYN,), DOUBLE)],
+    "string": [(None, (DYN,), STRING)], "bytes": [(None, (DYN,), BYTES)], "bool": [(None, (DYN,), BOOL)],
+    "dyn": [(None, (DYN,), DYN)], "type": [(None, (DYN,), "type")],
+    "duration": [(None, (STRING,), DURATION)], "timestamp": [(None, (STRING,), TIMESTAMP)],
+    "contains": [(STRING, (STRING,), BOOL)],
+    "startsWith": [(STRING, (STRING,), BOOL)],
+    "endsWith": [(STRING, (STRING,), BOOL)],
+    "matches": [(STRING, (STRING,), BOOL), (None, (STRING, STRING), BOOL)],
+    "find": [(STRING, (STRING,), STRING)],
+    "findAll": [(STRING, (STRING,), STRING_LIST), (STRING, (STRING, INT), STRING_LIST)],
+    "charAt": [(STRING, (INT,), STRING)],
+    "indexOf": [(STRING, (STRING,), INT), (STRING, (STRING, INT), INT), (ANY_LIST, (DYN,), INT)],
+    "lastIndexOf": [(STRING, (STRING,), INT), (STRING, (STRING, INT), INT), (ANY_LIST, (DYN,), INT)],
+    "lowerAscii": [(STRING, (), STRING)],
+    "upperAscii": [(STRING, (), STRING)],
+    "trim": [(STRING, (), STRING)],
+    "replace": [(STRING, (STRING, STRING), STRING), (STRING, (STRING, STRING, INT), STRING)],
+    "split": [(STRING, (STRING,), STRING_LIST), (STRING, (STRING, INT), STRING_LIST)],
+    "substring": [(STRING, (INT,), STRING), (STRING, (INT, INT), STRING)],
+    "join": [(STRING_LIST, (), STRING), (STRING_LIST, (STRING,), STRING)],
+    "format": [(STRING, (ANY_LIST,), STRING)],
+    "strings.quote": [(None, (STRING,), STRING)],
+    "isSorted": [(ANY_LIST, (), BOOL)],
+    "sum": [(ANY_LIST, (), ELEMENT)],
+    "min": [(ANY_LIST, (), ELEMENT)],
+    "max": [(ANY_LIST, (), ELEMENT)],
+    "sets.contains": [(None, (ANY_LIST, ANY_LIST), BOOL)],
+    "sets.equivalent": [(None, (ANY_LIST, ANY_LIST), BOOL)],
+    "sets.intersects": [(None, (ANY_LIST, ANY_LIST), BOOL)],
+    "quantity": [(None, (STRING,), QUANTITY)],
+    "isQuantity": [(None, (STRING,), BOOL)],
+    "compareTo": [(QUANTITY, (QUANTITY,), INT), (SEMVER, (SEMVER,), INT)],
+    "isGreaterThan": [(QUANTITY, (QUANTITY,), BOOL), (SEMVER, (SEMVER,), BOOL)],
+    "isLessThan": [(QUANTITY, (QUANTITY,), BOOL), (SEMVER, (SEMVER,), BOOL)],
+    "add": [(QUANTITY, (QUANTITY,), QUANTITY), (QUANTITY, (INT,), QUANTITY)],
+    "sub": [(QUANTITY, (QUANTITY,), QUANTITY), (QUANTITY, (INT,), QUANTITY)],
+    "isInteger": [(QUANTITY, (), BOOL)],
+    "asInteger": [(QUANTITY, (), INT)],
+    "asApproximateFloat": [(QUANTITY, (), DOUBLE)],
+    "sign": [(QUANTITY, (), INT)],
+    "semver": [(None, (STRING,), SEMVER), (None, (STRING, BOOL), SEMVER)],
+    "isSemver": [(None, (STRING,), BOOL), (None, (STRING, BOOL), BOOL)],
+    "major": [(SEMVER, (), INT)],
+    "minor": [(SEMVER, (), INT)],
+    "patch": [(SEMVER, (), INT)],
+    "optional.of": [(None, (DYN,), WRAPPED)],
+    "optional.ofNonZeroValue": [(None, (DYN,), WRAPPED)],
+    "optional.none": [(None, (), ANY_OPTIONAL)],
+    "hasValue": [(ANY_OPTIONAL, (), BOOL)],
+    "value": [(ANY_OPTIONAL, (), INNER)],
+    "orValue": [(ANY_OPTIONAL, (DYN,), INNER)],
+    "or": [(ANY_OPTIONAL, (ANY_OPTIONAL,), ANY_OPTIONAL)],
+    "includes": [(DYN, (DYN,), BOOL)],
+}
+NAMESPACES = ("sets", "strings", "optional")
+QUIET_RE2 = re2.Options()
+QUIET_RE2.log_errors = False  # invalid patterns are reported as CEL errors, not logged to stderr
+OPERATORS = {"_&&_", "_||_", "!_", "_?_:_", "-_", "@in", "_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_",
+             *ARITHMETIC}
+# Like cel-go's ValidateRegexLiterals (in the Kubernetes base environment since 1.29): only matches().
+REGEX_FUNCTIONS = {"matches"}
+
+
+def type_name(t: Type) -> str:
+    if isinstance(t, tuple):
+        return f"{t[0]}({', '.join(type_name(p) for p in t[1:])})"
+    return t
+
+
+def unifies(a: Type, b: Type) -> bool:
+    if a == DYN or b == DYN:
+        return True
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        if len(a) != len(b) or a[0] != b[0]:
+            return False
+        return all(unifies(x, y) for x, y in zip(a[1:], b[1:], strict=True))
+    return a == b
+
+
+def _join(a: Type, b: Type) -> Type:
+    """The more specific of two unifying types."""
+    if a == DYN:
+        return b
+    if b == DYN or not isinstance(a, tuple):
+        return a
+    return (a[0], *(_join(x, y) for x, y in zip(a[1:], b[1:], strict=True)))
+
+
+def _applies(receiver_type: Type | None, params: tuple[Type, ...], receiver: Type | None,
+             args: list[Type]) -> bool:
+    if (receiver_type is None) != (receiver is None) or len(params) != len(args):
+        return False
+    if receiver_type is not None and not unifies(receiver_type, receiver):  # type: ignore[arg-type]
+        return False
+    return all(unifies(p, a) for p, a in zip(params, args, strict=True))
+
+
+def _device_type(options: CompileOptions) -> dict[str, Type]:
+    fields: dict[str, Type] = {
+        "driver": STRING,
+        "attributes": ("map", STRING, ("map", STRING, DYN)),
+        "capacity": ("map", STRING, ("map", STRING, QUANTITY)),
+    }
+    if options.consumable_capacity:
+        fields["allowMultipleAllocations"] = BOOL
+    return fields
+
+
+class Checker:
+    def __init__(self, text: str, options: CompileOptions) -> None:
+        self.text = text
+        self.options = options
+        self.device_fields = _device_type(options)
+        self.scopes: list[dict[str, Type]] = []
+
+    def fail(self, node: Node, message: str) -> CELCompileError:
+        line, column = line_column(self.text, node.pos)
+        return CELCompileError(f"compile error at {line}:{column}: {message}", self.text)
+
+    def check_selector(self, node: Node) -> None:
+        result = self.check(node)
+        if not unifies(result, BOOL):
+            message = f"selector must evaluate to bool or the unknown type, not {type_name(result)}"
+            raise CELCompileError(message, self.text)
+
+    def check(self, node: Node) -> Type:
+        if isinstance(node, Literal):
+            return "null_type" if node.kind == "null" else node.kind
+        if isinstance(node, Ident):
+            return self.identifier(node)
+        if isinstance(node, Select):
+            return self.qualify(node, self.check(node.operand), node.field, None, node.optional)
+        if isinstance(node, Has):
+            operand = self.check(node.select.operand)
+            self.qualify(node.select, operand, node.select.field, None, False)
+            return BOOL
+        if isinstance(node, Index):
+            operand = self.check(node.operand)
+            return self.qualify(node, operand, None, self.check(node.index), node.optional)
+        if isinstance(node, ListExpr):
+            elements = [self.element(node, i, e) for i, e in enumerate(node.elements)]
+            return ("list", self.homogeneous(node, elements))
+        if isinstance(node, MapExpr):
+            if any(entry.optional for entry in node.entries):
+                raise self.fail(node, "optional map entries '{?key: value}' are not supported by the celpy "
+                                      "backend (the cel-expr backend supports them)")
+            keys = [self.check(entry.key) for entry in node.entries]
+            values = [self.check(entry.value) for entry in node.entries]
+            return ("map", self.homogeneous(node, keys), self.homogeneous(node, values))
+        if isinstance(node, Comprehension):
+            return self.comprehension(node)
+        if isinstance(node, Call):
+            return self.call(node)
+        raise self.fail(node, f"unsupported expression {type(node).__name__}")
+
+    def identifier(self, node: Ident) -> Type:
+        for scope in reversed(self.scopes):
+            if node.name in scope:
+                return scope[node.name]
+        if node.name == "device":
+            return DEVICE
+        raise self.fail(node, f"undeclared reference to '{node.name}'")
+
+    def element(self, node: ListExpr, position: int, element: Node) -> Type:
+        element_type = self.check(element)
+        if position not in node.optional_indices:
+            return element_type
+        if not unifies(element_type, ANY_OPTIONAL):
+            found = type_name(element_type)
+            raise self.fail(element, f"optional list element must be an optional, not {found}")
+        return element_type[1] if isinstance(element_type, tuple) else DYN
+
+    def homogeneous(self, node: Node, types: list[Type]) -> Type:
+        result: Type = DYN
+        for t in types:
+            if not unifies(result, t):
+                raise self.fail(node, f"expected type '{type_name(result)}' but found '{type_name(t)}'")
+            result = _join(result, t)
+        return result
+
+    def qualify(self, node: Node, operand: Type, field: str | None, index: Type | None,
+                optional: bool) -> Type:
+        was_optional = isinstance(operand, tuple) and operand[0] == "optional_type"
+        target = operand[1] if was_optional else operand
+        result = self.member(node, target, field, index)
+        return ("optional_type", result) if optional or was_optional else result
+
+    def member(self, node: Node, target: Type, field: str | None, index: Type | None) -> Type:
+        if target == DEVICE:
+            if field is None:
+                raise self.fail(node, f"type '{DEVICE}' does not support indexing")
+            if field not in self.device_fields:
+                raise self.fail(node, f"undefined field '{field}'")
+            return self.device_fields[field]
+        if target == DYN:
+            return DYN
+        if isinstance(target, tuple) and target[0] == "map":
+            key = STRING if field is not None else index
+            if not unifies(key, target[1]):  # type: ignore[arg-type]
+                raise self.fail(node, f"found no matching overload for '_[_]' applied to "
+                                      f"'({type_name(target)}, {type_name(key)})'")  # type: ignore[arg-type]
+            return target[2]
+        if isinstance(target, tuple) and target[0] == "list" and field is None:
+            if not unifies(index, INT):  # type: ignore[arg-type]
+                raise self.fail(node, f"found no matching overload for '_[_]' applied to "
+                                      f"'({type_name(target)}, {type_name(index)})'")  # type: ignore[arg-type]
+            return target[1]
+        if field is not None:
+            raise self.fail(node, f"type '{type_name(target)}' does not support field selection")
+        raise self.fail(node, f"found no matching overload for '_[_]' applied to "
+                              f"'({type_name(target)}, {type_name(index)})'")  # type: ignore[arg-type]
+
+    def comprehension(self, node: Comprehension) -> Type:
+        target = self.check(node.target)
+        if node.macro == "bind":
+            self.scopes.append({node.var: target})
+            result = self.check(node.args[0])
+            self.scopes.pop()
+            return result
+        if node.var2 is not None:
+            raise self.fail(node, f"two-variable comprehension '{node.macro}({node.var}, {node.var2}, ...)' "
+                                  "is not supported by the celpy backend")
+        if target == DYN:
+            variable: Type = DYN
+        elif isinstance(target, tuple) and target[0] in ("list", "map"):
+            variable = target[1]
+        else:
+            raise self.fail(node, f"expression of type '{type_name(target)}' cannot be the range of a "
+                                  "comprehension (must be list, map, or dynamic)")
+        self.scopes.append({node.var: variable})
+        results = [self.check(arg) for arg in node.args]
+        self.scopes.pop()
+        has_predicate = node.macro != "map" or len(results) == 2
+        if has_predicate and not unifies(results[0], BOOL):
+            found = type_name(results[0])
+            raise self.fail(node.args[0], f"{node.macro}() predicate must be bool, not {found}")
+        if node.macro == "map":
+            return ("list", results[-1])
+        if node.macro == "filter":
+            return ("list", variable)
+        return BOOL
+
+    def call(self, node: Call) -> Type:
+        name = node.function
+        if name in OPERATORS:
+            return self.operator(node, [self.check(arg) for arg in node.args])
+        namespace = qualified_name(node.target) if node.target is not None else None
+        receiver: Type | None = None
+        if namespace in NAMESPACES:
+            name = f"{namespace}.{name}"
+        elif node.target is not None:
+            receiver = self.check(node.target)
+        args = [self.check(arg) for arg in node.args]
+        overloads = OVERLOADS.get(name)
+        if overloads is None or (name == "includes" and not self.options.list_type_attributes):
+            raise self.fail(node, f"undeclared reference to '{name}'")
+        results = [self.result(result, receiver, args) for r, params, result in overloads
+                   if _applies(r, params, receiver, args)]
+        if not results:
+            applied = ", ".join(type_name(a) for a in args)
+            shown = f"{name}({applied})" if receiver is None else f"{type_name(receiver)}.{name}({applied})"
+            raise self.fail(node, f"found no matching overload for '{name}' applied to '{shown}'")
+        if name.startswith("sets.") and not unifies(args[0], args[1]):
+            raise self.fail(node, f"found no matching overload for '{name}' applied to "
+                                  f"'({type_name(args[0])}, {type_name(args[1])})'")
+        if name in REGEX_FUNCTIONS:
+            self.check_regex(node.args[-1])
+        return results[0] if all(r == results[0] for r in results) else DYN
+
+    @staticmethod
+    def result(result: Type, receiver: Type | None, args: list[Type]) -> Type:
+        if result in (ELEMENT, INNER):
+            return receiver[1] if isinstance(receiver, tuple) else DYN
+        if result == WRAPPED:
+            return ("optional_type", args[0])
+        return result
+
+    def check_regex(self, pattern: Node) -> None:
+        if isinstance(pattern, Literal) and pattern.kind == "string":
+            try:
+                re2.compile(str(pattern.value), QUIET_RE2)
+            except re2.error as err:
+                raise self.fail(pattern, f"invalid regular expression {pattern.value!r}: {err}") from None
+
+    def operator(self, node: Call, types: list[Type]) -> Type:
+        name = node.function
+        mismatch = self.fail(node, f"found no matching overload for '{name}' applied to "
+                                   f"'({', '.join(type_name(t) for t in types)})'")
+        if name in ("_&&_", "_||_", "!_"):
+            if not all(unifies(t, BOOL) for t in types):
+                raise mismatch
+            return BOOL
+        if name == "_?_:_":
+            if not unifies(types[0], BOOL) or not unifies(types[1], types[2]):
+                raise mismatch
+            return _join(types[1], types[2])
+        if name == "-_":
+            if types[0] not in (DYN, INT, DOUBLE, DURATION):
+                raise mismatch
+            return types[0]
+        left, right = types
+        if name in ("_==_", "_!=_"):
+            if not unifies(left, right):
+                raise mismatch
+            return BOOL
+        if name == "@in":
+            if isinstance(right, tuple) and right[0] in ("list", "map") and unifies(left, right[1]):
+                return BOOL
+            if right == DYN:
+                return BOOL
+            raise mismatch
+        if name in ("_<_", "_<=_", "_>_", "_>=_"):
+            if DYN in (left, right) and all(t == DYN or t in ORDERED for t in types):
+                return BOOL
+            if (left in NUMERIC and right in NUMERIC) or (left == right and left in ORDERED):
+                return BOOL
+            raise mismatch
+        if DYN in (left, right):
+            if all(t == DYN or t in ARITHMETIC[name] or t in TIMES or
+                   (name == "_+_" and isinstance(t, tuple) and t[0] == "list") for t in types):
+                return right if left == DYN else left
+            raise mismatch
+        if name == "_+_" and isinstance(left, tuple) and left[0] == "list" and unifies(left, right):
+            return _join(left, right)
+        if left == right and left in ARITHMETIC[name]:
+            return left
+        if name in ("_+_", "_-_") and left in TIMES and right in TIMES:
+            return TIMESTAMP if TIMESTAMP in (left, right) and left != right else left
+        raise mismatch
