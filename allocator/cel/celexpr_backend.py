@@ -28,7 +28,8 @@ from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from allocator.cel import celexpr_library as library
 from allocator.cel.backend import CELCompileError, CELDevice, CELRuntimeError, CompileOptions
-from allocator.cel.parser import Token, tokenize
+from allocator.cel.celexpr_typing import check as check_opaque_types
+from allocator.cel.parser import Token, parse, tokenize
 from allocator.semver import Semver
 
 T = cel.Type
@@ -74,9 +75,11 @@ class CelExprBackend:
     def compile(self, expression: str, options: CompileOptions) -> CelExprProgram:
         tokens = tokenize(expression)
         _reject_disabled_features(tokens, options)
-        checked_text = _rename_member_functions(expression, tokens)
+        checked_text = _same_length_rewrites(expression, tokens)
         with self._lock:
             compiled, unchecked = self._compile_checked(checked_text)
+        check_opaque_types(expression, parse(expression))
+        with self._lock:
             result_type = compiled.return_type()
             executable = _with_domain_defaults(checked_text, tokenize(checked_text))
             if executable != checked_text:
@@ -176,10 +179,18 @@ def _reject_disabled_features(tokens: list[Token], options: CompileOptions) -> N
                                   "DRAListTypeAttributes feature is enabled)")
 
 
-def _rename_member_functions(text: str, tokens: list[Token]) -> str:
+def _same_length_rewrites(text: str, tokens: list[Token]) -> str:
+    """Renamed member functions, and ``has(device.<field>)`` (always true upstream, where device is
+    an object) as a padded ``(true)``; same length, so checker error positions stay right."""
     renames = library.RENAMED_MEMBER_FUNCTIONS
     edits = [(t.pos, t.pos + len(t.text), renames[t.text]) for i, t in enumerate(tokens)
              if t.kind == "ident" and t.text in renames and _is_member_call(tokens, i)]
+    for i in range(len(tokens) - 5):
+        window = [t.text for t in tokens[i:i + 6]]
+        always_present = f"device.{window[4]}" in _VARIABLES
+        if window[:4] == ["has", "(", "device", "."] and window[5] == ")" and always_present:
+            start, end = tokens[i].pos, tokens[i + 5].pos + 1
+            edits.append((start, end, "(true" + " " * (end - start - 6) + ")"))
     return _apply(text, edits)
 
 
