@@ -11,6 +11,9 @@ from collections.abc import Sequence
 SUBCOMMAND_MODULES = (
     "extender.commands.check",
     "extender.commands.allocate",
+    "extender.commands.serve",
+    "extender.commands.explain",
+    "extender.commands.simulate",
 )
 
 

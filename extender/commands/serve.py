@@ -295,18 +295,13 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
             webhook = webhook_server.server_from_args(
                 args, cluster.cache, features=features, host=args.bind_address, port=args.webhook_port
             )
-            if webhook is not None:
+            if webhook is not None:  # otherwise server_from_args logged why the port stays closed
                 await webhook.start()
-            else:
-                log.info(
-                    "webhook port %d not opened (no --tls-cert-file/--tls-private-key-file)",
-                    args.webhook_port,
-                )
         print(usage_banner(server, cluster.cache), flush=True)
         await stop.wait()
         log.info("shutting down")
         return 0
-    except (OSError, ValueError) as error:
+    except Exception as error:  # bad certificate, port in use, ...: say it in one line
         log.error("cannot start: %s", error)
         return 1
     finally:

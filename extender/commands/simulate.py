@@ -1,0 +1,119 @@
+"""`dra-extender simulate -f DIR --pod FILE`: run filter and prioritize for a pod against a snapshot.
+
+FILE holds the pod and, optionally, the claims it uses (they replace same-named objects of the
+snapshot). Prints one row per node: fits or not, the prioritize score and the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+import orjson
+
+from extender.commands.serve import add_logging_arguments, configure_logging, parse_features
+from extender.scoring import POLICIES
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="filter and prioritize one pod against a snapshot",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "-f",
+        "--snapshot",
+        metavar="DIR",
+        required=True,
+        help="snapshot directory or file (YAML/JSON, e.g. from GET /debug/snapshot)",
+    )
+    parser.add_argument("--pod", metavar="FILE", required=True, help="the pod (and optionally its claims)")
+    parser.add_argument("--node", action="append", default=None, help="only this node (repeatable)")
+    parser.add_argument(
+        "--scoring", choices=POLICIES, default="binpack", help="placement policy (default binpack)"
+    )
+    parser.add_argument("--feature-gates", default="", help="Name=true|false overrides of the 1.37 defaults")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    add_logging_arguments(parser)
+    parser.set_defaults(func=run, log_level="warning")
+
+
+def _key(raw: dict) -> tuple[str, str, str]:
+    meta = raw.get("metadata") or {}
+    return raw.get("kind", ""), meta.get("namespace") or "default", meta.get("name", "")
+
+
+def run(args: argparse.Namespace) -> int:
+    from extender.objects_io import ObjectLoadError, load_objects
+
+    configure_logging(args.log_level, args.log_format)
+    try:
+        features = parse_features(args.feature_gates)
+        snapshot = load_objects([args.snapshot])
+        extra = load_objects([args.pod])
+    except (ObjectLoadError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    pods = [raw for raw in extra if raw.get("kind") == "Pod"]
+    if len(pods) != 1:
+        print(f"error: {args.pod} must contain exactly one Pod, found {len(pods)}", file=sys.stderr)
+        return 2
+    replaced = {_key(raw) for raw in extra}
+    objects = [raw for raw in snapshot if _key(raw) not in replaced] + extra
+    return asyncio.run(_simulate(args, features, objects, pods[0]))
+
+
+async def _simulate(args: argparse.Namespace, features: Any, objects: list[dict], pod_raw: dict) -> int:
+    from extender.cache import ClusterCache
+    from extender.commands.serve import Cluster, build_scheduler
+
+    cache = ClusterCache.from_objects(objects, features)
+    _, namespace, name = _key(pod_raw)
+    pod = cache.pod(namespace, name)
+    if pod is None:
+        print(f"error: pod {namespace}/{name} is invalid: {cache.stats()['invalidObjects']}", file=sys.stderr)
+        return 2
+    scheduler = build_scheduler(Cluster(cache), args)
+    nodes = args.node or cache.node_names()
+    result = await scheduler.filter(pod, nodes)
+    if result.error:
+        print(f"error: {result.error}", file=sys.stderr)
+        return 1
+    scores = await scheduler.prioritize(pod, result.passed) if result.passed else {}
+    rows = []
+    for node in nodes:
+        reason = result.failed.get(node) or result.unresolvable.get(node) or ""
+        rows.append(
+            {
+                "node": node,
+                "fits": node in result.passed,
+                "score": scores.get(node),
+                "unresolvable": node in result.unresolvable,
+                "reason": reason,
+            }
+        )
+    rows.sort(key=lambda row: (not row["fits"], -(row["score"] or 0), row["node"]))
+    if args.format == "json":
+        sys.stdout.write(
+            orjson.dumps({"pod": f"{namespace}/{name}", "nodes": rows}, option=orjson.OPT_INDENT_2).decode()
+            + "\n"
+        )
+    else:
+        sys.stdout.write(render_table(f"{namespace}/{name}", rows))
+    return 0
+
+
+def render_table(pod: str, rows: list[dict]) -> str:
+    width = max([4, *(len(row["node"]) for row in rows)])
+    fitting = sum(1 for row in rows if row["fits"])
+    lines = [f"pod {pod}: fits {fitting} of {len(rows)} node(s)", f"{'NODE':<{width}}  FITS  SCORE  REASON"]
+    for row in rows:
+        fits = "yes" if row["fits"] else "no"
+        score = "-" if row["score"] is None else str(row["score"])
+        reason = row["reason"] + (" (preemption cannot help)" if row["unresolvable"] else "")
+        lines.append(f"{row['node']:<{width}}  {fits:<4}  {score:>5}  {reason}".rstrip())
+    return "\n".join(lines) + "\n"
