@@ -1,0 +1,377 @@
+"""Bind: the API writes kube-scheduler's DynamicResources plugin makes in PreBind, then the Binding.
+
+Per claim not yet reserved for the pod: add the `resource.kubernetes.io/delete-protection` finalizer
+with an update of the main resource (finalizers cannot change through /status), then one status
+update carrying the resourceVersion that sets status.allocation (when we allocated) and appends the
+pod to status.reservedFor. A 409 Conflict re-reads the claim and tries again (5 attempts, as
+client-go's DefaultRetry); a claim that got allocated elsewhere or is being deleted ends the bind.
+Then the pod's Binding is created. Any failure after a write undoes what this bind wrote.
+
+In snapshot mode (no client) the same steps run against the cache's objects, with the API server's
+rules that matter here (resourceVersion checks, status separation, reservedFor limit, binding once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+import aiohttp
+
+from allocator import ResourceClaim
+from extender.cache import ClusterCache
+from extender.kubeapi import ApiError, KubeClient
+
+log = logging.getLogger(__name__)
+
+FINALIZER = "resource.kubernetes.io/delete-protection"
+MAX_ATTEMPTS = 5
+RESERVED_FOR_MAX = 256
+CLAIMS_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+
+
+class BindError(Exception):
+    """The bind did not happen; the message says why (and what could not be undone, if anything)."""
+
+
+class _Store(Protocol):
+    async def get_claim(self, namespace: str, name: str) -> dict: ...
+    async def update_claim(self, claim: dict) -> dict: ...
+    async def update_claim_status(self, claim: dict) -> dict: ...
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    async def get_pod(self, namespace: str, name: str) -> dict: ...
+
+
+class _ApiStore:
+    def __init__(self, client: KubeClient, cache: ClusterCache) -> None:
+        self.client = client
+        self.cache = cache
+
+    async def get_claim(self, namespace: str, name: str) -> dict:
+        return await self.client.get(CLAIMS_PATH.format(namespace=namespace, name=name))
+
+    async def update_claim(self, claim: dict) -> dict:
+        meta = claim["metadata"]
+        written = await self.client.update(CLAIMS_PATH.format(**meta), claim)
+        self._remember(written)
+        return written
+
+    async def update_claim_status(self, claim: dict) -> dict:
+        meta = claim["metadata"]
+        written = await self.client.update(CLAIMS_PATH.format(**meta) + "/status", claim)
+        self._remember(written)
+        return written
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self.client.create(f"/api/v1/namespaces/{namespace}/pods/{name}/binding", binding)
+
+    async def get_pod(self, namespace: str, name: str) -> dict:
+        return await self.client.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    def _remember(self, written: dict) -> None:
+        # The next scheduling cycle must see this write before the watch delivers it; the cache
+        # ignores the watch's older versions, so this cannot be rolled back by a late event.
+        self.cache.apply("ResourceClaim", "DELETED" if _gone(written) else "MODIFIED", written)
+
+
+def _gone(obj: dict) -> bool:
+    meta = obj.get("metadata") or {}
+    return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
+
+
+class _MemoryStore:
+    """The API server's write rules, applied to the cache's objects (snapshot mode)."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+
+    def _current(self, kind: str, namespace: str, name: str) -> dict:
+        current = self.cache.raw(kind, f"{namespace}/{name}")
+        if current is None:
+            resource = "resourceclaims.resource.k8s.io" if kind == "ResourceClaim" else "pods"
+            raise ApiError(404, "NotFound", f'{resource} "{name}" not found')
+        return current
+
+    def _check_version(self, current: dict, wanted: dict) -> None:
+        version = wanted["metadata"].get("resourceVersion")
+        if version and version != current["metadata"].get("resourceVersion"):
+            name = current["metadata"]["name"]
+            message = (f'Operation cannot be fulfilled on resourceclaims.resource.k8s.io "{name}": the '
+                       "object has been modified; please apply your changes to the latest version and try "
+                       "again")
+            raise ApiError(409, "Conflict", message)
+
+    @staticmethod
+    def _next_version(current: dict) -> str:
+        try:
+            return str(int(current["metadata"].get("resourceVersion") or 0) + 1)
+        except ValueError:
+            return "1"
+
+    async def get_claim(self, namespace: str, name: str) -> dict:
+        return copy.deepcopy(self._current("ResourceClaim", namespace, name))
+
+    async def update_claim(self, claim: dict) -> dict:
+        current = self._current("ResourceClaim", claim["metadata"]["namespace"], claim["metadata"]["name"])
+        self._check_version(current, claim)
+        written = copy.deepcopy(claim)
+        written["metadata"]["resourceVersion"] = self._next_version(current)
+        written.pop("status", None)
+        if "status" in current:
+            written["status"] = copy.deepcopy(current["status"])
+        self.cache.apply("ResourceClaim", "DELETED" if _gone(written) else "MODIFIED", written)
+        return copy.deepcopy(written)
+
+    async def update_claim_status(self, claim: dict) -> dict:
+        current = self._current("ResourceClaim", claim["metadata"]["namespace"], claim["metadata"]["name"])
+        self._check_version(current, claim)
+        reserved = (claim.get("status") or {}).get("reservedFor") or []
+        if len(reserved) > RESERVED_FOR_MAX:
+            name = claim["metadata"]["name"]
+            message = (f'ResourceClaim.resource.k8s.io "{name}" is invalid: status.reservedFor: Too many: '
+                       f"{len(reserved)}: must have at most {RESERVED_FOR_MAX} items")
+            raise ApiError(422, "Invalid", message)
+        written = copy.deepcopy(current)
+        written["status"] = copy.deepcopy(claim.get("status") or {})
+        written["metadata"]["resourceVersion"] = self._next_version(current)
+        self.cache.apply("ResourceClaim", "MODIFIED", written)
+        return copy.deepcopy(written)
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        current = self._current("Pod", namespace, name)
+        if uid and current["metadata"].get("uid") != uid:
+            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
+                                            f"UID in object meta: {current['metadata'].get('uid')}")
+        assigned = (current.get("spec") or {}).get("nodeName")
+        if assigned:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": '
+                                            f'pod {name} is already assigned to node "{assigned}"')
+        written = copy.deepcopy(current)
+        written.setdefault("spec", {})["nodeName"] = node
+        written["metadata"]["resourceVersion"] = self._next_version(current)
+        self.cache.apply("Pod", "MODIFIED", written)
+
+    async def get_pod(self, namespace: str, name: str) -> dict:
+        return copy.deepcopy(self._current("Pod", namespace, name))
+
+
+@dataclass
+class _Written:
+    """What one bind may have changed on one claim (marked before each write), so it can be undone.
+
+    Undo compares against the current object, so marking a write that did not happen is harmless.
+    """
+    namespace: str
+    name: str
+    uid: str
+    allocation: dict | None = None     # the allocation this bind wrote
+    finalizer_added: bool = False
+    reserved: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def anything(self) -> bool:
+        return self.allocation is not None or self.finalizer_added or self.reserved
+
+
+# Failures of a single API call; anything else is a bug and propagates.
+_CALL_ERRORS = (ApiError, aiohttp.ClientError, TimeoutError, OSError)
+
+
+class ClaimWriter:
+    def __init__(self, client: KubeClient | None, cache: ClusterCache, *,
+                 retry_delay_s: float = 0.01) -> None:
+        self.cache = cache
+        self._store: _Store = _ApiStore(client, cache) if client is not None else _MemoryStore(cache)
+        self._retry_delay = retry_delay_s
+        self.conflicts = 0     # 409s answered by a fresh read (for metrics)
+        self.undone = 0        # binds whose partial writes were rolled back
+
+    async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]]) -> None:
+        """Write allocations and reservations for `pod`'s claims, then bind it to `node`.
+
+        `claims`: each claim with the allocation to write, or None when it is already allocated and
+        only needs the reservation. Raises BindError; on error nothing this call wrote remains.
+        """
+        meta = pod.get("metadata") or {}
+        namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
+        if not (isinstance(namespace, str) and isinstance(name, str) and isinstance(uid, str)):
+            raise BindError("pod is missing metadata.namespace, metadata.name or metadata.uid")
+        written: list[_Written] = []
+        try:
+            for claim, allocation in claims:
+                record = _Written(claim.namespace, claim.name, claim.uid)
+                written.append(record)
+                await self._reserve(claim, allocation, record, name, uid)
+            await self._bind_pod(namespace, name, uid, node)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._undo(written, uid))
+            raise
+        except (BindError, *_CALL_ERRORS) as err:
+            message = str(err) if isinstance(err, BindError) else _describe(err)
+            problems = await self._undo(written, uid)
+            if problems:
+                message += "; undo incomplete: " + "; ".join(problems)
+            raise BindError(f"binding pod {namespace}/{name} to node {node}: {message}") from err
+
+    # ---- forward --------------------------------------------------------------------------------
+
+    async def _reserve(self, claim: ResourceClaim, allocation: dict | None, record: _Written,
+                       pod_name: str, pod_uid: str) -> None:
+        obj = claim.raw
+        for attempt in range(MAX_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(self._retry_delay)
+                obj = await self._fresh_claim(record)
+            meta = obj.get("metadata") or {}
+            status = obj.get("status") or {}
+            if meta.get("deletionTimestamp"):
+                raise BindError(f"ResourceClaim {record.key} got deleted in the meantime")
+            reserved = list(status.get("reservedFor") or [])
+            already_reserved = any(entry.get("uid") == pod_uid for entry in reserved)
+            new_status = dict(status)
+            if allocation is not None:
+                if status.get("allocation") is not None:
+                    raise BindError(f"ResourceClaim {record.key} got allocated elsewhere in the meantime")
+                if FINALIZER not in (meta.get("finalizers") or []):
+                    # Recorded before the call: an answer lost in transit must still be undone.
+                    record.finalizer_added = True
+                    try:
+                        obj = await self._store.update_claim(_with_finalizer(obj))
+                    except ApiError as err:
+                        if err.conflict:
+                            self.conflicts += 1
+                            continue
+                        problem = f"ResourceClaim {record.key}: adding finalizer: {_describe(err)}"
+                        raise BindError(problem) from err
+                new_status["allocation"] = record.allocation = self._stamped(allocation)
+            elif status.get("allocation") is None:
+                raise BindError(f"ResourceClaim {record.key} is not allocated any more")
+            elif already_reserved:
+                return
+            if not already_reserved:
+                new_status["reservedFor"] = [*reserved, {"resource": "pods", "name": pod_name,
+                                                         "uid": pod_uid}]
+            record.reserved = True
+            try:
+                await self._store.update_claim_status({**obj, "status": new_status})
+            except ApiError as err:
+                if err.conflict:
+                    self.conflicts += 1
+                    continue
+                raise BindError(f"ResourceClaim {record.key}: updating status: {_describe(err)}") from err
+            return
+        raise BindError(f"ResourceClaim {record.key}: still conflicting after {MAX_ATTEMPTS} attempts")
+
+    async def _fresh_claim(self, record: _Written) -> dict:
+        try:
+            obj = await self._store.get_claim(record.namespace, record.name)
+        except ApiError as err:
+            if err.not_found:
+                raise BindError(f"ResourceClaim {record.key} got deleted in the meantime") from err
+            raise
+        if (obj.get("metadata") or {}).get("uid") != record.uid:
+            raise BindError(f"ResourceClaim {record.key} got deleted in the meantime (replaced by a new one)")
+        return obj
+
+    def _stamped(self, allocation: dict) -> dict:
+        features = self.cache.features
+        binding_conditions = (features.enabled("DRADeviceBindingConditions")
+                              and features.enabled("DRAResourceClaimDeviceStatus"))
+        if binding_conditions and not allocation.get("allocationTimestamp"):
+            now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            return {**allocation, "allocationTimestamp": now}
+        return allocation
+
+    async def _bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        try:
+            await self._store.bind_pod(namespace, name, uid, node)
+        except ApiError as err:
+            if err.conflict:
+                # A retried bind whose first answer was lost: the pod is already where we want it.
+                pod = await self._store.get_pod(namespace, name)
+                if pod["metadata"].get("uid") == uid and (pod.get("spec") or {}).get("nodeName") == node:
+                    return
+            raise BindError(f"creating the Binding: {_describe(err)}") from err
+
+    # ---- undo -----------------------------------------------------------------------------------
+
+    async def _undo(self, written: list[_Written], pod_uid: str) -> list[str]:
+        problems = []
+        touched = [record for record in written if record.anything]
+        for record in reversed(touched):
+            try:
+                await self._undo_claim(record, pod_uid)
+            except (BindError, *_CALL_ERRORS) as err:
+                problems.append(f"ResourceClaim {record.key}: {_describe(err)}")
+                log.error("could not undo bind writes on ResourceClaim %s: %s", record.key, err)
+        if touched:
+            self.undone += 1
+        return problems
+
+    async def _undo_claim(self, record: _Written, pod_uid: str) -> None:
+        for attempt in range(MAX_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(self._retry_delay)
+            try:
+                obj = await self._fresh_claim(record)
+            except BindError:
+                return   # deleted: nothing left to undo
+            status = obj.get("status") or {}
+            reserved = list(status.get("reservedFor") or [])
+            remaining = [entry for entry in reserved if entry.get("uid") != pod_uid]
+            new_status = dict(status)
+            if remaining:
+                new_status["reservedFor"] = remaining
+            else:
+                new_status.pop("reservedFor", None)
+            # Only an allocation this bind made, and only if no other pod started using it meanwhile.
+            clear = (record.allocation is not None and not remaining
+                     and status.get("allocation") == record.allocation)
+            if clear:
+                new_status.pop("allocation", None)
+                new_status.pop("devices", None)
+            try:
+                if clear or len(remaining) != len(reserved):
+                    obj = await self._store.update_claim_status({**obj, "status": new_status})
+                finalizers = (obj.get("metadata") or {}).get("finalizers") or []
+                if record.finalizer_added and FINALIZER in finalizers and not (obj.get("status") or {}).get(
+                        "allocation"):
+                    await self._store.update_claim(_without_finalizer(obj))
+            except ApiError as err:
+                if err.conflict:
+                    continue
+                raise
+            return
+        raise BindError(f"still conflicting after {MAX_ATTEMPTS} attempts")
+
+
+def _with_finalizer(obj: dict) -> dict:
+    meta = dict(obj["metadata"])
+    meta["finalizers"] = [*(meta.get("finalizers") or []), FINALIZER]
+    return {**obj, "metadata": meta}
+
+
+def _without_finalizer(obj: dict) -> dict:
+    meta = dict(obj["metadata"])
+    meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+    return {**obj, "metadata": meta}
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, ApiError):
+        return f"{err.status} {err.reason}: {err.message}" if err.reason else f"{err.status}: {err.message}"
+    return str(err) or type(err).__name__

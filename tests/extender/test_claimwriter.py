@@ -1,0 +1,278 @@
+"""ClaimWriter.bind against the fake API server (real HTTP) and in snapshot mode."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import yaml
+from fakeapi import ApiRequest, FakeApiServer
+
+from allocator import FeatureGates
+from extender.cache import ClusterCache
+from extender.claimwriter import FINALIZER, BindError, ClaimWriter
+from extender.kubeapi import KubeClient
+
+DRIVER = "gpu.example.com"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
+
+
+def raw_claim(name: str, *, allocation: dict | None = None, reserved: list[dict] | None = None) -> dict:
+    obj: dict = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+                 "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}}}
+    if allocation is not None:
+        obj["metadata"]["finalizers"] = [FINALIZER]
+        obj["status"] = {"allocation": allocation, "reservedFor": reserved or []}
+    return obj
+
+
+def raw_pod(name: str, *claims: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
+            "spec": {"containers": [{"name": "c"}],
+                     "resourceClaims": [{"name": c, "resourceClaimName": c} for c in claims]}}
+
+
+def allocation(device: str, node: str = "node-1") -> dict:
+    return {"devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": node, "device": device}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}
+
+
+def ref(pod: str) -> dict:
+    return {"resource": "pods", "name": pod, "uid": f"uid-{pod}"}
+
+
+class Cluster:
+    """The fake API server plus a cache filled from it (what the watcher would hold)."""
+
+    def __init__(self, fake: FakeApiServer, kube: KubeClient, *objects: dict) -> None:
+        self.fake = fake
+        fake.seed(objects)
+        self.cache = ClusterCache(FeatureGates())
+        for kind in ("Pod", "ResourceClaim"):
+            self.cache.replace(kind, fake.objects(kind))
+        self.cache.ready = True
+        self.writer = ClaimWriter(kube, self.cache, retry_delay_s=0)
+
+    def claim(self, name: str) -> dict:
+        return self.fake.get_object("ResourceClaim", name, "ns")
+
+    def pod(self, name: str) -> dict:
+        return self.fake.get_object("Pod", name, "ns")
+
+    def cached(self, name: str):
+        return self.cache.claim("ns", name)
+
+    async def bind(self, pod: str, node: str, *claims: tuple[str, dict | None]) -> None:
+        await self.writer.bind(self.cache.pod("ns", pod), node, [(self.cached(c), a) for c, a in claims])
+
+
+@pytest.fixture
+def cluster(fake_api: FakeApiServer, kube: KubeClient) -> Cluster:
+    return Cluster(fake_api, kube, raw_pod("p1", "a"), raw_pod("p2", "a"), raw_claim("a"),
+                   raw_claim("shared", allocation=allocation("gpu-7"), reserved=[ref("other")]))
+
+
+async def test_allocate_reserve_and_bind(cluster: Cluster) -> None:
+    await cluster.bind("p1", "node-1", ("a", allocation("gpu-0")))
+    claim = cluster.claim("a")
+    assert claim["metadata"]["finalizers"] == [FINALIZER]
+    assert claim["status"]["allocation"]["devices"] == allocation("gpu-0")["devices"]
+    assert claim["status"]["allocation"]["allocationTimestamp"], "binding-condition gates are on by default"
+    assert claim["status"]["reservedFor"] == [ref("p1")]
+    assert cluster.pod("p1")["spec"]["nodeName"] == "node-1"
+    assert cluster.fake.requests == {"update resourceclaims": 1, "update resourceclaims/status": 1,
+                                     "create pods/binding": 1}, "no extra reads without conflicts"
+    # the cache shows the write before any watch event could
+    assert cluster.cached("a").allocation is not None
+    assert cluster.cache.allocated.owner_of(DRIVER, "node-1", "gpu-0") == "ns/a"
+
+
+async def test_already_allocated_claim_only_gets_the_reservation(cluster: Cluster) -> None:
+    cluster.fake.seed([raw_pod("p3", "shared")])
+    cluster.cache.replace("Pod", cluster.fake.objects("Pod"))
+    await cluster.bind("p3", "node-1", ("shared", None))
+    claim = cluster.claim("shared")
+    assert claim["status"]["reservedFor"] == [ref("other"), ref("p3")]
+    assert claim["status"]["allocation"] == allocation("gpu-7")
+    assert "update resourceclaims" not in cluster.fake.requests
+
+
+async def test_conflicts_on_status_writes_are_retried_with_a_fresh_read(cluster: Cluster) -> None:
+    cluster.fake.fail_next("update", "resourceclaims", subresource="status", count=2, status=409)
+    await cluster.bind("p1", "node-1", ("a", allocation("gpu-0")))
+    assert cluster.claim("a")["status"]["reservedFor"] == [ref("p1")]
+    assert cluster.writer.conflicts == 2
+    assert cluster.fake.requests["get resourceclaims"] == 2
+    assert cluster.fake.requests["update resourceclaims"] == 1, "the finalizer is added once"
+
+
+async def test_a_stale_cached_claim_conflicts_and_is_reread(cluster: Cluster) -> None:
+    cluster.fake.put_object({**cluster.claim("a"), "metadata": {**cluster.claim("a")["metadata"],
+                                                                "labels": {"touched": "yes"}}})
+    await cluster.bind("p1", "node-1", ("a", allocation("gpu-0")))
+    assert cluster.claim("a")["metadata"]["labels"] == {"touched": "yes"}
+    assert cluster.claim("a")["status"]["reservedFor"] == [ref("p1")]
+    assert cluster.writer.conflicts == 1
+
+
+async def test_persistent_conflicts_give_up_and_undo(cluster: Cluster) -> None:
+    cluster.fake.fail_next("update", "resourceclaims", subresource="status", count=5, status=409)
+    with pytest.raises(BindError, match="still conflicting after 5 attempts"):
+        await cluster.bind("p1", "node-1", ("a", allocation("gpu-0")))
+    claim = cluster.claim("a")
+    assert "status" not in claim
+    assert not claim["metadata"].get("finalizers"), "the finalizer we added is removed"
+    assert "nodeName" not in cluster.pod("p1")["spec"]
+    assert cluster.cached("a").allocation is None
+
+
+async def test_claim_allocated_elsewhere_aborts_without_touching_their_allocation(cluster: Cluster) -> None:
+    theirs = cluster.claim("a")
+    theirs["metadata"]["finalizers"] = [FINALIZER]
+    theirs["status"] = {"allocation": allocation("gpu-5"), "reservedFor": [ref("theirs")]}
+    cluster.fake.put_object(theirs)
+    with pytest.raises(BindError, match="ResourceClaim ns/a got allocated elsewhere in the meantime"):
+        await cluster.bind("p1", "node-1", ("a", allocation("gpu-0")))
+    claim = cluster.claim("a")
+    assert claim["status"] == {"allocation": allocation("gpu-5"), "reservedFor": [ref("theirs")]}
+    assert claim["metadata"]["finalizers"] == [FINALIZER]
+    assert "nodeName" not in cluster.pod("p1")["spec"]
+
+
+async def test_claim_being_deleted_aborts(cluster: Cluster, kube: KubeClient) -> None:
+    cluster.fake.put_object({**cluster.claim("a"), "metadata": {**cluster.claim("a")["metadata"],
+                                                                "finalizers": ["someone/else"]}})
+    await kube.delete("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/a")
+    with pytest.raises(BindError, match="ResourceClaim ns/a got deleted in the meantime"):
+        await cluster.bind("p1", "node-1", ("a", allocation("gpu-0")))
+    assert cluster.claim("a")["metadata"]["finalizers"] == ["someone/else"]
+
+
+async def test_failed_binding_undoes_allocation_reservation_and_finalizer(cluster: Cluster) -> None:
+    cluster.fake.fail_next("create", "pods", subresource="binding", status=500, message="etcd is down")
+    with pytest.raises(BindError) as err:
+        await cluster.bind("p1", "node-1", ("a", allocation("gpu-0")), ("shared", None))
+    assert str(err.value) == ("binding pod ns/p1 to node node-1: creating the Binding: "
+                              "500 InternalError: etcd is down")
+    fresh = cluster.claim("a")
+    assert "allocation" not in fresh.get("status", {}) and not fresh["status"].get("reservedFor")
+    assert not fresh["metadata"].get("finalizers")
+    shared = cluster.claim("shared")
+    assert shared["status"] == {"allocation": allocation("gpu-7"), "reservedFor": [ref("other")]}
+    assert shared["metadata"]["finalizers"] == [FINALIZER], "not ours to remove"
+    assert cluster.cached("a").allocation is None
+    assert cluster.cache.allocated.owner_of(DRIVER, "node-1", "gpu-0") is None
+    assert cluster.writer.undone == 1
+
+
+async def test_failure_on_a_later_claim_undoes_the_earlier_ones(cluster: Cluster) -> None:
+    cluster.fake.seed([raw_claim("b")])
+    cluster.cache.replace("ResourceClaim", cluster.fake.objects("ResourceClaim"))
+    calls = []
+
+    def refuse_b(request: ApiRequest) -> None:
+        # Faults are checked after interceptors, so this one applies to the request being intercepted.
+        if request.verb == "update" and request.name == "b" and request.subresource == "status":
+            calls.append(request)
+            cluster.fake.fail_next("update", "resourceclaims", subresource="status", status=403, message="no")
+
+    cluster.fake.intercept(refuse_b)
+    with pytest.raises(BindError, match=r"ResourceClaim ns/b: updating status: 403 \w+: no"):
+        await cluster.bind("p1", "node-1", ("a", allocation("gpu-0")), ("b", allocation("gpu-1")))
+    assert calls
+    for name in ("a", "b"):
+        claim = cluster.claim(name)
+        assert not (claim.get("status") or {}).get("allocation") and not claim["metadata"].get("finalizers")
+
+
+async def test_two_binds_racing_for_one_claim(cluster: Cluster) -> None:
+    results = await asyncio.gather(
+        cluster.bind("p1", "node-1", ("a", allocation("gpu-0"))),
+        cluster.bind("p2", "node-2", ("a", allocation("gpu-3", "node-2"))),
+        return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    assert len(failures) == 1 and isinstance(failures[0], BindError)
+    assert "got allocated elsewhere in the meantime" in str(failures[0])
+    winner = "p1" if results[0] is None else "p2"
+    loser = "p2" if winner == "p1" else "p1"
+    claim = cluster.claim("a")
+    assert claim["status"]["reservedFor"] == [ref(winner)]
+    assert claim["metadata"]["finalizers"] == [FINALIZER]
+    assert cluster.pod(winner)["spec"]["nodeName"]
+    assert "nodeName" not in cluster.pod(loser)["spec"]
+
+
+async def test_reserved_for_limit_is_reported(cluster: Cluster) -> None:
+    full = cluster.claim("shared")
+    full["status"]["reservedFor"] = [ref(f"x{i}") for i in range(256)]
+    cluster.fake.put_object(full)
+    cluster.cache.replace("ResourceClaim", cluster.fake.objects("ResourceClaim"))
+    with pytest.raises(BindError, match="must have at most 256 items"):
+        await cluster.bind("p1", "node-1", ("shared", None))
+    assert len(cluster.claim("shared")["status"]["reservedFor"]) == 256
+
+
+async def test_binding_a_pod_already_on_the_node_is_idempotent(cluster: Cluster) -> None:
+    await cluster.bind("p1", "node-1", ("a", allocation("gpu-0")))
+    await cluster.bind("p1", "node-1", ("a", None))   # a retried bind: nothing left to write
+    with pytest.raises(BindError, match='already assigned to node "node-1"'):
+        await cluster.bind("p1", "node-2", ("a", None))
+    reserved = cluster.claim("a")["status"]["reservedFor"]
+    assert reserved == [ref("p1")], "undo keeps a reservation it did not make"
+
+
+async def test_cancelled_bind_undoes_its_writes(cluster: Cluster) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def stall_binding(request: ApiRequest) -> None:
+        if request.subresource == "binding":
+            entered.set()
+            await release.wait()
+
+    remove = cluster.fake.intercept(stall_binding)
+    task = asyncio.ensure_future(cluster.bind("p1", "node-1", ("a", allocation("gpu-0"))))
+    await asyncio.wait_for(entered.wait(), 5)
+    remove()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    claim = cluster.claim("a")
+    assert not (claim.get("status") or {}).get("allocation") and not claim["metadata"].get("finalizers")
+
+
+def example_cache() -> ClusterCache:
+    objs = [o for p in sorted(EXAMPLES.glob("*.yaml")) for o in yaml.safe_load_all(p.read_text()) if o]
+    return ClusterCache.from_objects(objs, FeatureGates())
+
+
+async def test_snapshot_mode_updates_the_cache_objects() -> None:
+    cache = example_cache()
+    writer = ClaimWriter(None, cache)
+    pod = cache.pod("default", "inference")
+    before = cache.claim("default", "single-gpu")
+    await writer.bind(pod, "node-1", [(before, allocation("gpu-2"))])
+    claim = cache.claim("default", "single-gpu")
+    assert claim.allocation["devices"] == allocation("gpu-2")["devices"]
+    assert claim.reserved_for == [{"resource": "pods", "name": "inference", "uid": pod["metadata"]["uid"]}]
+    assert claim.raw["metadata"]["finalizers"] == [FINALIZER]
+    assert cache.pod("default", "inference")["spec"]["nodeName"] == "node-1"
+    assert cache.allocated.owner_of(DRIVER, "node-1", "gpu-2") == "default/single-gpu"
+    assert before.allocation is None and "nodeName" not in pod["spec"], "earlier objects are not mutated"
+
+
+async def test_snapshot_mode_undoes_on_a_failed_binding() -> None:
+    cache = example_cache()
+    writer = ClaimWriter(None, cache)
+    running = cache.pod("default", "training-0")     # already bound to node-1
+    claim = cache.claim("default", "single-gpu")
+    with pytest.raises(BindError, match="already assigned"):
+        await writer.bind(running, "node-2", [(claim, allocation("gpu-0", "node-2"))])
+    after = cache.claim("default", "single-gpu")
+    assert after.allocation is None and not after.reserved_for
+    assert not after.raw["metadata"].get("finalizers")
+    assert cache.allocated.owner_of(DRIVER, "node-2", "gpu-0") is None
