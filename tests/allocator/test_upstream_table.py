@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from upstream_cases import MODULES, all_cases
+from upstream_cases import MODULES, UPSTREAM_CASE_COUNT, all_cases
 from upstream_cases.builders import (
     CLASS_A,
     DRIVER_A,
@@ -209,6 +209,10 @@ def check_case(case: Case) -> None:
 def test_case_names_are_unique() -> None:
     names = [c.name for c in CASES]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+def test_every_upstream_case_is_ported() -> None:
+    assert sum(1 for c in CASES if not c.fixes_upstream_bug) == UPSTREAM_CASE_COUNT
 
 
 def test_every_topic_module_is_listed() -> None:
