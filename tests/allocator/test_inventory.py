@@ -1,0 +1,58 @@
+"""Inventory: incremental updates, cached node views, pool descriptions."""
+
+from __future__ import annotations
+
+from allocator_objects import dev, inventory, slice_obj
+
+from allocator import DeviceClass, FeatureGates, Node, ResourceSlice
+
+GATES = FeatureGates()
+NODE_1, NODE_2 = Node.named("node-1"), Node.named("node-2")
+
+
+def test_node_views_are_cached_until_a_relevant_change() -> None:
+    inv = inventory([slice_obj("s1", [dev("a")]), slice_obj("s2", [dev("b")], node="node-2")])
+    first = inv.node_pools(NODE_1, GATES)
+    other = inv.node_pools(NODE_2, GATES)
+    assert inv.node_pools(NODE_1, GATES) is first
+    inv.upsert_slice(ResourceSlice.from_api(slice_obj("s2", [dev("b"), dev("c")], node="node-2")))
+    assert inv.node_pools(NODE_1, GATES) is first  # node-2's slice cannot change node-1's view
+    assert [e.device.name for e in inv.node_pools(NODE_2, GATES).candidates] == ["b", "c"]
+    assert inv.node_pools(NODE_2, GATES) is not other
+    inv.upsert_slice(
+        ResourceSlice.from_api(slice_obj("shared", [dev("x")], node=None, pool="p", allNodes=True))
+    )
+    assert [e.device.name for e in inv.node_pools(NODE_1, GATES).candidates] == ["a", "x"]
+
+
+def test_remove_slice_and_features_in_cache_key() -> None:
+    inv = inventory([slice_obj("s1", [dev("a")])])
+    assert len(inv.node_pools(NODE_1, GATES).candidates) == 1
+    inv.remove_slice("s1")
+    assert inv.node_pools(NODE_1, GATES).candidates == []
+    inv.remove_slice("missing")  # no error
+
+
+def test_classes() -> None:
+    inv = inventory([])
+    assert inv.device_class("gpu") is not None
+    inv.upsert_class(DeviceClass.from_api({"kind": "DeviceClass", "metadata": {"name": "nic"}}))
+    assert inv.device_class("nic") is not None
+    inv.remove_class("nic")
+    assert inv.device_class("nic") is None
+
+
+def test_describe_pools() -> None:
+    inv = inventory(
+        [
+            slice_obj("s1", [dev("a"), dev("b")], pool="p1"),
+            slice_obj("s2", [dev("c")], pool="p2", count=2),
+            slice_obj("s3", [dev("d"), dev("d")], pool="p3"),
+        ]
+    )
+    summary = {p["pool"]: (p["status"], p["devices"], p["reason"]) for p in inv.describe_pools()}
+    assert summary == {
+        "p1": ("complete", 2, ""),
+        "p2": ("incomplete", 1, "1 of 2 slices published"),
+        "p3": ("invalid", 2, "duplicate device name d"),
+    }

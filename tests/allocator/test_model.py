@@ -1,0 +1,134 @@
+"""Object model: parsing, defaults, and errors that name kind, object and field."""
+
+from __future__ import annotations
+
+import pytest
+from allocator_objects import claim_obj, class_obj, dev, first_available, req, slice_obj
+
+from allocator import (
+    DeviceClass,
+    DeviceTaintRule,
+    FeatureGates,
+    InvalidObjectError,
+    Node,
+    ResourceClaim,
+    ResourceSlice,
+    parse_object,
+)
+
+
+def test_parse_object_dispatches_by_kind_and_ignores_others() -> None:
+    assert isinstance(parse_object(class_obj()), DeviceClass)
+    assert isinstance(parse_object(slice_obj("s", [dev("d")])), ResourceSlice)
+    assert isinstance(parse_object(claim_obj("c", req("r"))), ResourceClaim)
+    assert isinstance(parse_object({"kind": "Node", "metadata": {"name": "n"}}), Node)
+    assert parse_object({"kind": "Pod", "metadata": {"name": "p"}}) is None
+
+
+def test_slice_fields_are_parsed_once() -> None:
+    raw = slice_obj(
+        "s",
+        [dev("d", attrs={"index": 3, "model": "A100", "fast": True}, capacity={"memory": {"value": "80Gi"}})],
+        generation=4,
+    )
+    parsed = ResourceSlice.from_api(raw)
+    assert (parsed.name, parsed.driver, parsed.pool, parsed.pool_generation) == (
+        "s",
+        "gpu.example.com",
+        "node-1",
+        4,
+    )
+    device = parsed.devices[0]
+    assert device.attributes["index"].value == 3 and device.attributes["index"].type == "int"
+    assert device.attributes["fast"].value is True
+    assert str(device.capacity["memory"].value) == "80Gi"
+    assert parsed.raw is raw
+
+
+def test_claim_defaults() -> None:
+    claim = ResourceClaim.from_api(claim_obj("c", {"name": "r", "exactly": {"deviceClassName": "gpu"}}))
+    (request,) = claim.requests
+    assert request.exactly is not None
+    assert (request.exactly.allocation_mode, request.exactly.count) == ("ExactCount", 1)
+    assert (claim.key, claim.namespace, claim.allocation, claim.deleting) == (
+        "default/c",
+        "default",
+        None,
+        False,
+    )
+    subs = ResourceClaim.from_api(claim_obj("c", first_available("r", req("a"), req("b", 2)))).requests[0]
+    assert [s.name for s in subs.first_available] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            slice_obj("s", [dev("d", capacity={"memory": {"value": "lots"}})]),
+            "spec.devices[0].capacity[memory].value",
+        ),
+        (slice_obj("s", [dev("d", attributes={"x": {"int": "1"}})]), "spec.devices[0].attributes[x].int"),
+        (slice_obj("s", [dev("d", attributes={"x": {}})]), "spec.devices[0].attributes[x]"),
+        (slice_obj("s", [{"attributes": {}}]), "spec.devices[0].name"),
+        (slice_obj("s", [dev("d")], count=0), "spec.pool.resourceSliceCount"),
+        ({"kind": "ResourceSlice", "metadata": {"name": "s"}, "spec": {"pool": {}}}, "spec.driver"),
+        (claim_obj("c", {"name": "r"}), "spec.devices.requests[0]: exactly one of"),
+        (claim_obj("c", req("r", count=0)), "spec.devices.requests[0].exactly.count"),
+        ({"kind": "Node", "metadata": {}}, "metadata.name"),
+        (
+            {"kind": "DeviceTaintRule", "metadata": {"name": "t"}, "spec": {"taint": {"key": "k"}}},
+            "spec.taint.effect",
+        ),
+    ],
+)
+def test_errors_name_kind_object_and_field(raw: dict, message: str) -> None:
+    with pytest.raises(InvalidObjectError) as info:
+        parse_object(raw)
+    text = str(info.value)
+    assert message in text
+    assert text.startswith(raw["kind"])
+
+
+def test_claim_error_names_namespace_and_name() -> None:
+    with pytest.raises(
+        InvalidObjectError, match=r"^ResourceClaim default/c: spec\.devices\.requests\[0\]\.exactly"
+    ):
+        ResourceClaim.from_api(claim_obj("c", {"name": "r", "exactly": "gpu"}))
+
+
+def test_selectors_without_cel_are_left_to_the_allocator() -> None:
+    claim = ResourceClaim.from_api(claim_obj("c", req("r", selectors=[{}])))
+    assert claim.requests[0].exactly.selectors == (None,)
+
+
+def test_taint_rule_matching() -> None:
+    rule = DeviceTaintRule.from_api(
+        {
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "t"},
+            "spec": {"deviceSelector": {"pool": "p"}, "taint": {"key": "k", "effect": "NoSchedule"}},
+        }
+    )
+    assert rule.matches("any", "p", "d") and not rule.matches("any", "q", "d")
+    no_selector = DeviceTaintRule.from_api(
+        {
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "t"},
+            "spec": {"taint": {"key": "k", "effect": "NoSchedule"}},
+        }
+    )
+    assert not no_selector.matches("any", "p", "d")
+
+
+def test_feature_gates() -> None:
+    gates = FeatureGates()
+    assert gates.enabled("DRAPrioritizedList") and not gates.enabled("DRAListTypeAttributes")
+    parsed = FeatureGates.parse("DRAListTypeAttributes=true, DRAAdminAccess=false")
+    assert parsed.enabled("DRAListTypeAttributes") and not parsed.enabled("DRAAdminAccess")
+    assert parsed == gates.with_overrides({"DRAListTypeAttributes": True, "DRAAdminAccess": False})
+    assert hash(parsed) == hash(FeatureGates.parse("DRAAdminAccess=false,DRAListTypeAttributes=true"))
+    with pytest.raises(ValueError, match="unknown feature gate 'Nope'"):
+        FeatureGates.parse("Nope=true")
+    with pytest.raises(ValueError, match="expected NAME=true"):
+        FeatureGates.parse("DRAAdminAccess=yes")
+    assert not FeatureGates({"DRAResourceClaimDeviceStatus": False}).binding_and_status

@@ -1,0 +1,60 @@
+"""Node selector semantics."""
+
+from __future__ import annotations
+
+import pytest
+
+from allocator import Node, node_matches_selector
+from allocator.nodes import NodeSelectorError, node_matches
+
+NODE = Node.named("node-1", {"region": "eu", "gpus": "4"})
+
+
+def term(*expressions: dict, fields: list | None = None) -> dict:
+    body: dict = {"matchExpressions": list(expressions)}
+    if fields:
+        body["matchFields"] = fields
+    return {"nodeSelectorTerms": [body]}
+
+
+@pytest.mark.parametrize(
+    ("requirement", "expected"),
+    [
+        ({"key": "region", "operator": "In", "values": ["eu", "us"]}, True),
+        ({"key": "region", "operator": "NotIn", "values": ["eu"]}, False),
+        ({"key": "zone", "operator": "NotIn", "values": ["a"]}, True),
+        ({"key": "region", "operator": "Exists"}, True),
+        ({"key": "zone", "operator": "DoesNotExist"}, True),
+        ({"key": "gpus", "operator": "Gt", "values": ["3"]}, True),
+        ({"key": "gpus", "operator": "Lt", "values": ["4"]}, False),
+        ({"key": "region", "operator": "Gt", "values": ["3"]}, False),
+    ],
+)
+def test_operators(requirement: dict, expected: bool) -> None:
+    assert node_matches_selector(NODE, term(requirement)) is expected
+
+
+def test_terms_are_ored_and_fields_match_the_name() -> None:
+    by_name = term(fields=[{"key": "metadata.name", "operator": "In", "values": ["node-1"]}])
+    assert node_matches_selector(NODE, by_name)
+    other = {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "region", "operator": "In", "values": ["us"]}]}]
+    }
+    assert not node_matches_selector(NODE, other)
+    both = {"nodeSelectorTerms": other["nodeSelectorTerms"] + by_name["nodeSelectorTerms"]}
+    assert node_matches_selector(NODE, both)
+    assert not node_matches_selector(NODE, {"nodeSelectorTerms": [{}]})
+
+
+def test_bad_selectors_raise() -> None:
+    with pytest.raises(NodeSelectorError, match="unknown operator"):
+        node_matches_selector(NODE, term({"key": "region", "operator": "Like", "values": ["e"]}))
+    with pytest.raises(NodeSelectorError, match="needs an integer"):
+        node_matches_selector(NODE, term({"key": "gpus", "operator": "Gt", "values": ["many"]}))
+
+
+def test_node_matches_precedence() -> None:
+    assert node_matches(NODE, "node-1", False, None)
+    assert not node_matches(NODE, "node-2", True, None)
+    assert node_matches(NODE, "", True, None)
+    assert not node_matches(NODE, "", False, None)
