@@ -73,7 +73,7 @@ def validate_selectors(
         try:
             compile_selector(expression)
         except Exception as err:  # the engine's compile error (or a crash on odd input) explains itself
-            problems.append(f"{field_path}: does not compile: {err}")
+            problems.append(f"{field_path}: {_first_line(err)}")
             continue
         if check_names:
             warnings.extend(_missing_name_warnings(field_path, expression, lookup))
@@ -88,4 +88,10 @@ def _missing_name_warnings(field_path: str, expression: str, lookup: ClusterLook
     for kind, name in indexed_names(expression):
         if name not in known[kind]:
             noun = "attribute" if kind == "attributes" else "capacity"
-            yield f"{short_path}: no device has {noun} {name}; fails at runtime (guard with has())"
+            yield f"{short_path}: no device has {noun} {name}; guard it with has()"
+
+
+def _first_line(err: Exception) -> str:
+    """The engine's message without the source excerpt and caret lines it may append."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
