@@ -1,0 +1,112 @@
+"""The static cost estimate: typical selectors are cheap, pathological ones exceed upstream's limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from allocator import cel
+from allocator.cel.backend import DEFAULT_COST_LIMIT, CELCompileError, CompileOptions
+from allocator.cel.cost import MAX_COST, estimate_cost
+
+D = 'device.attributes["gpu.example.com"]'
+OPTIONS = CompileOptions()
+
+# The three selectors of bench/cel_bench.py and python-libraries.md (E2, E3, E8).
+TYPICAL = {
+    "equality on driver, model and memory":
+        f'device.driver == "gpu.example.com" && {D}.model == "A100" && {D}.memory >= 40',
+    "membership in a list literal":
+        f'"gpu.example.com" in device.attributes && {D}.family in ["ampere", "hopper"]',
+    "quantity compareTo": 'device.capacity["gpu.example.com"].memory.compareTo(quantity("40Gi")) >= 0',
+}
+
+
+def cost(expression: str, options: CompileOptions = OPTIONS) -> int:
+    return estimate_cost(expression, options)
+
+
+@pytest.mark.parametrize("expression", TYPICAL.values(), ids=TYPICAL.keys())
+def test_typical_selectors_are_cheap(expression: str) -> None:
+    assert 0 < cost(expression) < 100
+
+
+def test_documented_figures() -> None:
+    # The numbers quoted in allocator/cel/cost.py's docstring.
+    assert cost('device.driver == "gpu.example.com"') == 4
+    assert [cost(e) for e in TYPICAL.values()] == [14, 31, 8]
+
+
+def test_cost_grows_with_the_work() -> None:
+    assert cost("1 in [1]") < cost("1 in [1, 2, 3, 4, 5, 6, 7, 8]")
+    assert cost(f"{D}.model == 'a'") < cost(f"{D}.model.matches('^a+b*c?$')")
+    one_loop = cost(f'{D}.exists(k, k.startsWith("mig"))')
+    two_loops = cost('device.attributes.exists(d, device.attributes[d].exists(k, k.startsWith("mig")))')
+    assert 100 < one_loop < 1_000
+    assert 30 * one_loop < two_loops < 100_000
+
+
+def test_a_comprehension_costs_its_range_bound() -> None:
+    # 32 attributes per domain (upstream's bound), 3 units of loop overhead per element.
+    per_element = cost(f"{D}.exists(k, true)") - cost(D)
+    assert per_element == 32 * 3 + 1
+
+
+def test_ternary_costs_the_dearer_branch() -> None:
+    cheap, dear = "true", f'{D}.exists(k, k.startsWith("x"))'
+    assert cost(f"true ? {cheap} : {dear}") == cost(f"true ? {dear} : {cheap}") == cost(dear)
+
+
+PATHOLOGICAL = {
+    "three nested loops over attribute maps":
+        "device.attributes.all(d, device.attributes[d].all(k, "
+        "device.attributes.exists(d2, device.attributes[d2].exists(k2, k == k2))))",
+    "string search in three nested loops":
+        "device.attributes.all(d, device.attributes.all(d2, device.attributes.exists(d3, "
+        "d3.contains(d) && d3.contains(d2))))",
+    "regex in three nested loops":
+        f"{D}.all(a, {D}.all(b, {D}.exists(c, string({D}[c]).matches(a + b))))",
+    "four nested loops": "device.attributes.all(a, device.attributes.all(b, device.attributes.all(c, "
+                         "device.attributes.all(d, a == d))))",
+}
+
+
+@pytest.mark.parametrize("expression", PATHOLOGICAL.values(), ids=PATHOLOGICAL.keys())
+def test_pathological_selectors_exceed_the_limit(expression: str) -> None:
+    assert cost(expression) > DEFAULT_COST_LIMIT
+
+
+@pytest.mark.parametrize("expression", PATHOLOGICAL.values(), ids=PATHOLOGICAL.keys())
+def test_compile_rejects_pathological_selectors_on_every_engine(expression: str) -> None:
+    for name in cel.ENGINE_NAMES:
+        if name == "cel-expr" and not cel.cel_expr_available():
+            continue
+        with pytest.raises(CELCompileError, match="exceeds the limit"):
+            cel.get_engine(name).compile(expression)
+        # Without a limit the same selector compiles (upstream's CostLimit option).
+        cel.get_engine(name).compile(expression, CompileOptions(cost_limit=None))
+
+
+def test_costs_saturate_instead_of_growing_without_bound() -> None:
+    nested = "device.attributes.all(a, " * 14 + "true" + ")" * 14  # 32**14 iterations > 2**64
+    assert cost(nested) == MAX_COST
+
+
+def test_unbounded_sizes_are_rejected() -> None:
+    # A formatted string has no size bound, so searching it cannot be bounded either.
+    assert cost('"%s".format([device.driver]).contains("x")') > DEFAULT_COST_LIMIT
+
+
+def test_allow_multiple_allocations_is_a_plain_field() -> None:
+    options = CompileOptions(consumable_capacity=True)
+    assert cost("device.allowMultipleAllocations", options) == 2
+
+
+@pytest.mark.parametrize("expression, position", [
+    ("device.driver ==", "1:17"),
+    ('device.attributes["x"', "1:22"),
+    ("1 +\n  )", "2:3"),
+    ("'unterminated", "1:1"),
+])
+def test_syntax_errors_name_the_position(expression: str, position: str) -> None:
+    with pytest.raises(CELCompileError, match=f"syntax error at {position}"):
+        cost(expression)
