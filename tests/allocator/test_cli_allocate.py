@@ -322,3 +322,15 @@ def test_example_selector_that_no_device_on_the_node_matches(capsys: pytest.Capt
     [reason] = doc["reasons"]
     assert reason["claim"] == "default/a100-80gb"
     assert reason["rejected"] == {"request selector": reason["considered"]}
+
+
+def test_invalid_pool_only_rules_out_this_node(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # Two slices of one pool list the same device: upstream's node-local "invalid resource pools".
+    first, second = make_slice(), make_slice()
+    for s in (first, second):
+        s["spec"]["pool"]["resourceSliceCount"] = 2
+    second["metadata"]["name"] = "node-a-gpus-copy"
+    files = write_yaml(tmp_path / "c.yaml", CLASS, NODE, first, second, make_claim("one"))
+    code, doc = run_json(capsys, "-f", str(files), "--node", "node-a", "--claim", "default/one")
+    assert code == 1 and doc["unschedulable"] is True
+    assert doc["reasons"][0]["rejected"] == {"invalid pool": 4}
