@@ -1,0 +1,168 @@
+"""The CLI end to end: `serve` as a real process (banner, curl-able verbs, SIGTERM), explain, simulate."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from extender.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "cluster"
+
+
+def start_serve(*extra: str) -> tuple[subprocess.Popen[str], list[str]]:
+    command = [
+        sys.executable,
+        "-m",
+        "extender.cli",
+        "serve",
+        "--snapshot",
+        str(EXAMPLES),
+        "--extender-port",
+        "0",
+        "--debug-port",
+        "0",
+        *extra,
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + 30
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        if "/debug/explain?pod=" in line and line.lstrip().startswith("curl"):
+            return process, lines
+    process.kill()
+    raise AssertionError(
+        f"serve printed no banner: {lines} {process.stderr.read() if process.stderr else ''}"
+    )
+
+
+def run_banner_curl(line: str) -> str:
+    """Run one printed curl command line the way a user pasting it would."""
+    return subprocess.run(
+        shlex.split(line.strip()), capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_serve_prints_working_curl_commands_and_stops_on_sigterm() -> None:
+    process, lines = start_serve("--scoring", "spread", "--log-format", "json")
+    try:
+        assert re.match(r"dra-extender: extender verbs at http://127\.0\.0\.1:\d+/scheduler/", lines[0])
+        filter_line = next(line for line in lines if "/scheduler/filter" in line and "curl" in line)
+        explain_line = next(line for line in lines if "/debug/explain?pod=" in line and "curl" in line)
+        result = orjson.loads(run_banner_curl(filter_line))
+        assert result["Error"] == "" and isinstance(result["NodeNames"], list) and result["NodeNames"]
+        assert run_banner_curl(explain_line).startswith("pod default/")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=20)
+    assert process.returncode == 0
+    assert any(
+        orjson.loads(line).get("msg") == "shutting down"
+        for line in stderr.splitlines()
+        if line.startswith("{")
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "--snapshot", "x", "--kubeconfig", "k"], "--snapshot cannot be combined"),
+        (["serve", "--snapshot", "x", "--extender-tls-cert-file", "c"], "go together"),
+        (["serve", "--snapshot", "x", "--feature-gates", "NoSuchGate=true"], "--feature-gates"),
+        (["explain", "no-namespace", "--snapshot", "x"], "NAMESPACE/NAME"),
+    ],
+)
+def test_bad_flags_exit_2_with_a_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_serve_reports_a_snapshot_it_cannot_read(tmp_path: Path) -> None:
+    (tmp_path / "broken.yaml").write_text("kind: [unclosed\n")
+    assert main(["serve", "--snapshot", str(tmp_path), "--extender-port", "0", "--debug-port", "0"]) == 1
+
+
+def test_explain_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "default/a100-job", "--snapshot", str(EXAMPLES)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pod default/a100-job: fits 1 of 3 node(s)")
+    assert "rejected: request selector" in out
+    assert (
+        main(
+            [
+                "explain",
+                "default/a100-job",
+                "--snapshot",
+                str(EXAMPLES),
+                "--node",
+                "node-1",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
+    report = orjson.loads(capsys.readouterr().out)
+    assert [node["node"] for node in report["nodes"]] == ["node-1"] and report["nodes"][0]["fits"]
+    assert main(["explain", "default/nobody", "--snapshot", str(EXAMPLES)]) == 1
+    assert "pod default/nobody not found" in capsys.readouterr().err
+
+
+def test_simulate_prints_the_node_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pods = [doc for doc in yaml.safe_load_all((EXAMPLES / "pods.yaml").read_text()) if doc]
+    pod = next(doc for doc in pods if doc["metadata"]["name"] == "a100-job")
+    (tmp_path / "pod.yaml").write_text(yaml.safe_dump(pod))
+    assert main(["simulate", "-f", str(EXAMPLES), "--pod", str(tmp_path / "pod.yaml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "pod default/a100-job: fits 1 of 3 node(s)"
+    assert lines[1].split() == ["NODE", "FITS", "SCORE", "REASON"]
+    assert lines[2].split()[:2] == ["node-1", "yes"]
+    assert all(" no " in line and "request gpu: needs 1 device, 0 match" in line for line in lines[3:])
+
+    # A claim given next to the pod replaces the snapshot's claim of the same name.
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "a100-80gb", "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com", "count": 20}}]
+            }
+        },
+    }
+    (tmp_path / "pod.yaml").write_text(yaml.safe_dump_all([pod, claim]))
+    assert (
+        main(["simulate", "-f", str(EXAMPLES), "--pod", str(tmp_path / "pod.yaml"), "--format", "json"]) == 0
+    )
+    rows = orjson.loads(capsys.readouterr().out)["nodes"]
+    assert not any(row["fits"] for row in rows) and all("needs 20 devices" in row["reason"] for row in rows)
+
+    assert main(["simulate", "-f", str(EXAMPLES), "--pod", str(EXAMPLES / "pods.yaml")]) == 2
+    assert "exactly one Pod" in capsys.readouterr().err
