@@ -14,6 +14,7 @@ SUBCOMMAND_MODULES = (
     "extender.commands.serve",
     "extender.commands.explain",
     "extender.commands.simulate",
+    "extender.commands.certs",
 )
 
 
