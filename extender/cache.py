@@ -194,8 +194,17 @@ class ClusterCache:
                 # InvalidObjectError already names the object; other ValueErrors do not.
                 message = str(err) if isinstance(err, InvalidObjectError) else f"{kind} {key}: {err}"
                 self._record_invalid(kind, key, message)
+            except Exception as err:
+                # A bug in parsing or indexing must not stop the watch that feeds every other object.
+                log.exception("internal error indexing %s %s", kind, key)
+                if old_indexed:
+                    self._unindex(kind, key, old)
+                self._record_invalid(kind, key, f"{kind} {key}: internal error: {type(err).__name__}: {err}")
         for callback in self._subscribers:
-            callback(kind, event_type, raw, old)
+            try:
+                callback(kind, event_type, raw, old)
+            except Exception:
+                log.exception("cache subscriber failed on %s %s %s", event_type, kind, key)
 
     def replace(self, kind: str, items: Iterable[dict]) -> None:
         """Make `items` the complete contents of `kind` (after a re-list): missing objects are deleted."""

@@ -173,6 +173,11 @@ class ClusterWatcher:
                     self._failed(watched.kind, health, f"{err.status} {err.reason}: {err.message}")
             except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as err:
                 self._failed(watched.kind, health, f"{type(err).__name__}: {err}")
+            except Exception as err:
+                # Never let one kind's task die silently; start over from a fresh list.
+                log.exception("watch %s: unexpected error", watched.kind)
+                self._failed(watched.kind, health, f"{type(err).__name__}: {err}")
+                health.resource_version = None
             await asyncio.sleep(health.backoff.next())
 
     async def _list(self, watched: WatchedKind, health: KindHealth) -> None:

@@ -230,3 +230,26 @@ def test_slices_classes_and_taint_rules_feed_the_inventory(cache: ClusterCache) 
     assert cache.taint_rules() == []
     cache.apply("DeviceClass", "DELETED", {"metadata": {"name": "gpu.example.com"}})
     assert cache.device_class("gpu.example.com") is None
+
+
+def test_internal_errors_and_failing_subscribers_do_not_escape(caplog: pytest.LogCaptureFixture,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = ClusterCache(FeatureGates())
+    delivered: list[str] = []
+
+    def failing(kind: str, event: str, new: dict, old: dict | None) -> None:
+        raise RuntimeError("subscriber bug")
+
+    cache.subscribe(failing)
+    cache.subscribe(lambda kind, event, new, old: delivered.append(new["metadata"]["name"]))
+
+    def broken_upsert(slice_: object) -> None:
+        raise KeyError("inventory bug")
+
+    monkeypatch.setattr(cache.inventory, "upsert_slice", broken_upsert)
+    cache.apply("ResourceSlice", "ADDED", {"metadata": {"name": "s"}, "spec": {
+        "driver": "d", "nodeName": "n", "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+        "devices": []}})
+    assert "internal error: KeyError" in cache.stats()["invalidObjects"][0]["error"]
+    assert delivered == ["s"], "later subscribers still run"
+    assert "cache subscriber failed" in caplog.text and "internal error indexing" in caplog.text

@@ -165,3 +165,24 @@ def test_backoff_grows_with_jitter_up_to_the_maximum() -> None:
         assert ceiling / 2 <= delay <= ceiling
     backoff.reset()
     assert backoff.next() <= 1.0
+
+
+async def test_unexpected_errors_restart_from_a_fresh_list(fake_api: FakeApiServer, watcher: ClusterWatcher,
+                                                           cache: ClusterCache,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_api.seed([node("n1")])
+    real_replace = cache.replace
+    failures = []
+
+    def replace_failing_once(kind: str, items: list[dict]) -> None:
+        if kind == "Node" and not failures:
+            failures.append(kind)
+            raise RuntimeError("bug")
+        real_replace(kind, items)
+
+    monkeypatch.setattr(cache, "replace", replace_failing_once)
+    await watcher.start()
+    assert await watcher.wait_ready(5)
+    assert cache.node_names() == ["n1"]
+    health = watcher.health()["kinds"]["Node"]
+    assert health["errors"] == 1 and health["lastError"] == "RuntimeError: bug"
