@@ -253,6 +253,7 @@ class Device:
         "capacity",
         "consumes_counters",
         "has_list_attributes",
+        "has_request_policies",
         "memo_key",
         "name",
         "node_name",
@@ -282,6 +283,7 @@ class Device:
                 ck.quantity(cap["value"], f"{where}.value"),
                 _parse_policy(ck, policy, f"{where}.requestPolicy") if isinstance(policy, dict) else None,
             )
+        self.has_request_policies = any(c.policy is not None for c in self.capacity.values())
         self.consumes_counters: tuple[tuple[str, dict[str, Quantity]], ...] = tuple(
             _parse_counter_use(ck, item, f"{path}.consumesCounters[{i}]")
             for i, item in enumerate(ck.list(raw, "consumesCounters", f"{path}."))

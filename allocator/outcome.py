@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,13 +52,40 @@ class Reason:
         }
 
 
-@dataclass
 class AllocationOutcome:
-    success: bool
-    allocations: list[dict[str, Any]]
-    reasons: list[Reason]
-    steps: int
-    subrequest_ranks: list[dict[str, int]]
+    """Result of one allocate() call.
+
+    ``reasons`` of a failure are worked out on first access (a filter pass over many nodes rarely
+    needs them); read them before changing the inventory or allocated state the allocation used.
+    """
+
+    __slots__ = ("_explain", "_reasons", "allocations", "steps", "subrequest_ranks", "success")
+
+    def __init__(
+        self,
+        success: bool,
+        allocations: list[dict[str, Any]],
+        reasons: list[Reason] | Callable[[], list[Reason]],
+        steps: int,
+        subrequest_ranks: list[dict[str, int]],
+    ) -> None:
+        self.success = success
+        self.allocations = allocations
+        self.steps = steps
+        self.subrequest_ranks = subrequest_ranks
+        if callable(reasons):
+            self._reasons: list[Reason] | None = None
+            self._explain: Callable[[], list[Reason]] | None = reasons
+        else:
+            self._reasons, self._explain = reasons, None
+
+    @property
+    def reasons(self) -> list[Reason]:
+        if self._reasons is None:
+            assert self._explain is not None
+            self._reasons = self._explain()
+            self._explain = None
+        return self._reasons
 
     def summary(self) -> str:
         if self.success:
@@ -65,3 +93,8 @@ class AllocationOutcome:
         if not self.reasons:
             return "cannot allocate all claims"
         return "; ".join(r.message for r in self.reasons)
+
+    def __repr__(self) -> str:
+        return (
+            f"AllocationOutcome(success={self.success}, steps={self.steps}, allocations={self.allocations!r})"
+        )

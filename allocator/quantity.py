@@ -57,20 +57,26 @@ class Quantity:
                              r"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
         sign, whole, fraction, suffix = match.groups()
         fraction = fraction or ""
-        digits = Fraction(int((whole or "0") + fraction), 10 ** len(fraction))
+        # value = digits / 10**len(fraction) * numerator / denominator, in exact integers
+        digits = int((whole or "0") + fraction)
+        numerator, denominator = NANO, 10 ** len(fraction)
         format: Format
         if suffix in _DECIMAL_SUFFIXES:
-            format, amount = "DecimalSI", digits * Fraction(10) ** _DECIMAL_SUFFIXES[suffix]
+            format, power = "DecimalSI", _DECIMAL_SUFFIXES[suffix]
         elif suffix in _BINARY_SUFFIXES:
-            format, amount = "BinarySI", digits * 1024 ** _BINARY_SUFFIXES[suffix]
+            format, power = "BinarySI", 0
+            numerator *= 1024 ** _BINARY_SUFFIXES[suffix]
         elif (exponent := _EXPONENT_SUFFIX.fullmatch(suffix)) is not None:
-            power = int(exponent.group(1))
+            format, power = "DecimalExponent", int(exponent.group(1))
             if abs(power) > 2**31:
                 raise ValueError(f"invalid quantity {text!r}: exponent out of range")
-            format, amount = "DecimalExponent", digits * Fraction(10) ** power
         else:
             raise ValueError(f"invalid quantity {text!r}: unable to parse quantity's suffix {suffix!r}")
-        nanos = _round_away_from_zero(amount * NANO)
+        if power >= 0:
+            numerator *= 10**power
+        else:
+            denominator *= 10**-power
+        nanos = -(-(digits * numerator) // denominator)  # rounds up: parsing rounds away from zero
         if format == "BinarySI":
             # Kubernetes caps binary quantities at the int64 range and prints tiny ones as decimals.
             nanos = min(nanos, INT64_MAX * NANO)

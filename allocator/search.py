@@ -23,6 +23,7 @@ from allocator.model import DeviceClass, ExactRequest, Node, ResourceClaim
 from allocator.outcome import AllocationOutcome
 from allocator.pools import INCOMPLETE, INVALID, DeviceEntry, NodePools, Pool
 from allocator.quantity import Quantity
+from allocator.reasons import explain
 from allocator.result import build_allocation
 from allocator.state import AllocatedState
 from allocator.taints import untolerated
@@ -165,6 +166,9 @@ class _Search:
         self.available_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
         self.consumed_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
         self._compile_options: Any = None
+        self._options_key = (self.consumable, self.list_attributes)
+        # Requests with the same class, selectors and capacity requests share per-candidate results.
+        self._shared_checks: dict[tuple[Any, ...], tuple[list[bool | None], list[int | None]]] = {}
         self._allocated_mask: int | None = None
 
     # --- entry point ----------------------------------------------------------------------------------
@@ -196,10 +200,7 @@ class _Search:
                 for ci in range(len(self.claims))
             ]
             return AllocationOutcome(True, allocations, [], self.steps, ranks)
-        from allocator.reasons import explain
-
-        reasons = explain(self)
-        outcome = AllocationOutcome(False, [], reasons, self.steps, [])
+        outcome = AllocationOutcome(False, [], lambda: explain(self), self.steps, [])
         if self.pools.has_invalid:
             # Upstream wraps this in ErrFailedAllocationOnNode: an error, but only for this node.
             raise NodeAllocationError("invalid resource pools were encountered", outcome)
@@ -286,8 +287,13 @@ class _Search:
                 f'"{request.device_class_name}" not found'
             )
         rd = RequestData(request, parent_name, device_class, self.admin_gate and bool(request.admin_access))
-        rd.selectable = [None] * len(self.candidates)
-        rd.eligible = [None] * len(self.candidates)
+        capacity_key = tuple(sorted(request.capacity_requests.items())) if request.capacity_requests else None
+        shared_key = (device_class.name, request.selectors, capacity_key)
+        checks = self._shared_checks.get(shared_key)
+        if checks is None:
+            n = len(self.candidates)
+            checks = self._shared_checks[shared_key] = ([None] * n, [None] * n)
+        rd.selectable, rd.eligible = checks
         if request.allocation_mode == "ExactCount":
             rd.num_devices = request.count
         elif request.allocation_mode == "All":
@@ -330,8 +336,7 @@ class _Search:
 
     def _compile(self, ci: int, rd: RequestData, for_class: bool) -> list[Any]:
         owner_object = rd.device_class if for_class else rd.request
-        options = self._options()
-        cached = owner_object.compiled.get(options)
+        cached = owner_object.compiled.get(self._options_key)
         if cached is not None:
             return cached
         expressions = owner_object.selectors
@@ -344,7 +349,7 @@ class _Search:
                     f"class {rd.device_class.name}" if for_class else f"claim {claim_ref(self.claims[ci])}"
                 )
                 raise AllocationError(f"{owner}: selector #{i}: CEL compile error: {exc}") from None
-        owner_object.compiled[options] = programs
+        owner_object.compiled[self._options_key] = programs
         return programs
 
     def _selectors_match(self, ci: int, rd: RequestData, entry: DeviceEntry, for_class: bool) -> bool:
@@ -393,6 +398,8 @@ class _Search:
             result = 1
         elif entry.device.allow_multiple_allocations:
             result = 0 if cap.undefined_requests(rd.capacity_requests, entry.device, entry.key[0]) else SHARED
+        elif rd.capacity_requests is None and not entry.device.has_request_policies:
+            result = 1  # an exclusive device takes its whole capacity, which always fits
         else:
             result = 1 if self._capacity_fits(rd, entry) else 0
         rd.eligible[entry.index] = result

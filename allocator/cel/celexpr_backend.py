@@ -103,8 +103,7 @@ class CelExprBackend:
     def activation(self, device: CELDevice) -> Any:
         return self._env.Activation({
             "device.driver": device.driver,
-            "device.attributes": {domain: {ident: _encode(value) for ident, value in values.items()}
-                                  for domain, values in device.attributes.items()},
+            "device.attributes": {domain: _encoded(values) for domain, values in device.attributes.items()},
             "device.capacity": {domain: {ident: library.encode_quantity(q) for ident, q in values.items()}
                                 for domain, values in device.capacity.items()},
             "device.allowMultipleAllocations": device.allow_multiple_allocations,
@@ -127,12 +126,15 @@ class CelExprProgram:
         raise CELRuntimeError(f"selector must evaluate to a bool, got {_type_name(result.type())} {value!r}")
 
 
-def _encode(value: object) -> object:
-    if isinstance(value, Semver):
-        return library.encode_semver(value)
-    if isinstance(value, list):
-        return [_encode(item) for item in value]
-    return value
+def _encoded(values: dict[str, object]) -> dict[str, object]:
+    encoded = dict(values)  # int, bool and str values pass as they are
+    for ident, value in values.items():
+        if value.__class__ is Semver:
+            encoded[ident] = library.encode_semver(value)  # type: ignore[arg-type]
+        elif value.__class__ is list:
+            encoded[ident] = [library.encode_semver(v) if v.__class__ is Semver else v
+                              for v in value]  # type: ignore[attr-defined]
+    return encoded
 
 
 def _type_name(cel_type: Any) -> str:

@@ -66,7 +66,10 @@ def encode_quantity(quantity: Quantity) -> bytes:
 
 
 def encode_semver(version: Semver) -> bytes:
-    return _SEMVER_TAG + str(Semver(version.major, version.minor, version.patch, version.prerelease)).encode()
+    text = f"{version.major}.{version.minor}.{version.patch}"
+    if version.prerelease:
+        text += "-" + ".".join(map(str, version.prerelease))
+    return _SEMVER_TAG + text.encode()
 
 
 def _nanos(value: object, function: str, *others: object) -> int:
@@ -92,6 +95,7 @@ def _quantity_bytes(nanos: int) -> bytes:
 
 # -- quantity and semver ------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1024)  # cel-cpp calls quantity("40Gi") on every evaluation
 def _quantity(text: str) -> bytes:
     return encode_quantity(Quantity.parse(text))
 
@@ -147,6 +151,7 @@ def _sub(a: bytes, b: bytes | int) -> bytes:
     return _quantity_bytes(_nanos(a, "sub", b) - _nanos(b, "sub", a))
 
 
+@functools.lru_cache(maxsize=1024)
 def _semver_of(text: str, normalize: bool = False) -> bytes:
     return encode_semver(Semver.parse(text, normalize=normalize))
 

@@ -1032,6 +1032,8 @@ class _Budget:
 
 
 class _BudgetedEvaluator(Evaluator):
+    """celpy's tree-walking evaluator with a step budget and cel-go's all()/exists()."""
+
     def __init__(self, ast: lark.Tree, activation: Any, budget: _Budget) -> None:
         super().__init__(ast, activation)
         self.budget = budget
@@ -1044,6 +1046,29 @@ class _BudgetedEvaluator(Evaluator):
 
     def sub_evaluator(self, ast: lark.Tree) -> Evaluator:
         return _BudgetedEvaluator(ast, self.activation, self.budget)
+
+    def member_dot_arg(self, tree: lark.Tree) -> Any:
+        # celpy folds all()/exists() with its own && / ||, which turns two element errors into a
+        # misleading "no such overload" and never stops early. cel-go stops at the first deciding
+        # element and otherwise reports the first error.
+        method = tree.children[1]
+        if not (isinstance(method, lark.Token) and method.value in ("all", "exists")):
+            return super().member_dot_arg(tree)
+        values = self.visit(tree.children[0])
+        if isinstance(values, CELEvalError):
+            return values
+        predicate = self.build_ss_macro_eval(tree)
+        decisive = method.value == "exists"
+        error: CELEvalError | None = None
+        for value in values:
+            result = predicate(value)
+            if _kind(result) == "bool":
+                if bool(result) == decisive:
+                    return ct.BoolType(decisive)
+            elif error is None:
+                error = result if isinstance(result, CELEvalError) else CELEvalError(
+                    "no such overload", NoOverload, (f"{method.value}() predicate returned {_kind(result)}",))
+        return error if error is not None else ct.BoolType(not decisive)
 
 
 class _BudgetedRunner(celpy.InterpretedRunner):
@@ -1086,7 +1111,7 @@ class CelpyProgram:
         except CELEvalError as err:
             raise CELRuntimeError(_runtime_message(err), self.expression) from None
         except EvaluationBudgetExceeded:
-            raise CELRuntimeError(f"evaluation exceeded its budget of {MAX_EVALUATION_STEPS} steps",
+            raise CELRuntimeError(f"evaluation exceeded its budget of {_BudgetedRunner.max_steps} steps",
                                   self.expression) from None
         except RecursionError:
             raise CELRuntimeError("evaluation nested too deeply", self.expression) from None
