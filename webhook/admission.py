@@ -14,7 +14,7 @@ from typing import Literal
 
 import orjson
 
-from allocator.features import FeatureGates
+from allocator import FeatureGates
 from webhook import metrics
 from webhook.claim_status import validate_claim_status
 from webhook.lookup import ClusterLookup

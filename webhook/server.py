@@ -6,8 +6,9 @@ import argparse
 import logging
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from allocator.features import FeatureGates
+from allocator import FeatureGates
 from webhook.admission import AdmissionHandler, Webhook
 from webhook.cache_lookup import as_lookup
 from webhook.claim_status import RESERVED_FOR_MAX_SIZE
@@ -27,9 +28,14 @@ def build_app(handler: AdmissionHandler) -> web.Application:
 
         return serve
 
+    async def metrics(_: web.Request) -> web.Response:
+        # The extender's debug port renders only its own registry; the webhook's live in the default one.
+        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
     app = web.Application(client_max_size=MAX_REVIEW_BYTES)
     app.router.add_post("/webhook/mutate", endpoint("mutate"))
     app.router.add_post("/webhook/validate", endpoint("validate"))
+    app.router.add_get("/metrics", metrics)
     return app
 
 

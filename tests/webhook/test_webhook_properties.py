@@ -30,7 +30,7 @@ from webhook_fixtures import (
     with_status,
 )
 
-from allocator.features import FeatureGates
+from allocator import FeatureGates
 from webhook import certs
 from webhook.admission import AdmissionHandler
 from webhook.lookup import StaticClusterLookup

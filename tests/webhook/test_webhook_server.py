@@ -19,7 +19,7 @@ from webhook_fixtures import (
     with_status,
 )
 
-from allocator.features import FeatureGates
+from allocator import FeatureGates
 from webhook import certs
 from webhook.lookup import StaticClusterLookup
 from webhook.server import WebhookServer
@@ -85,6 +85,16 @@ async def test_mutate_and_validate_over_https(server: WebhookServer, ca: certs.K
         assert status == 400 and "apiVersion/kind" in answer["error"]
         async with session.get(f"{base}/webhook/validate") as response:
             assert response.status == 405
+        async with session.get(f"{base}/metrics") as response:
+            exposition = await response.text()
+        assert (
+            'dra_extender_webhook_decisions_total{operation="UPDATE",outcome="patched",'
+            'resource="resourceclaims/status",webhook="mutate"}' in exposition
+        )
+        assert 'dra_extender_webhook_decisions_total{operation="",outcome="malformed"' in exposition
+        assert (
+            'dra_extender_webhook_review_duration_seconds_bucket{le="0.005",webhook="validate"}' in exposition
+        )
 
 
 async def test_plain_http_is_refused(server: WebhookServer) -> None:
