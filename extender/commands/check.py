@@ -1,0 +1,286 @@
+"""`dra-extender check DIR`: lint a snapshot of DRA objects.
+
+Loads every object, reports the invalid ones, compiles every CEL selector and prints, per DeviceClass
+and per claim request, which devices match. Users keep it to test selectors against a snapshot of
+their cluster before applying a claim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from allocator import InvalidObjectError, cel, parse_object
+from extender.objects_io import ObjectLoadError, load_objects
+
+MAX_LISTED_ERRORS = 3
+
+
+@dataclass(frozen=True)
+class DeviceRef:
+    driver: str
+    pool: str
+    device: str
+    node: str | None
+    view: cel.CELDevice
+
+    @property
+    def label(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"
+
+
+@dataclass
+class MatchReport:
+    """Which devices one list of selectors (a class, or a class plus a request) accepts."""
+
+    subject: str
+    selectors: list[str]
+    matching: list[DeviceRef] = field(default_factory=list)
+    compile_errors: list[str] = field(default_factory=list)
+    runtime_errors: list[str] = field(default_factory=list)
+    runtime_error_count: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.compile_errors and not self.runtime_error_count
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "subject": self.subject,
+            "selectors": self.selectors,
+            "matchingDevices": [
+                {"driver": d.driver, "pool": d.pool, "device": d.device, "node": d.node}
+                for d in self.matching
+            ],
+            "compileErrors": self.compile_errors,
+            "runtimeErrors": self.runtime_errors,
+            "runtimeErrorCount": self.runtime_error_count,
+        }
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="validate a directory of DRA objects and show which devices each class and request matches",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="YAML/JSON files or directories of objects")
+    parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--list-type-attributes",
+        action="store_true",
+        help="evaluate selectors with list-type attributes enabled (DRAListTypeAttributes)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        raw_objects = load_objects(args.paths)
+    except ObjectLoadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    options = cel.CompileOptions(consumable_capacity=True, list_type_attributes=args.list_type_attributes)
+    report = build_report(raw_objects, options)
+    if args.output == "json":
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(render_text(report))
+    return 0 if report["ok"] else 1
+
+
+def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOptions) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    invalid: list[str] = []
+    classes: dict[str, dict[str, Any]] = {}
+    slices: list[dict[str, Any]] = []
+    claims: list[dict[str, Any]] = []
+    for raw in raw_objects:
+        kind = raw.get("kind", "<no kind>")
+        try:
+            parsed = parse_object(raw)
+        except InvalidObjectError as exc:
+            invalid.append(str(exc))
+            continue
+        if parsed is None:
+            if kind in ("Pod", "ResourceClaimTemplate"):
+                counts[kind] = counts.get(kind, 0) + 1
+            continue
+        counts[kind] = counts.get(kind, 0) + 1
+        if kind == "DeviceClass":
+            classes[raw["metadata"]["name"]] = raw
+        elif kind == "ResourceSlice":
+            slices.append(raw)
+        elif kind == "ResourceClaim":
+            claims.append(raw)
+        if kind == "ResourceClaimTemplate":
+            claims.append(_claim_from_template(raw))
+
+    devices, device_errors = _devices(slices)
+    invalid.extend(device_errors)
+    class_reports = [
+        _match(f"DeviceClass {name}", _selectors(spec_of(raw)), devices, options)
+        for name, raw in sorted(classes.items())
+    ]
+    request_reports = list(_request_reports(claims, classes, devices, options))
+    ok = not invalid and all(r.ok for r in class_reports + request_reports)
+    return {
+        "ok": ok,
+        "counts": counts,
+        "devices": len(devices),
+        "invalidObjects": invalid,
+        "deviceClasses": [r.to_dict() for r in class_reports],
+        "requests": [r.to_dict() for r in request_reports],
+    }
+
+
+def spec_of(raw: dict[str, Any]) -> dict[str, Any]:
+    return raw.get("spec") or {}
+
+
+def _claim_from_template(raw: dict[str, Any]) -> dict[str, Any]:
+    meta = raw.get("metadata", {})
+    return {
+        "kind": "ResourceClaimTemplate",
+        "metadata": meta,
+        "spec": (raw.get("spec") or {}).get("spec") or {},
+    }
+
+
+def _selectors(spec: dict[str, Any]) -> list[str]:
+    return [(s.get("cel") or {}).get("expression", "") for s in spec.get("selectors") or []]
+
+
+def _devices(slices: list[dict[str, Any]]) -> tuple[list[DeviceRef], list[str]]:
+    """Devices of each pool's newest generation, ordered like the allocator: driver, pool, slice name."""
+    newest: dict[tuple[str, str], int] = {}
+    for raw in slices:
+        spec = raw["spec"]
+        key = (spec["driver"], spec["pool"]["name"])
+        newest[key] = max(newest.get(key, 0), int(spec["pool"].get("generation", 0)))
+    ordered = sorted(
+        slices, key=lambda r: (r["spec"]["driver"], r["spec"]["pool"]["name"], r["metadata"]["name"])
+    )
+    devices: list[DeviceRef] = []
+    errors: list[str] = []
+    for raw in ordered:
+        spec = raw["spec"]
+        pool = spec["pool"]
+        if int(pool.get("generation", 0)) != newest[(spec["driver"], pool["name"])]:
+            continue
+        meta = raw["metadata"]
+        for device in spec.get("devices") or []:
+            try:
+                view = cel.make_device(
+                    spec["driver"],
+                    device.get("attributes") or {},
+                    device.get("capacity") or {},
+                    device.get("allowMultipleAllocations"),
+                    memo_key=(meta.get("uid") or meta["name"], meta.get("generation", 0), device["name"]),
+                )
+            except ValueError as exc:
+                errors.append(f"ResourceSlice {meta['name']}: device {device.get('name')}: {exc}")
+                continue
+            node = device.get("nodeName") or spec.get("nodeName")
+            devices.append(DeviceRef(spec["driver"], pool["name"], device["name"], node, view))
+    return devices, errors
+
+
+def _request_reports(
+    claims: list[dict[str, Any]],
+    classes: dict[str, dict[str, Any]],
+    devices: list[DeviceRef],
+    options: cel.CompileOptions,
+) -> Iterator[MatchReport]:
+    for raw in claims:
+        meta = raw["metadata"]
+        owner = f"{raw['kind']} {meta.get('namespace', '')}/{meta['name']}"
+        for request in ((raw.get("spec") or {}).get("devices") or {}).get("requests") or []:
+            if "exactly" in request:
+                variants = [(request["name"], request["exactly"])]
+            else:
+                variants = [
+                    (f"{request['name']}/{sub['name']}", sub) for sub in request.get("firstAvailable") or []
+                ]
+            for name, body in variants:
+                class_name = body.get("deviceClassName", "")
+                subject = f"{owner}, request {name} (class {class_name})"
+                device_class = classes.get(class_name)
+                if device_class is None:
+                    yield MatchReport(
+                        subject, [], compile_errors=[f"device class {class_name!r} does not exist"]
+                    )
+                    continue
+                selectors = _selectors(spec_of(device_class)) + _selectors(body)
+                yield _match(subject, selectors, devices, options)
+
+
+def _match(
+    subject: str, expressions: list[str], devices: list[DeviceRef], options: cel.CompileOptions
+) -> MatchReport:
+    report = MatchReport(subject, expressions)
+    compiled: list[cel.Selector] = []
+    for index, expression in enumerate(expressions):
+        try:
+            compiled.append(cel.compile(expression, options))
+        except cel.CELCompileError as exc:
+            report.compile_errors.append(f"selector #{index}: {exc}")
+    if report.compile_errors:
+        return report
+    for device in devices:
+        try:
+            if all(selector.matches(device.view) for selector in compiled):
+                report.matching.append(device)
+        except cel.CELRuntimeError as exc:
+            report.runtime_error_count += 1
+            if len(report.runtime_errors) < MAX_LISTED_ERRORS:
+                report.runtime_errors.append(f"device {device.label}: {exc}")
+    return report
+
+
+def render_text(report: dict[str, Any]) -> str:
+    lines: list[str] = []
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(report["counts"].items()))
+    lines.append(f"Loaded {counts}; {report['devices']} devices in the newest pool generations.")
+    if report["invalidObjects"]:
+        lines.append(f"Invalid objects ({len(report['invalidObjects'])}):")
+        lines.extend(f"  - {message}" for message in report["invalidObjects"])
+    else:
+        lines.append("Invalid objects: none.")
+    for title, section in (("Device classes", "deviceClasses"), ("Claim requests", "requests")):
+        lines.append("")
+        lines.append(f"{title}:")
+        for entry in report[section]:
+            lines.extend(_render_entry(entry))
+    lines.append("")
+    lines.append(
+        "OK: every object is valid and every selector evaluates."
+        if report["ok"]
+        else "Problems found (see above)."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _render_entry(entry: dict[str, Any]) -> list[str]:
+    matching = entry["matchingDevices"]
+    if entry["compileErrors"]:
+        out = [f"  {entry['subject']}: selectors do not compile"]
+        out.extend(f"      {error}" for error in entry["compileErrors"])
+        return out
+    out = [f"  {entry['subject']}: {len(matching)} matching device(s)"]
+    groups: dict[tuple[str, str], list[str]] = {}
+    for device in matching:
+        key = (device["node"] or "any node", f"{device['driver']}/{device['pool']}")
+        groups.setdefault(key, []).append(device["device"])
+    for (node, pool), names in sorted(groups.items()):
+        out.append(f"      {node} (pool {pool}): {', '.join(names)}")
+    if entry["runtimeErrorCount"]:
+        out.append(f"      CEL runtime errors on {entry['runtimeErrorCount']} device(s), for example:")
+        out.extend(f"        {error}" for error in entry["runtimeErrors"])
+    return out

@@ -1,0 +1,149 @@
+"""`dra-extender check`: object validation and selector matching against a snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+
+from extender.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster"
+
+GPU_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.example.com"},
+    "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
+}
+
+
+def gpu_slice(node: str, models: list[str]) -> dict:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpus", "uid": f"uid-{node}"},
+        "spec": {
+            "driver": "gpu.example.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {"model": {"string": model}},
+                    "capacity": {"memory": {"value": "40Gi"}},
+                }
+                for i, model in enumerate(models)
+            ],
+        },
+    }
+
+
+def claim(name: str, selectors: list[str], class_name: str = "gpu.example.com") -> dict:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": class_name,
+                            "selectors": [{"cel": {"expression": e}} for e in selectors],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+
+
+def run_check(tmp_path: Path, objects: list[dict], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    (tmp_path / "objects.yaml").write_text(yaml.safe_dump_all(objects))
+    code = main(["check", str(tmp_path), "-o", "json"])
+    return code, orjson.loads(capsys.readouterr().out)
+
+
+def request_entry(report: dict, claim_name: str) -> dict:
+    (entry,) = [r for r in report["requests"] if f"/{claim_name}," in r["subject"]]
+    return entry
+
+
+def test_example_cluster_is_valid_and_matches_expected_devices(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["check", str(EXAMPLE), "-o", "json"])
+    report = orjson.loads(capsys.readouterr().out)
+    assert code == 0, report
+    assert report["invalidObjects"] == []
+    assert report["devices"] == 28
+    a100 = request_entry(report, "a100-80gb")
+    assert {d["node"] for d in a100["matchingDevices"]} == {"node-1"}
+    assert len(a100["matchingDevices"]) == 8
+    halves = next(r for r in report["requests"] if "request gpu/half" in r["subject"])
+    assert all(d["device"].endswith(("half-0", "half-1")) for d in halves["matchingDevices"])
+    assert len(halves["matchingDevices"]) == 8
+
+
+def test_text_output_names_nodes_and_devices(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "ResourceClaim default/a100-80gb, request gpu (class gpu.example.com): 8 matching device(s)" in out
+    assert "node-1 (pool gpu.example.com/node-1): gpu-0, gpu-1" in out
+    assert out.rstrip().endswith("OK: every object is valid and every selector evaluates.")
+
+
+def test_request_selector_narrows_class_matches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    objects = [
+        GPU_CLASS,
+        gpu_slice("n1", ["A100", "H100", "A100"]),
+        claim("c", ['device.attributes["gpu.example.com"].model == "A100"']),
+    ]
+    code, report = run_check(tmp_path, objects, capsys)
+    assert code == 0
+    assert [d["device"] for d in request_entry(report, "c")["matchingDevices"]] == ["gpu-0", "gpu-2"]
+    assert len(report["deviceClasses"][0]["matchingDevices"]) == 3
+
+
+def test_invalid_object_is_reported_and_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = gpu_slice("n1", ["A100"])
+    del broken["spec"]["pool"]
+    code, report = run_check(tmp_path, [GPU_CLASS, broken], capsys)
+    assert code == 1
+    assert len(report["invalidObjects"]) == 1
+    assert "n1-gpus" in report["invalidObjects"][0] and "pool" in report["invalidObjects"][0]
+
+
+def test_compile_error_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    objects = [GPU_CLASS, gpu_slice("n1", ["A100"]), claim("bad", ["device.attributes[ == 1"])]
+    code, report = run_check(tmp_path, objects, capsys)
+    assert code == 1
+    entry = request_entry(report, "bad")
+    assert entry["compileErrors"] and entry["compileErrors"][0].startswith("selector #1:")
+    assert entry["matchingDevices"] == []
+
+
+def test_runtime_error_is_counted_per_device(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    objects = [
+        GPU_CLASS,
+        gpu_slice("n1", ["A100", "H100"]),
+        claim("missing", ['device.attributes["gpu.example.com"].family == "x"']),
+    ]
+    code, report = run_check(tmp_path, objects, capsys)
+    assert code == 1
+    entry = request_entry(report, "missing")
+    assert entry["runtimeErrorCount"] == 2
+    assert "no such key" in entry["runtimeErrors"][0]
+
+
+def test_missing_device_class_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = run_check(tmp_path, [gpu_slice("n1", ["A100"]), claim("c", [], class_name="nope")], capsys)
+    assert code == 1
+    assert "device class 'nope' does not exist" in request_entry(report, "c")["compileErrors"][0]
+
+
+def test_unreadable_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(tmp_path / "absent.yaml")]) == 2
+    assert "absent.yaml" in capsys.readouterr().err
