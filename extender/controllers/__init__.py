@@ -48,14 +48,19 @@ class ControllerCache(Protocol):
     def pod(self, namespace: str, name: str) -> dict | None: ...
 
 
-def parse_names(text: str) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in CONTROLLER_NAMES]
+def check_names(names: Iterable[str]) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(name.strip() for name in names if name.strip()))
+    unknown = [name for name in names if name not in CONTROLLER_NAMES]
     if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown controller {', '.join(unknown)}; known: {', '.join(CONTROLLER_NAMES)}"
-        )
+        raise ValueError(f"unknown controller {', '.join(unknown)}; known: {', '.join(CONTROLLER_NAMES)}")
     return names
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    try:
+        return check_names(text.split(","))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
@@ -138,7 +143,7 @@ class ControllerOptions:
     identity: str = ""
 
     def __post_init__(self) -> None:
-        parse_names(",".join(self.names))
+        object.__setattr__(self, "names", check_names(self.names))
         if self.evict_on_driver_loss and DRIVER_LOSS not in self.names:
             raise ValueError(f"--evict-on-driver-loss needs --controllers={DRIVER_LOSS}")
         if self.workers < 1:

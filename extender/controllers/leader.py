@@ -126,7 +126,7 @@ class LeaderElector:
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
                 "metadata": {"name": self._name, "namespace": self._namespace},
-                "spec": self._spec(now, transitions=0, acquired=True),
+                "spec": self._spec(now, transitions=0),
             }
             self._lease = await self._client.create(self._collection, body)
             return True
@@ -140,9 +140,7 @@ class LeaderElector:
             return False
         transitions = spec.get("leaseTransitions") or 0
         taking_over = holder != self.identity
-        new_spec = self._spec(
-            now, transitions=transitions + (1 if taking_over and holder else 0), acquired=taking_over
-        )
+        new_spec = self._spec(now, transitions=transitions + (1 if taking_over else 0))
         if not taking_over:
             new_spec["acquireTime"] = spec.get("acquireTime") or new_spec["acquireTime"]
         body = {**lease, "spec": new_spec}
@@ -156,7 +154,7 @@ class LeaderElector:
         self._observed_at = now
         return True
 
-    def _spec(self, now: float, *, transitions: int, acquired: bool) -> dict[str, Any]:
+    def _spec(self, now: float, *, transitions: int) -> dict[str, Any]:
         stamp = format_micro_time(now)
         return {
             "holderIdentity": self.identity,

@@ -139,17 +139,19 @@ class Env:
         return controllers
 
     async def settle(self) -> None:
-        """Until no controller has work ready or in flight and every event has been sent."""
+        """Until nothing moves: no API call in flight or started, no queue work, every event sent."""
         for _ in range(10_000):
-            version = self.server.resource_version
+            progress = (self.server.resource_version, len(self.client.calls))
             for _ in range(3):
                 await asyncio.sleep(0)
+            while any(self.client.in_flight.values()):
+                await asyncio.sleep(0.001)  # real loopback I/O, not controller time
             for controllers in self.controllers:
                 term = controllers.term
                 if term is not None:
                     await term.queue.wait_idle()
                     await term.recorder.flush()
-            if version == self.server.resource_version:
+            if progress == (self.server.resource_version, len(self.client.calls)):
                 return
         raise AssertionError("controllers did not settle")
 
