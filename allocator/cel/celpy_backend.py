@@ -1134,10 +1134,12 @@ class CelpyBackend:
 
     def compile(self, expression: str, options: CompileOptions) -> CelpyProgram:
         tree = parse(expression)
-        Checker(expression, options).check_selector(tree)
-        text = emit(tree)
         try:
-            ast = self.environment.compile(text)
+            Checker(expression, options).check_selector(tree)
+            ast = self.environment.compile(emit(tree))
+        except RecursionError:
+            message = "expression is nested too deeply for the celpy backend"
+            raise CELCompileError(message, expression) from None
         except celpy.CELParseError as err:  # our emitter produced something celpy cannot read
             message = f"internal error translating the expression for celpy: {err}"
             raise CELCompileError(message, expression) from None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from allocator.cel.backend import CompileOptions
+from allocator.cel.backend import CELCompileError, CompileOptions
 from allocator.cel.parser import (
     Call,
     Comprehension,
@@ -302,5 +302,9 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
 
 def estimate_cost(expression: str, options: CompileOptions) -> int:
     """Worst-case cost of evaluating `expression` once; raises CELCompileError for syntax errors."""
-    cost, _ = _Estimator(options).estimate(parse(expression))
+    tree = parse(expression)
+    try:
+        cost, _ = _Estimator(options).estimate(tree)
+    except RecursionError:
+        raise CELCompileError("expression is nested too deeply to estimate its cost", expression) from None
     return cost

@@ -8,6 +8,7 @@ cel.bind) are recognised here, like cel-go's parser does, so later stages see th
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal as TypingLiteral
 
@@ -332,18 +333,19 @@ class _Parser:
         return cond
 
     def binary_or(self) -> Node:
-        node = self.binary_and()
-        while self.at("||"):
-            pos = self.advance().pos
-            node = Call(pos, "_||_", None, (node, self.binary_and()))
-        return node
+        return self.logical_chain("||", "_||_", self.binary_and)
 
     def binary_and(self) -> Node:
-        node = self.relation()
-        while self.at("&&"):
-            pos = self.advance().pos
-            node = Call(pos, "_&&_", None, (node, self.relation()))
-        return node
+        return self.logical_chain("&&", "_&&_", self.relation)
+
+    def logical_chain(self, symbol: str, function: str, operand: Callable[[], Node]) -> Node:
+        # Like cel-go, a chain of && or || becomes a balanced tree, so long chains stay shallow.
+        operands = [operand()]
+        positions: list[int] = []
+        while self.at(symbol):
+            positions.append(self.advance().pos)
+            operands.append(operand())
+        return _balanced(function, operands, positions)
 
     def relation(self) -> Node:
         node = self.addition()
@@ -524,6 +526,15 @@ class _Parser:
             self.expect("}")
             return MapExpr(pos, tuple(entries))
         raise self.unexpected("an expression")
+
+
+def _balanced(function: str, operands: list[Node], positions: list[int]) -> Node:
+    if len(operands) == 1:
+        return operands[0]
+    middle = len(operands) // 2
+    left = _balanced(function, operands[:middle], positions[: middle - 1])
+    right = _balanced(function, operands[middle:], positions[middle:])
+    return Call(positions[middle - 1], function, None, (left, right))
 
 
 def qualified_name(node: Node) -> str | None:
