@@ -10,8 +10,10 @@ import yaml
 from fakeapi import ApiRequest, FakeApiServer
 
 from allocator import FeatureGates
+from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import FINALIZER, BindError, ClaimWriter
+from extender.informer import ClusterWatcher
 from extender.kubeapi import KubeClient
 
 DRIVER = "gpu.example.com"
@@ -276,3 +278,42 @@ async def test_snapshot_mode_undoes_on_a_failed_binding() -> None:
     assert after.allocation is None and not after.reserved_for
     assert not after.raw["metadata"].get("finalizers")
     assert cache.allocated.owner_of(DRIVER, "node-2", "gpu-0") is None
+
+
+async def test_with_the_watcher_late_events_do_not_roll_back_the_written_claim(
+        fake_api: FakeApiServer, kube: KubeClient) -> None:
+    fake_api.seed([raw_pod("p1", "a"), raw_claim("a")])
+    cache = ClusterCache(FeatureGates())
+    assume = AssumeCache()
+    assume.attach(cache)
+    watcher = ClusterWatcher(kube, cache)
+    await watcher.start()
+    try:
+        assert await watcher.wait_ready(5)
+        claim = cache.claim("ns", "a")
+        assume.reserve(claim, allocation("gpu-0"), "uid-p1")
+        for _ in range(500):
+            if fake_api.open_watches == len(watcher.kinds):
+                break
+            await asyncio.sleep(0.01)
+        # Hold back the watch so its events (finalizer update, then status) arrive after the writer's.
+        assert fake_api.close_watches("resourceclaims") == 1
+        await ClaimWriter(kube, cache).bind(cache.pod("ns", "p1"), "node-1", [(claim, allocation("gpu-0"))])
+        assert len(assume) == 0, "the written allocation is in the cache: nothing left in flight"
+        allocated_after_event: list[bool] = []
+        cache.subscribe(lambda kind, event, new, old: allocated_after_event.append(
+            cache.claim("ns", "a").allocation is not None) if kind == "ResourceClaim" else None)
+        final_version = fake_api.get_object("ResourceClaim", "a", "ns")["metadata"]["resourceVersion"]
+        health = watcher.health()["kinds"]["ResourceClaim"]
+        for _ in range(500):
+            if health["resourceVersion"] == str(fake_api.resource_version) and health["restarts"]:
+                break
+            await asyncio.sleep(0.01)
+            health = watcher.health()["kinds"]["ResourceClaim"]
+        assert allocated_after_event and all(allocated_after_event), "an older event rolled the claim back"
+        cached = cache.claim("ns", "a")
+        assert cached.raw["metadata"]["resourceVersion"] == final_version
+        assert cached.allocation is not None and cached.reserved_for == [ref("p1")]
+        assert cache.allocated.owner_of(DRIVER, "node-1", "gpu-0") == "ns/a"
+    finally:
+        await watcher.stop()
