@@ -30,6 +30,7 @@ from allocator.cel import celexpr_library as library
 from allocator.cel.backend import CELCompileError, CELDevice, CELRuntimeError, CompileOptions
 from allocator.cel.celexpr_typing import check as check_opaque_types
 from allocator.cel.parser import Token, parse, tokenize
+from allocator.quantity import Quantity
 from allocator.semver import Semver
 
 T = cel.Type
@@ -81,7 +82,7 @@ class CelExprBackend:
         check_opaque_types(expression, parse(expression))
         with self._lock:
             result_type = compiled.return_type()
-            executable = _with_domain_defaults(checked_text, tokenize(checked_text))
+            executable = _with_constant_values(_with_domain_defaults(checked_text, tokenize(checked_text)))
             if executable != checked_text:
                 compiled = self._env.compile(executable, disable_check=unchecked)
         if result_type not in (T.BOOL, T.DYN):
@@ -215,6 +216,31 @@ def _with_domain_defaults(text: str, tokens: list[Token]) -> str:
             name = tokens[i + 4]
             edits.append((after.pos, name.pos + len(name.text), f'[?"{name.text}"].orValue({{}})'))
     return _apply(text, edits)
+
+
+def _with_constant_values(text: str) -> str:
+    """``quantity("40Gi")`` / ``semver("1.2.3")`` on valid literals become their bytes encoding: cel-cpp
+    would otherwise call into Python on every evaluation (invalid literals stay, failing at run time
+    as upstream)."""
+    tokens = tokenize(text)
+    edits = []
+    for i in range(len(tokens) - 3):
+        call, open_, literal, close = tokens[i:i + 4]
+        if (call.kind == "ident" and call.text in _CONSTANT_FUNCTIONS and _is(open_, "(")
+                and literal.kind == "string" and _is(close, ")") and not (i > 0 and _is(tokens[i - 1], "."))):
+            try:
+                encoded = _CONSTANT_FUNCTIONS[call.text](literal.value)
+            except ValueError:
+                continue
+            escaped = "".join(chr(b) if 0x20 <= b <= 0x7E else f"\\x{b:02x}" for b in encoded)
+            edits.append((call.pos, close.pos + 1, f'b"{escaped}"'))
+    return _apply(text, edits)
+
+
+_CONSTANT_FUNCTIONS = {
+    "quantity": lambda text: library.encode_quantity(Quantity.parse(text)),
+    "semver": lambda text: library.encode_semver(Semver.parse(text)),
+}
 
 
 def _matching_bracket(tokens: list[Token], open_index: int) -> int | None:
