@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from extender.controllers.claims import ClaimIndex
 from extender.controllers.clock import Clock, RealClock
 from extender.controllers.driver_loss import DriverLossTracker
 from extender.controllers.events import EventRecorder
@@ -162,6 +163,7 @@ class _Term:
         metrics: ControllerMetrics,
     ) -> None:
         self.pools = PoolIndex()
+        self.claims = ClaimIndex()
         self.recorder = EventRecorder(client, clock, COMPONENT)
         self.queue: WorkQueue[Any] = WorkQueue(
             self._process,
@@ -185,7 +187,7 @@ class _Term:
             )
         if TAINT_EVICTION in options.names and self.evictor is not None:
             self.taint = TaintEvictionController(
-                cache, client, clock, self.evictor, self.pools, schedule_rule=self.queue.schedule
+                cache, client, clock, self.evictor, self.pools, self.claims, schedule_rule=self.queue.schedule
             )
         self.driver_loss: DriverLossTracker | None = None
         if DRIVER_LOSS in options.names:
@@ -194,6 +196,7 @@ class _Term:
                 clock,
                 self.recorder,
                 self.pools,
+                self.claims,
                 grace_period=options.driver_loss_grace_period,
                 evictor=self.evictor if options.evict_on_driver_loss else None,
             )
@@ -203,10 +206,12 @@ class _Term:
         for raw in objects:
             if raw.get("kind") == "ResourceSlice":
                 self.pools.upsert(raw)
+            elif raw.get("kind") == "ResourceClaim":
+                self.claims.update("ADDED", raw)
         if self.taint is not None:
             self.taint.seed(objects)
         if self.driver_loss is not None:
-            self.driver_loss.seed(objects)
+            self.driver_loss.seed()
         self.recorder.start()
         self.queue.start()
 
@@ -226,10 +231,11 @@ class _Term:
                 if self.driver_loss is not None:
                     self.driver_loss.on_pools(touched)
         elif kind == "ResourceClaim":
+            previous, touched = self.claims.update(event_type, new)
             if self.taint is not None:
-                self.taint.on_claim(event_type, new, old)
-            if self.driver_loss is not None:
-                self.driver_loss.on_claim(event_type, new, old)
+                self.taint.on_claim(new, previous or old)
+            if self.driver_loss is not None and touched:
+                self.driver_loss.on_pools(touched)
         elif kind == "Pod":
             if event_type == "DELETED":
                 if self.evictor is not None:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from extender.controllers.pools import DeviceId
+from extender.controllers.pools import DeviceId, PoolId
 from extender.podclaims import (
     ClaimsNotReady,
     InvalidPodError,
@@ -58,8 +58,8 @@ def consumers(claim: Mapping[str, Any], pods: Any) -> Iterator[dict]:
         yield pod
 
 
-def pod_claim_keys(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Keys of the claims in `claims` that belong to this pod (template claims must be owned by it)."""
+def pod_claim_keys(pod: Mapping[str, Any], claims: ClaimIndex) -> list[str]:
+    """Keys of the allocated claims that belong to this pod (template claims must be owned by it)."""
     namespace = (pod.get("metadata") or {}).get("namespace") or ""
     keys: list[str] = []
     try:
@@ -80,3 +80,69 @@ def pod_claim_keys(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any
             continue
         keys.append(key)
     return keys
+
+
+class ClaimIndex:
+    """Allocated ResourceClaims by "namespace/name", and which of them hold devices of each pool."""
+
+    def __init__(self) -> None:
+        self._claims: dict[str, dict] = {}
+        self._by_pool: dict[PoolId, set[str]] = {}
+
+    def update(self, event_type: str, raw: dict) -> tuple[dict | None, set[PoolId]]:
+        """Apply a claim event; returns the claim stored before and the pools whose holders changed."""
+        key = claim_key(raw)
+        previous = self._claims.pop(key, None)
+        touched = self._unindex(key, previous) if previous is not None else set()
+        if event_type != "DELETED" and allocated_results(raw):
+            self._claims[key] = raw
+            touched |= self._index(key, raw)
+        return previous, touched
+
+    def get(self, key: str) -> dict | None:
+        return self._claims.get(key)
+
+    def keys(self) -> list[str]:
+        return list(self._claims)
+
+    def items(self) -> Iterator[tuple[str, dict]]:
+        return iter(self._claims.items())
+
+    def pools(self) -> list[PoolId]:
+        return list(self._by_pool)
+
+    def in_pool(self, pool: PoolId) -> set[str]:
+        return self._by_pool.get(pool, set())
+
+    def devices_in_pool(self, pool: PoolId) -> list[str]:
+        return sorted(
+            {
+                device[2]
+                for key in self.in_pool(pool)
+                for device in _devices(self._claims[key])
+                if (device[0], device[1]) == pool
+            }
+        )
+
+    def _index(self, key: str, raw: dict) -> set[PoolId]:
+        pools = {(device[0], device[1]) for device in _devices(raw)}
+        for pool in pools:
+            self._by_pool.setdefault(pool, set()).add(key)
+        return pools
+
+    def _unindex(self, key: str, raw: dict) -> set[PoolId]:
+        pools = {(device[0], device[1]) for device in _devices(raw)}
+        for pool in pools:
+            holders = self._by_pool.get(pool)
+            if holders is not None:
+                holders.discard(key)
+                if not holders:
+                    del self._by_pool[pool]
+        return pools
+
+
+def _devices(raw: Mapping[str, Any]) -> Iterator[DeviceId]:
+    for result in allocated_results(raw):
+        device = result_device(result)
+        if device is not None:
+            yield device

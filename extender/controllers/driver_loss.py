@@ -11,11 +11,16 @@ configured, the pods are evicted through the shared PodEvictor.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.controllers.claims import allocated_results, claim_key, consumers, pod_claim_keys, result_device
+from extender.controllers.claims import (
+    ClaimIndex,
+    allocated_results,
+    consumers,
+    pod_claim_keys,
+    result_device,
+)
 from extender.controllers.clock import Clock, TimerHandle
 from extender.controllers.events import EventRecorder
 from extender.controllers.evictor import DRIVER_LOST, Eviction, PodEvictor, PodRef, Reason
@@ -49,6 +54,7 @@ class DriverLossTracker:
         clock: Clock,
         recorder: EventRecorder,
         pools: PoolIndex,
+        claims: ClaimIndex,
         *,
         grace_period: float = 300.0,
         evictor: PodEvictor | None = None,
@@ -61,15 +67,12 @@ class DriverLossTracker:
         self._pools = pools
         self._grace = grace_period
         self._evictor = evictor  # None: report only, never evict
-        self._claims: dict[str, dict] = {}
-        self._pool_claims: dict[PoolId, set[str]] = {}
+        self._claims = claims
         self._lost: dict[PoolId, _LostPool] = {}
 
-    def seed(self, objects: Iterable[dict]) -> None:
-        for raw in objects:
-            if raw.get("kind") == "ResourceClaim":
-                self._store(raw)
-        for pool in list(self._pool_claims):
+    def seed(self) -> None:
+        """Initial state from the shared PoolIndex and ClaimIndex (filled already)."""
+        for pool in self._claims.pools():
             self._check(pool)
 
     def stop(self) -> None:
@@ -78,14 +81,6 @@ class DriverLossTracker:
                 lost.timer.cancel()
 
     # ---- events -------------------------------------------------------------------------------
-
-    def on_claim(self, event_type: str, new: dict, old: dict | None) -> None:
-        key = claim_key(new)
-        touched = self._forget(key)
-        if event_type != "DELETED":
-            touched |= self._store(new)
-        for pool in touched:
-            self._check(pool)
 
     def on_pools(self, touched: set[PoolId]) -> None:
         for pool in touched:
@@ -102,8 +97,8 @@ class DriverLossTracker:
                 {
                     "driver": pool_id[0],
                     "pool": pool_id[1],
-                    "devices": self._held_devices(pool_id),
-                    "claims": sorted(self._pool_claims.get(pool_id, ())),
+                    "devices": self._claims.devices_in_pool(pool_id),
+                    "claims": sorted(self._claims.in_pool(pool_id)),
                     "seconds_left": max(0.0, lost.deadline - now),
                     "expired": lost.expired,
                 }
@@ -111,54 +106,12 @@ class DriverLossTracker:
         return report
 
     def device_count(self) -> int:
-        return sum(len(self._held_devices(pool_id)) for pool_id in self._lost)
+        return sum(len(self._claims.devices_in_pool(pool_id)) for pool_id in self._lost)
 
     # ---- internals ----------------------------------------------------------------------------
 
-    def _store(self, raw: dict) -> set[PoolId]:
-        results = allocated_results(raw)
-        if not results:
-            return set()
-        key = claim_key(raw)
-        self._claims[key] = raw
-        pools = set()
-        for result in results:
-            device = result_device(result)
-            if device is not None:
-                pools.add((device[0], device[1]))
-        for pool in pools:
-            self._pool_claims.setdefault(pool, set()).add(key)
-        return pools
-
-    def _forget(self, key: str) -> set[PoolId]:
-        raw = self._claims.pop(key, None)
-        if raw is None:
-            return set()
-        pools = set()
-        for result in allocated_results(raw):
-            device = result_device(result)
-            if device is None:
-                continue
-            pool = (device[0], device[1])
-            pools.add(pool)
-            holders = self._pool_claims.get(pool)
-            if holders is not None:
-                holders.discard(key)
-                if not holders:
-                    del self._pool_claims[pool]
-        return pools
-
-    def _held_devices(self, pool_id: PoolId) -> list[str]:
-        names = set()
-        for key in self._pool_claims.get(pool_id, ()):
-            for result in allocated_results(self._claims[key]):
-                device = result_device(result)
-                if device is not None and (device[0], device[1]) == pool_id:
-                    names.add(device[2])
-        return sorted(names)
-
     def _check(self, pool_id: PoolId) -> None:
-        driver_gone = not self._pools.has_pool(pool_id) and bool(self._pool_claims.get(pool_id))
+        driver_gone = not self._pools.has_pool(pool_id) and bool(self._claims.in_pool(pool_id))
         lost = self._lost.get(pool_id)
         if driver_gone and lost is None:
             now = self._clock.now()
@@ -167,7 +120,7 @@ class DriverLossTracker:
             log.warning(
                 "driver of pool %s/%s is gone while claims hold %s; grace period %s",
                 *pool_id,
-                ", ".join(self._held_devices(pool_id)),
+                ", ".join(self._claims.devices_in_pool(pool_id)),
                 _duration(self._grace),
             )
         elif not driver_gone and lost is not None:
@@ -192,8 +145,8 @@ class DriverLossTracker:
         lost.expired = True
         gone_for = _duration(self._grace)
         action = "; evicting the pods that use them" if self._evictor is not None else ""
-        for key in sorted(self._pool_claims.get(pool_id, ())):
-            claim = self._claims[key]
+        for key in sorted(self._claims.in_pool(pool_id)):
+            claim = self._claims.get(key) or {}
             devices = sorted(
                 f"{d[0]}/{d[1]}/{d[2]}"
                 for r in allocated_results(claim)

@@ -13,7 +13,14 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
-from extender.controllers.claims import allocated_results, claim_key, consumers, pod_claim_keys, result_device
+from extender.controllers.claims import (
+    ClaimIndex,
+    allocated_results,
+    claim_key,
+    consumers,
+    pod_claim_keys,
+    result_device,
+)
 from extender.controllers.clock import Clock, format_time
 from extender.controllers.evictor import Eviction, PodEvictor, PodRef, Reason
 from extender.controllers.pools import DeviceId, PoolId, PoolIndex
@@ -68,6 +75,7 @@ class TaintEvictionController:
         clock: Clock,
         evictor: PodEvictor,
         pools: PoolIndex,
+        claims: ClaimIndex,
         *,
         schedule_rule: Callable[[RuleRef, float], None],
     ) -> None:
@@ -77,9 +85,8 @@ class TaintEvictionController:
         self._evictor = evictor
         self._pools = pools
         self._schedule_rule = schedule_rule
-        self._claims: dict[str, dict] = {}  # allocated claims by "ns/name"
-        self._claim_eviction: dict[str, Eviction | None] = {}
-        self._pool_claims: dict[PoolId, set[str]] = {}
+        self._claims = claims
+        self._claim_eviction: dict[str, Eviction] = {}  # claims with an eviction time only
         self._rules: dict[str, dict] = {}  # every DeviceTaintRule by name
         self._evicted_by_rule: dict[str, int] = {}  # rule UID -> pods evicted since start
         self._written: dict[str, tuple[int, float, dict]] = {}  # rule UID -> (generation, time, condition)
@@ -87,16 +94,15 @@ class TaintEvictionController:
     # ---- startup ------------------------------------------------------------------------------
 
     def seed(self, objects: Iterable[dict]) -> None:
+        """Initial state; the shared PoolIndex and ClaimIndex are filled already."""
         pods: list[dict] = []
         for raw in objects:
             kind = raw.get("kind")
-            if kind == "ResourceClaim":
-                self._store_claim(raw)
-            elif kind == "DeviceTaintRule":
+            if kind == "DeviceTaintRule":
                 self._rules[str((raw.get("metadata") or {}).get("name"))] = raw
             elif kind == "Pod":
                 pods.append(raw)
-        self._recompute(list(self._claims))
+        self._recompute(self._claims.keys())
         for pod in pods:
             self._evaluate_pod(pod)
         now = self._clock.now()
@@ -105,13 +111,11 @@ class TaintEvictionController:
 
     # ---- event handlers (synchronous, never block) --------------------------------------------
 
-    def on_claim(self, event_type: str, new: dict, old: dict | None) -> None:
+    def on_claim(self, new: dict, previous: dict | None) -> None:
+        """A claim changed (the ClaimIndex has it already); `previous` is the claim before."""
         key = claim_key(new)
-        previous = self._claims.get(key) or old
-        self._forget_claim(key)
-        if event_type != "DELETED":
-            self._store_claim(new)
-            self._recompute([key])
+        self._claim_eviction.pop(key, None)
+        self._recompute([key])
         for claim in (previous, new):
             if claim is not None:
                 for pod in consumers(claim, self._pods):
@@ -124,7 +128,7 @@ class TaintEvictionController:
         self._evaluate_pod(new)
 
     def on_pools(self, touched: set[PoolId]) -> None:
-        keys = sorted({key for pool in touched for key in self._pool_claims.get(pool, ())})
+        keys = sorted({key for pool in touched for key in self._claims.in_pool(pool)})
         self._reevaluate(self._recompute(keys))
 
     def on_rule(self, event_type: str, new: dict, old: dict | None) -> None:
@@ -142,7 +146,7 @@ class TaintEvictionController:
             or _uid(previous) != _uid(new)
         )
         if spec_changed:
-            self._reevaluate(self._recompute(list(self._claims)))
+            self._reevaluate(self._recompute(self._claims.keys()))
         generation = (new.get("metadata") or {}).get("generation")
         if event_type != "DELETED" and (
             spec_changed or (previous or {}).get("metadata", {}).get("generation") != generation
@@ -160,32 +164,6 @@ class TaintEvictionController:
 
     # ---- state --------------------------------------------------------------------------------
 
-    def _store_claim(self, raw: dict) -> None:
-        results = allocated_results(raw)
-        if not results:
-            return
-        key = claim_key(raw)
-        self._claims[key] = raw
-        for result in results:
-            device = result_device(result)
-            if device is not None:
-                self._pool_claims.setdefault((device[0], device[1]), set()).add(key)
-
-    def _forget_claim(self, key: str) -> None:
-        raw = self._claims.pop(key, None)
-        self._claim_eviction.pop(key, None)
-        if raw is None:
-            return
-        for result in allocated_results(raw):
-            device = result_device(result)
-            if device is None:
-                continue
-            holders = self._pool_claims.get((device[0], device[1]))
-            if holders is not None:
-                holders.discard(key)
-                if not holders:
-                    del self._pool_claims[(device[0], device[1])]
-
     def _recompute(self, keys: list[str]) -> list[str]:
         """Recompute the claims' eviction times; returns the keys whose eviction changed."""
         rules = self._no_execute_rules()
@@ -193,9 +171,12 @@ class TaintEvictionController:
         for key in keys:
             claim = self._claims.get(key)
             eviction = self.claim_eviction(claim, rules) if claim is not None else None
-            if self._claim_eviction.get(key) != eviction or key not in self._claim_eviction:
+            if self._claim_eviction.get(key) != eviction:
                 changed.append(key)
-            self._claim_eviction[key] = eviction
+            if eviction is None:
+                self._claim_eviction.pop(key, None)
+            else:
+                self._claim_eviction[key] = eviction
         return changed
 
     def _reevaluate(self, claim_keys: list[str]) -> None:
@@ -249,7 +230,7 @@ class TaintEvictionController:
         evictions = []
         for key in pod_claim_keys(pod, self._claims):
             eviction = self._claim_eviction.get(key)
-            if eviction is not None and is_reserved_for(self._claims[key], uid):
+            if eviction is not None and is_reserved_for(self._claims.get(key) or {}, uid):
                 evictions.append(eviction)
         return Eviction.combine(evictions)
 
@@ -350,11 +331,6 @@ class TaintEvictionController:
         name = str(rule["metadata"].get("name"))
         await self._client.patch(RULE_PATH.format(name=name), body, "application/merge-patch+json")
         return status
-
-    # ---- introspection ------------------------------------------------------------------------
-
-    def claim_evictions(self) -> dict[str, Eviction]:
-        return {key: ev for key, ev in self._claim_eviction.items() if ev is not None}
 
 
 def _pod_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
