@@ -170,7 +170,7 @@ class TaintEvictionController:
         changed = []
         for key in keys:
             claim = self._claims.get(key)
-            eviction = self.claim_eviction(claim, rules) if claim is not None else None
+            eviction = self._eviction_of_claim(claim, rules) if claim is not None else None
             if self._claim_eviction.get(key) != eviction:
                 changed.append(key)
             if eviction is None:
@@ -194,7 +194,7 @@ class TaintEvictionController:
     def _no_execute_rules(self) -> list[dict]:
         return [rule for rule in self._rules.values() if _rule_taint(rule).get("effect") == NO_EXECUTE]
 
-    def claim_eviction(self, claim: Mapping[str, Any], rules: list[dict]) -> Eviction | None:
+    def _eviction_of_claim(self, claim: Mapping[str, Any], rules: list[dict]) -> Eviction | None:
         candidates: list[Eviction] = []
         for result in allocated_results(claim):
             device = result_device(result)
@@ -223,7 +223,7 @@ class TaintEvictionController:
                     candidates.append(Eviction(when, (reason,)))
         return Eviction.combine(candidates)
 
-    def pod_eviction(self, pod: Mapping[str, Any]) -> Eviction | None:
+    def _eviction_of_pod(self, pod: Mapping[str, Any]) -> Eviction | None:
         if not (pod.get("spec") or {}).get("nodeName"):
             return None
         uid = pod_uid(pod)
@@ -235,7 +235,7 @@ class TaintEvictionController:
         return Eviction.combine(evictions)
 
     def _evaluate_pod(self, pod: dict) -> None:
-        self._evictor.want(PodRef.of(pod), SOURCE, self.pod_eviction(pod))
+        self._evictor.want(PodRef.of(pod), SOURCE, self._eviction_of_pod(pod))
 
     # ---- DeviceTaintRule status (called by the queue) -----------------------------------------
 

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from allocator import FeatureGates
+from extender.cache import ClusterCache
 from extender.controllers import Controllers, start_controllers
 from extender.controllers.clock import FakeClock
 from extender.kubeapi import KubeClient
@@ -54,11 +56,7 @@ class MirrorCache:
     def pod(self, namespace: str, name: str) -> dict | None:
         return self._objects.get(("Pod", namespace, name))
 
-    def apply(self, event_type: str, obj: dict) -> None:
-        kind = obj.get("kind")
-        if kind not in KINDS:
-            return
-        obj = copy.deepcopy(obj)
+    def apply(self, kind: str, event_type: str, obj: dict) -> None:
         meta = obj["metadata"]
         key = (kind, str(meta.get("namespace") or ""), str(meta["name"]))
         old = self._objects.get(key)
@@ -71,13 +69,16 @@ class MirrorCache:
 
 
 class MirroredApiServer(FakeApiServer):
-    def __init__(self, cache: MirrorCache, **kwargs: Any) -> None:
+    """Applies every change to `cache` (MirrorCache or the real ClusterCache) as it happens."""
+
+    def __init__(self, cache: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.cache = cache
 
     def _emit(self, resource: Any, event_type: str, obj: dict) -> None:  # the fake server's watch fan-out
         super()._emit(resource, event_type, obj)
-        self.cache.apply(event_type, obj)
+        if obj.get("kind") in KINDS:
+            self.cache.apply(obj["kind"], event_type, copy.deepcopy(obj))
 
 
 class CountingClient:
@@ -193,7 +194,19 @@ class Env:
 
 @pytest.fixture
 async def env() -> AsyncIterator[Env]:
-    server = MirroredApiServer(MirrorCache())
+    async for environment in _env(MirrorCache()):
+        yield environment
+
+
+@pytest.fixture
+async def cluster_cache_env() -> AsyncIterator[Env]:
+    """The same, with the extender's real ClusterCache instead of MirrorCache."""
+    async for environment in _env(ClusterCache(FeatureGates())):
+        yield environment
+
+
+async def _env(cache: Any) -> AsyncIterator[Env]:
+    server = MirroredApiServer(cache)
     await server.start()
     kube = KubeClient.for_url(server.url)
     environment = Env(server, kube)

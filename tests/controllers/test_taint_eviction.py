@@ -290,3 +290,27 @@ async def test_thousand_pods_on_one_device_bounded_concurrency_and_memory(env) -
     assert env.metric(DELETIONS) == 1000
     assert controllers.term.queue.memory_entries() == 0
     assert controllers.state()["pending_evictions"] == []
+
+
+async def test_with_the_real_cluster_cache(cluster_cache_env) -> None:
+    env = cluster_cache_env
+    now = env.clock.now()
+    stale = pod("stale", claims=["shared"])
+    live = pod("live", claims=["shared"])
+    rule_victim = pod("rule-victim", claims=["other"])
+    env.server.seed(
+        [
+            resource_slice("s1", {"gpu-0": [], "gpu-1": []}),
+            live,
+            rule_victim,
+            claim("shared", devices=["gpu-0"], reserved_for=[consumer(stale), consumer(live)]),
+            claim("other", devices=["gpu-1"], reserved_for=[consumer(rule_victim)]),
+        ]
+    )
+    await env.start(names=("taint-eviction", "driver-loss"))
+    env.server.put_object(resource_slice("s1", {"gpu-0": [taint("broken", added=now)], "gpu-1": []}))
+    await env.settle()
+    assert env.pod_names() == {"default/rule-victim"}
+    env.server.seed([rule("gpu-1", selector={"device": "gpu-1"}, added=now)])
+    await env.settle()
+    assert env.pod_names() == set()
