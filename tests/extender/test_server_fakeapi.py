@@ -1,0 +1,183 @@
+"""The extender against the in-process fake API server: watch-fed cache, real claim writes, races."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import dra_objects as o
+import orjson
+import pytest
+
+from allocator import FeatureGates
+from extender.assume import AssumeCache
+from extender.cache import ClusterCache
+from extender.claimwriter import ClaimWriter
+from extender.informer import ClusterWatcher
+from extender.kubeapi import KubeClient
+from extender.scheduling import Scheduler
+from extender.server import ExtenderServer
+
+
+class Stack:
+    def __init__(
+        self,
+        fake: Any,
+        client: KubeClient,
+        cache: ClusterCache,
+        watcher: ClusterWatcher,
+        server: ExtenderServer,
+    ) -> None:
+        self.fake, self.client, self.cache, self.watcher, self.server = fake, client, cache, watcher, server
+
+    async def post(self, verb: str, body: dict) -> Any:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{self.server.urls['extender']}/{verb}", data=orjson.dumps(body)) as response,
+        ):
+            assert response.status == 200
+            return orjson.loads(await response.read())
+
+    async def settle(self) -> None:
+        """Wait until the watch delivered everything the fake API server holds."""
+        for _ in range(200):
+            if all(
+                self.cache.raw("ResourceClaim", f"default/{c['metadata']['name']}") is not None
+                and self.cache.raw("ResourceClaim", f"default/{c['metadata']['name']}")["metadata"][
+                    "resourceVersion"
+                ]
+                == c["metadata"]["resourceVersion"]
+                for c in self.fake.objects("ResourceClaim")
+            ):
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the watch did not catch up")
+
+
+@pytest.fixture
+async def stack(fake_api: Any) -> AsyncIterator[Stack]:
+    objs = o.cluster(2, 2)
+    for index in range(6):
+        objs += [o.claim(f"c{index}"), o.pod(f"p{index}", [f"c{index}"])]
+    fake_api.seed(objs)
+    client = KubeClient.for_url(fake_api.url)
+    cache = ClusterCache(FeatureGates())
+    watcher = ClusterWatcher(client, cache)
+    await watcher.start()
+    assert await watcher.wait_ready(10)
+    assume = AssumeCache()
+    assume.attach(cache)
+    server = ExtenderServer(Scheduler(cache, assume, ClaimWriter(client, cache)), watch_health=watcher.health)
+    await server.start("127.0.0.1", 0, 0)
+    yield Stack(fake_api, client, cache, watcher, server)
+    await server.stop()
+    await watcher.stop()
+    await client.close()
+
+
+def bind_args(stack: Stack, name: str, node: str) -> dict:
+    pod = stack.cache.pod("default", name)
+    assert pod is not None
+    return {"PodName": name, "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": node}
+
+
+def api_devices(fake: Any) -> list[tuple[str, str]]:
+    found = []
+    for claim in fake.objects("ResourceClaim"):
+        for result in (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+            "results"
+        ) or []:
+            found.append((result["pool"], result["device"]))
+    return found
+
+
+async def test_concurrent_binds_race_for_the_last_devices(stack: Stack) -> None:
+    # 6 pods, 4 devices; every pod binds to node-0 first (2 devices), losers retry on node-1.
+    first = await asyncio.gather(*(stack.post("bind", bind_args(stack, f"p{i}", "node-0")) for i in range(6)))
+    assert sum(1 for result in first if result["Error"] == "") == 2
+    losers = [f"p{i}" for i, result in enumerate(first) if result["Error"]]
+    assert all("no longer fits node node-0" in first[int(name[1:])]["Error"] for name in losers)
+    second = await asyncio.gather(*(stack.post("bind", bind_args(stack, name, "node-1")) for name in losers))
+    assert sum(1 for result in second if result["Error"] == "") == 2
+    devices = api_devices(stack.fake)
+    assert len(devices) == 4 and len(set(devices)) == 4
+    bound = [p for p in stack.fake.objects("Pod") if (p.get("spec") or {}).get("nodeName")]
+    assert len(bound) == 4
+    await stack.settle()
+    state = stack.server.scheduler
+    assert state.bind_conflicts == 6 and len(state.assume) == 0
+
+
+async def test_status_write_conflict_is_retried(stack: Stack) -> None:
+    stack.fake.fail_next(
+        "update",
+        "resourceclaims",
+        subresource="status",
+        count=2,
+        status=409,
+        message="the object has been modified",
+    )
+    result = await stack.post("bind", bind_args(stack, "p0", "node-1"))
+    assert result == {"Error": ""}
+    claim = stack.fake.get_object("ResourceClaim", "c0", "default")
+    assert claim["status"]["reservedFor"][0]["name"] == "p0"
+    assert stack.fake.get_object("Pod", "p0", "default")["spec"]["nodeName"] == "node-1"
+
+
+async def test_failed_binding_is_undone(stack: Stack) -> None:
+    stack.fake.fail_next("create", "pods", subresource="binding", status=500)
+    result = await stack.post("bind", bind_args(stack, "p0", "node-0"))
+    assert "creating the Binding" in result["Error"]
+    claim = stack.fake.get_object("ResourceClaim", "c0", "default")
+    assert not (claim.get("status") or {}).get("allocation") and not (claim.get("status") or {}).get(
+        "reservedFor"
+    )
+    assert len(stack.server.scheduler.assume) == 0
+
+
+async def test_filter_during_bind_sees_devices_in_flight(stack: Stack) -> None:
+    # Take node-0's first device for good, then hold the bind of p1 in its claim status write: until
+    # that write lands, only the assume cache knows p1's device is taken.
+    assert (await stack.post("bind", bind_args(stack, "p0", "node-0")))["Error"] == ""
+    await stack.settle()
+    write_started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_status_write(request: Any) -> None:
+        if request.resource.plural == "resourceclaims" and request.subresource == "status":
+            write_started.set()
+            await release.wait()
+
+    remove = stack.fake.intercept(slow_status_write)
+    bind = asyncio.create_task(stack.post("bind", bind_args(stack, "p1", "node-0")))
+    await asyncio.wait_for(write_started.wait(), 5)
+    pod = stack.cache.pod("default", "p2")
+    result = await stack.post("filter", {"Pod": pod, "NodeNames": ["node-0", "node-1"], "Nodes": None})
+    assert result["NodeNames"] == ["node-1"]
+    assert "in use" in result["FailedNodes"]["node-0"]
+    release.set()
+    remove()
+    assert (await bind)["Error"] == ""
+    devices = api_devices(stack.fake)
+    assert len(devices) == len(set(devices)) == 2
+
+
+async def test_watch_drop_and_410_gone_keep_the_cache_current(stack: Stack) -> None:
+    stack.fake.close_watches()
+    stack.fake.expire_history()
+    extra = o.claim("late")
+    stack.fake.seed([extra, o.pod("late-pod", ["late"])])
+    for _ in range(300):
+        if stack.cache.pod("default", "late-pod") is not None and stack.cache.claim("default", "late"):
+            break
+        await asyncio.sleep(0.02)
+    pod = stack.cache.pod("default", "late-pod")
+    assert pod is not None
+    result = await stack.post("filter", {"Pod": pod, "NodeNames": ["node-0"], "Nodes": None})
+    assert result["NodeNames"] == ["node-0"]
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(stack.server.urls["debug"] + "/metrics") as response,
+    ):
+        assert "dra_extender_watch_restarts" in await response.text()
