@@ -235,6 +235,8 @@ class TaintEvictionController:
         return Eviction.combine(evictions)
 
     def _evaluate_pod(self, pod: dict) -> None:
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return  # on its way out already (maybe our doing); a pending eviction just completes
         self._evictor.want(PodRef.of(pod), SOURCE, self._eviction_of_pod(pod))
 
     # ---- DeviceTaintRule status (called by the queue) -----------------------------------------

@@ -154,3 +154,27 @@ def rule(
         "metadata": {"name": name},
         "spec": spec,
     }
+
+
+def node(name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": str(uuid.uuid4()), "labels": {"kubernetes.io/hostname": name}},
+    }
+
+
+def device_class(name: str = "gpu") -> dict:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name, "uid": str(uuid.uuid4())},
+        "spec": {},
+    }
+
+
+def pending_claim(name: str, *, namespace: str = "default") -> dict:
+    """An unallocated claim for one device of class "gpu"."""
+    raw = claim(name, namespace=namespace)
+    raw["status"] = {}
+    return raw

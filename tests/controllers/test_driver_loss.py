@@ -3,8 +3,10 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from ctrl_objects import claim, consumer, pod, resource_slice
+from ctrl_objects import claim, consumer, device_class, node, pending_claim, pod, resource_slice
 
+from allocator import Allocator, FeatureGates, ResourceClaim
+from extender.cache import ClusterCache
 from extender.controllers import ControllerOptions, add_arguments, parse_duration
 
 LOST = "dra_extender_driver_lost_devices"
@@ -116,3 +118,33 @@ def test_command_line() -> None:
     assert parse_duration("250ms") == 0.25
     with pytest.raises(ValueError, match="--evict-on-driver-loss needs --controllers=driver-loss"):
         ControllerOptions(names=("taint-eviction",), evict_on_driver_loss=True)
+
+
+def test_lost_devices_stay_allocated_and_are_never_offered() -> None:
+    # The guarantee comes from the cache: the claim keeps the device in AllocatedState, and without its
+    # slice the device is gone from the Inventory, so a new claim cannot get it.
+    cache = ClusterCache(FeatureGates())
+    holder = pod("holder", claims=["held"])
+    for raw in (
+        node("node-1"),
+        device_class(),
+        resource_slice("s1", {"gpu-0": [], "gpu-1": []}),
+        holder,
+        claim("held", devices=["gpu-0"], reserved_for=[consumer(holder)]),
+    ):
+        cache.apply(raw["kind"], "ADDED", raw)
+
+    def allocate() -> list[str]:
+        outcome = Allocator(cache.inventory, cache.allocated, cache.features).allocate(
+            cache.node("node-1"), [ResourceClaim.from_api(pending_claim("new"))]
+        )
+        return (
+            [r["device"] for a in outcome.allocations for r in a["devices"]["results"]]
+            if outcome.success
+            else []
+        )
+
+    assert allocate() == ["gpu-1"]
+    cache.apply("ResourceSlice", "DELETED", cache.raw("ResourceSlice", "s1"))
+    assert allocate() == []
+    assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-0") == "default/held"
