@@ -310,6 +310,15 @@ async def drive(port: int, ca_pem: bytes, rate: float, duration: float, connecti
     }
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc); -1 where unavailable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return -1.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -334,9 +343,16 @@ def main() -> int:
         try:
             assert server.stdout is not None
             port = int(server.stdout.readline())
+            cpu_before = _cpu_seconds(server.pid)
             summary = asyncio.run(
                 drive(port, ca.certificate_pem(), args.rate, args.duration, args.connections)
             )
+            if cpu_before >= 0:
+                # Includes the unmeasured warm-up second, so it slightly overstates the per-review cost.
+                cpu_used = _cpu_seconds(server.pid) - cpu_before
+                summary["server_cpu_ms_per_review"] = round(
+                    cpu_used * 1000 / (summary["reviews"] + args.rate), 3
+                )
         finally:
             server.terminate()
             server.wait(10)
