@@ -897,9 +897,9 @@ def _literal(node: Literal) -> str:
     if node.kind == "double":
         number = float(value)  # type: ignore[arg-type]
         if math.isinf(number):
-            return "(1e999)" if number > 0 else "(-1e999)"
-        return f"({number!r})"
-    return f"({value})"
+            return "1e999" if number > 0 else "-1e999"
+        return repr(number)
+    return str(value)
 
 
 _INFIX = {"_==_": "==", "_!=_": "!=", "_<_": "<", "_<=_": "<=", "_>_": ">", "_>=_": ">=", "@in": "in",
@@ -915,30 +915,52 @@ def _optional_chain(node: Node) -> bool:
     return False
 
 
+# Precedence levels of the emitted text; an operand is parenthesized only when the grammar needs it.
+_TERNARY, _OR, _AND, _RELATION, _ADDITION, _MULTIPLICATION, _UNARY, _MEMBER = range(1, 9)
+_INFIX_LEVEL = {"_||_": _OR, "_&&_": _AND, "_+_": _ADDITION, "_-_": _ADDITION, "_*_": _MULTIPLICATION,
+                "_/_": _MULTIPLICATION, "_%_": _MULTIPLICATION,
+                **dict.fromkeys(("_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_", "@in"), _RELATION)}
+_DEVICE_FIELDS = {"driver", "attributes", "capacity", "allowMultipleAllocations"}
+
+
 def emit(node: Node) -> str:
     """celpy-compatible CEL text for a checked AST."""
+    return _emit(node)[0]
+
+
+def _at_least(node: Node, level: int) -> str:
+    text, own = _emit(node)
+    return text if own >= level else f"({text})"
+
+
+def _emit(node: Node) -> tuple[str, int]:
     if isinstance(node, Literal):
-        return _literal(node)
+        text = _literal(node)
+        return text, _UNARY if text.startswith("-") else _MEMBER
     if isinstance(node, Ident):
-        return node.name
+        return node.name, _MEMBER
     if isinstance(node, Select):
-        helper = "__opt_qualify" if node.optional or _optional_chain(node.operand) else "__select"
-        return f"{helper}({emit(node.operand)}, {_string_literal(node.field)})"
+        if node.optional or _optional_chain(node.operand):
+            return f"__opt_qualify({emit(node.operand)}, {_string_literal(node.field)})", _MEMBER
+        if isinstance(node.operand, Ident) and node.operand.name == "device" and node.field in _DEVICE_FIELDS:
+            return f"device.{node.field}", _MEMBER  # always present: celpy's own selection cannot fail
+        return f"__select({emit(node.operand)}, {_string_literal(node.field)})", _MEMBER
     if isinstance(node, Index):
         if node.optional or _optional_chain(node.operand):
-            return f"__opt_qualify({emit(node.operand)}, {emit(node.index)})"
-        return f"({emit(node.operand)})[{emit(node.index)}]"
+            return f"__opt_qualify({emit(node.operand)}, {emit(node.index)})", _MEMBER
+        return f"{_at_least(node.operand, _MEMBER)}[{emit(node.index)}]", _MEMBER
     if isinstance(node, Has):
-        return f"__has({emit(node.select.operand)}, {_string_literal(node.select.field)})"
+        return f"__has({emit(node.select.operand)}, {_string_literal(node.select.field)})", _MEMBER
     if isinstance(node, ListExpr):
         elements = "[" + ", ".join(emit(e) for e in node.elements) + "]"
         if node.optional_indices:
-            return f"__optional_elements({elements}, [{', '.join(str(i) for i in node.optional_indices)}])"
-        return elements
+            positions = ", ".join(str(i) for i in node.optional_indices)
+            return f"__optional_elements({elements}, [{positions}])", _MEMBER
+        return elements, _MEMBER
     if isinstance(node, MapExpr):
-        return "{" + ", ".join(f"{emit(e.key)}: {emit(e.value)}" for e in node.entries) + "}"
+        return "{" + ", ".join(f"{emit(e.key)}: {emit(e.value)}" for e in node.entries) + "}", _MEMBER
     if isinstance(node, Comprehension):
-        return _emit_comprehension(node)
+        return _emit_comprehension(node), _MEMBER
     if isinstance(node, Call):
         return _emit_call(node)
     raise TypeError(f"unexpected AST node {type(node).__name__}")
@@ -955,23 +977,25 @@ def _emit_comprehension(node: Comprehension) -> str:
     return f"{target}.{node.macro}({node.var}, {emit(node.args[0])})"
 
 
-def _emit_call(node: Call) -> str:
+def _emit_call(node: Call) -> tuple[str, int]:
     name = node.function
-    args = [emit(arg) for arg in node.args]
     if name in _INFIX:
-        return f"({args[0]}) {_INFIX[name]} ({args[1]})"
-    if name == "!_":
-        return f"!({args[0]})"
-    if name == "-_":
-        return f"-({args[0]})"
+        level = _INFIX_LEVEL[name]
+        left, right = node.args
+        return f"{_at_least(left, level)} {_INFIX[name]} {_at_least(right, level + 1)}", level
+    if name in ("!_", "-_"):
+        return f"{name[0]}{_at_least(node.args[0], _UNARY)}", _UNARY
     if name == "_?_:_":
-        return f"__cond({args[0]}) ? ({args[1]}) : ({args[2]})"
+        condition, then, otherwise = node.args
+        return (f"__cond({emit(condition)}) ? {_at_least(then, _OR)} : {_at_least(otherwise, _TERNARY)}",
+                _TERNARY)
+    args = [emit(arg) for arg in node.args]
     namespace = qualified_name(node.target) if node.target is not None else None
     if namespace in NAMESPACES:
-        return f"__{namespace}_{name}({', '.join(args)})"
+        return f"__{namespace}_{name}({', '.join(args)})", _MEMBER
     if node.target is None:
-        return f"{name}({', '.join(args)})"
-    return f"__m_{name}({', '.join([emit(node.target), *args])})"
+        return f"{name}({', '.join(args)})", _MEMBER
+    return f"__m_{name}({', '.join([emit(node.target), *args])})", _MEMBER
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1031,6 +1055,12 @@ class _Budget:
         self.steps = steps
 
 
+_NOT_DECODED = object()
+_RELATION_FUNCTIONS = {"relation_lt": "_<_", "relation_le": "_<=_", "relation_ge": "_>=_",
+                       "relation_gt": "_>_",
+                       "relation_eq": "_==_", "relation_ne": "_!=_", "relation_in": "_in_"}
+
+
 class _BudgetedEvaluator(Evaluator):
     """celpy's tree-walking evaluator with a step budget and cel-go's all()/exists()."""
 
@@ -1046,6 +1076,44 @@ class _BudgetedEvaluator(Evaluator):
 
     def sub_evaluator(self, ast: lark.Tree) -> Evaluator:
         return _BudgetedEvaluator(ast, self.activation, self.budget)
+
+    # celpy's versions of these three evaluate `typing.cast(Tuple[...])` on every call, which costs
+    # more than the operator itself; the operators are ours (FUNCTIONS), the errors the same.
+    def relation(self, tree: lark.Tree) -> Any:
+        if len(tree.children) == 1:
+            return self._visit_tree(tree.children[0])
+        operation, right = tree.children
+        name = _RELATION_FUNCTIONS[operation.data]
+        return self._apply(tree, name, self._visit_tree(operation.children[0]), self._visit_tree(right))
+
+    def conditionaland(self, tree: lark.Tree) -> Any:
+        return self._logical(tree, "_&&_")
+
+    def conditionalor(self, tree: lark.Tree) -> Any:
+        return self._logical(tree, "_||_")
+
+    def _logical(self, tree: lark.Tree, name: str) -> Any:
+        if len(tree.children) == 1:
+            return self._visit_tree(tree.children[0])
+        left, right = (self._visit_tree(child) for child in tree.children)
+        return self._apply(tree, name, left, right)
+
+    def literal(self, tree: lark.Tree) -> Any:
+        # celpy decodes a literal's token on every evaluation; the (immutable) value is kept on the node.
+        value = tree.__dict__.get("cel_value", _NOT_DECODED)
+        if value is _NOT_DECODED:
+            value = super().literal(tree)
+            if not isinstance(value, CELEvalError):
+                tree.cel_value = value  # type: ignore[attr-defined]
+        return value
+
+    def _apply(self, tree: lark.Tree, name: str, left: Any, right: Any) -> Any:
+        try:
+            return self.activation.resolve_function(name)(left, right)
+        except TypeError as err:
+            error = CELEvalError(f"found no matching overload for {name}", err.__class__, err.args, tree=tree)
+            error.__cause__ = err
+            return error
 
     def member_dot_arg(self, tree: lark.Tree) -> Any:
         # celpy folds all()/exists() with its own && / ||, which turns two element errors into a
@@ -1074,9 +1142,37 @@ class _BudgetedEvaluator(Evaluator):
 class _BudgetedRunner(celpy.InterpretedRunner):
     max_steps: ClassVar[int] = MAX_EVALUATION_STEPS
 
+    def __init__(self, environment: celpy.Environment, ast: lark.Tree, functions: Any = None) -> None:
+        super().__init__(environment, ast, functions)
+        # Built once: every evaluation clones it before binding `device`, so it is never mutated.
+        self.base_activation = self.new_activation()
+
     def evaluate(self, context: Any) -> Any:
-        evaluator = _BudgetedEvaluator(self.ast, self.new_activation(), _Budget(self.max_steps))
+        evaluator = _BudgetedEvaluator(self.ast, self.base_activation, _Budget(self.max_steps))
         return evaluator.evaluate(context)
+
+
+# Grammar rules that only forward to their single child; removing them from the parse tree does not
+# change what celpy's evaluator computes but saves most of its tree visits (a parenthesized operand
+# is otherwise ten levels deep).
+_PASS_THROUGH_RULES = {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication",
+                       "unary", "member"}
+
+
+def _compact(tree: lark.Tree) -> lark.Tree:
+    while True:
+        children = tree.children
+        if len(children) != 1 or not isinstance(children[0], lark.Tree):
+            break
+        child = children[0]
+        if tree.data in _PASS_THROUGH_RULES:
+            tree = child
+        elif tree.data == "primary" and child.data == "paren_expr":
+            tree = child.children[0]  # type: ignore[assignment]
+        else:
+            break
+    tree.children = [_compact(c) if isinstance(c, lark.Tree) else c for c in tree.children]
+    return tree
 
 
 _CELPY_RULES = {"relation_eq": "_==_", "relation_ne": "_!=_", "relation_lt": "_<_", "relation_le": "_<=_",
@@ -1136,7 +1232,7 @@ class CelpyBackend:
         tree = parse(expression)
         try:
             Checker(expression, options).check_selector(tree)
-            ast = self.environment.compile(emit(tree))
+            ast = _compact(self.environment.compile(emit(tree)))
         except RecursionError:
             message = "expression is nested too deeply for the celpy backend"
             raise CELCompileError(message, expression) from None
