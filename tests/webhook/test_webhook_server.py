@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import logging
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,7 +24,7 @@ from webhook_fixtures import (
 from allocator import FeatureGates
 from webhook import certs
 from webhook.lookup import StaticClusterLookup
-from webhook.server import WebhookServer
+from webhook.server import WebhookServer, add_arguments, server_from_args
 from webhook.tls import CertificateLoadError
 
 TOLERATIONS = [{"key": "maintenance", "operator": "Exists", "effect": "NoExecute"}]
@@ -183,3 +185,31 @@ def x509_serial(directory: Path) -> int:
     from cryptography import x509
 
     return x509.load_pem_x509_certificate((directory / certs.CERT_FILE).read_bytes()).serial_number
+
+
+def test_serve_flags(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args([]).reserved_for_limit == 256
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--reserved-for-limit", "257"])
+    with caplog.at_level(logging.WARNING):
+        disabled = server_from_args(
+            parser.parse_args(["--tls-cert-file", "c.pem"]),
+            StaticClusterLookup(),
+            features=FeatureGates(),
+            host="127.0.0.1",
+            port=0,
+        )
+    assert disabled is None and "webhook disabled" in caplog.text
+    args = parser.parse_args(
+        ["--tls-cert-file", "c.pem", "--tls-private-key-file", "k.pem", "--reserved-for-limit", "64"]
+    )
+    enabled = server_from_args(
+        args, StaticClusterLookup(), features=FeatureGates(), host="127.0.0.1", port=8443
+    )
+    assert enabled is not None and (enabled.cert_file, enabled.key_file, enabled.port) == (
+        "c.pem",
+        "k.pem",
+        8443,
+    )
