@@ -314,3 +314,43 @@ async def test_with_the_real_cluster_cache(cluster_cache_env) -> None:
     env.server.seed([rule("gpu-1", selector={"device": "gpu-1"}, added=now)])
     await env.settle()
     assert env.pod_names() == set()
+
+
+async def test_terminating_pod_is_counted_once_and_never_cancelled(env) -> None:
+    now = env.clock.now()
+    victim = pod("victim", claims=["gpu"])
+    victim["metadata"]["finalizers"] = ["example.com/graceful"]  # stays, terminating, after the DELETE
+    env.server.seed(
+        [
+            resource_slice("s1", {"gpu-0": [taint("broken", added=now)]}),
+            victim,
+            claim("gpu", reserved_for=[consumer(victim)]),
+        ]
+    )
+    await env.start()
+    stored = env.server.get_object("ResourceClaim", "gpu", "default")
+    stored["status"]["reservedFor"].append({"resource": "pods", "name": "gone", "uid": "0000"})
+    env.server.put_object(stored)  # the claim changes while the pod terminates
+    await env.advance(60, step=10)
+    assert env.events() == [("Pod/default/victim", "DeviceTaintManagerEviction", "Marking for deletion")]
+    assert env.metric(DELETIONS) == 1
+    assert len(env.deletes()) == 1
+
+
+async def test_pod_that_no_longer_holds_the_claim_is_not_evicted(env) -> None:
+    now = env.clock.now()
+    victim = pod("victim", claims=["gpu"])
+    env.server.seed(
+        [
+            resource_slice("s1", {"gpu-0": [taint("broken", added=now)]}),
+            victim,
+            claim("gpu", reserved_for=[consumer(victim)], tolerations=[toleration("broken", seconds=60)]),
+        ]
+    )
+    await env.start()
+    stored = env.server.get_object("ResourceClaim", "gpu", "default")
+    stored["status"]["reservedFor"] = []
+    env.server.put_object(stored)
+    await env.advance(120, step=30)
+    assert env.pod_names() == {"default/victim"}
+    assert env.events() == [("Pod/default/victim", "DeviceTaintManagerEviction", "Cancelling deletion")]
