@@ -16,6 +16,9 @@ Format = Literal["DecimalSI", "BinarySI", "DecimalExponent"]
 FORMATS: tuple[Format, ...] = ("DecimalSI", "BinarySI", "DecimalExponent")
 
 NANO = 10**9
+# Upstream accepts any int32 exponent; values are exact integers here, so absurd exponents
+# ("1e2000000000") are refused instead of building enormous numbers.
+MAX_EXPONENT = 1000
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
 
@@ -68,8 +71,8 @@ class Quantity:
             numerator *= 1024 ** _BINARY_SUFFIXES[suffix]
         elif (exponent := _EXPONENT_SUFFIX.fullmatch(suffix)) is not None:
             format, power = "DecimalExponent", int(exponent.group(1))
-            if abs(power) > 2**31:
-                raise ValueError(f"invalid quantity {text!r}: exponent out of range")
+            if abs(power) > MAX_EXPONENT:
+                raise ValueError(f"invalid quantity {text!r}: exponent beyond ±{MAX_EXPONENT}")
         else:
             raise ValueError(f"invalid quantity {text!r}: unable to parse quantity's suffix {suffix!r}")
         if power >= 0:

@@ -28,8 +28,9 @@ from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from allocator.cel import celexpr_library as library
 from allocator.cel.backend import CELCompileError, CELDevice, CELRuntimeError, CompileOptions
+from allocator.cel.celexpr_typing import QUANTITY, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
-from allocator.cel.parser import Token, parse, tokenize
+from allocator.cel.parser import Call, Token, parse, tokenize
 from allocator.quantity import Quantity
 from allocator.semver import Semver
 
@@ -82,7 +83,8 @@ class CelExprBackend:
         check_opaque_types(expression, parse(expression))
         with self._lock:
             result_type = compiled.return_type()
-            executable = _with_constant_values(_with_domain_defaults(checked_text, tokenize(checked_text)))
+            executable = _with_native_quantity_comparisons(checked_text)
+            executable = _with_constant_values(_with_domain_defaults(executable, tokenize(executable)))
             if executable != checked_text:
                 compiled = self._env.compile(executable, disable_check=unchecked)
         if result_type not in (T.BOOL, T.DYN):
@@ -207,8 +209,8 @@ def _with_domain_defaults(text: str, tokens: list[Token]) -> str:
             continue  # x.device.attributes is not the device variable
         after = tokens[i + 3]
         if _is(after, "[") and not _is(tokens[i + 4], "?"):
-            close = _matching_bracket(tokens, i + 3)
-            if close is not None:
+            close = _matching_close(tokens, i + 3)
+            if close is not None and _is(tokens[close], "]"):
                 edits.append((after.pos + 1, after.pos + 1, "?"))
                 edits.append((tokens[close].pos + 1, tokens[close].pos + 1, ".orValue({})"))
         elif (_is(after, ".") and tokens[i + 4].kind == "ident" and not _is(tokens[i + 5], "(")
@@ -243,7 +245,7 @@ _CONSTANT_FUNCTIONS = {
 }
 
 
-def _matching_bracket(tokens: list[Token], open_index: int) -> int | None:
+def _matching_close(tokens: list[Token], open_index: int) -> int | None:
     depth = 0
     for j in range(open_index, len(tokens)):
         token = tokens[j]
@@ -254,8 +256,61 @@ def _matching_bracket(tokens: list[Token], open_index: int) -> int | None:
         elif token.text in ")]}":
             depth -= 1
             if depth == 0:
-                return j if token.text == "]" else None
+                return j
     return None
+
+
+def _balanced(text: str) -> bool:
+    try:
+        tokens = tokenize(text)
+    except CELCompileError:
+        return False
+    depth = 0
+    for token in tokens:
+        if token.kind == "punct" and token.text in "([{":
+            depth += 1
+        elif token.kind == "punct" and token.text in ")]}":
+            depth -= 1
+            if depth < 0:
+                return False
+    return depth == 0
+
+
+_NATIVE_COMPARISONS = {
+    "compareTo": "({a} > {b} ? 1 : ({a} < {b} ? -1 : 0))",
+    "isGreaterThan": "({a} > {b})",
+    "isLessThan": "({a} < {b})",
+}
+
+
+def _with_native_quantity_comparisons(text: str) -> str:
+    """Comparisons of two statically known quantities become bytes comparisons, which the
+    order-preserving encoding makes exact; this saves a call into Python per evaluation."""
+    tokens = tokenize(text)
+    index_at = {token.pos: i for i, token in enumerate(tokens)}
+    edits = []
+    for node in walk(parse(text)):
+        if not (isinstance(node, Call) and node.function in _NATIVE_COMPARISONS and node.target is not None
+                and len(node.args) == 1 and static_type(node.target) == QUANTITY
+                and static_type(node.args[0]) == QUANTITY):
+            continue
+        dot = index_at.get(node.pos)
+        if dot is None or not _is(tokens[dot + 2], "("):
+            continue
+        close = _matching_close(tokens, dot + 2)
+        start = min(part.pos for part in walk(node.target))
+        receiver = text[start:node.pos]
+        if close is None or not _balanced(receiver):
+            continue
+        argument = text[tokens[dot + 2].pos + 1:tokens[close].pos]
+        template = _NATIVE_COMPARISONS[node.function]
+        edits.append((start, tokens[close].pos + 1, template.format(a=f"({receiver})", b=f"({argument})")))
+    outermost, reached = [], -1
+    for edit in sorted(edits, key=lambda e: (e[0], -e[1])):
+        if edit[0] >= reached:
+            outermost.append(edit)
+            reached = edit[1]
+    return _apply(text, outermost)
 
 
 def _apply(text: str, edits: list[tuple[int, int, str]]) -> str:

@@ -3,8 +3,9 @@
 cel-expr-python cannot pass custom Python types through CEL (see python-libraries.md, C2), so
 Quantity and Semver values travel as tagged ``bytes``: a 0xFF byte (never valid UTF-8, so
 ``string(q)`` fails like upstream's missing conversion) plus a kind letter plus a canonical text.
-The text is canonical for equality: a quantity's exact nano-unit count, a version without build
-metadata. So ``==`` between two quantities or two versions is exact, as upstream.
+The text is canonical for equality: a quantity's exact nano-unit count (encoded so that bytes
+order is numeric order), a version without build metadata. So ``==`` between two quantities or two
+versions is exact, as upstream.
 
 Typing: ``quantity("1").compareTo(1)`` still fails at compile time (no overload on (bytes, int)),
 as upstream. Documented deviations from upstream, where cel-go rejects at compile time:
@@ -62,7 +63,31 @@ def _kind(value: object) -> str:
 # -- encoding -----------------------------------------------------------------------------------
 
 def encode_quantity(quantity: Quantity) -> bytes:
-    return _QUANTITY_TAG + str(quantity.nanos).encode()
+    return quantity_bytes(quantity.nanos)
+
+
+_DIGIT_COMPLEMENT = bytes.maketrans(b"0123456789", b"9876543210")
+
+
+def quantity_bytes(nanos: int) -> bytes:
+    """Exact and order-preserving: bytes comparison of two encodings orders them like the values.
+    Sign letter, ten-digit digit count, digits; count and digits complemented for negative values.
+    No NUL bytes: cel-expr-python cuts input bytes at the first NUL."""
+    if nanos == 0:
+        return _QUANTITY_TAG + b"b"
+    digits = str(abs(nanos)).encode()
+    if nanos > 0:
+        return _QUANTITY_TAG + b"c" + b"%010d" % len(digits) + digits
+    complement = b"%010d" % (9_999_999_999 - len(digits))
+    return _QUANTITY_TAG + b"a" + complement + digits.translate(_DIGIT_COMPLEMENT)
+
+
+def _decoded_nanos(value: bytes | bytearray) -> int:
+    sign = value[2:3]
+    if sign == b"b":
+        return 0
+    digits = bytes(value[13:])
+    return int(digits) if sign == b"c" else -int(digits.translate(_DIGIT_COMPLEMENT))
 
 
 def encode_semver(version: Semver) -> bytes:
@@ -74,7 +99,7 @@ def encode_semver(version: Semver) -> bytes:
 
 def _nanos(value: object, function: str, *others: object) -> int:
     if isinstance(value, _BYTES) and value[:2] == _QUANTITY_TAG:
-        return int(value[2:])
+        return _decoded_nanos(value)
     raise NoSuchOverload(function, value, *others)
 
 
@@ -87,10 +112,6 @@ def _semver(value: object, function: str, *others: object) -> Semver:
     if isinstance(value, _BYTES) and value[:2] == _SEMVER_TAG:
         return _decoded_semver(bytes(value))
     raise NoSuchOverload(function, value, *others)
-
-
-def _quantity_bytes(nanos: int) -> bytes:
-    return _QUANTITY_TAG + str(nanos).encode()
 
 
 # -- quantity and semver ------------------------------------------------------------------------
@@ -115,8 +136,7 @@ def _sign(value: bytes) -> int:
 
 def _compare(a: bytes, b: bytes, function: str) -> int:
     if a[:2] == b[:2] == _QUANTITY_TAG:
-        x, y = int(a[2:]), int(b[2:])
-        return (x > y) - (x < y)
+        return (a > b) - (a < b)  # the encoding is order-preserving
     if a[:2] == b[:2] == _SEMVER_TAG:
         return _decoded_semver(bytes(a)).compare(_decoded_semver(bytes(b)))
     raise NoSuchOverload(function, a, b)
@@ -141,14 +161,14 @@ def _as_approximate_float(value: bytes) -> float:
 
 def _add(a: bytes, b: bytes | int) -> bytes:
     if type(b) is int:
-        return _quantity_bytes(_nanos(a, "add", b) + b * NANO)
-    return _quantity_bytes(_nanos(a, "add", b) + _nanos(b, "add", a))
+        return quantity_bytes(_nanos(a, "add", b) + b * NANO)
+    return quantity_bytes(_nanos(a, "add", b) + _nanos(b, "add", a))
 
 
 def _sub(a: bytes, b: bytes | int) -> bytes:
     if type(b) is int:
-        return _quantity_bytes(_nanos(a, "sub", b) - b * NANO)
-    return _quantity_bytes(_nanos(a, "sub", b) - _nanos(b, "sub", a))
+        return quantity_bytes(_nanos(a, "sub", b) - b * NANO)
+    return quantity_bytes(_nanos(a, "sub", b) - _nanos(b, "sub", a))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -195,7 +215,7 @@ def _order_key(value: object, function: str) -> tuple[int, Any]:
     if kind in _BYTES:
         data = bytes(value)  # type: ignore[call-overload]
         if data[:2] == _QUANTITY_TAG:
-            return (3, int(data[2:]))
+            return (3, data)
         if data[:2] == _SEMVER_TAG:
             return (4, _decoded_semver(data))
         return (5, data)

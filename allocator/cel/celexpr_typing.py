@@ -48,7 +48,7 @@ _REGEX_FUNCTIONS = {"matches", "find", "findAll"}
 
 def check(expression: str, tree: Node) -> None:
     """Raise CELCompileError for the static type errors and bad regex literals described above."""
-    for node in _walk(tree):
+    for node in walk(tree):
         if isinstance(node, Call):
             _check_call(expression, node)
         elif isinstance(node, ListExpr):
@@ -70,7 +70,7 @@ def _check_homogeneous(expression: str, literal: Node, parts: object) -> None:
                                          "wrap elements in dyn() to mix types")
 
 
-def _walk(node: object) -> Iterator[Node]:
+def walk(node: object) -> Iterator[Node]:
     if isinstance(node, Node):
         yield node
     children: tuple = ()
@@ -90,7 +90,7 @@ def _walk(node: object) -> Iterator[Node]:
         children = (node.target, *node.args)
     for child in children:
         if child is not None:
-            yield from _walk(child)
+            yield from walk(child)
 
 
 def static_type(node: Node) -> str | None:

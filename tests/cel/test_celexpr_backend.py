@@ -1,0 +1,55 @@
+"""cel-expr specifics: the bytes encoding of quantities and the rewrites that make it fast."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from allocator import cel
+
+pytest.importorskip("cel_expr_python")
+
+from allocator.cel import celexpr_library as library
+
+nanos = st.one_of(st.integers(min_value=-(10**30), max_value=10**30), st.sampled_from([0, 1, -1, 10, -10]))
+
+
+@given(nanos, nanos)
+def test_quantity_encoding_is_exact_and_order_preserving(a: int, b: int) -> None:
+    encoded_a, encoded_b = library.quantity_bytes(a), library.quantity_bytes(b)
+    assert (encoded_a < encoded_b) == (a < b)
+    assert (encoded_a == encoded_b) == (a == b)
+    assert b"\x00" not in encoded_a  # cel-expr-python truncates input bytes at NUL
+    assert library._decoded_nanos(bytearray(encoded_a)) == a
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ('quantity("-1").compareTo(quantity("-2")) == 1', True),
+        ('quantity("-2").isLessThan(quantity("-1"))', True),
+        ('quantity("0").isGreaterThan(quantity("-1m"))', True),
+        ('quantity("1Ki").compareTo(quantity("1024")) == 0', True),
+        ('quantity("1e40").isGreaterThan(quantity("999999E"))', True),
+        ('quantity("1").add(quantity("-2")).isLessThan(quantity("0"))', True),
+        ('device.capacity["gpu.example.com"].memory.compareTo(quantity("80Gi")) == 0', True),
+        ('(device.capacity["gpu.example.com"].memory).isLessThan(quantity("81Gi"))', True),
+        ('cel.bind(m, device.capacity["gpu.example.com"].memory, m.compareTo(quantity("1Ti")) < 0)', True),
+    ],
+)
+def test_quantity_comparisons(expression: str, expected: bool) -> None:
+    device = cel.make_device("gpu.example.com", capacity={"memory": {"value": "80Gi"}})
+    assert cel.get_engine("cel-expr").compile(expression).matches(device) is expected
+
+
+def test_invalid_quantity_literal_fails_at_run_time_like_upstream() -> None:
+    selector = cel.get_engine("cel-expr").compile('quantity("10Mo").isInteger()')
+    with pytest.raises(cel.CELRuntimeError, match="quantities must match"):
+        selector.matches(cel.make_device("gpu.example.com"))
+
+
+def test_compile_errors_point_into_the_users_text() -> None:
+    with pytest.raises(cel.CELCompileError, match=r"<input>:1:\d+: .*'indexOf'") as raised:
+        cel.get_engine("cel-expr").compile('"abc".indexOf(true) == 2')
+    assert '| "abc".indexOf(true) == 2' in str(raised.value)
