@@ -16,8 +16,11 @@ import orjson
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
-# Without this the client would wait forever on a silently dead connection (no RST, e.g. after a NAT drop).
-WATCH_READ_SLACK_S = 30.0
+# A watch silent for this long is presumed dead (no RST after a NAT or load-balancer drop) and ends with
+# an error; resuming from the last resourceVersion is cheap. The API server sends a bookmark about every
+# minute to watchers that allow them, so a healthy stream is never silent this long.
+WATCH_INACTIVITY_S = 180.0
+USER_AGENT = "dra-extender"
 
 
 class ApiError(Exception):
@@ -162,12 +165,14 @@ class KubeClient:
         *,
         timeout_seconds: int = 300,
         allow_bookmarks: bool = True,
+        inactivity_timeout_s: float = WATCH_INACTIVITY_S,
         **params: Any,
     ) -> AsyncIterator[dict]:
         """Stream watch events ({"type", "object"}) of a collection from `resource_version`.
 
-        ERROR events are raised as ApiError (410 Gone when the version is too old); the iterator ends
-        when the server closes the stream (timeoutSeconds elapsed or connection dropped).
+        ERROR events are raised as ApiError (410 Gone when the version is too old). The iterator ends
+        when the server closes the stream (after timeoutSeconds); a dropped connection raises
+        aiohttp.ClientError, and no data for `inactivity_timeout_s` raises aiohttp.ServerTimeoutError.
         """
         query = _query({
             **params,
@@ -177,7 +182,7 @@ class KubeClient:
             "timeoutSeconds": timeout_seconds,
         })
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.total,
-                                        sock_read=timeout_seconds + WATCH_READ_SLACK_S)
+                                        sock_read=min(timeout_seconds + 30.0, inactivity_timeout_s))
         async with self._session_().get(self.base_url + path, params=query, headers=self._headers(),
                                         timeout=timeout, **self._tls_kwargs()) as response:
             if response.status >= 300:
@@ -218,7 +223,7 @@ class KubeClient:
         return self._session
 
     def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        headers = {"Accept": JSON}
+        headers = {"Accept": JSON, "User-Agent": USER_AGENT}
         if content_type:
             headers["Content-Type"] = content_type
         token = self._auth() if self._auth else None
@@ -268,7 +273,6 @@ def ssl_context_from(cfg: Any) -> ssl.SSLContext:
 
 
 def bearer_header(cfg: Any) -> str | None:
-    """The Authorization header value, refreshed first (service-account token rotation, exec plugins)."""
-    if cfg.refresh_api_key_hook is not None:
-        cfg.refresh_api_key_hook(cfg)
+    """The Authorization header value, read per request: get_api_key_with_prefix runs the configuration's
+    refresh_api_key_hook first (service-account token rotation, exec plugins), so it must not be cached."""
     return cfg.get_api_key_with_prefix("BearerToken") or None

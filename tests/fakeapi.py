@@ -18,6 +18,7 @@ import copy
 import datetime
 import inspect
 import random
+import ssl
 import string
 import uuid
 from collections import deque
@@ -63,9 +64,9 @@ RESOURCES = (
 )
 BY_PATH = {(r.group_version, r.plural): r for r in RESOURCES}
 BY_KIND = {(r.group_version, r.kind): r for r in RESOURCES}
-REASONS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 409: "Conflict", 410: "Expired",
-           415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
-           503: "ServiceUnavailable", 504: "Timeout"}
+REASONS = {400: "BadRequest", 401: "Unauthorized", 404: "NotFound", 405: "MethodNotAllowed", 409: "Conflict",
+           410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests",
+           500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
 
 
 class StatusError(Exception):
@@ -140,7 +141,9 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 class FakeApiServer:
-    def __init__(self, *, history_size: int = 10_000, bookmark_interval_s: float = 1.0) -> None:
+    def __init__(self, *, history_size: int = 10_000, bookmark_interval_s: float = 1.0,
+                 token: str | None = None) -> None:
+        """`token`: when set, requests must carry "Authorization: Bearer <token>" (else 401)."""
         self._objects: dict[Resource, dict[tuple[str, str], dict]] = {r: {} for r in RESOURCES}
         self._rv = 0
         self._history: deque[tuple[int, Resource, str | None, bytes]] = deque(maxlen=history_size)
@@ -152,18 +155,20 @@ class FakeApiServer:
         self._runner: web.AppRunner | None = None
         self.url = ""
         self.requests: dict[str, int] = {}   # "verb plural[/subresource]" -> count
+        self._token = token
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+    async def start(self, host: str = "127.0.0.1", port: int = 0, *,
+                    ssl_context: ssl.SSLContext | None = None) -> str:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        site = web.TCPSite(self._runner, host, port, ssl_context=ssl_context)
         await site.start()
         bound = self._runner.addresses[0]
-        self.url = f"http://{host}:{bound[1]}"
+        self.url = f"{'https' if ssl_context else 'http'}://{host}:{bound[1]}"
         return self.url
 
     async def stop(self) -> None:
@@ -247,6 +252,10 @@ class FakeApiServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         try:
+            if self._token is not None:
+                scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+                if scheme.lower() != "bearer" or presented != self._token:
+                    raise StatusError(401, "Unauthorized", "Unauthorized")
             resource, namespace, name, subresource = self._parse_path(request.path)
             verb = self._verb(request.method, request.query, name, subresource)
             body = await self._read_body(request) if request.method != "GET" else None

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import datetime
 import ssl
 import types
+from pathlib import Path
 
 import aiohttp
 import pytest
+import yaml
 from fakeapi import FakeApiServer
+from tls_material import TLSFiles, write_ca_and_certs
 
 from extender.kubeapi import ApiError, KubeClient, bearer_header, ssl_context_from
 
@@ -235,19 +240,16 @@ async def test_bearer_token_is_sent(fake_api: FakeApiServer) -> None:
 
 
 def test_credentials_from_a_kubernetes_configuration() -> None:
-    refreshed: list[bool] = []
+    from kubernetes import client
 
-    def refresh(cfg: object) -> None:
-        refreshed.append(True)
-
-    cfg = types.SimpleNamespace(
-        ssl_ca_cert=None, cert_file=None, key_file=None, verify_ssl=False,
-        refresh_api_key_hook=refresh,
-        get_api_key_with_prefix=lambda name: "bearer tok" if name == "BearerToken" else None)
+    cfg = client.Configuration()
+    cfg.verify_ssl = False
     context = ssl_context_from(cfg)
     assert context.verify_mode == ssl.CERT_NONE and not context.check_hostname
-    assert bearer_header(cfg) == "bearer tok"
-    assert refreshed == [True]
+    assert bearer_header(cfg) is None
+    cfg.api_key = {"BearerToken": "tok"}
+    cfg.api_key_prefix = {"BearerToken": "Bearer"}
+    assert bearer_header(cfg) == "Bearer tok"
 
 
 async def test_connect_reads_a_kubeconfig(tmp_path: object, fake_api: FakeApiServer) -> None:
@@ -273,3 +275,87 @@ current-context: missing
         assert (await client.list(CLAIMS))["items"] == []
     finally:
         await client.close()
+
+
+def server_tls(files: TLSFiles, *, client_certs: bool) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(files.server_cert, files.server_key)
+    if client_certs:
+        context.load_verify_locations(files.ca)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def b64(path: str) -> str:
+    return base64.b64encode(Path(path).read_bytes()).decode()
+
+
+async def test_connect_with_kubeconfig_mtls_and_token(tmp_path: Path) -> None:
+    files = write_ca_and_certs(tmp_path)
+    fake = FakeApiServer(token="kc-token")
+    url = await fake.start(ssl_context=server_tls(files, client_certs=True))
+    kubeconfig = tmp_path / "config"
+    user = {"token": "kc-token", "client-certificate-data": b64(files.client_cert),
+            "client-key-data": b64(files.client_key)}
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": url,
+                                                  "certificate-authority-data": b64(files.ca)}}],
+        "users": [{"name": "me", "user": user}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "me"}}]}))
+    client = await KubeClient.connect(kubeconfig=str(kubeconfig))
+    try:
+        assert url.startswith("https://")
+        assert (await client.list(CLAIMS))["kind"] == "ResourceClaimList"
+    finally:
+        await client.close()
+        await fake.stop()
+
+
+async def test_connect_in_cluster_rotates_the_service_account_token(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubernetes.config import incluster_config
+
+    files = write_ca_and_certs(tmp_path)
+    fake = FakeApiServer(token="first")
+    url = await fake.start(ssl_context=server_tls(files, client_certs=False))
+    token_file = tmp_path / "token"
+    token_file.write_text("first")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", url.rsplit(":", 1)[1])
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token_file))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", files.ca)
+    now = [datetime.datetime.now()]
+    clock = types.SimpleNamespace(datetime=types.SimpleNamespace(now=lambda: now[0]),
+                                  timedelta=datetime.timedelta)
+    monkeypatch.setattr(incluster_config, "datetime", clock)
+    client = await KubeClient.connect()
+    try:
+        assert (await client.list(CLAIMS))["items"] == []
+        token_file.write_text("second")   # the kubelet rotated the projected token
+        fake._token = "second"
+        now[0] += datetime.timedelta(minutes=2)
+        assert (await client.list(CLAIMS))["items"] == []
+    finally:
+        await client.close()
+        await fake.stop()
+
+
+async def test_unauthorized_is_an_api_error(fake_api: FakeApiServer) -> None:
+    fake = FakeApiServer(token="right")
+    await fake.start()
+    client = KubeClient.for_url(fake.url, token="wrong")
+    try:
+        with pytest.raises(ApiError) as err:
+            await client.list(CLAIMS)
+        assert err.value.status == 401 and err.value.reason == "Unauthorized"
+    finally:
+        await client.close()
+        await fake.stop()
+
+
+async def test_silent_watch_times_out(fake_api: FakeApiServer, kube: KubeClient) -> None:
+    fake_api._bookmark_interval = 10.0   # nothing at all is sent for longer than the inactivity limit
+    with pytest.raises(aiohttp.ServerTimeoutError):
+        await asyncio.wait_for(
+            collect(kube.watch(CLAIMS, str(fake_api.resource_version), inactivity_timeout_s=0.3), 1), 5)
