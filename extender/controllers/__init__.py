@@ -348,7 +348,26 @@ class Controllers:
             state["driver_lost"] = term.driver_loss.driver_lost()
         return state
 
+    async def start(self) -> None:
+        """Run at once, or (--leader-elect) whenever this replica holds the Lease."""
+        if not self.options.names or self._elector is not None or self._term is not None:
+            return
+        if not self.options.leader_elect:
+            await self._start_term()
+            return
+        self._elector = LeaderElector(
+            self._client,
+            self._clock,
+            identity=self.options.identity,
+            namespace=self.options.lease_namespace,
+            name=self.options.lease_name,
+            on_started=self._start_term,
+            on_stopped=self._stop_term,
+        )
+        self._elector.start()
+
     async def stop(self) -> None:
+        """Stop acting; with leader election, release the Lease so another replica takes over at once."""
         if self._elector is not None:
             await self._elector.stop()
         await self._stop_term()
@@ -380,21 +399,7 @@ async def start_controllers(
         identity=identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
     )
     controllers = Controllers(cache, client, clock or RealClock(), options, registry)
-    if not options.names:
-        return controllers
-    if leader_elect:
-        controllers._elector = LeaderElector(
-            client,
-            controllers._clock,
-            identity=options.identity,
-            namespace=lease_namespace,
-            name=lease_name,
-            on_started=controllers._start_term,
-            on_stopped=controllers._stop_term,
-        )
-        controllers._elector.start()
-    else:
-        await controllers._start_term()
+    await controllers.start()
     return controllers
 
 

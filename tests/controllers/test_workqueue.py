@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from extender.controllers.clock import FakeClock
+from extender.controllers.clock import FakeClock, RealClock
 from extender.controllers.workqueue import RateLimiter, WorkQueue
 
 
@@ -164,3 +164,19 @@ def test_bad_configuration_is_rejected() -> None:
         WorkQueue(lambda key: None, clock=clock, workers=0)  # type: ignore[arg-type,return-value]
     with pytest.raises(ValueError, match="rate limiter"):
         RateLimiter(clock, qps=0)
+
+
+async def test_real_clock_timers_fire() -> None:
+    clock = RealClock()
+    ran = asyncio.Event()
+
+    async def process(key: str) -> None:
+        ran.set()
+
+    queue: WorkQueue[str] = WorkQueue(process, clock=clock, workers=1)  # type: ignore[arg-type]
+    queue.start()
+    try:
+        queue.schedule("a", clock.now() + 0.001)
+        await asyncio.wait_for(ran.wait(), 2)
+    finally:
+        await queue.stop()
