@@ -303,7 +303,8 @@ class Device:
         # Everything except the name: two devices with equal signatures in the same pool behave identically
         # for every selector, constraint, counter, taint and capacity check.
         self.signature = orjson.dumps(
-            {k: v for k, v in raw.items() if k != "name"}, option=orjson.OPT_SORT_KEYS
+            {k: v for k, v in raw.items() if k != "name"},
+            option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
         )
         self._cel: Any = None
 

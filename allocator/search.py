@@ -177,8 +177,8 @@ class _Search:
         depth = sum(
             1 + sum(2 + max(rd.num_devices for rd in rds) for rds in claim) for claim in self.requests
         )
-        if depth + 200 > sys.getrecursionlimit():
-            sys.setrecursionlimit(depth + 1000)  # one frame per search step along the current path
+        if 2 * depth + 200 > sys.getrecursionlimit():
+            sys.setrecursionlimit(2 * depth + 1000)  # two frames per search step along the current path
         status = self._step(0, 0, 0, 0, False, 0)
         if status == OK:
             allocations = [

@@ -402,3 +402,11 @@ def test_claims_on_other_nodes_are_not_visible() -> None:
     outcome = allocate(inventory([FOUR]), claim_obj("c", req("a")), node=Node.named("node-2"))
     assert not outcome.success
     assert outcome.reasons[0].considered == 0
+
+
+def test_many_claims_and_devices_do_not_exhaust_the_stack() -> None:
+    many = slice_obj("s", [dev(f"d{i:03d}") for i in range(128)])
+    claims = [claim_obj(f"c{i}", req("r", 32)) for i in range(4)]
+    outcome = allocate(inventory([many]), *claims)
+    assert outcome.success
+    assert picked(outcome, 3)[-1] == "r=d127"
