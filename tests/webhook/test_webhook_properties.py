@@ -205,7 +205,7 @@ def check_answer(status: int, body: bytes, sent: Any) -> None:
     assert all(len(w) < 120 for w in response.get("warnings", []))
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(review=reviews(), webhook=st.sampled_from(["mutate", "validate"]))
 def test_random_reviews_get_a_decision_or_400(review: Any, webhook: str) -> None:
     status, body = HANDLER.handle(webhook, orjson.dumps(review))  # type: ignore[arg-type]
