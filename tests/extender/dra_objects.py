@@ -48,7 +48,7 @@ def gpu_slice(node_name: str, devices: int, *, models: list[str] | None = None) 
                     "attributes": {
                         "index": {"int": index},
                         "model": {"string": (models or ["A100"])[index % len(models or ["A100"])]},
-                        "numa": {"int": index // 4},
+                        "numa": {"int": index // 5},
                     },
                     "capacity": {"memory": {"value": "80Gi"}},
                 }
