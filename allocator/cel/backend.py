@@ -51,7 +51,8 @@ class CELRuntimeError(CELError):
 class CELDevice:
     """The DRA CEL view of one device. Build it once per ResourceSlice generation (``make_device``)."""
 
-    __slots__ = ("activations", "allow_multiple_allocations", "attributes", "capacity", "driver", "memo_key")
+    __slots__ = ("activations", "allow_multiple_allocations", "attributes", "capacity", "driver", "memo_key",
+                 "results")
 
     def __init__(self, driver: str, attributes: dict[str, dict[str, AttributeValue]],
                  capacity: dict[str, dict[str, Quantity]], allow_multiple_allocations: bool = False,
@@ -63,6 +64,8 @@ class CELDevice:
         self.memo_key = memo_key
         # backend name -> that backend's input built from this device (filled lazily)
         self.activations: dict[str, object] = {}
+        # selector -> its result on this device, or its runtime error message (when memo_key is set)
+        self.results: dict[object, bool | str] = {}
 
     def __repr__(self) -> str:
         return f"CELDevice(driver={self.driver!r}, memo_key={self.memo_key!r})"

@@ -6,7 +6,7 @@ import pytest
 from case import DEFAULT_DEVICE
 
 from allocator import cel
-from allocator.cel import Engine, Selector
+from allocator.cel import Engine
 from allocator.cel.backend import CELDevice, CompileOptions
 
 ENGINES = [
@@ -64,8 +64,9 @@ def test_compile_is_cached_per_expression_and_options() -> None:
 def test_results_are_memoized_by_memo_key() -> None:
     backend = CountingBackend()
     selector = Engine(backend).compile("gpu.example.com")
-    assert selector.matches(device(("uid", 1, "gpu-0")))
-    assert selector.matches(device(("uid", 1, "gpu-0")))
+    keyed = device(("uid", 1, "gpu-0"))
+    assert selector.matches(keyed)
+    assert selector.matches(keyed)
     assert backend.evaluations == 1
     assert not selector.matches(device(("uid", 1, "gpu-1"), driver="other"))
     assert backend.evaluations == 2
@@ -78,24 +79,36 @@ def test_results_are_memoized_by_memo_key() -> None:
 def test_runtime_errors_are_memoized_and_raised_each_time() -> None:
     backend = CountingBackend()
     selector = Engine(backend).compile("fail")
+    keyed = device("key")
     for _ in range(2):
         with pytest.raises(cel.CELRuntimeError, match="boom") as raised:
-            selector.matches(device("key"))
+            selector.matches(keyed)
         assert raised.value.expression == "fail"
     assert backend.evaluations == 1
 
 
-def test_memo_is_bounded_first_in_first_out() -> None:
+def test_memo_is_bounded_first_in_first_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cel, "MEMO_ENTRIES_PER_DEVICE", 2)
     backend = CountingBackend()
-    program = backend.compile("gpu.example.com", CompileOptions())
-    selector = Selector("gpu.example.com", CompileOptions(), backend, program, memo_limit=2)
-    for key in ("a", "b", "c"):
-        selector.matches(device(key))
+    engine = Engine(backend)
+    selectors = [engine.compile(name) for name in ("a", "b", "c")]
+    keyed = device("key")
+    for selector in selectors:
+        selector.matches(keyed)
     assert backend.evaluations == 3
-    selector.matches(device("c"))
+    selectors[2].matches(keyed)
     assert backend.evaluations == 3
-    selector.matches(device("a"))  # evicted when "c" arrived
+    selectors[0].matches(keyed)  # evicted when "c" arrived
     assert backend.evaluations == 4
+    assert len(keyed.results) == 2
+
+
+def test_memo_lives_on_the_device_view() -> None:
+    backend = CountingBackend()
+    selector = Engine(backend).compile("gpu.example.com")
+    selector.matches(device(("uid", 1, "gpu-0")))
+    selector.matches(device(("uid", 1, "gpu-0")))  # a new view (next generation) is evaluated afresh
+    assert backend.evaluations == 2
 
 
 def test_activation_is_built_once_per_device_and_shared_by_selectors() -> None:
