@@ -86,6 +86,12 @@ class AdmissionHandler:
     def handle(self, webhook: Webhook, body: bytes) -> tuple[int, bytes]:
         started = time.perf_counter()
         try:
+            return self._answer(webhook, body)
+        finally:
+            metrics.LATENCY.labels(webhook).observe(time.perf_counter() - started)
+
+    def _answer(self, webhook: Webhook, body: bytes) -> tuple[int, bytes]:
+        try:
             request = parse_review(body)
         except MalformedReview as err:
             metrics.DECISIONS.labels(webhook, "", "", "malformed").inc()
@@ -95,10 +101,8 @@ class AdmissionHandler:
         except MalformedReview as err:
             metrics.DECISIONS.labels(webhook, request.operation, request.resource_key, "malformed").inc()
             return 400, orjson.dumps({"error": f"malformed AdmissionReview (uid {request.uid}): {err}"})
-        answer = review_response(request.uid, decision)
         metrics.DECISIONS.labels(webhook, request.operation, request.resource_key, outcome).inc()
-        metrics.LATENCY.labels(webhook).observe(time.perf_counter() - started)
-        return 200, answer
+        return 200, review_response(request.uid, decision)
 
     def _decide(self, webhook: Webhook, request: AdmissionRequest) -> tuple[Decision, str]:
         rule = self._rules.get((webhook, request.group, request.resource_key, request.operation))
