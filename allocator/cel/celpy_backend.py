@@ -70,6 +70,16 @@ class NoOverload(TypeError):
     """No implementation for the argument types (cel-go: "no such overload")."""
 
 
+# celpy turns only some exception classes into CEL errors, depending on the construct (an index
+# expression catches KeyError and IndexError, a function call ValueError), so lookups raise both kinds.
+class MissingKey(LibraryError, KeyError):
+    """A map has no such key."""
+
+
+class IndexOutOfRange(LibraryError, IndexError):
+    """A list index outside the list."""
+
+
 class EvaluationBudgetExceeded(Exception):
     """Raised out of the evaluator once an evaluation used up its step budget."""
 
@@ -301,7 +311,7 @@ def _index(container: Any, key: Any) -> Any:
             raise _no_overload("_[_]", container, key)
         position = int(key)
         if not 0 <= position < len(container):
-            raise LibraryError(f"index out of range: {position}")
+            raise IndexOutOfRange(f"index out of range: {position}")
         return container[position]
     if isinstance(container, dict):
         if isinstance(key, str) and dict.__contains__(container, key):
@@ -310,7 +320,7 @@ def _index(container: Any, key: Any) -> Any:
             return container.__missing__(key)  # the Kubernetes missing-domain / missing-name rules
         found = _map_find(container, key)
         if found is None:
-            raise LibraryError(f"no such key: {_to_display(key)}")
+            raise MissingKey(f"no such key: {_to_display(key)}")
         return found[0]
     raise _no_overload("_[_]", container, key)
 
@@ -1013,7 +1023,7 @@ class DomainValues(ct.MapType):
     """The attributes or capacities of one domain: an unknown name is a "no such key" error."""
 
     def __missing__(self, key: object) -> Any:
-        raise LibraryError(f"no such key: {key!s} (test for it with has() or use optional chaining: "
+        raise MissingKey(f"no such key: {key!s} (test for it with has() or use optional chaining: "
                            f".?{key!s})")
 
 
@@ -1116,27 +1126,50 @@ class _BudgetedEvaluator(Evaluator):
             return error
 
     def member_dot_arg(self, tree: lark.Tree) -> Any:
-        # celpy folds all()/exists() with its own && / ||, which turns two element errors into a
-        # misleading "no such overload" and never stops early. cel-go stops at the first deciding
-        # element and otherwise reports the first error.
+        # celpy raises (instead of returning) errors from map/filter/exists_one bodies, which escapes
+        # && and ||, and folds all()/exists() so that two element errors read "no such overload".
+        # cel-go: all/exists stop at the deciding element and otherwise report the first error;
+        # map/filter/exists_one report the first error as the value of the comprehension.
         method = tree.children[1]
-        if not (isinstance(method, lark.Token) and method.value in ("all", "exists")):
+        if not (isinstance(method, lark.Token) and method.value in _MACROS):
             return super().member_dot_arg(tree)
         values = self.visit(tree.children[0])
         if isinstance(values, CELEvalError):
             return values
-        predicate = self.build_ss_macro_eval(tree)
-        decisive = method.value == "exists"
-        error: CELEvalError | None = None
+        body = self.build_ss_macro_eval(tree)
+        if method.value in ("all", "exists"):
+            return _quantifier(method.value, values, body)
+        results = []
         for value in values:
-            result = predicate(value)
-            if _kind(result) == "bool":
-                if bool(result) == decisive:
-                    return ct.BoolType(decisive)
-            elif error is None:
-                error = result if isinstance(result, CELEvalError) else CELEvalError(
-                    "no such overload", NoOverload, (f"{method.value}() predicate returned {_kind(result)}",))
-        return error if error is not None else ct.BoolType(not decisive)
+            result = body(value)
+            if isinstance(result, CELEvalError):
+                return result
+            if method.value != "map" and _kind(result) != "bool":
+                return CELEvalError("no such overload", NoOverload,
+                                    (f"{method.value}() predicate returned {_kind(result)}",))
+            results.append(result)
+        if method.value == "map":
+            return ct.ListType(results)
+        if method.value == "filter":
+            return ct.ListType(v for v, keep in zip(values, results, strict=True) if keep)
+        return ct.BoolType(sum(1 for r in results if r) == 1)
+
+
+_MACROS = {"all", "exists", "exists_one", "map", "filter"}
+
+
+def _quantifier(name: str, values: Any, body: Callable[[Any], Any]) -> Any:
+    decisive = name == "exists"
+    error: CELEvalError | None = None
+    for value in values:
+        result = body(value)
+        if _kind(result) == "bool":
+            if bool(result) == decisive:
+                return ct.BoolType(decisive)
+        elif error is None:
+            error = result if isinstance(result, CELEvalError) else CELEvalError(
+                "no such overload", NoOverload, (f"{name}() predicate returned {_kind(result)}",))
+    return error if error is not None else ct.BoolType(not decisive)
 
 
 class _BudgetedRunner(celpy.InterpretedRunner):
@@ -1188,6 +1221,10 @@ def _runtime_message(error: CELEvalError) -> str:
             and isinstance(args[2], tuple) and args[2] and isinstance(args[2][0], str)):
         return args[2][0]
     message = str(args[0]) if args else "evaluation error"
+    if message == "return error for overflow" and len(args) >= 3 and args[2]:
+        # celpy's label for any ValueError, conversions included (int("x")).
+        detail = str(args[2][0])
+        return "integer overflow" if detail == "overflow" else f"conversion error: {detail}"
     # celpy's own overload errors name Python classes; reduce them to the CEL operator.
     match = _CELPY_OVERLOAD.match(message)
     if match:
@@ -1211,6 +1248,9 @@ class CelpyProgram:
                                   self.expression) from None
         except RecursionError:
             raise CELRuntimeError("evaluation nested too deeply", self.expression) from None
+        except Exception as err:  # a celpy code path that does not wrap Python errors as CEL errors
+            message = f"evaluation failed: {type(err).__name__}: {err}"
+            raise CELRuntimeError(message, self.expression) from None
         if not isinstance(result, ct.BoolType):
             raise CELRuntimeError(f"selector must evaluate to bool, got {_kind(result)}", self.expression)
         return bool(result)

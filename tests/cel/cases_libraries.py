@@ -214,6 +214,9 @@ MACROS = _cases("macros", [
     ("[1, 2, 3].filter(x, x > 1) == [2, 3]", True),
     ("[1, 2, 3].map(x, x > 1, x * 10) == [20, 30]", True),
     (f"{D}.filter(k, k.startsWith(\"mig\")) == [\"migCapable\"]", True),
+    ("false && [0].map(x, 1 / x)[0] == 1", False),
+    ("[1, 0].map(x, 1 / x).size() == 2", "runtime_error"),
+    ("[0, 1].exists_one(x, 1 / x == 1)", "runtime_error"),
     # Errors inside a comprehension are absorbed like in && and || when another element decides.
     ("[0, 1].exists(x, 1 / x == 1)", True),
     ("[1, 0].all(x, 1 / x == 2)", False),
@@ -278,6 +281,8 @@ NUMBERS_AND_BOOLS = _cases("semantics", [
     ("dyn([1, 2]) == [1.0, 2.0]", True),
     ("[1, 2] == [1.0, 2.0]", "compile_error"),
     ("[1, 2.0]", "compile_error"),
+    ("[1, 2][5] == 1", "runtime_error"),
+    (f'{D}["nope"] == 1', "runtime_error"),
     ("1", "compile_error"),
     (f"{D}.index", "runtime_error"),
 ])

@@ -193,3 +193,26 @@ def test_library_errors_carry_the_library_message() -> None:
         evaluate('quantity("lots").isInteger()')
     with pytest.raises(CELRuntimeError, match="semantic version"):
         evaluate('semver("1.2").major() == 1')
+
+
+@pytest.mark.parametrize("expression, message", [
+    (f'{D}["nope"] == 1', "no such key: nope"),
+    ("[1, 2][5] == 1", "index out of range: 5"),
+    ('{"a": 1}["b"] == 1', "no such key: b"),
+    ('int("x") == 1', "conversion error"),
+    ('{"a": 1, "a": 2}.size() == 1', "uplicate key"),
+])
+def test_lookup_and_conversion_failures_are_runtime_errors(expression: str, message: str) -> None:
+    # celpy converts only some Python exceptions into CEL errors, depending on the construct.
+    with pytest.raises(CELRuntimeError, match=message):
+        evaluate(expression)
+
+
+def test_comprehension_errors_are_values_absorbed_by_logical_operators() -> None:
+    # celpy alone raises out of map/filter/exists_one bodies, past the surrounding && and ||.
+    assert evaluate("false && [0].map(x, 1 / x)[0] == 1") is False
+    assert evaluate("[0].filter(x, 1 / x == 1).size() == 0 || true")
+    assert evaluate("true || [0].exists_one(x, 1 / x == 1)")
+    assert evaluate("cel.bind(x, 1 / 0, true) || true")
+    with pytest.raises(CELRuntimeError, match="divide by zero"):
+        evaluate("[1, 0].map(x, 1 / x).size() == 2")
