@@ -246,6 +246,8 @@ def _logical(is_and: bool) -> Callable[[Any, Any], Any]:
 
 
 def _not(value: Any) -> Any:
+    if isinstance(value, CELEvalError):
+        return value
     if _kind(value) != "bool":
         raise _no_overload("!_", value)
     return ct.BoolType(not value)
@@ -287,6 +289,8 @@ def _arithmetic(function: str, implementation: Callable[[Any, Any], Any]) -> Cal
 
 
 def _negate(value: Any) -> Any:
+    if isinstance(value, CELEvalError):
+        return value
     kind = _kind(value)
     if kind not in ("int", "double", "google.protobuf.Duration"):
         raise _no_overload("-_", value)

@@ -332,7 +332,9 @@ class Checker:
     @staticmethod
     def result(result: Type, receiver: Type | None, args: list[Type]) -> Type:
         if result in (ELEMENT, INNER):
-            return receiver[1] if isinstance(receiver, tuple) else DYN
+            inner = receiver[1] if isinstance(receiver, tuple) else DYN
+            # optional(T).orValue(T): when T is not known from the receiver, the default decides.
+            return args[0] if inner == DYN and result == INNER and args else inner
         if result == WRAPPED:
             return ("optional_type", args[0])
         return result

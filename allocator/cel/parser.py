@@ -373,25 +373,28 @@ class _Parser:
         return node
 
     def unary(self) -> Node:
-        if self.at("!"):
-            pos = self.advance().pos
-            self.nested()
-            operand = self.unary()
-            self.depth -= 1
-            return Call(pos, "!_", None, (operand,))
-        if self.at("-"):
-            pos = self.advance().pos
-            if self.token.kind == "number" and not self.token.text.endswith(("u", "U")):
-                literal = _number_literal(self.text, self.advance())
-                negated = Literal(pos, -literal.value, literal.kind)  # type: ignore[operator]
-                if literal.kind == "int" and negated.value < INT64_MIN:  # type: ignore[operator]
-                    raise _error(self.text, pos, f"int literal -{literal.value} out of range")
-                return self.member_suffixes(negated)
-            self.nested()
-            operand = self.unary()
-            self.depth -= 1
-            return Call(pos, "-_", None, (operand,))
-        return self.member_suffixes(self.primary())
+        if not (self.at("!") or self.at("-")):
+            return self.member_suffixes(self.primary())
+        symbol = self.token.text
+        pos = self.token.pos
+        count = 0
+        while self.at(symbol):
+            self.advance()
+            count += 1
+        if symbol == "-" and count % 2 == 1 and self.token.kind == "number" \
+                and not self.token.text.endswith(("u", "U")):
+            literal = _number_literal(self.text, self.advance())
+            negated = Literal(pos, -literal.value, literal.kind)  # type: ignore[operator]
+            if literal.kind == "int" and negated.value < INT64_MIN:  # type: ignore[operator]
+                raise _error(self.text, pos, f"int literal -{literal.value} out of range")
+            return self.member_suffixes(negated)
+        self.nested()
+        operand = self.unary()
+        self.depth -= 1
+        # As in cel-go's parser, an even run of `!` or `-` cancels out: `!!x` and `--x` are `x`.
+        if count % 2 == 0:
+            return operand
+        return Call(pos, "!_" if symbol == "!" else "-_", None, (operand,))
 
     def member_suffixes(self, node: Node) -> Node:
         while True:

@@ -181,6 +181,8 @@ OPTIONALS = _cases("optional", [
     (f'{D}.?nope.or(optional.of("y")).value() == "y"', True),
     ("optional.of(1).hasValue()", True),
     ("optional.none().orValue(2) == 2", True),
+    ("optional.none().orValue(true)", True),
+    ("optional.none().orValue(2)", "compile_error"),
     ("optional.ofNonZeroValue(0).hasValue()", False),
     ('optional.ofNonZeroValue("a").hasValue()', True),
     ('{"a": 1}[?"b"].orValue(5) == 5', True),
@@ -283,6 +285,10 @@ NUMBERS_AND_BOOLS = _cases("semantics", [
     ("[1, 2.0]", "compile_error"),
     ("[1, 2][5] == 1", "runtime_error"),
     (f'{D}["nope"] == 1', "runtime_error"),
+    # cel-go's parser cancels even runs of ! and -: `--x` is x itself, so no negation is attempted.
+    ("!!true", True),
+    (f"--{D}.migCapable", True),
+    (f"-{D}.migCapable == false", "runtime_error"),
     ("1", "compile_error"),
     (f"{D}.index", "runtime_error"),
 ])
