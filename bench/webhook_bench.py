@@ -356,6 +356,8 @@ def main() -> int:
         finally:
             server.terminate()
             server.wait(10)
+    # Context for the figures: the machine is shared, and p99 follows the load of the other processes.
+    summary["load_avg_1m"] = round(os.getloadavg()[0], 2)
     if args.json:
         print(orjson.dumps(summary).decode())
     else:
