@@ -30,7 +30,7 @@ from allocator.cel import celexpr_library as library
 from allocator.cel.backend import CELCompileError, CELDevice, CELRuntimeError, CompileOptions
 from allocator.cel.celexpr_typing import QUANTITY, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
-from allocator.cel.parser import Call, Token, parse, tokenize
+from allocator.cel.parser import Call, Node, Token, parse, tokenize
 from allocator.quantity import Quantity
 from allocator.semver import Semver
 
@@ -80,10 +80,11 @@ class CelExprBackend:
         checked_text = _same_length_rewrites(expression, tokens)
         with self._lock:
             compiled, unchecked = self._compile_checked(checked_text)
-        check_opaque_types(expression, parse(expression))
+        tree = parse(expression)
+        check_opaque_types(expression, tree)
         with self._lock:
             result_type = compiled.return_type()
-            executable = _with_native_quantity_comparisons(checked_text)
+            executable = _with_native_quantity_comparisons(checked_text, tree)
             executable = _with_constant_values(_with_domain_defaults(executable, tokenize(executable)))
             if executable != checked_text:
                 compiled = self._env.compile(executable, disable_check=unchecked)
@@ -283,13 +284,15 @@ _NATIVE_COMPARISONS = {
 }
 
 
-def _with_native_quantity_comparisons(text: str) -> str:
+def _with_native_quantity_comparisons(text: str, tree: Node) -> str:
     """Comparisons of two statically known quantities become bytes comparisons, which the
-    order-preserving encoding makes exact; this saves a call into Python per evaluation."""
+    order-preserving encoding makes exact; this saves a call into Python per evaluation.
+    ``tree`` is the parse of the user's text, whose positions ``text`` (after same-length
+    rewrites) shares."""
     tokens = tokenize(text)
     index_at = {token.pos: i for i, token in enumerate(tokens)}
     edits = []
-    for node in walk(parse(text)):
+    for node in walk(tree):
         if not (isinstance(node, Call) and node.function in _NATIVE_COMPARISONS and node.target is not None
                 and len(node.args) == 1 and static_type(node.target) == QUANTITY
                 and static_type(node.args[0]) == QUANTITY):
