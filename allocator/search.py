@@ -598,8 +598,12 @@ class _Search:
                 self._undo(ci, chosen)
                 self.backtracked = True
             return status
-        if self.prune and self.backtracked and self._hopeless(ci, ri, rd, di, start):
-            return FAIL
+        if self.prune:
+            # Cheap bound first; the full one (selectable free devices) once the search has backtracked.
+            if rd.num_devices - di > len(self.candidates) - start:
+                return FAIL
+            if self.backtracked and self._hopeless(ci, ri, rd, di, start):
+                return FAIL
         return self._try_candidates(ci, ri, si, di, in_sub, start, rd)
 
     def _try_candidates(
