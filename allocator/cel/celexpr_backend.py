@@ -79,7 +79,7 @@ class CelExprBackend:
         _reject_disabled_features(tokens, options)
         checked_text = _same_length_rewrites(expression, tokens)
         with self._lock:
-            compiled, unchecked = self._compile_checked(checked_text)
+            compiled, unchecked = self._compile_checked(checked_text, expression)
         tree = parse(expression)
         check_opaque_types(expression, tree)
         with self._lock:
@@ -93,8 +93,9 @@ class CelExprBackend:
                                   expression)
         return CelExprProgram(compiled)
 
-    def _compile_checked(self, text: str) -> tuple[Any, bool]:
-        """The compiled expression and whether the type checker had to be skipped."""
+    def _compile_checked(self, text: str, expression: str) -> tuple[Any, bool]:
+        """``text`` (the user's ``expression`` after same-length rewrites) compiled, and whether the
+        type checker had to be skipped."""
         try:
             return self._env.compile(text), False
         except RuntimeError as err:
@@ -102,7 +103,7 @@ class CelExprBackend:
             problems = _CHECKER_ERROR.findall(message)
             if problems and all(_CHECKER_GAPS.search(p) for p in problems):
                 return self._env.compile(text, disable_check=True), True
-            raise CELCompileError(_user_message(message), text) from None
+            raise CELCompileError(_user_message(message), expression) from None
 
     def activation(self, device: CELDevice) -> Any:
         return self._env.Activation({
