@@ -37,6 +37,7 @@ from allocator import FeatureGates  # noqa: E402
 from extender.assume import AssumeCache  # noqa: E402
 from extender.cache import ClusterCache  # noqa: E402
 from extender.claimwriter import ClaimWriter  # noqa: E402
+from extender.commands.serve import tune_gc_after_sync  # noqa: E402
 from extender.informer import ClusterWatcher  # noqa: E402
 from extender.kubeapi import KubeClient  # noqa: E402
 from extender.scheduling import Scheduler  # noqa: E402
@@ -203,6 +204,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     await watcher.start()
     if not await watcher.wait_ready(120):
         raise RuntimeError("the cache did not sync from the fake API server")
+    tune_gc_after_sync()  # as `dra-extender serve` does once the cache is synced
     assume = AssumeCache()
     assume.attach(cache)
     scheduler = Scheduler(
