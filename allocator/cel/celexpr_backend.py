@@ -46,6 +46,7 @@ _VARIABLES = {
 _EXTENSIONS_CONFIG = """
 extensions:
   - name: sets
+  - name: two-var-comprehensions
 """
 
 _ERROR_PREFIX = re.compile(r"^[A-Z_]+: ")
@@ -58,6 +59,7 @@ _CHECKER_GAPS = re.compile(
     r"'\((?:int|uint|double), (?:int|uint|double)\)'"
     r"|cannot be the range of a comprehension"
 )
+_UNESTIMATED_MACROS = {"existsOne", "transformList", "transformMap", "transformMapEntry"}
 _MISSING_KEY = re.compile(r'Key not found in map : "?([^"]*)"?')
 _RENAMED_BACK = {new: old for old, new in library.RENAMED_MEMBER_FUNCTIONS.items()}
 
@@ -184,6 +186,10 @@ def _reject_disabled_features(tokens: list[Token], options: CompileOptions) -> N
         if token.text == "includes" and not options.list_type_attributes and _is_member_call(tokens, i):
             raise CELCompileError("undeclared reference to 'includes' (it exists only when the "
                                   "DRAListTypeAttributes feature is enabled)")
+        if token.text in _UNESTIMATED_MACROS and _is_member_call(tokens, i):
+            # cel-expr has no run-time cost limit, so what the estimator cannot bound is refused
+            raise CELCompileError(f"'{token.text}' is not supported: the cost estimator does not know "
+                                  "this two-variable comprehension; use all/exists/map/filter instead")
 
 
 def _same_length_rewrites(text: str, tokens: list[Token]) -> str:

@@ -115,6 +115,8 @@ CASES: list[CelCase] = [
     CelCase("map_with_filter", "[1, 2, 3].map(x, x > 1, x * 2) == [4, 6]", True),
     CelCase("filter", "[1, 2, 3].filter(x, x > 1).size() == 2", True),
     CelCase("macro_over_attribute_map", f'{GPU}.filter(k, k.startsWith("mig")).size() == 1', True),
+    CelCase("two_variable_all", '{"a": 1, "b": 2}.all(k, v, v > 0)', True),
+    CelCase("two_variable_exists_over_attributes", f'{GPU}.exists(k, v, k == "index" && v == 3)', True),
     CelCase("bind", f'cel.bind(gpu, {GPU}, gpu.index == 3 && gpu.model.startsWith("LATEST"))', True),
     # optional types
     CelCase("optional_of", "optional.of(1).hasValue()", True),
