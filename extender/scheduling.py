@@ -311,7 +311,10 @@ class Scheduler:
         if not fitting:
             return _split(verdicts)
         scores = self._scores(pod, fitting, plan.view)
-        best = max(fitting, key=lambda v: (scores.get(v.node, 0), -list(verdicts).index(v.node)))
+        best = fitting[0]  # the first of the best-scored nodes, in kube-scheduler's order
+        for verdict in fitting[1:]:
+            if scores.get(verdict.node, 0) > scores.get(best.node, 0):
+                best = verdict
         held = list(zip(plan.to_allocate, best.outcome.allocations if best.outcome else [], strict=True))
         uid = pod_uid(pod)
         for claim, allocation in held:
