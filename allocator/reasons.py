@@ -63,7 +63,9 @@ def _rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) ->
         return "in use"
     if search.taints_on and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
         return "taint"
-    skip_counters = device.allow_multiple_allocations and entry.key in search.allocated.capacity
+    skip_counters = (
+        search.consumable and device.allow_multiple_allocations and entry.key in search.allocated.capacity
+    )
     if not skip_counters and _counters_short(search, entry):
         return "counters"
     if search.consumable and (
