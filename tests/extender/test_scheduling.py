@@ -235,9 +235,33 @@ async def test_long_filter_does_not_stall_the_event_loop() -> None:
     done = True
     await task
     assert len(result.passed) == 400
-    # The filter yields about every 5 ms; allow for a slow shared machine, but far below the filter time.
     print(f"filter {elapsed * 1000:.1f} ms, longest loop stall {longest * 1000:.1f} ms")
-    assert longest < 0.05 or longest < elapsed / 4, (longest, elapsed)
+    # Lenient on wall time (the machine is shared); the yielding itself is checked exactly below.
+    assert longest < 0.25 * elapsed + 0.05, (longest, elapsed)
+
+
+async def test_filter_yields_every_few_milliseconds_of_work() -> None:
+    ticks = [0.0]
+
+    def clock() -> float:  # every reading advances 1 ms: the filter must yield about every 5 nodes
+        ticks[0] += 0.001
+        return ticks[0]
+
+    scheduler = make([*o.cluster(60, 1), o.claim("c"), o.pod("p", ["c"])], clock=clock)
+    turns = 0
+    done = False
+
+    async def other_request() -> None:
+        nonlocal turns
+        while not done:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other_request())
+    await scheduler.filter(pod_of(scheduler, "p"), [f"node-{i}" for i in range(60)])
+    done = True
+    await task
+    assert turns >= 60 // 6
 
 
 @pytest.mark.parametrize("gates", ["DRAPrioritizedList=false"])
