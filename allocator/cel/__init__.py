@@ -62,7 +62,7 @@ BACKEND_ENV = "DRA_EXTENDER_CEL_BACKEND"
 ENGINE_NAMES = ("cel-expr", "celpy")
 COMPILED_CACHE_SIZE = 4096
 # Distinct selectors remembered per device view (first in, first out).
-MEMO_ENTRIES_PER_DEVICE = 64
+MEMO_ENTRIES_PER_DEVICE = 16
 
 
 class Selector:
@@ -125,6 +125,8 @@ class _DriverSelector(Selector):
 
 def _driver_equality(expression: str) -> str | None:
     """The driver name if the expression is exactly ``device.driver == "<name>"`` (either order)."""
+    if "driver" not in expression or len(expression) > 400:
+        return None
     try:
         tokens = [t for t in tokenize(expression) if t.kind != "eof"]
     except CELError:

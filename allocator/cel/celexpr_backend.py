@@ -19,6 +19,7 @@ messages point into what they wrote.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from typing import Any
@@ -30,7 +31,8 @@ from allocator.cel import celexpr_library as library
 from allocator.cel.backend import CELCompileError, CELDevice, CELRuntimeError, CompileOptions
 from allocator.cel.celexpr_typing import QUANTITY, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
-from allocator.cel.parser import Call, Node, Token, parse, tokenize
+from allocator.cel.parser import Call, Node, Token, parse
+from allocator.cel.parser import tokenize as _tokenize_uncached
 from allocator.quantity import Quantity
 from allocator.semver import Semver
 
@@ -59,6 +61,9 @@ _CHECKER_GAPS = re.compile(
     r"'\((?:int|uint|double), (?:int|uint|double)\)'"
     r"|cannot be the range of a comprehension"
 )
+# compile() tokenizes the same text at several stages; the token lists are only read
+tokenize = functools.lru_cache(maxsize=256)(_tokenize_uncached)
+
 _UNESTIMATED_MACROS = {"existsOne", "transformList", "transformMap", "transformMapEntry"}
 _MISSING_KEY = re.compile(r'Key not found in map : "?([^"]*)"?')
 _RENAMED_BACK = {new: old for old, new in library.RENAMED_MEMBER_FUNCTIONS.items()}
