@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -297,8 +298,8 @@ class Scheduler:
         except SchedulingError as error:
             self._count_outcome("error", len(node_names))
             return FilterResult([], {}, {}, str(error))
-        for verdict in verdicts.values():
-            self._count_outcome(verdict.reason, 1)
+        for reason, count in Counter(verdict.reason for verdict in verdicts.values()).items():
+            self._count_outcome(reason, count)
         if uid:
             self._results[uid] = verdicts
         if self.hold_devices and plan.to_allocate:
