@@ -279,17 +279,20 @@ class Checker:
             result = self.check(node.args[0])
             self.scopes.pop()
             return result
-        if node.var2 is not None:
-            raise self.fail(node, f"two-variable comprehension '{node.macro}({node.var}, {node.var2}, ...)' "
-                                  "is not supported by the celpy backend")
         if target == DYN:
             variable: Type = DYN
+            second: Type = DYN
         elif isinstance(target, tuple) and target[0] in ("list", "map"):
             variable = target[1]
+            second = target[2] if target[0] == "map" else target[1]
         else:
             raise self.fail(node, f"expression of type '{type_name(target)}' cannot be the range of a "
                                   "comprehension (must be list, map, or dynamic)")
-        self.scopes.append({node.var: variable})
+        scope = {node.var: variable}
+        if node.var2 is not None:  # all(k, v, p) / exists(k, v, p): index or key, then the value
+            scope = {node.var: INT if isinstance(target, tuple) and target[0] == "list" else variable,
+                     node.var2: second}
+        self.scopes.append(scope)
         results = [self.check(arg) for arg in node.args]
         self.scopes.pop()
         has_predicate = node.macro != "map" or len(results) == 2

@@ -224,6 +224,13 @@ MACROS = _cases("macros", [
     ("[1, 0].all(x, 1 / x == 2)", False),
     ("[0].all(x, 1 / x == 1)", "runtime_error"),
     ('"abc".all(c, true)', "compile_error"),
+    # Two-variable forms (TwoVarComprehensions, Kubernetes 1.32): index or key, then the value.
+    ("[10, 20].all(i, v, i < v)", True),
+    ("[10, 20].exists(i, v, i == 1 && v == 20)", True),
+    (f'{D}.exists(k, v, k == "index" && v == 3)', True),
+    ('{"a": 1}.all(k, v, k == "a" && v == 1)', True),
+    ('{"a": 1}.all(k, v, k == 1)', "compile_error"),
+    ("[1, 0].all(i, v, 1 / v > 0)", "runtime_error"),
     ("[1, 2].all(x, x)", "compile_error"),
     (f"{D}.all(k, {D}[k])", "runtime_error"),
     ("[1, 2].all(x, 1)", "compile_error"),

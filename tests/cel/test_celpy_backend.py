@@ -30,7 +30,6 @@ def evaluate(expression: str, device: object = DEVICE, options: CompileOptions |
 
 
 @pytest.mark.parametrize("expression, construct", [
-    ("[1, 2].all(i, v, v > 0)", "two-variable comprehension"),
     ('{?"a": optional.of(1)} == {"a": 1}', "optional map entries"),
     ("Foo{a: 1}", "message construction 'Foo{...}'"),
 ])
