@@ -9,6 +9,10 @@ pagination, strategic-merge patch semantics (treated as JSON merge patch), admis
 
 Failure injection: `fail_next`, `close_watches`, `expire_history`, and `intercept` (run a callback
 before a request is handled, e.g. to change an object between a client's read and its write).
+
+Stored objects are never changed in place (every write stores new top-level and metadata dicts and
+shares untouched subtrees), so the HTTP path serializes them without copying; the direct-access
+methods hand out clones.
 """
 
 from __future__ import annotations
@@ -113,6 +117,10 @@ _DROP = object()     # end the stream abruptly
 _FINISH = object()   # end the stream cleanly
 
 
+def _clone(obj: Any) -> Any:
+    return orjson.loads(orjson.dumps(obj))
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -186,33 +194,33 @@ class FakeApiServer:
     def seed(self, objects: Iterable[dict]) -> None:
         for obj in objects:
             resource = self._resource_of(obj)
-            self._create(resource, obj["metadata"].get("namespace"), obj, keep_identity=True)
+            self._create(resource, obj["metadata"].get("namespace"), _clone(obj), keep_identity=True)
 
     def get_object(self, kind: str, name: str, namespace: str | None = None) -> dict | None:
         resource = self._resource_by_kind(kind)
         obj = self._objects[resource].get((namespace or "", name))
-        return copy.deepcopy(obj) if obj is not None else None
+        return _clone(obj) if obj is not None else None
 
     def objects(self, kind: str) -> list[dict]:
-        return [copy.deepcopy(o) for o in self._objects[self._resource_by_kind(kind)].values()]
+        return [_clone(o) for o in self._objects[self._resource_by_kind(kind)].values()]
 
     def put_object(self, obj: dict) -> dict:
         """Create or replace an object server-side (no resourceVersion check), emitting the watch event."""
         resource = self._resource_of(obj)
         meta = obj["metadata"]
         key = (meta.get("namespace") or "", meta["name"])
+        body = _clone(obj)
         if key not in self._objects[resource]:
-            return self._create(resource, meta.get("namespace"), obj, keep_identity=True)
-        body = copy.deepcopy(obj)
+            return _clone(self._create(resource, meta.get("namespace"), body, keep_identity=True))
         body["metadata"].pop("resourceVersion", None)
-        return self._store_update(resource, key, body, keep_status=False)
+        return _clone(self._store_update(resource, key, body, keep_status=False))
 
     def remove_object(self, kind: str, name: str, namespace: str | None = None) -> None:
         """Delete immediately, ignoring finalizers."""
         resource = self._resource_by_kind(kind)
         key = (namespace or "", name)
         obj = self._objects[resource].pop(key)
-        self._emit(resource, "DELETED", self._bump(obj))
+        self._emit(resource, "DELETED", self._bump({**obj, "metadata": dict(obj["metadata"])}))
 
     # ---- failure injection --------------------------------------------------------------------
 
@@ -336,7 +344,7 @@ class FakeApiServer:
             return self._list(resource, namespace), 200
         key = (namespace or "", name or "")
         if verb == "get":
-            return copy.deepcopy(self._existing(resource, key)), 200
+            return self._existing(resource, key), 200
         if verb == "create" and subresource == "binding":
             return self._bind(key, self._require_object(body)), 201
         if verb == "create":
@@ -403,7 +411,7 @@ class FakeApiServer:
         items = []
         for (ns, _), obj in self._objects[resource].items():
             if namespace is None or ns == namespace:
-                item = copy.deepcopy(obj)
+                item = dict(obj)
                 item.pop("kind", None)        # list items carry no type meta, like the real apiserver
                 item.pop("apiVersion", None)
                 items.append(item)
@@ -412,8 +420,8 @@ class FakeApiServer:
 
     def _create(self, resource: Resource, namespace: str | None, body: dict, *,
                 keep_identity: bool = False) -> dict:
-        obj = copy.deepcopy(body)
-        meta = obj.setdefault("metadata", {})
+        obj = dict(body)
+        meta = obj["metadata"] = dict(body.get("metadata") or {})
         if resource.namespaced:
             if namespace is None:
                 raise StatusError(404, "the server could not find the requested resource")
@@ -441,7 +449,7 @@ class FakeApiServer:
         self._bump(obj)
         self._objects[resource][key] = obj
         self._emit(resource, "ADDED", obj)
-        return copy.deepcopy(obj)
+        return obj
 
     def _update(self, resource: Resource, key: tuple[str, str], body: dict, subresource: str | None) -> dict:
         current = self._existing(resource, key)
@@ -449,8 +457,7 @@ class FakeApiServer:
         if meta.get("uid") and meta["uid"] != current["metadata"]["uid"]:
             raise _uid_mismatch(meta["uid"], current)
         if subresource == "status":
-            updated = copy.deepcopy(current)
-            updated["status"] = copy.deepcopy(body.get("status"))
+            updated = {**current, "metadata": dict(current["metadata"]), "status": body.get("status")}
             if updated["status"] is None:
                 del updated["status"]
             if meta.get("resourceVersion"):
@@ -460,12 +467,13 @@ class FakeApiServer:
             if resource.plural == "resourceclaims":
                 self._validate_claim_status(key[1], current, updated)
             return self._store_update(resource, key, updated, keep_status=False)
-        return self._store_update(resource, key, copy.deepcopy(body), keep_status=resource.has_status)
+        obj = {**body, "metadata": dict(meta)}
+        return self._store_update(resource, key, obj, keep_status=resource.has_status)
 
     def _store_update(self, resource: Resource, key: tuple[str, str], obj: dict, *,
                       keep_status: bool) -> dict:
         current = self._objects[resource][key]
-        meta = obj.setdefault("metadata", {})
+        meta = obj["metadata"]
         wanted_rv = meta.get("resourceVersion")
         if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
             raise _conflict(resource, key[1])
@@ -476,7 +484,7 @@ class FakeApiServer:
                 meta.pop(immutable, None)
         if keep_status:
             if "status" in current:
-                obj["status"] = copy.deepcopy(current["status"])
+                obj["status"] = current["status"]
             else:
                 obj.pop("status", None)
         obj["kind"] = resource.kind
@@ -486,14 +494,14 @@ class FakeApiServer:
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             del self._objects[resource][key]
             self._emit(resource, "DELETED", self._bump(obj))
-            return copy.deepcopy(obj)
+            return obj
         meta["resourceVersion"] = current["metadata"]["resourceVersion"]
         if obj == current:
-            return copy.deepcopy(current)     # no-op updates keep the resourceVersion and emit nothing
+            return current     # no-op updates keep the resourceVersion and emit nothing
         self._bump(obj)
         self._objects[resource][key] = obj
         self._emit(resource, "MODIFIED", obj)
-        return copy.deepcopy(obj)
+        return obj
 
     @staticmethod
     def _validate_claim_status(name: str, current: dict, updated: dict) -> None:
@@ -526,17 +534,16 @@ class FakeApiServer:
             raise _conflict(resource, key[1])
         if current["metadata"].get("finalizers"):
             if not current["metadata"].get("deletionTimestamp"):
-                updated = copy.deepcopy(current)
-                updated["metadata"]["deletionTimestamp"] = _now()
-                updated["metadata"]["deletionGracePeriodSeconds"] = 0
+                updated = {**current, "metadata": {**current["metadata"], "deletionTimestamp": _now(),
+                                                   "deletionGracePeriodSeconds": 0}}
                 self._bump(updated)
                 self._objects[resource][key] = updated
                 self._emit(resource, "MODIFIED", updated)
-            return copy.deepcopy(self._objects[resource][key])
+            return self._objects[resource][key]
         del self._objects[resource][key]
-        deleted = self._bump(copy.deepcopy(current))
+        deleted = self._bump({**current, "metadata": dict(current["metadata"])})
         self._emit(resource, "DELETED", deleted)
-        return copy.deepcopy(deleted)
+        return deleted
 
     def _bind(self, key: tuple[str, str], binding: dict) -> dict:
         pods = self._resource_by_kind("Pod")
@@ -551,11 +558,12 @@ class FakeApiServer:
         if node:
             raise StatusError(409, f'Operation cannot be fulfilled on pods/binding "{key[1]}": '
                                    f'pod {key[1]} is already assigned to node "{node}"')
-        updated = copy.deepcopy(pod)
-        updated.setdefault("spec", {})["nodeName"] = target["name"]
-        conditions = updated.setdefault("status", {}).setdefault("conditions", [])
-        conditions[:] = [c for c in conditions if c.get("type") != "PodScheduled"]
-        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()})
+        status = dict(pod.get("status") or {})
+        status["conditions"] = [c for c in status.get("conditions") or () if c.get("type") != "PodScheduled"]
+        status["conditions"].append({"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()})
+        updated = {**pod, "metadata": dict(pod["metadata"]), "spec": {**(pod.get("spec") or {}),
+                                                                      "nodeName": target["name"]},
+                   "status": status}
         self._bump(updated)
         self._objects[pods][key] = updated
         self._emit(pods, "MODIFIED", updated)
