@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import threading
 
@@ -57,6 +58,8 @@ __all__ = [
     "get_engine",
     "make_device",
 ]
+
+_log = logging.getLogger(__name__)
 
 BACKEND_ENV = "DRA_EXTENDER_CEL_BACKEND"
 ENGINE_NAMES = ("cel-expr", "celpy")
@@ -195,9 +198,12 @@ def _new_backend(name: str) -> Backend:
         if not cel_expr_available():
             raise ValueError("CEL engine 'cel-expr' needs the cel-expr-python package "
                              "(pip install 'dra-extender[fast]')")
-        from allocator.cel.celexpr_backend import CelExprBackend
+        try:
+            from allocator.cel.celexpr_backend import CelExprBackend
 
-        return CelExprBackend()
+            return CelExprBackend()
+        except (ImportError, RuntimeError, TypeError, AttributeError) as err:  # an incompatible release
+            raise ValueError(f"cel-expr-python is installed but unusable: {err}") from err
     from allocator.cel.celpy_backend import CelpyBackend
 
     return CelpyBackend()
@@ -219,7 +225,12 @@ def default_engine() -> Engine:
     requested = os.environ.get(BACKEND_ENV, "").strip()
     if requested:
         return get_engine(requested)
-    return get_engine("cel-expr" if cel_expr_available() else "celpy")
+    if cel_expr_available():
+        try:
+            return get_engine("cel-expr")
+        except ValueError as err:
+            _log.warning("falling back to the celpy CEL engine: %s", err)
+    return get_engine("celpy")
 
 
 def compile(expression: str, options: CompileOptions | None = None) -> Selector:

@@ -66,6 +66,7 @@ tokenize = functools.lru_cache(maxsize=256)(_tokenize_uncached)
 
 _UNESTIMATED_MACROS = {"existsOne", "transformList", "transformMap", "transformMapEntry"}
 _MISSING_KEY = re.compile(r'Key not found in map : "?([^"]*)"?')
+_APPLIED_TO = re.compile(r"applied to '\([^']*\)'")
 _RENAMED_BACK = {new: old for old, new in library.RENAMED_MEMBER_FUNCTIONS.items()}
 
 
@@ -157,7 +158,8 @@ def _user_message(message: str) -> str:
     message = _ERROR_PREFIX.sub("", message)
     for renamed, original in _RENAMED_BACK.items():
         message = message.replace(renamed, original)
-    return message.replace("bytes", "Quantity/Semver") if "applied to" in message else message
+    # quantities and versions are bytes to cel-cpp; say what the user knows them as
+    return _APPLIED_TO.sub(lambda m: m.group().replace("bytes", "Quantity/Semver"), message)
 
 
 def _runtime_message(message: str) -> str:

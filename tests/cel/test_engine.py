@@ -189,6 +189,20 @@ def test_default_engine_prefers_cel_expr_and_falls_back_to_celpy(monkeypatch: py
         cel.get_engine("cel-expr")
 
 
+@pytest.mark.skipif(not cel.cel_expr_available(), reason="cel-expr-python is not installed")
+def test_unusable_cel_expr_falls_back_to_celpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from allocator.cel import celexpr_backend
+
+    def broken() -> None:
+        raise RuntimeError("INVALID_ARGUMENT: incompatible release")
+
+    monkeypatch.delenv(cel.BACKEND_ENV, raising=False)
+    monkeypatch.setattr(cel, "cel_expr_available", lambda: True)
+    monkeypatch.setattr(cel, "_engines", {})
+    monkeypatch.setattr(celexpr_backend, "CelExprBackend", broken)
+    assert cel.default_engine().name == "celpy"
+
+
 def test_make_device_resolves_domains() -> None:
     built = cel.make_device(
         "gpu.example.com",
