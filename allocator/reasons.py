@@ -59,7 +59,7 @@ def _rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) ->
         return "request selector"
     if not entry.node_ok:
         return "node"
-    if not rd.admin and entry.key in search.allocated.devices:
+    if not rd.admin and search._in_use(entry):
         return "in use"
     if search.taints_on and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
         return "taint"
@@ -149,7 +149,7 @@ def explain(search: _Search) -> list[Reason]:
                         continue
                     rejected[why] += 1
                     if why == "in use":
-                        in_use_by[search.allocated.devices[entry.key]] += 1
+                        in_use_by[search.allocated.owner_of(*entry.key) or "?"] += 1
                 claim_usable.update(e.index for e in usable)
                 lost = _constraint_losses(search, ci, rd, usable)
                 if lost:

@@ -466,8 +466,18 @@ class _Search:
         return True
 
     # --- one candidate --------------------------------------------------------------------------------
-    def _in_use(self, key: tuple[str, str, str]) -> bool:
-        return key in self.allocated.devices or bool(self.allocating.get(key))
+    def _in_use(self, entry: DeviceEntry) -> bool:
+        """In use for a non-admin request: allocated, being allocated, or holding shares it cannot share."""
+        key = entry.key
+        if key in self.allocated.devices or self.allocating.get(key):
+            return True
+        return key in self.allocated.capacity and not self._shareable(entry)
+
+    def _shareable(self, entry: DeviceEntry) -> bool:
+        # Deliberate difference from upstream, which looks only at exclusive allocations: a device that
+        # still holds shares (it allowed multiple allocations before, or DRAConsumableCapacity was turned
+        # off) must not be handed out exclusively on top of them.
+        return self.consumable and entry.device.allow_multiple_allocations
 
     def _allocate_device(self, ci: int, rd: RequestData, entry: DeviceEntry, must: bool) -> Chosen | None:
         device, key = entry.device, entry.key
@@ -475,7 +485,7 @@ class _Search:
         if rd.admin:
             if not multiple and ci in self.allocating.get(key, ()):
                 return None
-        elif self._in_use(key):
+        elif self._in_use(entry):
             return None
         if device.consumes_counters and not self.partitionable:
             return None
@@ -612,6 +622,7 @@ class _Search:
         candidates = self.candidates
         eligible = rd.eligible
         allocated_devices = self.allocated.devices
+        shares = self.allocated.capacity
         allocating = self.allocating
         admin = rd.admin
         # Devices no check can tell apart: once one failed at this slot, the others fail too.
@@ -624,7 +635,11 @@ class _Search:
                 users = allocating.get(key)
                 if users and ci in users:
                     continue
-            elif key in allocated_devices or allocating.get(key):
+            elif (
+                key in allocated_devices
+                or allocating.get(key)
+                or (key in shares and not self._shareable(entry))
+            ):
                 continue
             ok = eligible[index]
             if ok is None:
@@ -670,8 +685,12 @@ class _Search:
 
     def _free_mask(self) -> int:
         if self._allocated_mask is None:
-            devices = self.allocated.devices
-            self._allocated_mask = sum(1 << e.index for e in self.candidates if e.key in devices)
+            devices, shares = self.allocated.devices, self.allocated.capacity
+            self._allocated_mask = sum(
+                1 << e.index
+                for e in self.candidates
+                if e.key in devices or (e.key in shares and not self._shareable(e))
+            )
         return ~(self._allocated_mask | self.allocating_mask)
 
     def _hopeless(self, ci: int, ri: int, rd: RequestData, di: int, start: int) -> bool:

@@ -410,3 +410,18 @@ def test_many_claims_and_devices_do_not_exhaust_the_stack() -> None:
     outcome = allocate(inventory([many]), *claims)
     assert outcome.success
     assert picked(outcome, 3)[-1] == "r=d127"
+
+
+def test_device_holding_shares_is_not_handed_out_exclusively() -> None:
+    # The slice no longer allows multiple allocations, but a claim still holds a share.
+    from allocator import ResourceClaim
+
+    raw = claim_obj("other", req("r"))
+    share = {"request": "r", "driver": DRIVER, "pool": "node-1", "device": "nic", "shareID": "x"}
+    raw["status"] = {"allocation": {"devices": {"results": [{**share, "consumedCapacity": {"bw": "1G"}}]}}}
+    state = AllocatedState()
+    state.add_claim(ResourceClaim.from_api(raw))
+    inv = inventory([slice_obj("s", [dev("nic", capacity={"bw": {"value": "10G"}})])])
+    outcome = allocate(inv, claim_obj("c", req("a")), state=state)
+    assert not outcome.success
+    assert outcome.reasons[0].in_use_by == {"default/other": 1}
