@@ -211,38 +211,11 @@ async def test_preempt_keeps_only_useful_candidates() -> None:
     assert kept == {"node-0": victims["node-0"], "node-1": victims["node-1"]}
 
 
-async def test_long_filter_does_not_stall_the_event_loop() -> None:
-    objs = [*o.cluster(400, 8), o.claim("c", count=2), o.pod("p", ["c"])]
-    scheduler = make(objs)
-    nodes = [f"node-{i}" for i in range(400)]
-    longest = 0.0
-    done = False
-
-    async def ticker() -> None:
-        nonlocal longest
-        last = time.perf_counter()
-        while not done:
-            await asyncio.sleep(0)
-            now = time.perf_counter()
-            longest = max(longest, now - last)
-            last = now
-
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0)
-    started = time.perf_counter()
-    result = await scheduler.filter(pod_of(scheduler, "p"), nodes)
-    elapsed = time.perf_counter() - started
-    done = True
-    await task
-    assert len(result.passed) == 400
-    print(f"filter {elapsed * 1000:.1f} ms, longest loop stall {longest * 1000:.1f} ms")
-    # Lenient on wall time (the machine is shared); the yielding itself is checked exactly below.
-    assert longest < 0.25 * elapsed + 0.05, (longest, elapsed)
-
-
 async def test_filter_yields_every_few_milliseconds_of_work() -> None:
     ticks = [0.0]
 
+    # Wall-clock stalls are measured by bench/extender_bench.py (longest_loop_stall_ms); on a shared
+    # machine they are too noisy to assert on, so this checks the yielding with a stepped clock.
     def clock() -> float:  # every reading advances 1 ms: the filter must yield about every 5 nodes
         ticks[0] += 0.001
         return ticks[0]
