@@ -56,3 +56,17 @@ def test_describe_pools() -> None:
         "p2": ("incomplete", 1, "1 of 2 slices published"),
         "p3": ("invalid", 2, "duplicate device name d"),
     }
+
+
+def test_counter_slices_count_for_every_node() -> None:
+    counters = {"name": "set", "counters": {"memory": {"value": "8Gi"}}}
+    uses = [{"counterSet": "set", "counters": {"memory": {"value": "8Gi"}}}]
+    inv = inventory(
+        [
+            slice_obj("counters", [], pool="p", node="node-2", sharedCounters=[counters], count=2),
+            slice_obj("devices", [dev("a", consumesCounters=uses)], pool="p", count=2),
+        ]
+    )
+    (pool,) = inv.node_pools(NODE_1, GATES).pools
+    assert (pool.status, [e.device.name for e in pool.entries]) == ("complete", ["a"])
+    assert set(pool.counter_sets) == {"set"}
