@@ -42,7 +42,7 @@ class Stack:
 
     async def settle(self) -> None:
         """Wait until the watch delivered everything the fake API server holds."""
-        for _ in range(200):
+        for _ in range(1000):
             if all(
                 self.cache.raw("ResourceClaim", f"default/{c['metadata']['name']}") is not None
                 and self.cache.raw("ResourceClaim", f"default/{c['metadata']['name']}")["metadata"][
