@@ -152,7 +152,8 @@ class ClusterCache:
 
         ADDED/MODIFIED carrying an older resourceVersion than the stored object are ignored: the
         ClaimWriter stores what it wrote before the watch delivers it, and the late event must not
-        roll that back.
+        roll that back. The same resourceVersion is the same object (the watch echoing that write, or
+        an unchanged object in a re-list) and is skipped without parsing it again.
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -182,7 +183,7 @@ class ClusterCache:
         else:
             if old is not None:
                 old_rv, new_rv = _resource_version(old), _resource_version(raw)
-                if old_rv is not None and new_rv is not None and new_rv < old_rv:
+                if old_rv is not None and new_rv is not None and new_rv <= old_rv:
                     return
             store[key] = raw
             self._invalid[kind].pop(key, None)

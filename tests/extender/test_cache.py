@@ -253,3 +253,16 @@ def test_internal_errors_and_failing_subscribers_do_not_escape(caplog: pytest.Lo
     assert "internal error: KeyError" in cache.stats()["invalidObjects"][0]["error"]
     assert delivered == ["s"], "later subscribers still run"
     assert "cache subscriber failed" in caplog.text and "internal error indexing" in caplog.text
+
+
+def test_the_same_resource_version_is_applied_once() -> None:
+    cache = ClusterCache(FeatureGates())
+    seen: list[str] = []
+    cache.subscribe(lambda kind, event, new, old: seen.append(event))
+    cache.apply("ResourceClaim", "ADDED", claim("a", "uid-a", rv="7"))
+    echo = claim("a", "uid-a", rv="7")
+    cache.apply("ResourceClaim", "MODIFIED", echo)
+    assert seen == ["ADDED"] and cache.raw("ResourceClaim", "ns/a") is not echo
+    unversioned = claim("a", "uid-a", rv="")   # snapshot objects without versions always apply
+    cache.apply("ResourceClaim", "MODIFIED", unversioned)
+    assert seen == ["ADDED", "MODIFIED"] and cache.raw("ResourceClaim", "ns/a") is unversioned

@@ -310,7 +310,8 @@ async def test_with_the_watcher_late_events_do_not_roll_back_the_written_claim(
                 break
             await asyncio.sleep(0.01)
             health = watcher.health()["kinds"]["ResourceClaim"]
-        assert allocated_after_event and all(allocated_after_event), "an older event rolled the claim back"
+        assert health["events"] == 2, "the watch delivered both claim writes after the writer stored them"
+        assert all(allocated_after_event), "an older event rolled the claim back"
         cached = cache.claim("ns", "a")
         assert cached.raw["metadata"]["resourceVersion"] == final_version
         assert cached.allocation is not None and cached.reserved_for == [ref("p1")]
