@@ -12,9 +12,10 @@ ceil(0.25 * pattern length); a comprehension costs its range plus, per element o
 condition and step. Sizes that cannot be bounded make the estimate saturate at 2**64 - 1, as in cel-go.
 
 Figures with these rules (tests/cel/test_cost.py): `device.driver == "gpu.example.com"` costs 4; the three
-benchmark selectors (equality on driver/model/memory, `in` on a list, quantity compareTo) cost 14, 31 and 8;
-an `exists` with `startsWith` over one attribute domain costs 196; two nested loops over the attribute maps
-cost about 6,400 (45,000 with a regex match inside); three nested loops exceed 1,000,000 and are rejected.
+benchmark selectors (equality on driver/model/memory, `in` on a list, quantity compareTo) cost 14, 19 and 7;
+an `exists` with `startsWith` over one attribute domain costs 164; two nested loops over the attribute maps
+cost about 5,400 (25,000 with a regex match inside); three nested loops exceed 1,000,000 and are rejected,
+and so is a string search in the result of string(), whose size cel-go cannot bound.
 """
 
 from __future__ import annotations
@@ -106,12 +107,12 @@ def _traversal(size: int, factor: float = STRING_TRAVERSAL_FACTOR) -> int:
     return math.ceil(size * factor)
 
 
-_STRING_SAME_SIZE = {"lowerAscii", "upperAscii", "trim", "substring", "quote", "reverse"}
-_STRING_TO_INT = {"indexOf", "lastIndexOf"}
-_LIST_SCANS = {"isSorted", "sum", "min", "max", "indexOf", "lastIndexOf", "includes"}
-_BOOL_PREDICATES = {"isQuantity", "isSemver", "isInteger", "hasValue", "isGreaterThan", "isLessThan"}
-_INT_RESULTS = {"size", "int", "uint", "compareTo", "sign", "asInteger", "major", "minor", "patch"}
-_SET_FUNCTIONS = {"sets.contains", "sets.equivalent", "sets.intersects"}
+_SAME_SIZE_STRING_FUNCTIONS = {"lowerAscii", "upperAscii", "trim", "substring"}
+_LIST_SCANS = {"isSorted", "sum", "min", "max", "indexOf", "lastIndexOf"}
+_BOOL_RESULTS = {"isQuantity", "isSemver", "isInteger", "hasValue", "isGreaterThan", "isLessThan", "includes",
+                 "sets.contains", "sets.equivalent", "sets.intersects"}
+_INT_RESULTS = {"size", "int", "uint", "compareTo", "sign", "asInteger", "major", "minor", "patch", "charAt"}
+_COMPARISONS = {"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"}
 
 
 class _Estimator:
@@ -163,10 +164,11 @@ class _Estimator:
     def comprehension(self, node: Comprehension) -> tuple[int, Shape]:
         range_cost, range_shape = self.estimate(node.target)
         if node.macro == "bind":
+            # cel.bind expands to a comprehension over an empty list literal, whose creation is charged.
             self.scopes.append({node.var: range_shape})
             body_cost, body_shape = self.estimate(node.args[0])
             self.scopes.pop()
-            return _add(range_cost, body_cost), body_shape
+            return _add(LIST_CREATE_COST, range_cost, body_cost), body_shape
         if range_shape.kind == "map":
             first, second = range_shape.key or DYN, range_shape.elem or DYN
         else:
@@ -179,17 +181,20 @@ class _Estimator:
         self.scopes.append(scope)
         costs, shapes = self.estimate_all(node.args)
         self.scopes.pop()
+        # Per element: the loop condition and step of cel-go's macro expansion; plus the accumulator's
+        # initial value (a list literal for map/filter) and the result expression.
         count = range_shape.size
-        if node.macro in ("all", "exists"):
-            per_item, result_cost, result = _add(costs[0], 3), 1, BOOL
-        elif node.macro == "exists_one":
-            per_item, result_cost, result = _add(costs[0], 3), 2, BOOL
-        elif node.macro == "filter":
-            per_item, result_cost, result = _add(costs[0], 13), 1, Shape("list", count, elem=first)
-        else:  # map, optionally with a filter predicate first
+        if node.macro in ("all", "exists"):  # cond @not_strictly_false(acc), step acc && p
+            per_item, fixed, result = _add(costs[0], 3), 1, BOOL
+        elif node.macro == "exists_one":  # step p ? acc + 1 : acc, result acc == 1
+            per_item, fixed, result = _add(costs[0], 2), 2, BOOL
+        elif node.macro == "filter":  # step p ? acc + [x] : acc
+            per_item, fixed = _add(costs[0], 13), LIST_CREATE_COST + 1
+            result = Shape("list", count, elem=first)
+        else:  # map: step acc + [t], or p ? acc + [t] : acc
             per_item = _add(*costs, 12)
-            result_cost, result = 1, Shape("list", count, elem=shapes[-1])
-        return _add(range_cost, _mul(count, per_item), result_cost), result
+            fixed, result = LIST_CREATE_COST + 1, Shape("list", count, elem=shapes[-1])
+        return _add(range_cost, _mul(count, per_item), fixed), result
 
     def call(self, node: Call) -> tuple[int, Shape]:
         name = node.function
@@ -234,69 +239,80 @@ def _widest(shapes: list[Shape]) -> Shape:
 
 
 def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
-    """Cost of the call itself (arguments excluded) and the shape of its result."""
+    """Cost of the call itself (arguments excluded) and the shape of its result.
+
+    Follows cel-go's checker (operators, string functions, regular expressions) and the Kubernetes
+    library estimator (lists, regex, strings extension); anything else costs 1, as there.
+    """
     first = operands[0] if operands else DYN
     second = operands[1] if len(operands) > 1 else DYN
-    if name in ("_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"):
-        sized = [s.size for s in operands if s.kind in ("string", "bytes", "list", "map", "dyn")]
-        smallest = min(sized) if len(sized) == 2 else 1
-        return max(1, _traversal(smallest)), BOOL
+    if name in _COMPARISONS:
+        # Proportional to the smaller operand for strings, bytes and lists; 1 for scalars.
+        return max(1, _traversal(min(first.size, second.size))), BOOL
     if name == "@in":
-        if second.kind == "map":
-            return 1, BOOL
-        return max(1, _mul(second.size, max(1, _traversal(first.size)))), BOOL
+        return (1 if second.kind == "map" else max(1, second.size)), BOOL
     if name == "_+_":
-        if first.kind in ("string", "bytes", "list") or second.kind in ("string", "bytes", "list"):
+        if first.kind == "list" or second.kind == "list":
+            return 1, Shape("list", min(UNBOUNDED, first.size + second.size), elem=first.elem or second.elem)
+        if first.kind in ("string", "bytes") or second.kind in ("string", "bytes"):
             size = min(UNBOUNDED, first.size + second.size)
-            return max(1, _traversal(size)), Shape(first.kind, size, elem=first.elem)
+            return _traversal(size), Shape(first.kind if first.kind != "dyn" else second.kind, size)
         return 1, Shape(first.kind, size=1)
-    if name in ("_-_", "_*_", "_/_", "_%_", "-_"):
-        return 1, Shape(first.kind, size=1)
-    if name == "!_":
-        return 1, BOOL
-    if name in ("contains", "startsWith", "endsWith") and first.kind != "list":
-        if name == "contains":
-            return max(1, _mul(_traversal(first.size), _traversal(second.size))), BOOL
-        return 1 + _traversal(second.size), BOOL
+    if name in ("startsWith", "endsWith"):
+        return _traversal(second.size), BOOL
+    if name == "contains":
+        return _mul(_traversal(first.size), _traversal(second.size)), BOOL
     if name in ("matches", "find", "findAll"):
-        cost = _mul(max(1, _traversal(first.size)), max(1, _traversal(second.size, REGEX_LENGTH_FACTOR)))
+        cost = _mul(_traversal(min(UNBOUNDED, first.size + 1)), _traversal(second.size, REGEX_LENGTH_FACTOR))
         if name == "matches":
-            return _add(cost, 1), BOOL
-        result = Shape("string", first.size)
-        return _add(cost, 1), result if name == "find" else Shape("list", first.size, elem=result)
-    if name in _LIST_SCANS and first.kind in ("list", "dyn"):
+            return cost, BOOL
+        found = Shape("string", first.size)
+        return cost, found if name == "find" else Shape("list", first.size, elem=found)
+    if name in _LIST_SCANS and first.kind != "string":
         elem = first.elem or SCALAR_DYN
-        cost = max(1, _mul(first.size, max(1, _traversal(elem.size))))
-        if name in _STRING_TO_INT:
-            return cost, INT
-        return cost, BOOL if name in ("isSorted", "includes") else elem
-    if name in _SET_FUNCTIONS:
-        return max(1, _mul(first.size, second.size)), BOOL
-    if name in _STRING_SAME_SIZE or name in _STRING_TO_INT or name == "charAt":
-        shape = INT if name in _STRING_TO_INT else Shape("string", 1 if name == "charAt" else first.size + 2)
-        return 1 + _traversal(first.size), shape
+        per_element = 1 + (_traversal(elem.size) if elem.kind in ("string", "bytes") else 0)
+        result = INT if name in ("indexOf", "lastIndexOf") else BOOL if name == "isSorted" else elem
+        return _mul(first.size, per_element), result
+    if name in ("indexOf", "lastIndexOf"):  # on a string
+        return _traversal(first.size), INT
+    if name in _SAME_SIZE_STRING_FUNCTIONS:
+        return _traversal(first.size), Shape("string", first.size)
     if name == "replace":
-        size = min(UNBOUNDED, _mul(first.size, max(1, operands[2].size if len(operands) > 2 else 1)))
-        return 1 + _traversal(size), Shape("string", size)
+        old, new = second, operands[2] if len(operands) > 2 else DYN
+        if old.size == 0:
+            size = _add(_mul(first.size + 1, new.size), first.size)
+        elif new.size <= old.size:
+            size = first.size
+        else:
+            size = _mul(math.ceil(first.size / old.size), new.size)
+        return _traversal(first.size, 2 * STRING_TRAVERSAL_FACTOR), Shape("string", size)
     if name == "split":
         part = Shape("string", first.size)
-        return 1 + _traversal(first.size), Shape("list", min(UNBOUNDED, first.size + 1), elem=part)
+        return _traversal(first.size, 2 * STRING_TRAVERSAL_FACTOR), Shape("list", first.size, elem=part)
     if name == "join":
         size = _mul(first.size, (first.elem or DYN).size)
-        return 1 + _traversal(size), Shape("string", size)
-    if name in ("format", "strings.quote", "string"):
-        size = UNBOUNDED if name == "format" else first.size * 2 + 2
-        return 1 + _traversal(first.size), Shape("string", min(UNBOUNDED, size))
-    if name in ("quantity", "semver"):
-        return 1 + _traversal(first.size), Shape(name, size=1)
-    if name in _BOOL_PREDICATES:
-        return 1 + (_traversal(first.size) if name in ("isQuantity", "isSemver") else 0), BOOL
+        if len(operands) > 1:
+            size = _add(size, _mul(second.size, max(0, first.size - 1)))
+        return _traversal(size), Shape("string", size)
+    if name == "format":
+        return _traversal(first.size), Shape("string", _add(first.size, second.size))
+    if name == "strings.quote":
+        return _traversal(first.size), Shape("string", _add(_mul(first.size, 2), 2))
+    if name in ("sets.contains", "sets.equivalent", "sets.intersects"):
+        return _add(_mul(first.size, second.size), 1), BOOL
+    if name in ("quantity", "semver", "add", "sub"):
+        return 1, Shape("kubernetes.Quantity" if name != "semver" else "kubernetes.Semver", size=1)
+    if name == "string":
+        # cel-go knows no size for a conversion's result, so searching it cannot be bounded.
+        return 1, Shape("string")
+    if name in _BOOL_RESULTS or name in ("!_",):
+        return 1, BOOL
     if name in _INT_RESULTS:
         return 1, INT
-    if name in ("add", "sub"):
-        return 1, Shape("quantity", size=1)
     if name in ("dyn", "orValue", "value", "optional.of", "optional.ofNonZeroValue"):
         return 1, first
+    if name in ("_-_", "_*_", "_/_", "_%_", "-_"):
+        return 1, Shape(first.kind, size=1)
     return 1, DYN
 
 
