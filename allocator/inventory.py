@@ -37,7 +37,7 @@ class Inventory:
             self._unindex(old)
         self._slices[slice_.name] = slice_
         self._by_pool.setdefault((slice_.driver, slice_.pool), {})[slice_.name] = slice_
-        if _node_local(slice_):
+        if slice_.node_name:
             self._by_node.setdefault(slice_.node_name, {})[slice_.name] = slice_
         else:
             self._shared[slice_.name] = slice_
@@ -55,7 +55,7 @@ class Inventory:
             pool.pop(slice_.name, None)
             if not pool:
                 del self._by_pool[(slice_.driver, slice_.pool)]
-        if _node_local(slice_):
+        if slice_.node_name:
             on_node = self._by_node.get(slice_.node_name)
             if on_node is not None:
                 on_node.pop(slice_.name, None)
@@ -66,13 +66,13 @@ class Inventory:
 
     def _invalidate_for(self, new: ResourceSlice, old: ResourceSlice | None) -> None:
         self.version += 1
-        if not _node_local(new) or (old is not None and not _node_local(old)):
+        if not new.node_name or (old is not None and not old.node_name):
             self._node_cache.clear()
             return
         # A node-local slice affects the nodes of every slice in its pool (completeness is per pool).
         nodes = {new.node_name} | ({old.node_name} if old is not None else set())
         for s in self._by_pool.get((new.driver, new.pool), {}).values():
-            if not _node_local(s):
+            if not s.node_name:
                 self._node_cache.clear()
                 return
             nodes.add(s.node_name)
@@ -153,11 +153,6 @@ class Inventory:
                 }
             )
         return summary
-
-
-def _node_local(slice_: ResourceSlice) -> bool:
-    """Only this node can see the slice. Counter-set slices count for every node, whatever they say."""
-    return bool(slice_.node_name) and not slice_.shared_counters_set
 
 
 def _pool_problem(slices: list[ResourceSlice]) -> str:

@@ -58,15 +58,17 @@ def test_describe_pools() -> None:
     }
 
 
-def test_counter_slices_count_for_every_node() -> None:
+def test_node_local_counter_slices_are_seen_by_their_node_only() -> None:
+    # Like upstream, which splits slices by nodeName before gathering pools.
     counters = {"name": "set", "counters": {"memory": {"value": "8Gi"}}}
     uses = [{"counterSet": "set", "counters": {"memory": {"value": "8Gi"}}}]
     inv = inventory(
         [
-            slice_obj("counters", [], pool="p", node="node-2", sharedCounters=[counters], count=2),
+            slice_obj("counters", [], pool="p", sharedCounters=[counters], count=2),
             slice_obj("devices", [dev("a", consumesCounters=uses)], pool="p", count=2),
         ]
     )
     (pool,) = inv.node_pools(NODE_1, GATES).pools
     assert (pool.status, [e.device.name for e in pool.entries]) == ("complete", ["a"])
     assert set(pool.counter_sets) == {"set"}
+    assert inv.node_pools(NODE_2, GATES).pools == []
