@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import logging
 import random
 import time
@@ -82,6 +83,7 @@ class KindHealth:
             "listed": self.listed,
             "available": self.available,
             "resourceVersion": self.resource_version,
+            "lastEventTime": _rfc3339(self.last_event_time) if self.last_event_time else None,
             "lastEventAgeSeconds": round(now - self.last_event_time, 3) if self.last_event_time else None,
             "events": self.events,
             "bookmarks": self.bookmarks,
@@ -90,6 +92,10 @@ class KindHealth:
             "errors": self.errors,
             "lastError": self.last_error,
         }
+
+
+def _rfc3339(epoch_s: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch_s, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class _Relist(Exception):

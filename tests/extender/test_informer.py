@@ -63,6 +63,7 @@ async def test_initial_lists_then_ready(fake_api: FakeApiServer, watcher: Cluste
     assert cache.claim("ns", "a") is not None
     health = watcher.health()
     assert health["ready"] and all(k["listed"] and k["lists"] == 1 for k in health["kinds"].values())
+    assert health["kinds"]["Node"]["lastEventTime"].endswith("Z")
 
 
 async def test_watch_events_reach_the_cache(kube: KubeClient, watcher: ClusterWatcher,
