@@ -232,13 +232,16 @@ class ClusterCache:
         return self._nodes.get(name)
 
     def node_names(self) -> list[str]:
+        """All valid nodes, sorted (a fresh list; the sorted order is kept between changes)."""
         if self._node_names is None:
             self._node_names = sorted(self._nodes)
-        return self._node_names
+        return list(self._node_names)
+
+    def _valid_raw(self, kind: str, key: str) -> dict | None:
+        return None if key in self._invalid[kind] else self._objects[kind].get(key)
 
     def pod(self, namespace: str, name: str) -> dict | None:
-        key = f"{namespace}/{name}"
-        return None if key in self._invalid["Pod"] else self._objects["Pod"].get(key)
+        return self._valid_raw("Pod", f"{namespace}/{name}")
 
     def pod_by_uid(self, uid: str) -> dict | None:
         key = self._pod_keys_by_uid.get(uid)
@@ -252,9 +255,7 @@ class ClusterCache:
         return self._claims.get(key) if key is not None else None
 
     def claim_template(self, namespace: str, name: str) -> dict | None:
-        key = f"{namespace}/{name}"
-        return None if key in self._invalid["ResourceClaimTemplate"] else self._objects[
-            "ResourceClaimTemplate"].get(key)
+        return self._valid_raw("ResourceClaimTemplate", f"{namespace}/{name}")
 
     def pods_referencing_claim(self, namespace: str, claim_name: str) -> list[dict]:
         pods = self._objects["Pod"]
