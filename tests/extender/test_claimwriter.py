@@ -318,3 +318,12 @@ async def test_with_the_watcher_late_events_do_not_roll_back_the_written_claim(
         assert cache.allocated.owner_of(DRIVER, "node-1", "gpu-0") == "ns/a"
     finally:
         await watcher.stop()
+
+
+async def test_concurrent_reservations_of_a_shared_claim_all_land(cluster: Cluster) -> None:
+    cluster.fake.seed([raw_pod(f"s{i}", "shared") for i in range(5)])
+    cluster.cache.replace("Pod", cluster.fake.objects("Pod"))
+    await asyncio.gather(*(cluster.bind(f"s{i}", "node-1", ("shared", None)) for i in range(5)))
+    reserved = cluster.claim("shared")["status"]["reservedFor"]
+    assert sorted(entry["name"] for entry in reserved) == ["other", "s0", "s1", "s2", "s3", "s4"]
+    assert cluster.writer.conflicts >= 1, "the stale cached copy must have conflicted at least once"
