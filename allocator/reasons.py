@@ -15,17 +15,17 @@ from allocator.taints import untolerated
 if TYPE_CHECKING:
     from allocator.search import RequestData, _Search
 
-_PHRASES = {
-    "request selector": "rejected by request selectors",
+_PHRASES = {  # in the order messages list them
     "in use": "in use",
     "taint": "tainted",
     "counters": "without enough shared counters",
     "capacity": "without enough capacity",
     "constraint": "failing claim constraints",
-    "incomplete pool": "in incomplete pools",
-    "invalid pool": "in invalid pools",
+    "request selector": "rejected by request selectors",
     "node": "not available on this node",
     "binding conditions": "with binding conditions (feature disabled)",
+    "incomplete pool": "in incomplete pools",
+    "invalid pool": "in invalid pools",
 }
 
 
