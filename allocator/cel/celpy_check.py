@@ -115,6 +115,7 @@ OVERLOADS: dict[str, list[Overload]] = {
     "includes": [(DYN, (DYN,), BOOL)],
 }
 NAMESPACES = ("sets", "strings", "optional")
+TYPE_NAMES = {"bool", "int", "uint", "double", "string", "bytes", "list", "map", "null_type", "type"}
 QUIET_RE2 = re2.Options()
 QUIET_RE2.log_errors = False  # invalid patterns are reported as CEL errors, not logged to stderr
 OPERATORS = {"_&&_", "_||_", "!_", "_?_:_", "-_", "@in", "_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_",
@@ -221,6 +222,8 @@ class Checker:
                 return scope[node.name]
         if node.name == "device":
             return DEVICE
+        if node.name in TYPE_NAMES:
+            return "type"
         raise self.fail(node, f"undeclared reference to '{node.name}'")
 
     def element(self, node: ListExpr, position: int, element: Node) -> Type:
