@@ -359,3 +359,63 @@ async def test_silent_watch_times_out(fake_api: FakeApiServer, kube: KubeClient)
     with pytest.raises(aiohttp.ServerTimeoutError):
         await asyncio.wait_for(
             collect(kube.watch(CLAIMS, str(fake_api.resource_version), inactivity_timeout_s=0.3), 1), 5)
+
+
+async def test_fake_generate_name_no_op_updates_and_pod_status(kube: KubeClient,
+                                                                fake_api: FakeApiServer) -> None:
+    created = await kube.create(CLAIMS, {**claim(""), "metadata": {"generateName": "worker-gpu-"}})
+    assert created["metadata"]["name"].startswith("worker-gpu-") and len(created["metadata"]["name"]) == 16
+    version = fake_api.resource_version
+    same = await kube.update(f"{CLAIMS}/{created['metadata']['name']}", created)
+    assert same["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    assert fake_api.resource_version == version, "a no-op update neither bumps nor emits"
+
+    pods = "/api/v1/namespaces/default/pods"
+    pod = await kube.create(pods, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {},
+                                   "status": {"phase": "Pending"}})
+    updated = await kube.update(f"{pods}/p", {**pod, "status": {"phase": "Running"}})
+    assert updated["status"] == {"phase": "Pending"}, "pods/status is separate too"
+
+
+async def test_fake_leases_and_events(kube: KubeClient) -> None:
+    leases = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+    lease = await kube.create(leases, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                       "metadata": {"name": "dra-extender"}, "spec": {"holderIdentity": "a"}})
+    await kube.update(f"{leases}/dra-extender", {**lease, "spec": {"holderIdentity": "b"}})
+    with pytest.raises(ApiError) as err:   # a second candidate with the old version loses
+        await kube.update(f"{leases}/dra-extender", {**lease, "spec": {"holderIdentity": "c"}})
+    assert err.value.conflict
+    event = await kube.create("/api/v1/namespaces/default/events", {
+        "apiVersion": "v1", "kind": "Event", "metadata": {"generateName": "p."}, "reason": "Test"})
+    assert event["metadata"]["namespace"] == "default" and event["reason"] == "Test"
+
+
+async def test_fake_bounded_history_expires_old_versions(kube: KubeClient) -> None:
+    fake = FakeApiServer(history_size=3)
+    await fake.start()
+    client = KubeClient.for_url(fake.url)
+    try:
+        first = await client.create(CLAIMS, claim("a"))
+        for name in "bcde":   # history keeps the events of c, d and e
+            await client.create(CLAIMS, claim(name))
+        with pytest.raises(ApiError) as err:   # b's event is gone: resuming after a is impossible
+            await collect(client.watch(CLAIMS, first["metadata"]["resourceVersion"]), 1)
+        assert err.value.gone
+        after_b = str(int(first["metadata"]["resourceVersion"]) + 1)
+        got = await asyncio.wait_for(collect(client.watch(CLAIMS, after_b), 3), 5)
+        assert [e["object"]["metadata"]["name"] for e in got] == ["c", "d", "e"]
+    finally:
+        await client.close()
+        await fake.stop()
+
+
+async def test_fake_rejects_unknown_paths_and_bad_bodies(kube: KubeClient) -> None:
+    with pytest.raises(ApiError) as err:
+        await kube.get("/apis/example.com/v1/widgets")
+    assert err.value.not_found
+    with pytest.raises(ApiError) as err:
+        await kube.create(CLAIMS, {"metadata": "not an object"})
+    assert err.value.status == 400
+    with pytest.raises(ApiError) as err:
+        await kube.patch(f"{CLAIMS}/a", [{"op": "add"}], content_type="application/json-patch+json")
+    assert err.value.status == 415
