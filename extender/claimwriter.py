@@ -310,6 +310,13 @@ class ClaimWriter:
     # ---- undo -----------------------------------------------------------------------------------
 
     async def _undo(self, written: list[_Written], pod_uid: str) -> list[str]:
+        """Remove this bind's reservations, allocations and finalizers; returns what could not be undone.
+
+        Deliberately more than upstream: kube-scheduler's Unreserve only drops the pod from reservedFor
+        and leaves an allocation it wrote for the resourceclaim controller or a later PostFilter to
+        clear; here an allocation no other pod uses yet is cleared at once so its devices are free for
+        the retry that follows.
+        """
         problems = []
         touched = [record for record in written if record.anything]
         for record in reversed(touched):
