@@ -152,8 +152,9 @@ class ClusterCache:
 
         ADDED/MODIFIED carrying an older resourceVersion than the stored object are ignored: the
         ClaimWriter stores what it wrote before the watch delivers it, and the late event must not
-        roll that back. The same resourceVersion is the same object (the watch echoing that write, or
-        an unchanged object in a re-list) and is skipped without parsing it again.
+        roll that back. An equal copy with the same resourceVersion (the watch echoing that write, or
+        an unchanged object in a re-list) is skipped without parsing it again; passing the stored
+        object itself again re-indexes it.
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -183,7 +184,8 @@ class ClusterCache:
         else:
             if old is not None:
                 old_rv, new_rv = _resource_version(old), _resource_version(raw)
-                if old_rv is not None and new_rv is not None and new_rv <= old_rv:
+                if old_rv is not None and new_rv is not None and (
+                        new_rv < old_rv or (new_rv == old_rv and raw is not old and raw == old)):
                     return
             store[key] = raw
             self._invalid[kind].pop(key, None)

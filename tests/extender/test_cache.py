@@ -266,3 +266,12 @@ def test_the_same_resource_version_is_applied_once() -> None:
     unversioned = claim("a", "uid-a", rv="")   # snapshot objects without versions always apply
     cache.apply("ResourceClaim", "MODIFIED", unversioned)
     assert seen == ["ADDED", "MODIFIED"] and cache.raw("ResourceClaim", "ns/a") is unversioned
+
+
+def test_reapplying_the_stored_object_reindexes_it() -> None:
+    cache = ClusterCache(FeatureGates())
+    cache.apply("ResourceClaim", "ADDED", claim("a", "uid-a", rv="7"))
+    stored = cache.raw("ResourceClaim", "ns/a")
+    stored["status"] = {"allocation": allocation("gpu-3")}
+    cache.apply("ResourceClaim", "MODIFIED", stored)
+    assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-3") == "ns/a"
