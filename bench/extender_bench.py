@@ -38,6 +38,7 @@ from extender.assume import AssumeCache  # noqa: E402
 from extender.cache import ClusterCache  # noqa: E402
 from extender.claimwriter import ClaimWriter  # noqa: E402
 from extender.commands.serve import tune_gc_after_sync  # noqa: E402
+from extender.filtercache import FilterCache  # noqa: E402
 from extender.informer import ClusterWatcher  # noqa: E402
 from extender.kubeapi import KubeClient  # noqa: E402
 from extender.scheduling import Scheduler  # noqa: E402
@@ -208,7 +209,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     assume = AssumeCache()
     assume.attach(cache)
     scheduler = Scheduler(
-        cache, assume, ClaimWriter(client, cache), scoring="binpack", hold_devices=args.filter_holds_devices
+        cache,
+        assume,
+        ClaimWriter(client, cache),
+        scoring="binpack",
+        hold_devices=args.filter_holds_devices,
+        filter_cache=None if args.no_filter_cache else FilterCache(cache, assume),
     )
     server = ExtenderServer(scheduler, watch_health=watcher.health)
     await server.start("127.0.0.1", 0, 0)
@@ -247,6 +253,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "race_bind_attempts": attempts,
             "race_unschedulable": unschedulable,
             "filter_holds_devices": args.filter_holds_devices,
+            "filter_cache": scheduler.filter_cache.stats() if scheduler.filter_cache else None,
         },
     }
 
@@ -291,6 +298,9 @@ def main() -> int:
     parser.add_argument("--bind-pods", type=int, default=2500)
     parser.add_argument("--concurrency", type=int, default=32, help="binds in flight")
     parser.add_argument("--race-pods", type=int, default=100, help="pods racing for as many free devices")
+    parser.add_argument(
+        "--no-filter-cache", action="store_true", help="recompute every node on every filter (the cold path)"
+    )
     parser.add_argument(
         "--bind-delay-ms",
         type=float,

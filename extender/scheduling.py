@@ -35,6 +35,7 @@ from allocator import (
 )
 from allocator.errors import AllocationTimeout
 from extender.claimwriter import BindError
+from extender.filtercache import FilterCache
 from extender.podclaims import (
     ClaimsNotReady,
     InvalidPodError,
@@ -87,6 +88,9 @@ class PodPlan:
     blocked: NodeVerdict | None = None  # a verdict for every node (claims not ready, ...)
     allocator: Allocator | None = None
     view: AllocatedState | None = None
+    # FilterCache key part for the claims to allocate, and the cache epoch `view` was taken at.
+    signature: tuple[bytes, tuple[str, ...]] | None = None
+    cache_epoch: int = -1
 
 
 @dataclass
@@ -121,6 +125,7 @@ class Scheduler:
         node_deadline_s: float = 1.0,
         metrics: Any = None,
         clock: Callable[[], float] = time.monotonic,
+        filter_cache: FilterCache | None = None,
     ) -> None:
         self.cache = cache
         self.assume = assume
@@ -131,6 +136,7 @@ class Scheduler:
         self.node_deadline_s = node_deadline_s
         self.metrics = metrics
         self.clock = clock
+        self.filter_cache = filter_cache
         # pod uid -> (node, [(claim, allocation)]) in --filter-holds-devices mode.
         self._holds: dict[str, tuple[str, list[tuple[ResourceClaim, dict]]]] = {}
         self._results: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=4096, ttl=RESULT_TTL_S)
@@ -207,6 +213,10 @@ class Scheduler:
                 return plan
             plan.to_allocate.append(claim)
         if plan.to_allocate:
+            if self.filter_cache is not None and not rebinding:
+                self.filter_cache.sync_in_flight()
+                plan.signature = self.filter_cache.claims_signature(plan.to_allocate)
+                plan.cache_epoch = self.filter_cache.epoch
             plan.view = self._allocated_view(uid if rebinding else None)
             plan.allocator = Allocator(self.cache.inventory, plan.view, self.cache.features,
                                        deadline_s=self.node_deadline_s)
@@ -235,9 +245,17 @@ class Scheduler:
         return self.cache.node(name)
 
     def check_node(
-        self, plan: PodPlan, node_name: str, node_objects: Mapping[str, dict] | None = None
+        self,
+        plan: PodPlan,
+        node_name: str,
+        node_objects: Mapping[str, dict] | None = None,
+        *,
+        use_cache: bool = False,
     ) -> NodeVerdict:
-        """Does the pod fit this node? Raises SchedulingError for real errors."""
+        """Does the pod fit this node? Raises SchedulingError for real errors.
+
+        `use_cache` lets filter and prioritize reuse outcomes from the FilterCache; bind, preempt
+        and explain always compute afresh."""
         if plan.blocked is not None:
             blocked = plan.blocked
             return NodeVerdict(node_name, False, blocked.message, blocked.unresolvable, blocked.reason)
@@ -252,6 +270,11 @@ class Scheduler:
                                    "claim on other node")
         if plan.allocator is None:
             return NodeVerdict(node_name, True)
+        node_key = None
+        if use_cache and plan.signature is not None and self.filter_cache is not None:
+            node_key, cached = self.filter_cache.get(plan.signature, node)
+            if cached is not None:
+                return self._verdict(node_name, cached)
         try:
             outcome = plan.allocator.allocate(node, plan.to_allocate)
         except AllocationTimeout:
@@ -261,6 +284,13 @@ class Scheduler:
             return NodeVerdict(node_name, False, str(error), True, "node error", outcome)
         except AllocationError as error:
             raise SchedulingError(str(error)) from None
+        cache = self.filter_cache
+        if node_key is not None and cache is not None and cache.epoch == plan.cache_epoch:
+            cache.put(plan.signature, node_key, outcome)
+        return self._verdict(node_name, outcome)
+
+    @staticmethod
+    def _verdict(node_name: str, outcome: AllocationOutcome) -> NodeVerdict:
         if outcome.success:
             return NodeVerdict(node_name, True, outcome=outcome)
         may_help = any(
@@ -291,9 +321,9 @@ class Scheduler:
             verdicts: dict[str, NodeVerdict] = {}
             started = self.clock()
             for name in node_names:
-                verdicts[name] = self.check_node(plan, name, node_objects)
+                verdicts[name] = self.check_node(plan, name, node_objects, use_cache=True)
                 if self.clock() - started > YIELD_AFTER_S:
-                    await asyncio.sleep(0)
+                    await self._yield(plan)
                     started = self.clock()
         except SchedulingError as error:
             self._count_outcome("error", len(node_names))
@@ -305,6 +335,12 @@ class Scheduler:
         if self.hold_devices and plan.to_allocate:
             return self._hold_best(pod, plan, verdicts)
         return _split(verdicts)
+
+    async def _yield(self, plan: PodPlan) -> None:
+        """Let other requests run; the plan's view may be stale afterwards, so stop caching from it."""
+        await asyncio.sleep(0)
+        if self.filter_cache is not None and plan.signature is not None:
+            self.filter_cache.sync_in_flight()
 
     def _hold_best(self, pod: dict, plan: PodPlan, verdicts: dict[str, NodeVerdict]) -> FilterResult:
         """--filter-holds-devices: pick the best node now and keep its devices in flight until bind."""
@@ -357,8 +393,8 @@ class Scheduler:
             plan = self.plan(pod)
             view = plan.view
             for name in missing:
-                fresh[name] = self.check_node(plan, name, node_objects)
-                await asyncio.sleep(0)
+                fresh[name] = self.check_node(plan, name, node_objects, use_cache=True)
+                await self._yield(plan)
         except SchedulingError:
             return dict.fromkeys(node_names, 0)
         verdicts = [cached.get(name) or fresh[name] for name in node_names]

@@ -180,6 +180,7 @@ class ExtenderServer:
             "inFlight": self.scheduler.assume.describe(),
             "binds": {"attempts": scheduler.bind_attempts, "conflicts": scheduler.bind_conflicts,
                       "conflictRate": scheduler.bind_conflict_rate},
+            "filterCache": scheduler.filter_cache.stats() if scheduler.filter_cache else None,
             "watch": self.watch_health() if self.watch_health else {"mode": "snapshot"},
         }
         return _json(orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))

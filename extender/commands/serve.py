@@ -83,6 +83,13 @@ def register(subparsers: Any) -> None:
         help="filter returns one chosen node and holds its devices until bind or --hold-timeout",
     )
     sched.add_argument(
+        "--no-filter-cache",
+        dest="filter_cache",
+        action="store_false",
+        help="recompute every node on every filter instead of reusing outcomes while the node's pools "
+        "are unchanged",
+    )
+    sched.add_argument(
         "--hold-timeout",
         type=_seconds,
         default=30.0,
@@ -222,10 +229,12 @@ async def _tune_gc_when_ready(cluster: Cluster) -> None:
 def build_scheduler(cluster: Cluster, args: argparse.Namespace) -> Any:
     from extender.assume import AssumeCache
     from extender.claimwriter import ClaimWriter
+    from extender.filtercache import FilterCache
     from extender.scheduling import Scheduler
 
     assume = AssumeCache()
     assume.attach(cluster.cache)
+    filter_cache = FilterCache(cluster.cache, assume) if getattr(args, "filter_cache", True) else None
     return Scheduler(
         cluster.cache,
         assume,
@@ -233,6 +242,7 @@ def build_scheduler(cluster: Cluster, args: argparse.Namespace) -> Any:
         scoring=getattr(args, "scoring", "binpack"),
         hold_devices=getattr(args, "filter_holds_devices", False),
         hold_ttl_s=getattr(args, "hold_timeout", 30.0),
+        filter_cache=filter_cache,
     )
 
 

@@ -1,0 +1,112 @@
+"""Reuse per-node allocation outcomes across filter calls while nothing they depend on has changed.
+
+An outcome for one node depends on the claims' specs (and namespace), the node's labels, the
+inventory (slices, classes, taint rules: `Inventory.version`) and which devices are in use in the
+pools the node sees. We keep a version per pool, bumped whenever an allocation touching the pool
+appears or disappears, in the cache (claim events) or in flight (the assume cache, diffed at every
+lookup round). Pods of one workload have claims with identical specs (one template), so after the
+first pod the filter only recomputes the nodes whose pools changed.
+
+A successful outcome names no claim, so it is shared by every claim with the same spec; a failure
+message names the claim, so failures are only reused for the same claims. Bind never uses this
+cache: it always re-checks against the current state.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+from cachetools import LRUCache
+
+from allocator import AllocationOutcome, Node, ResourceClaim
+
+PoolId = tuple[str, str]
+MAX_ENTRIES = 50_000
+
+
+def allocation_pools(allocation: dict | None) -> frozenset[PoolId]:
+    results = ((allocation or {}).get("devices") or {}).get("results") or []
+    return frozenset((str(r.get("driver")), str(r.get("pool"))) for r in results if isinstance(r, dict))
+
+
+class FilterCache:
+    def __init__(self, cache: Any, assume: Any, *, max_entries: int = MAX_ENTRIES) -> None:
+        self.cache = cache
+        self.assume = assume
+        self._entries: LRUCache[tuple, AllocationOutcome] = LRUCache(maxsize=max_entries)
+        self._pool_versions: defaultdict[PoolId, int] = defaultdict(int)
+        self._in_flight: dict[str, tuple[int, frozenset[PoolId]]] = {}
+        self.epoch = 0  # moves with every bump: outcomes computed from an older view are not stored
+        self.hits = 0
+        self.misses = 0
+        cache.subscribe(self._on_change)
+
+    # ---- invalidation -------------------------------------------------------------------------
+
+    def _bump(self, pools: Iterable[PoolId]) -> None:
+        for pool in pools:
+            self._pool_versions[pool] += 1
+            self.epoch += 1
+
+    def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+        if kind != "ResourceClaim":
+            return  # slices, classes and taint rules move Inventory.version; node labels are in the key
+        before = ((old or {}).get("status") or {}).get("allocation") if isinstance(old, dict) else None
+        after = None if event_type == "DELETED" else (new.get("status") or {}).get("allocation")
+        if before != after:
+            self._bump(allocation_pools(before) | allocation_pools(after))
+
+    def sync_in_flight(self) -> None:
+        """Bump the pools of in-flight allocations that appeared, changed or went away since last time."""
+        current: dict[str, tuple[int, frozenset[PoolId]]] = {}
+        for claim_uid, _, allocation in self.assume.in_flight():
+            seen = self._in_flight.get(claim_uid)
+            if seen is not None and seen[0] == id(allocation):
+                current[claim_uid] = seen
+                continue
+            pools = allocation_pools(allocation)
+            current[claim_uid] = (id(allocation), pools)
+            self._bump(pools | (seen[1] if seen else frozenset()))
+        for claim_uid, (_, pools) in self._in_flight.items():
+            if claim_uid not in current:
+                self._bump(pools)
+        self._in_flight = current
+
+    # ---- lookups ------------------------------------------------------------------------------
+
+    @staticmethod
+    def claims_signature(claims: Sequence[ResourceClaim]) -> tuple[bytes, tuple[str, ...]]:
+        """(what the outcome depends on, the claim identities failures are reported for)."""
+        spec = orjson.dumps(
+            [[claim.namespace, claim.raw.get("spec")] for claim in claims], option=orjson.OPT_SORT_KEYS
+        )
+        return spec, tuple(claim.uid for claim in claims)
+
+    def _node_key(self, node: Node) -> tuple:
+        pools = self.cache.inventory.node_pools(node, self.cache.features).pools
+        versions = tuple(self._pool_versions.get((pool.driver, pool.name), 0) for pool in pools)
+        return node.name, node.labels_key, self.cache.inventory.version, versions
+
+    def get(
+        self, signature: tuple[bytes, tuple[str, ...]], node: Node
+    ) -> tuple[tuple, AllocationOutcome | None]:
+        node_key = self._node_key(node)
+        outcome = self._entries.get((signature[0], node_key))
+        if outcome is None:
+            outcome = self._entries.get((signature, node_key))
+        if outcome is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return node_key, outcome
+
+    def put(
+        self, signature: tuple[bytes, tuple[str, ...]], node_key: tuple, outcome: AllocationOutcome
+    ) -> None:
+        self._entries[(signature[0] if outcome.success else signature, node_key)] = outcome
+
+    def stats(self) -> dict[str, int]:
+        return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses}

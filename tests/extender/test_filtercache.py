@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from typing import Any
+
+import dra_objects as o
+import pytest
+
+from allocator import FeatureGates
+from extender.assume import AssumeCache
+from extender.cache import ClusterCache
+from extender.claimwriter import ClaimWriter
+from extender.filtercache import FilterCache
+from extender.scheduling import BindFailed, Scheduler
+
+NODES = ["node-0", "node-1", "node-2"]
+
+
+def make(objs: list[dict[str, Any]], **options: Any) -> Scheduler:
+    cache = ClusterCache.from_objects(objs, FeatureGates())
+    assume = AssumeCache()
+    assume.attach(cache)
+    return Scheduler(
+        cache, assume, ClaimWriter(None, cache), filter_cache=FilterCache(cache, assume), **options
+    )
+
+
+def workload(pods: int, count: int = 1) -> list[dict[str, Any]]:
+    objs = o.cluster(3, 2)
+    for index in range(pods):
+        objs += [o.claim(f"c{index}", count=count), o.pod(f"p{index}", [f"c{index}"])]
+    return objs
+
+
+def pod(scheduler: Scheduler, name: str) -> dict:
+    found = scheduler.cache.pod("default", name)
+    assert found is not None
+    return found
+
+
+async def test_pods_with_identical_claims_reuse_outcomes() -> None:
+    scheduler = make(workload(3))
+    cache = scheduler.filter_cache
+    first = await scheduler.filter(pod(scheduler, "p0"), NODES)
+    assert cache.stats()["misses"] == 3 and cache.stats()["hits"] == 0
+    second = await scheduler.filter(pod(scheduler, "p1"), NODES)
+    assert cache.stats()["hits"] == 3
+    assert first.passed == second.passed == NODES
+
+
+async def test_a_bind_invalidates_only_its_node() -> None:
+    scheduler = make(workload(4, count=2))
+    cache = scheduler.filter_cache
+    await scheduler.filter(pod(scheduler, "p0"), NODES)
+    await scheduler.bind("default", "p0", pod(scheduler, "p0")["metadata"]["uid"], "node-1")
+    result = await scheduler.filter(pod(scheduler, "p1"), NODES)
+    assert result.passed == ["node-0", "node-2"]
+    assert "needs 2 devices, 0 match" in result.failed["node-1"]
+    assert cache.stats()["hits"] == 2  # node-0 and node-2 unchanged
+
+
+async def test_in_flight_holds_invalidate_their_pools() -> None:
+    scheduler = make(workload(3, count=2), hold_devices=True)
+    held = (await scheduler.filter(pod(scheduler, "p0"), NODES)).passed
+    assert len(held) == 1
+    result = await scheduler.filter(pod(scheduler, "p1"), NODES)
+    assert held[0] not in result.passed and result.passed  # the held node is full for p1
+    scheduler.release_hold(pod(scheduler, "p0")["metadata"]["uid"])
+    result = await scheduler.filter(pod(scheduler, "p2"), NODES)
+    # p1 holds one node now; the node p0 released is free again.
+    assert held[0] in result.passed
+
+
+async def test_failures_name_their_own_claim() -> None:
+    scheduler = make(workload(2, count=3))  # 3 devices wanted, 2 per node
+    first = await scheduler.filter(pod(scheduler, "p0"), NODES)
+    second = await scheduler.filter(pod(scheduler, "p1"), NODES)
+    assert all(message.startswith("claim c0:") for message in first.unresolvable.values())
+    assert all(message.startswith("claim c1:") for message in second.unresolvable.values())
+
+
+async def test_slice_changes_are_seen() -> None:
+    scheduler = make(workload(2, count=3))
+    assert (await scheduler.filter(pod(scheduler, "p0"), NODES)).passed == []
+    scheduler.cache.apply(
+        "ResourceSlice",
+        "MODIFIED",
+        o.gpu_slice("node-2", 3) | {"metadata": {"name": "node-2-gpu", "uid": "s2", "resourceVersion": "2"}},
+    )
+    assert (await scheduler.filter(pod(scheduler, "p1"), NODES)).passed == ["node-2"]
+
+
+async def test_bind_never_uses_cached_outcomes() -> None:
+    scheduler = make(workload(2))
+    await scheduler.filter(pod(scheduler, "p0"), ["node-0"])
+    # Someone else takes both devices of node-0 behind the extender's back (no in-flight entry).
+    taken = o.allocate(o.claim("other"), "node-0", ["gpu-0", "gpu-1"])
+    scheduler.cache.apply("ResourceClaim", "ADDED", taken)
+    hits = scheduler.filter_cache.stats()["hits"]
+    with pytest.raises(BindFailed, match="no longer fits"):
+        await scheduler.bind("default", "p0", pod(scheduler, "p0")["metadata"]["uid"], "node-0")
+    assert scheduler.filter_cache.stats()["hits"] == hits
