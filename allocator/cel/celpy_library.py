@@ -9,6 +9,7 @@ the DRA device maps. Errors are raised as Python exceptions of the classes celpy
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import re
@@ -59,14 +60,14 @@ class DomainValues(ct.MapType):
 
 
 @dataclass(frozen=True, slots=True)
-class Optional:
+class OptionalValue:
     """A CEL optional value (`optional.of(x)` / `optional.none()`)."""
 
     present: bool
     value: Any = None
 
 
-OPTIONAL_NONE = Optional(False)
+OPTIONAL_NONE = OptionalValue(False)
 
 
 def kind_of(value: object) -> str:
@@ -93,7 +94,7 @@ def kind_of(value: object) -> str:
         return "kubernetes.Quantity"
     if isinstance(value, Semver):
         return "kubernetes.Semver"
-    if isinstance(value, Optional):
+    if isinstance(value, OptionalValue):
         return "optional_type"
     if isinstance(value, ct.TimestampType):
         return "google.protobuf.Timestamp"
@@ -212,8 +213,8 @@ def _logical(is_and: bool) -> Callable[[Any, Any], Any]:
                 return value
         for value in (a, b):
             if kind_of(value) != "bool":
-                return CELEvalError(f"no such overload: {'_&&_' if is_and else '_||_'} on {kind_of(value)}",
-                                    NoOverload, (f"no such overload: logical operator on {kind_of(value)}",))
+                message = f"no such overload: {'_&&_' if is_and else '_||_'} applied to {kind_of(value)}"
+                return CELEvalError(message, NoOverload, (message,))
         return ct.BoolType(not decisive)
 
     return implementation
@@ -310,7 +311,7 @@ def _select(container: Any, field: Any) -> Any:
 
 
 def _has(container: Any, field: Any) -> Any:
-    if isinstance(container, Optional):
+    if isinstance(container, OptionalValue):
         if not container.present:
             return ct.BoolType(False)
         container = container.value
@@ -321,18 +322,18 @@ def _has(container: Any, field: Any) -> Any:
 
 def _optional_qualify(container: Any, key: Any) -> Any:
     # After `.?`/`[?` every following qualifier of the chain is a presence test too (as in cel-go).
-    if isinstance(container, Optional):
+    if isinstance(container, OptionalValue):
         if not container.present:
             return container
         container = container.value
     if isinstance(container, dict):
         if isinstance(key, str) and dict.__contains__(container, key):
-            return Optional(True, dict.__getitem__(container, key))
+            return OptionalValue(True, dict.__getitem__(container, key))
         found = _map_find(container, key)
-        return OPTIONAL_NONE if found is None else Optional(True, found[0])
+        return OPTIONAL_NONE if found is None else OptionalValue(True, found[0])
     if isinstance(container, list) and _is_number(key):
         position = int(key)
-        return Optional(True, container[position]) if 0 <= position < len(container) else OPTIONAL_NONE
+        return OptionalValue(True, container[position]) if 0 <= position < len(container) else OPTIONAL_NONE
     raise _no_overload("_[?_]", container, key)
 
 
@@ -522,23 +523,14 @@ def _join(values: Any, separator: Any = "") -> Any:
     return ct.StringType(str(separator).join(values))
 
 
-_GO_QUOTE_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
-                     "\v": "\\v", "\\": "\\\\", '"': '\\"'}
+_QUOTE_TABLE = str.maketrans({"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+                              "\t": "\\t", "\v": "\\v", "\\": "\\\\", '"': '\\"'})
 
 
 def _quote(text: Any) -> Any:
+    # cel-go escapes exactly these characters and keeps every other one as it is.
     _require(text, str, "strings.quote")
-    out = []
-    for char in str(text):
-        if char in _GO_QUOTE_ESCAPES:
-            out.append(_GO_QUOTE_ESCAPES[char])
-        elif char.isprintable():
-            out.append(char)
-        elif ord(char) < 0x10000:
-            out.append(f"\\u{ord(char):04x}" if ord(char) > 0xFF else f"\\x{ord(char):02x}")
-        else:
-            out.append(f"\\U{ord(char):08x}")
-    return ct.StringType('"' + "".join(out) + '"')
+    return ct.StringType('"' + str(text).translate(_QUOTE_TABLE) + '"')
 
 
 _FORMAT_VERB = re.compile(r"%(?:\.(\d+))?([sdfeboxX%])")
@@ -643,35 +635,41 @@ def _list_last_index_of(values: list, item: Any) -> Any:
     return ct.IntType(next((i for i in range(len(values) - 1, -1, -1) if cel_equals(values[i], item)), -1))
 
 
+_STRING_INDEX_OF = _string_method("indexOf", _index_of, str, ct.IntType)
+_STRING_LAST_INDEX_OF = _string_method("lastIndexOf", _last_index_of, str, ct.IntType)
+
+
 def _index_of_any(value: Any, *args: Any) -> Any:
     if isinstance(value, list):
         return _list_index_of(value, *args)
-    return _string_method("indexOf", _index_of, str, ct.IntType)(value, *args)
+    return _STRING_INDEX_OF(value, *args)
 
 
 def _last_index_of_any(value: Any, *args: Any) -> Any:
     if isinstance(value, list):
         return _list_last_index_of(value, *args)
-    return _string_method("lastIndexOf", _last_index_of, str, ct.IntType)(value, *args)
+    return _STRING_LAST_INDEX_OF(value, *args)
 
 
-def _compiled_regex(pattern: Any) -> Any:
+@functools.lru_cache(maxsize=512)
+def _compiled_regex(pattern: str) -> Any:
+    # Patterns are nearly always literals: compile each once, not on every evaluation.
     try:
-        return re2.compile(str(pattern), QUIET_RE2)
+        return re2.compile(pattern, QUIET_RE2)
     except re2.error as err:
-        raise LibraryError(f"invalid regular expression {str(pattern)!r}: {err}") from None
+        raise LibraryError(f"invalid regular expression {pattern!r}: {err}") from None
 
 
 def _matches(text: Any, pattern: Any) -> Any:
     _require(text, str, "matches", pattern)
     _require(pattern, str, "matches", text)
-    return ct.BoolType(_compiled_regex(pattern).search(str(text)) is not None)
+    return ct.BoolType(_compiled_regex(str(pattern)).search(str(text)) is not None)
 
 
 def _find(text: Any, pattern: Any) -> Any:
     _require(text, str, "find", pattern)
     _require(pattern, str, "find", text)
-    match = _compiled_regex(pattern).search(str(text))
+    match = _compiled_regex(str(pattern)).search(str(text))
     return ct.StringType(match.group(0) if match else "")
 
 
@@ -679,7 +677,7 @@ def _find_all(text: Any, pattern: Any, limit: Any = -1) -> Any:
     _require(text, str, "findAll", pattern)
     _require(pattern, str, "findAll", text)
     found = []
-    for match in _compiled_regex(pattern).finditer(str(text)):
+    for match in _compiled_regex(str(pattern)).finditer(str(text)):
         if 0 <= limit <= len(found):
             break
         found.append(ct.StringType(match.group(0)))
@@ -723,29 +721,29 @@ def _includes(value: Any, item: Any) -> Any:
     return ct.BoolType(cel_equals(value, item))
 
 
-def _optional_of(value: Any) -> Optional:
-    return Optional(True, value)
+def _optional_of(value: Any) -> OptionalValue:
+    return OptionalValue(True, value)
 
 
-def _optional_of_non_zero(value: Any) -> Optional:
+def _optional_of_non_zero(value: Any) -> OptionalValue:
     is_zero = (value is None or (isinstance(value, (str, bytes, list, dict)) and len(value) == 0)
                or (_is_number(value) and value == 0) or (isinstance(value, ct.BoolType) and not value))
-    return OPTIONAL_NONE if is_zero else Optional(True, value)
+    return OPTIONAL_NONE if is_zero else OptionalValue(True, value)
 
 
-def _optional_none() -> Optional:
+def _optional_none() -> OptionalValue:
     return OPTIONAL_NONE
 
 
 def _optional_method(function: str, implementation: Callable[..., Any]) -> Callable[..., Any]:
     def checked(value: Any, *args: Any) -> Any:
-        _require(value, Optional, function, *args)
+        _require(value, OptionalValue, function, *args)
         return implementation(value, *args)
 
     return checked
 
 
-def _optional_value(value: Optional) -> Any:
+def _optional_value(value: OptionalValue) -> Any:
     if not value.present:
         raise LibraryError("optional.none() dereference")
     return value.value
@@ -755,7 +753,7 @@ def _optional_elements(values: Any, optional_positions: Any) -> Any:
     result = []
     for position, value in enumerate(values):
         if position in optional_positions:
-            _require(value, Optional, "optional list element")
+            _require(value, OptionalValue, "optional list element")
             if value.present:
                 result.append(value.value)
         else:
