@@ -7,6 +7,7 @@ its typed models are far too slow for slices and claims (see the library measure
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -21,6 +22,10 @@ MERGE_PATCH = "application/merge-patch+json"
 # minute to watchers that allow them, so a healthy stream is never silent this long.
 WATCH_INACTIVITY_S = 180.0
 USER_AGENT = "dra-extender"
+
+
+class KubeConfigError(Exception):
+    """No usable credentials: neither an in-cluster service account nor the kubeconfig asked for."""
 
 
 class ApiError(Exception):
@@ -108,14 +113,21 @@ class KubeClient:
         from kubernetes import client, config
 
         cfg = client.Configuration()
+        in_cluster_problem = None
         if kubeconfig is None and context is None:
             try:
                 config.load_incluster_config(client_configuration=cfg)
-            except config.ConfigException:
-                await asyncio.to_thread(config.load_kube_config, client_configuration=cfg)
-        else:
-            await asyncio.to_thread(
-                config.load_kube_config, config_file=kubeconfig, context=context, client_configuration=cfg)
+            except config.ConfigException as err:
+                in_cluster_problem = str(err)
+        if kubeconfig is not None or context is not None or in_cluster_problem is not None:
+            where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            try:
+                await asyncio.to_thread(config.load_kube_config, config_file=kubeconfig, context=context,
+                                        client_configuration=cfg)
+            except (config.ConfigException, OSError, ValueError) as err:
+                tried = f"not in a cluster ({in_cluster_problem}); " if in_cluster_problem else ""
+                context_text = f", context {context!r}" if context else ""
+                raise KubeConfigError(f"{tried}kubeconfig {where}{context_text}: {err}") from err
         return cls(
             cfg.host,
             ssl_context=ssl_context_from(cfg),

@@ -15,7 +15,7 @@ import yaml
 from fakeapi import FakeApiServer
 from tls_material import TLSFiles, write_ca_and_certs
 
-from extender.kubeapi import ApiError, KubeClient, bearer_header, ssl_context_from
+from extender.kubeapi import ApiError, KubeClient, KubeConfigError, bearer_header, ssl_context_from
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 
@@ -419,3 +419,15 @@ async def test_fake_rejects_unknown_paths_and_bad_bodies(kube: KubeClient) -> No
     with pytest.raises(ApiError) as err:
         await kube.patch(f"{CLAIMS}/a", [{"op": "add"}], content_type="application/json-patch+json")
     assert err.value.status == 415
+
+
+async def test_connect_without_credentials_says_what_it_tried(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(KubeConfigError, match=r"^not in a cluster \(.*\); kubeconfig .*missing: "):
+        await KubeClient.connect()
+    config = tmp_path / "config"
+    config.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    with pytest.raises(KubeConfigError, match="context 'nope'"):
+        await KubeClient.connect(kubeconfig=str(config), context="nope")
