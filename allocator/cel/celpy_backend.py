@@ -51,8 +51,8 @@ from allocator.cel.parser import (
     qualified_name,
 )
 
-# Tree nodes celpy may visit while evaluating one selector on one device; typical selectors need
-# 20-200. Upstream bounds evaluation by a runtime cost limit; this is our equivalent for celpy.
+# Parse-tree nodes celpy may visit while evaluating one selector on one device (typical selectors
+# visit 10-100). Upstream bounds an evaluation by a runtime cost limit; this is celpy's equivalent.
 MAX_EVALUATION_STEPS = 200_000
 
 
@@ -243,9 +243,10 @@ class _Budget:
 
 
 _NOT_DECODED = object()
-_RELATION_FUNCTIONS = {"relation_lt": "_<_", "relation_le": "_<=_", "relation_ge": "_>=_",
-                       "relation_gt": "_>_",
-                       "relation_eq": "_==_", "relation_ne": "_!=_", "relation_in": "_in_"}
+_RELATION_FUNCTIONS = {
+    "relation_lt": "_<_", "relation_le": "_<=_", "relation_ge": "_>=_", "relation_gt": "_>_",
+    "relation_eq": "_==_", "relation_ne": "_!=_", "relation_in": "_in_",
+}
 
 
 class _BudgetedEvaluator(Evaluator):
