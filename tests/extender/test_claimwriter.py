@@ -9,7 +9,7 @@ import pytest
 import yaml
 from fakeapi import ApiRequest, FakeApiServer
 
-from allocator import FeatureGates
+from allocator import FeatureGates, ResourceClaim
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import FINALIZER, BindError, ClaimWriter
@@ -65,8 +65,10 @@ class Cluster:
     def pod(self, name: str) -> dict:
         return self.fake.get_object("Pod", name, "ns")
 
-    def cached(self, name: str):
-        return self.cache.claim("ns", name)
+    def cached(self, name: str) -> ResourceClaim:
+        claim = self.cache.claim("ns", name)
+        assert claim is not None
+        return claim
 
     async def bind(self, pod: str, node: str, *claims: tuple[str, dict | None]) -> None:
         await self.writer.bind(self.cache.pod("ns", pod), node, [(self.cached(c), a) for c, a in claims])
