@@ -404,10 +404,11 @@ def _compact(tree: lark.Tree) -> lark.Tree:
     return tree
 
 
-_CELPY_RULES = {"relation_eq": "_==_", "relation_ne": "_!=_", "relation_lt": "_<_", "relation_le": "_<=_",
-                "relation_gt": "_>_", "relation_ge": "_>=_", "relation_in": "@in", "addition_add": "_+_",
-                "addition_sub": "_-_", "multiplication_mul": "_*_", "multiplication_div": "_/_",
-                "multiplication_mod": "_%_", "unary_not": "!_", "unary_neg": "-_"}
+# celpy's grammar rule of each operator -> the operator's CEL name
+_CELPY_RULES = {
+    **_RELATION_FUNCTIONS, "addition_add": "_+_", "addition_sub": "_-_", "multiplication_mul": "_*_",
+    "multiplication_div": "_/_", "multiplication_mod": "_%_", "unary_not": "!_", "unary_neg": "-_",
+}
 _CELPY_OVERLOAD = re.compile(r"found no matching overload for (?:Token\('RULE', '(\w+)'\)|'?(_\?_:_|\w+)'?)")
 
 
