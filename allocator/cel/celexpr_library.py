@@ -69,6 +69,7 @@ def encode_quantity(quantity: Quantity) -> bytes:
 _DIGIT_COMPLEMENT = bytes.maketrans(b"0123456789", b"9876543210")
 
 
+@functools.lru_cache(maxsize=4096)  # devices share a few capacity values ("80Gi")
 def quantity_bytes(nanos: int) -> bytes:
     """Exact and order-preserving: bytes comparison of two encodings orders them like the values.
     Sign letter, ten-digit digit count, digits; count and digits complemented for negative values.
