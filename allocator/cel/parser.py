@@ -18,9 +18,9 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
 
-# cel-go limits the nesting depth of the parse tree; deeper expressions are rejected rather than
-# risking Python's recursion limit.
-MAX_NESTING_DEPTH = 100
+# cel-go limits the nesting depth of the parse tree too. Each level costs about a dozen Python frames
+# here (and more in celpy), so the limit keeps well inside Python's default recursion limit.
+MAX_NESTING_DEPTH = 50
 
 LiteralKind = TypingLiteral["int", "uint", "double", "string", "bytes", "bool", "null"]
 
@@ -556,4 +556,7 @@ def parse(text: str) -> Node:
         raise CELCompileError(f"expression must be a string, not {type(text).__name__}")
     if not text.strip():
         raise CELCompileError("expression is empty")
-    return _Parser(text).parse()
+    try:
+        return _Parser(text).parse()
+    except RecursionError:  # only reachable when the caller is already deep in its own stack
+        raise CELCompileError("expression is nested too deeply") from None

@@ -181,7 +181,7 @@ def test_creating_a_backend_never_lowers_the_recursion_limit() -> None:
 
 
 def test_deeply_nested_expression_compiles_and_evaluates() -> None:
-    expression = "(" * 60 + "true" + ")" * 60
+    expression = "(" * 45 + "true" + ")" * 45
     assert evaluate(expression)
     with pytest.raises(CELCompileError, match="nesting exceeds"):
         BACKEND.compile("(" * 150 + "true" + ")" * 150, CompileOptions())
