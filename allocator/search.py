@@ -15,7 +15,7 @@ from typing import Any
 
 from allocator import capacity as cap
 from allocator import cel
-from allocator.constraints import Constraint, DistinctAttribute, MatchAttribute
+from allocator.constraints import Constraint, DistinctAttribute, MatchAttribute, lookup_attribute
 from allocator.errors import AllocationError, AllocationTimeout, NodeAllocationError
 from allocator.features import FeatureGates
 from allocator.inventory import Inventory
@@ -170,6 +170,7 @@ class _Search:
         # Requests with the same class, selectors and capacity requests share per-candidate results.
         self._shared_checks: dict[tuple[Any, ...], tuple[list[bool | None], list[int | None]]] = {}
         self._allocated_mask: int | None = None
+        self._groups: dict[str, dict[tuple[str, Any], int]] = {}
 
     # --- entry point ----------------------------------------------------------------------------------
     def run(self) -> AllocationOutcome:
@@ -693,34 +694,97 @@ class _Search:
             )
         return ~(self._allocated_mask | self.allocating_mask)
 
+    def _attribute_groups(self, attribute: str) -> dict[tuple[str, Any], int]:
+        """Candidates by value of an attribute (as constraints look it up), as bit masks."""
+        groups = self._groups.get(attribute)
+        if groups is None:
+            groups = {}
+            for entry in self.candidates:
+                value = lookup_attribute(entry.device, entry.key[0], attribute)
+                if value is not None and not value.is_list:
+                    key = (value.type, value.value)
+                    groups[key] = groups.get(key, 0) | 1 << entry.index
+            self._groups[attribute] = groups
+        return groups
+
     def _hopeless(self, ci: int, ri: int, rd: RequestData, di: int, start: int) -> bool:
         """True if the rest of this claim cannot possibly be satisfied from the free devices.
 
-        Only requests that take devices exclusively count; a shareable device could serve several
-        requests, so its presence disables the claim-wide bound.
+        Bounds, each a necessary condition for any solution below this point: every remaining request
+        has enough free selectable devices (with the value a matchAttribute constraint has fixed, or in
+        one value group while it is still open); the remaining requests together have enough distinct
+        devices, enough in one matchAttribute group, and enough distinct distinctAttribute values.
+        The together-bounds assume exclusive use, so a shareable candidate disables them.
         """
         if rd.admin:
             return False
         free = self._free_mask()
-        mine = self._mask(ci, rd) & free
-        needed_here = rd.num_devices - di
-        if (mine >> start).bit_count() < needed_here:
-            return True
-        needed = needed_here
-        union = (mine >> start) << start
+        # (applies-to check, devices still needed, candidate mask) for this and the later requests
+        remaining: list[tuple[list[RequestData], int, int]] = [
+            ([rd], rd.num_devices - di, ((self._mask(ci, rd) & free) >> start) << start)
+        ]
         for later in self.requests[ci][ri + 1 :]:
             if any(r.admin for r in later):
                 continue
-            needed += min(r.num_devices for r in later)
+            mask = 0
             for r in later:
-                union |= self._mask(ci, r) & free
-        if needed == needed_here:
+                mask |= self._mask(ci, r) & free
+            remaining.append((later, min(r.num_devices for r in later), mask))
+        union = 0
+        for _, _, mask in remaining:
+            union |= mask
+        exclusive = not (
+            self.consumable
+            and any(self.candidates[i].device.allow_multiple_allocations for i in _bits(union))
+        )
+        constraints = [c for c in self.constraints[ci] if not c.list_semantics]
+        for constraint in constraints:
+            applies = [
+                all(constraint.applies(r.base_name, r.sub_name) for r in rds) for rds, _, _ in remaining
+            ]
+            if not any(applies):
+                continue
+            groups = self._attribute_groups(constraint.attribute)
+            if isinstance(constraint, MatchAttribute):
+                if constraint.stack:
+                    first = constraint.stack[0]
+                    allowed = groups.get((first.type, first.value), 0)
+                    remaining = [
+                        (rds, needed, mask & allowed if a else mask)
+                        for (rds, needed, mask), a in zip(remaining, applies, strict=True)
+                    ]
+                    continue
+                under = [(needed, mask) for (_, needed, mask), a in zip(remaining, applies, strict=True) if a]
+                if (
+                    applies[0]
+                    and max(((under[0][1] & g).bit_count() for g in groups.values()), default=0)
+                    < (under[0][0])
+                ):
+                    return True
+                if exclusive:
+                    total = sum(needed for needed, _ in under)
+                    together = 0
+                    for _, mask in under:
+                        together |= mask
+                    if max(((together & g).bit_count() for g in groups.values()), default=0) < total:
+                        return True
+            elif exclusive:
+                taken = {(v.type, v.value) for v in constraint.stack}
+                under = [(needed, mask) for (_, needed, mask), a in zip(remaining, applies, strict=True) if a]
+                together = 0
+                for _, mask in under:
+                    together |= mask
+                values = sum(1 for key, g in groups.items() if key not in taken and together & g)
+                if values < sum(needed for needed, _ in under):
+                    return True
+        if remaining[0][2].bit_count() < remaining[0][1]:
+            return True
+        if not exclusive or len(remaining) == 1:
             return False
-        if self.consumable and any(
-            self.candidates[i].device.allow_multiple_allocations for i in _bits(union)
-        ):
-            return False
-        return union.bit_count() < needed
+        union = 0
+        for _, _, mask in remaining:
+            union |= mask
+        return union.bit_count() < sum(needed for _, needed, _ in remaining)
 
 
 def _bits(mask: int) -> list[int]:

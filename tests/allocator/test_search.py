@@ -425,3 +425,28 @@ def test_device_holding_shares_is_not_handed_out_exclusively() -> None:
     outcome = allocate(inv, claim_obj("c", req("a")), state=state)
     assert not outcome.success
     assert outcome.reasons[0].in_use_by == {"default/other": 1}
+
+
+def test_match_attribute_groups_bound_the_search() -> None:
+    # 24 distinguishable devices in two PCIe roots of 12; 13 devices on one root cannot exist.
+    # Plain depth-first search tries every subset of a root (minutes); the group bound stops it.
+    devices = [dev(f"d{i:02d}", attrs={"index": i, "root": f"r{i // 12}"}) for i in range(24)]
+    inv = inventory([slice_obj("s", devices)])
+    constraint = [{"matchAttribute": f"{DRIVER}/root"}]
+    for claim in (
+        claim_obj("c", req("r", 13), constraints=constraint),
+        claim_obj("c", *[req(f"r{i}") for i in range(13)], constraints=constraint),
+    ):
+        started = time.perf_counter()
+        assert not allocate(inv, claim).success
+        assert time.perf_counter() - started < 0.05
+
+
+def test_distinct_attribute_values_bound_the_search() -> None:
+    devices = [dev(f"d{i:02d}", attrs={"index": i, "numa": i % 3}) for i in range(15)]
+    claim = claim_obj(
+        "c", *[req(f"r{i}") for i in range(4)], constraints=[{"distinctAttribute": f"{DRIVER}/numa"}]
+    )
+    started = time.perf_counter()
+    outcome = allocate(inventory([slice_obj("s", devices)]), claim)
+    assert not outcome.success and time.perf_counter() - started < 0.05
