@@ -1,0 +1,105 @@
+"""Every overlay, and each overlay with the optional eviction controller, rendered by `kubectl kustomize`:
+the rendered objects are what the cluster gets, so the checks against the code run on them too."""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deploy_manifests import (
+    DEPLOY,
+    EXTENDER_CONTAINER,
+    NAMESPACE,
+    OVERLAYS,
+    container,
+    find,
+    find_kubectl,
+    flag_name,
+    option_strings,
+    render,
+    serve_parser,
+)
+
+KUBECTL = find_kubectl()
+pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl (for `kubectl kustomize`) is not installed")
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                  "ValidatingWebhookConfiguration", "MutatingAdmissionPolicy",
+                  "MutatingAdmissionPolicyBinding"}
+
+
+@cache
+def _render(directory: Path) -> list[dict[str, Any]]:
+    assert KUBECTL is not None
+    return render(KUBECTL, directory)
+
+
+def _with_eviction_controller(tmp_path: Path, overlay: str) -> list[dict[str, Any]]:
+    # What an admin writes to add the optional component; kustomize wants relative paths.
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n- {os.path.relpath(DEPLOY / 'overlays' / overlay, tmp_path)}\n"
+        f"components:\n- {os.path.relpath(DEPLOY / 'components' / 'eviction-controller', tmp_path)}\n"
+    )
+    return _render(tmp_path)
+
+
+def _extender_args(docs: list[dict[str, Any]]) -> list[str]:
+    return container(find(docs, "Deployment", "dra-extender"), EXTENDER_CONTAINER)["args"]
+
+
+@pytest.fixture(scope="module", params=["base", *(f"overlays/{o}" for o in OVERLAYS)])
+def rendered(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
+    return _render(DEPLOY / request.param)
+
+
+def test_rendered_objects_are_namespaced_where_they_should_be(rendered: list[dict[str, Any]]) -> None:
+    for doc in rendered:
+        meta = doc["metadata"]
+        if doc["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in meta, f"{doc['kind']} {meta['name']}"
+        elif doc["kind"] == "RoleBinding" and meta["name"] == "dra-extender-authentication-reader":
+            assert meta["namespace"] == "kube-system"
+        else:
+            assert meta["namespace"] == NAMESPACE, f"{doc['kind']} {meta['name']}"
+
+
+def test_rendered_extender_args_parse(rendered: list[dict[str, Any]]) -> None:
+    serve_parser().parse_args(_extender_args(rendered))
+
+
+def test_rendered_config_map_volumes_exist(rendered: list[dict[str, Any]]) -> None:
+    config_maps = {d["metadata"]["name"] for d in rendered if d["kind"] == "ConfigMap"}
+    pod = find(rendered, "Deployment", "dra-extender")["spec"]["template"]["spec"]
+    for volume in pod["volumes"]:
+        if "configMap" in volume:
+            assert volume["configMap"]["name"] in config_maps
+
+
+def test_second_scheduler_has_no_extender_service_and_loopback_config() -> None:
+    docs = _render(DEPLOY / "overlays" / "second-scheduler")
+    services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
+    assert services == {"dra-extender-webhook", "dra-extender-metrics"}
+    deployment = find(docs, "Deployment", "dra-extender")
+    names = [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]]
+    assert names == [EXTENDER_CONTAINER, "kube-scheduler"]
+    assert deployment["spec"]["replicas"] == 2
+    assert "--extender-tls-cert-file" not in {flag_name(a) for a in _extender_args(docs)}
+
+
+def test_scheduler_config_serves_the_extender_over_https() -> None:
+    args = {flag_name(a) for a in _extender_args(_render(DEPLOY / "overlays" / "scheduler-config"))}
+    assert {"--extender-tls-cert-file", "--extender-tls-private-key-file"} <= args
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_eviction_controller_composes_with_every_overlay(tmp_path: Path, overlay: str) -> None:
+    docs = _with_eviction_controller(tmp_path, overlay)
+    args = _extender_args(docs)
+    assert "--controllers=taint-eviction,driver-loss" in args
+    find(docs, "ClusterRole", "dra-extender-controllers")
+    find(docs, "Role", "dra-extender-controllers-leader")
+    if "--controllers" in option_strings(serve_parser()):
+        serve_parser().parse_args(args)
