@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shlex
@@ -11,12 +12,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 import yaml
 
-from extender.cli import main
+from allocator import FeatureGates
+from extender.cli import build_parser, main
+from extender.objects_io import load_objects
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "cluster"
@@ -166,3 +171,65 @@ def test_simulate_prints_the_node_table(tmp_path: Path, capsys: pytest.CaptureFi
 
     assert main(["simulate", "-f", str(EXAMPLES), "--pod", str(EXAMPLES / "pods.yaml")]) == 2
     assert "exactly one Pod" in capsys.readouterr().err
+
+
+async def test_serve_against_an_api_server_via_kubeconfig(
+    fake_api: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from extender.commands import serve as serve_command
+
+    monkeypatch.setattr(serve_command, "tune_gc_after_sync", lambda: None)  # keep pytest's own GC as it is
+    fake_api.seed(load_objects([EXAMPLES]))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [{"name": "fake", "cluster": {"server": fake_api.url}}],
+                "users": [{"name": "tester", "user": {"token": "secret"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester"}}],
+            }
+        )
+    )
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--context",
+            "fake",
+            "--extender-port",
+            "0",
+            "--debug-port",
+            "0",
+        ]
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve_command.serve(args, FeatureGates(), stop))
+    out = ""
+    for _ in range(500):
+        out += capsys.readouterr().out
+        if "try filter" in out or task.done():
+            break
+        await asyncio.sleep(0.01)
+    try:
+        debug = re.search(r"debug at (http://[0-9.:]+)/debug/explain", out).group(1)
+        extender = re.search(r"extender verbs at (http://\S+/scheduler)/", out).group(1)
+        async with aiohttp.ClientSession() as session:
+            for _ in range(500):
+                async with session.get(debug + "/readyz") as response:
+                    if response.status == 200:
+                        break
+                await asyncio.sleep(0.01)
+            pod = fake_api.get_object("Pod", "a100-job", "default")
+            body = orjson.dumps({"Pod": pod, "NodeNames": ["node-1", "node-2", "node-3"], "Nodes": None})
+            async with session.post(extender + "/filter", data=body) as response:
+                assert (await response.json())["NodeNames"] == ["node-1"]
+            async with session.get(debug + "/debug/state") as response:
+                state = await response.json()
+                assert state["watch"]["ready"] is True and "ResourceClaim" in state["watch"]["kinds"]
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0
