@@ -344,3 +344,11 @@ async def test_hold_is_used_at_bind_and_other_node_is_rechecked() -> None:
     assert len(scheduler.assume) == 0
     await scheduler.bind("default", "pb", pb["metadata"]["uid"], held_b)
     assert sorted(devices_of(scheduler)) == [(o.DRIVER, "node-0", "gpu-0"), (o.DRIVER, "node-1", "gpu-0")]
+
+
+async def test_pod_without_claims_is_just_bound() -> None:
+    plain = o.pod("plain", [])
+    scheduler = make([*o.cluster(1, 1), plain])
+    await scheduler.bind("default", "plain", plain["metadata"]["uid"], "node-0")
+    assert pod_of(scheduler, "plain")["spec"]["nodeName"] == "node-0"
+    assert devices_of(scheduler) == []

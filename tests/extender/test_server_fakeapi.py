@@ -108,6 +108,14 @@ async def test_concurrent_binds_race_for_the_last_devices(stack: Stack) -> None:
     await stack.settle()
     state = stack.server.scheduler
     assert state.bind_conflicts == 6 and len(state.assume) == 0
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(stack.server.urls["debug"] + "/metrics") as response,
+    ):
+        text = await response.text()
+    assert "dra_extender_bind_conflicts_total 6.0" in text
+    assert 'dra_extender_bind_failures_total{stage="recheck"} 6.0' in text
+    assert "dra_extender_bind_duration_seconds_count 10.0" in text
 
 
 async def test_status_write_conflict_is_retried(stack: Stack) -> None:
