@@ -77,7 +77,12 @@ class ExtenderServer:
         self.watch_health = watch_health
         self.metrics.watch_state(self._gauges)
         self._runners: list[web.AppRunner] = []
+        self._extra_state: dict[str, Callable[[], Any]] = {}
         self.urls: dict[str, str] = {}
+
+    def add_state(self, name: str, provider: Callable[[], Any]) -> None:
+        """Show `provider()` under `name` in /debug/state (e.g. the controllers)."""
+        self._extra_state[name] = provider
 
     # ---- apps ---------------------------------------------------------------------------------
 
@@ -183,6 +188,7 @@ class ExtenderServer:
             "filterCache": scheduler.filter_cache.stats() if scheduler.filter_cache else None,
             "watch": self.watch_health() if self.watch_health else {"mode": "snapshot"},
         }
+        body.update({name: provider() for name, provider in self._extra_state.items()})
         return _json(orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
 
     async def snapshot(self, request: web.Request) -> web.Response:

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from allocator import FeatureGates
+from extender import controllers
 from extender.podclaims import has_claims
 from extender.scoring import POLICIES
 from extender.server import DEFAULT_PREFIX, ExtenderServer, server_ssl_context
@@ -98,6 +99,7 @@ def register(subparsers: Any) -> None:
     add_logging_arguments(parser)
     if webhook_server is not None:
         webhook_server.add_arguments(parser)
+    controllers.add_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -312,6 +314,7 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
         build_scheduler(cluster, args), watch_health=cluster.watcher.health if cluster.watcher else None
     )
     webhook = None
+    running = None
     gc_task = asyncio.create_task(_tune_gc_when_ready(cluster))
     try:
         ssl_context = None
@@ -328,6 +331,16 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
             )
             if webhook is not None:  # otherwise server_from_args logged why the port stays closed
                 await webhook.start()
+        if args.controllers and cluster.client is None:
+            log.warning(
+                "--controllers %s need an API server: not started in snapshot mode",
+                ",".join(args.controllers),
+            )
+        elif args.controllers:
+            running = await controllers.start_from_args(
+                cluster.cache, cluster.client, args, registry=server.metrics.registry
+            )
+            server.add_state("controllers", running.state)
         print(usage_banner(server, cluster.cache), flush=True)
         await stop.wait()
         log.info("shutting down")
@@ -337,6 +350,8 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
         return 1
     finally:
         gc_task.cancel()
+        if running is not None:
+            await running.stop()
         if webhook is not None:
             await webhook.stop()
         await server.stop()

@@ -204,6 +204,8 @@ async def test_serve_against_an_api_server_via_kubeconfig(
             "0",
             "--debug-port",
             "0",
+            "--controllers",
+            "taint-eviction,driver-loss",
         ]
     )
     stop = asyncio.Event()
@@ -230,6 +232,7 @@ async def test_serve_against_an_api_server_via_kubeconfig(
             async with session.get(debug + "/debug/state") as response:
                 state = await response.json()
                 assert state["watch"]["ready"] is True and "ResourceClaim" in state["watch"]["kinds"]
+                assert state["controllers"]["controllers"] == ["taint-eviction", "driver-loss"]
     finally:
         stop.set()
         assert await asyncio.wait_for(task, 10) == 0
