@@ -24,13 +24,12 @@ def _devices(verdict: NodeVerdict, claim_names: list[str]) -> list[dict[str, Any
     chosen = []
     for claim_name, allocation in zip(claim_names, verdict.outcome.allocations, strict=False):
         results = (allocation.get("devices") or {}).get("results") or []
-        chosen.append({
-            "claim": claim_name,
-            "devices": [
-                {"request": r.get("request"), "device": _device_id(r)}
-                for r in results
-            ],
-        })
+        chosen.append(
+            {
+                "claim": claim_name,
+                "devices": [{"request": r.get("request"), "device": _device_id(r)} for r in results],
+            }
+        )
     return chosen
 
 
@@ -46,8 +45,18 @@ def _node_report(verdict: NodeVerdict, claim_names: list[str]) -> dict[str, Any]
     }
 
 
-def explain_pod(scheduler: Scheduler, namespace: str, name: str, nodes: Iterable[str] | None = None) -> dict:
-    """The explanation as a JSON-ready dict. Raises ExplainError for an unknown pod or node."""
+def explain_pod(
+    scheduler: Scheduler,
+    namespace: str,
+    name: str,
+    nodes: Iterable[str] | None = None,
+    *,
+    driver_lost: list[dict[str, Any]] | None = None,
+) -> dict:
+    """The explanation as a JSON-ready dict. Raises ExplainError for an unknown pod or node.
+
+    `driver_lost`: pools whose driver vanished while claims hold devices (from the driver-loss
+    controller); their devices are never offered, which explains missing candidates."""
     pod = scheduler.cache.pod(namespace, name)
     if pod is None:
         raise ExplainError(f"pod {namespace}/{name} not found")
@@ -56,16 +65,20 @@ def explain_pod(scheduler: Scheduler, namespace: str, name: str, nodes: Iterable
         if scheduler.cache.node(node) is None:
             raise ExplainError(f"node {node} not found")
     report: dict[str, Any] = {"pod": pod_key(pod), "claims": [], "error": "", "nodes": []}
+    if driver_lost:
+        report["driverLost"] = driver_lost
     try:
         plan = scheduler.plan(pod)
         for entry in plan.claims:
             claim = entry.claim
-            report["claims"].append({
-                "podClaimName": entry.pod_claim_name,
-                "claim": claim.key,
-                "allocated": claim.allocation is not None,
-                "reservedFor": len(claim.reserved_for),
-            })
+            report["claims"].append(
+                {
+                    "podClaimName": entry.pod_claim_name,
+                    "claim": claim.key,
+                    "allocated": claim.allocation is not None,
+                    "reservedFor": len(claim.reserved_for),
+                }
+            )
         to_allocate = [claim.name for claim in plan.to_allocate]
         verdicts = [scheduler.check_node(plan, node) for node in node_names]
     except SchedulingError as error:
@@ -99,6 +112,12 @@ def render_text(report: dict[str, Any]) -> str:
     for claim in report["claims"]:
         state = "allocated" if claim["allocated"] else "to allocate"
         lines.append(f"  claim {claim['podClaimName']} -> {claim['claim']} ({state})")
+    for pool in report.get("driverLost", []):
+        left = "grace period over" if pool.get("expired") else f"{pool.get('seconds_left', 0):.0f}s left"
+        lines.append(
+            f"  driver lost: pool {pool.get('driver')}/{pool.get('pool')}: {len(pool.get('devices') or [])} "
+            f"device(s) still held by {', '.join(pool.get('claims') or [])} ({left})"
+        )
     for node in report["nodes"]:
         if node["fits"]:
             lines.append(f"{node['node']}: fits")

@@ -78,6 +78,8 @@ class ExtenderServer:
         self.metrics.watch_state(self._gauges)
         self._runners: list[web.AppRunner] = []
         self._extra_state: dict[str, Callable[[], Any]] = {}
+        # Set by `serve` when the driver-loss controller runs: its lost pools join explanations.
+        self.driver_lost: Callable[[], list[dict[str, Any]]] | None = None
         self.urls: dict[str, str] = {}
 
     def add_state(self, name: str, provider: Callable[[], Any]) -> None:
@@ -170,7 +172,8 @@ class ExtenderServer:
             raise wire.BadRequest(f"format must be json or text, got {text_format!r}")
         nodes = request.query.getall("node", []) or None
         try:
-            report = explain_pod(self.scheduler, namespace, name, nodes)
+            lost = self.driver_lost() if self.driver_lost else None
+            report = explain_pod(self.scheduler, namespace, name, nodes, driver_lost=lost)
         except ExplainError as error:
             return web.Response(status=404, text=f"{error}\n")
         if text_format == "text":

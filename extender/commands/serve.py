@@ -341,6 +341,7 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
                 cluster.cache, cluster.client, args, registry=server.metrics.registry
             )
             server.add_state("controllers", running.state)
+            server.driver_lost = running.driver_lost
         print(usage_banner(server, cluster.cache), flush=True)
         await stop.wait()
         log.info("shutting down")

@@ -96,3 +96,21 @@ def test_scheduling_error_is_reported() -> None:
     report = explain_pod(make([*o.cluster(1, 1), broken, o.pod("p", ["c"])]), "default", "p")
     assert "invalid claim" in report["error"] and report["nodes"] == []
     assert render_text(report).startswith("pod default/p: error: invalid claim")
+
+
+def test_driver_lost_pools_are_shown() -> None:
+    lost = [
+        {
+            "driver": o.DRIVER,
+            "pool": "node-9",
+            "devices": ["gpu-0", "gpu-1"],
+            "claims": ["default/old"],
+            "seconds_left": 42.4,
+            "expired": False,
+        }
+    ]
+    report = explain_pod(cluster_with_a_busy_node(), "default", "p", ["node-0"], driver_lost=lost)
+    assert report["driverLost"] == lost
+    assert "driver lost: pool gpu.example.com/node-9: 2 device(s) still held by default/old (42s left)" in (
+        render_text(report)
+    )
