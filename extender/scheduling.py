@@ -18,7 +18,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from cachetools import TTLCache
 
@@ -34,8 +33,11 @@ from allocator import (
     node_matches_selector,
 )
 from allocator.errors import AllocationTimeout
-from extender.claimwriter import BindError
+from extender.assume import AssumeCache
+from extender.cache import ClusterCache
+from extender.claimwriter import BindError, ClaimWriter
 from extender.filtercache import FilterCache
+from extender.metrics import Metrics
 from extender.podclaims import (
     ClaimsNotReady,
     InvalidPodError,
@@ -55,7 +57,7 @@ log = logging.getLogger(__name__)
 PREEMPTION_MAY_HELP = frozenset({"in use", "counters", "capacity"})
 # How long one filter may run on the event loop before it lets other requests in.
 YIELD_AFTER_S = 0.005
-# Filter results reused by prioritize (and by bind in hold mode) for the same pod.
+# How long prioritize may reuse the verdicts of the same pod's filter.
 RESULT_TTL_S = 30.0
 
 
@@ -99,7 +101,6 @@ class FilterResult:
     failed: dict[str, str]
     unresolvable: dict[str, str]
     error: str = ""
-    verdicts: dict[str, NodeVerdict] = field(default_factory=dict)
 
 
 def _blocked(message: str, reason: str, unresolvable: bool = True) -> NodeVerdict:
@@ -115,15 +116,15 @@ def allocated_devices(outcome: AllocationOutcome | None) -> int:
 class Scheduler:
     def __init__(
         self,
-        cache: Any,
-        assume: Any,
-        writer: Any,
+        cache: ClusterCache,
+        assume: AssumeCache,
+        writer: ClaimWriter,
         *,
         scoring: str = "binpack",
         hold_devices: bool = False,
         hold_ttl_s: float = 30.0,
         node_deadline_s: float = 1.0,
-        metrics: Any = None,
+        metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         filter_cache: FilterCache | None = None,
     ) -> None:
@@ -357,6 +358,7 @@ class Scheduler:
         for claim, allocation in held:
             self._reserve(claim, allocation, uid, ttl_s=self.hold_ttl_s)
         self._holds[uid] = (best.node, held)
+        log.debug("holding %d claim(s) of pod %s on node %s", len(held), pod_key(pod), best.node)
         result = _split({best.node: best})
         for verdict in verdicts.values():
             if verdict.node == best.node:
@@ -518,7 +520,7 @@ class _ClaimLookup:
 
 
 def _split(verdicts: Mapping[str, NodeVerdict]) -> FilterResult:
-    result = FilterResult([], {}, {}, verdicts=dict(verdicts))
+    result = FilterResult([], {}, {})
     for name, verdict in verdicts.items():
         if verdict.fits:
             result.passed.append(name)
