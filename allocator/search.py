@@ -34,6 +34,10 @@ SHARED = 2  # eligibility of a shareable device: depends on what is allocated in
 _DEADLINE_CHECK_INTERVAL = 64
 
 
+class _Hopeless(Exception):
+    """A claim cannot be satisfied whatever earlier claims choose: the whole search fails."""
+
+
 class RequestData:
     """One ``exactly`` request or one subrequest, prepared for the search."""
 
@@ -171,6 +175,7 @@ class _Search:
         self._shared_checks: dict[tuple[Any, ...], tuple[list[bool | None], list[int | None]]] = {}
         self._allocated_mask: int | None = None
         self._groups: dict[str, dict[tuple[str, Any], int]] = {}
+        self._checked_alone: set[int] = set()
 
     # --- entry point ----------------------------------------------------------------------------------
     def run(self) -> AllocationOutcome:
@@ -180,7 +185,11 @@ class _Search:
         )
         if 2 * depth + 200 > sys.getrecursionlimit():
             sys.setrecursionlimit(2 * depth + 1000)  # two frames per search step along the current path
-        status = self._step(0, 0, 0, 0, False, 0)
+        try:
+            status = self._step(0, 0, 0, 0, False, 0)
+        except _Hopeless:
+            status = FAIL
+            self._abandon_attempt()
         if status == OK:
             allocations = [
                 build_allocation(
@@ -206,6 +215,21 @@ class _Search:
             # Upstream wraps this in ErrFailedAllocationOnNode: an error, but only for this node.
             raise NodeAllocationError("invalid resource pools were encountered", outcome)
         return outcome
+
+    def _abandon_attempt(self) -> None:
+        """Forget the devices tentatively chosen when the search was cut short."""
+        self.allocating.clear()
+        self.allocating_mask = 0
+        self.allocating_capacity.clear()
+        self.allocating_shares.clear()
+        self.consumed_counters.clear()
+        for results in self.results:
+            results.clear()
+        for constraints in self.constraints:
+            for constraint in constraints:
+                constraint.stack.clear()
+                if isinstance(constraint, MatchAttribute):
+                    constraint.intersections.clear()
 
     # --- preparation ----------------------------------------------------------------------------------
     def _prepare(self) -> None:
@@ -575,6 +599,12 @@ class _Search:
         if ci >= len(self.claims):
             return OK
         claim_requests = self.requests[ci]
+        entering_claim = ri == 0 and di == 0 and not in_sub
+        if entering_claim and self.prune and self.backtracked and ci not in self._checked_alone:
+            # Earlier claims only ever take devices away, so a claim that fails on its own fails always.
+            self._checked_alone.add(ci)
+            if self._hopeless_alone(ci):
+                raise _Hopeless
         if ri >= len(claim_requests):
             status = self._step(ci + 1, 0, 0, 0, False, 0)
             # The result-size signal stops at a claim boundary: another choice for an earlier claim
@@ -707,29 +737,42 @@ class _Search:
             self._groups[attribute] = groups
         return groups
 
-    def _hopeless(self, ci: int, ri: int, rd: RequestData, di: int, start: int) -> bool:
-        """True if the rest of this claim cannot possibly be satisfied from the free devices.
+    def _remaining(self, ci: int, first_request: int, free: int) -> list[tuple[list[RequestData], int, int]]:
+        """(requests to check constraints against, devices needed, candidate mask) per exclusive request."""
+        remaining = []
+        for rds in self.requests[ci][first_request:]:
+            if any(r.admin for r in rds):
+                continue
+            mask = 0
+            for r in rds:
+                mask |= self._mask(ci, r) & free
+            remaining.append((rds, min(r.num_devices for r in rds), mask))
+        return remaining
 
-        Bounds, each a necessary condition for any solution below this point: every remaining request
-        has enough free selectable devices (with the value a matchAttribute constraint has fixed, or in
-        one value group while it is still open); the remaining requests together have enough distinct
-        devices, enough in one matchAttribute group, and enough distinct distinctAttribute values.
-        The together-bounds assume exclusive use, so a shareable candidate disables them.
-        """
+    def _hopeless(self, ci: int, ri: int, rd: RequestData, di: int, start: int) -> bool:
+        """True if the rest of this claim cannot be satisfied from the devices still free."""
         if rd.admin:
             return False
         free = self._free_mask()
-        # (applies-to check, devices still needed, candidate mask) for this and the later requests
-        remaining: list[tuple[list[RequestData], int, int]] = [
-            ([rd], rd.num_devices - di, ((self._mask(ci, rd) & free) >> start) << start)
-        ]
-        for later in self.requests[ci][ri + 1 :]:
-            if any(r.admin for r in later):
-                continue
-            mask = 0
-            for r in later:
-                mask |= self._mask(ci, r) & free
-            remaining.append((later, min(r.num_devices for r in later), mask))
+        current = ([rd], rd.num_devices - di, ((self._mask(ci, rd) & free) >> start) << start)
+        return self._bounds_fail(ci, [current, *self._remaining(ci, ri + 1, free)])
+
+    def _hopeless_alone(self, ci: int) -> bool:
+        """True if the claim cannot be satisfied even if no earlier claim took anything."""
+        self._free_mask()
+        assert self._allocated_mask is not None
+        remaining = self._remaining(ci, 0, ~self._allocated_mask)
+        return bool(remaining) and self._bounds_fail(ci, remaining)
+
+    def _bounds_fail(self, ci: int, remaining: list[tuple[list[RequestData], int, int]]) -> bool:
+        """Necessary conditions for any solution of the remaining requests of claim ``ci``.
+
+        The first request has enough free selectable devices (with the value a matchAttribute
+        constraint has fixed, or in one value group while it is still open); all of them together have
+        enough distinct devices, enough in one matchAttribute group, and enough distinct
+        distinctAttribute values. The together-bounds assume exclusive use, so a shareable candidate
+        disables them.
+        """
         union = 0
         for _, _, mask in remaining:
             union |= mask

@@ -450,3 +450,15 @@ def test_distinct_attribute_values_bound_the_search() -> None:
     started = time.perf_counter()
     outcome = allocate(inventory([slice_obj("s", devices)]), claim)
     assert not outcome.success and time.perf_counter() - started < 0.05
+
+
+def test_a_claim_impossible_on_its_own_stops_the_whole_search() -> None:
+    # The first claim has C(24, 6) choices; the second can never be satisfied, whatever it leaves.
+    devices = [dev(f"d{i:02d}", attrs={"index": i, "root": f"r{i // 12}"}) for i in range(24)]
+    first = claim_obj("a", req("r", 6))
+    second = claim_obj("b", req("r", 13), constraints=[{"matchAttribute": f"{DRIVER}/root"}])
+    started = time.perf_counter()
+    outcome = allocate(inventory([slice_obj("s", devices)]), first, second)
+    assert not outcome.success and time.perf_counter() - started < 0.05
+    # Nothing chosen by the abandoned attempt leaks into the reasons.
+    assert [r.rejected for r in outcome.reasons] == [{"constraint": 12}]
