@@ -7,6 +7,7 @@ Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/healthz`, `/r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 import time
@@ -195,7 +196,10 @@ class ExtenderServer:
         return _json(orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
 
     async def snapshot(self, request: web.Request) -> web.Response:
-        text = yaml.dump_all(self.cache.objects(), Dumper=_YAML_DUMPER, sort_keys=False)
+        # Serialising a large cluster takes seconds: do it off the event loop so filters keep flowing.
+        # The cache replaces objects on change and never edits a stored one, so the list is stable.
+        objects = self.cache.objects()
+        text = await asyncio.to_thread(yaml.dump_all, objects, Dumper=_YAML_DUMPER, sort_keys=False)
         return web.Response(text=text, content_type="application/yaml")
 
     async def healthz(self, request: web.Request) -> web.Response:
