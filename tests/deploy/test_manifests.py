@@ -45,8 +45,9 @@ BASE = DEPLOY / "base"
 BASE_DOCS = resource_docs(BASE)
 DEPLOYMENT = find(BASE_DOCS, "Deployment", "dra-extender")
 EXTENDER = container(DEPLOYMENT, EXTENDER_CONTAINER)
-SCHEDULER_CONFIG = DEPLOY / "overlays" / "scheduler-config"
-SECOND_SCHEDULER = DEPLOY / "overlays" / "second-scheduler"
+SCHEDULER_CONFIG = DEPLOY / "components" / "scheduler-config"
+SECOND_SCHEDULER = DEPLOY / "components" / "second-scheduler"
+MANUAL_CERTS = DEPLOY / "components" / "manual-certs"
 CERT_MANAGER = DEPLOY / "components" / "cert-manager"
 EVICTION = DEPLOY / "components" / "eviction-controller"
 KUBE_SCHEDULER_CONFIGS = {
@@ -74,7 +75,8 @@ def test_every_referenced_file_exists_and_parses(directory: Path) -> None:
     expected_kind = "Component" if directory.parent.name == "components" else "Kustomization"
     assert spec["kind"] == expected_kind
     referenced = list(referenced_files(directory))
-    assert referenced, f"{directory}: names no files"
+    # manual-certs names only files `dra-extender certs` generates (tested in test_render.py).
+    assert referenced or directory == MANUAL_CERTS, f"{directory}: names no files"
     for field, path in referenced:
         assert path.exists(), f"{directory}/kustomization.yaml {field}: {path} does not exist"
         if path.is_dir():
@@ -106,6 +108,29 @@ def test_namespaced_objects_live_in_the_extender_namespace() -> None:
         else:
             assert doc["metadata"]["namespace"] == NAMESPACE, f"{doc['kind']} {doc['metadata']['name']}"
     assert kustomization(BASE)["namespace"] == NAMESPACE
+
+
+def test_overlays_combine_the_base_with_a_certificate_source_and_a_scheduling_mode() -> None:
+    expected = {
+        "cert-manager": ["../../components/cert-manager"],
+        "scheduler-config": ["../../components/cert-manager", "../../components/scheduler-config"],
+        "second-scheduler": ["../../components/cert-manager", "../../components/second-scheduler"],
+    }
+    for overlay, components in expected.items():
+        spec = kustomization(DEPLOY / "overlays" / overlay)
+        assert spec["resources"] == ["../../base"]
+        assert spec["components"] == components
+
+
+def test_manual_certs_component_takes_what_dra_extender_certs_writes_but_not_the_ca_key() -> None:
+    from webhook import certs
+
+    [generator] = kustomization(MANUAL_CERTS)["secretGenerator"]
+    assert generator["name"] == "dra-extender-tls" and generator["namespace"] == NAMESPACE
+    files = dict(entry.split("=", 1) for entry in generator["files"])
+    assert files == {"tls.crt": f"certs/{certs.CERT_FILE}", "tls.key": f"certs/{certs.KEY_FILE}",
+                     "ca.crt": f"certs/{certs.CA_CERT_FILE}"}
+    assert (MANUAL_CERTS / ".gitignore").read_text().splitlines()[-1] == "certs/"
 
 
 # ---- the extender container against `dra-extender serve` ------------------------------------------------

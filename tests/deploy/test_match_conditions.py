@@ -16,7 +16,7 @@ WEBHOOKS = {
     for doc in load_docs(DEPLOY / "base" / "webhooks.yaml")
     for hook in doc["webhooks"]
 }
-POLICY = find(resource_docs(DEPLOY / "overlays" / "second-scheduler"), "MutatingAdmissionPolicy",
+POLICY = find(resource_docs(DEPLOY / "components" / "second-scheduler"), "MutatingAdmissionPolicy",
               "dra-extender-scheduler-name")
 ENV = celpy.Environment()
 
@@ -186,7 +186,7 @@ def test_taint_rule_webhook_runs_only_for_no_execute(effect: str, expected: bool
     assert hook_matches("devicetaintrules.dra-extender.io", rule) is expected
 
 
-# ---- scheduler-name policy (overlays/second-scheduler) ------------------------------------------------
+# ---- scheduler-name policy (components/second-scheduler) ----------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,9 @@ the rendered objects are what the cluster gets, so the checks against the code r
 
 from __future__ import annotations
 
+import base64
 import os
+import shutil
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -103,3 +105,34 @@ def test_eviction_controller_composes_with_every_overlay(tmp_path: Path, overlay
     find(docs, "Role", "dra-extender-controllers-leader")
     if "--controllers" in option_strings(serve_parser()):
         serve_parser().parse_args(args)
+
+
+def test_manual_certs_fill_the_secret_and_every_ca_bundle(tmp_path: Path) -> None:
+    """The no-cert-manager path, as docs/operations.md describes it, with certificates from the code that
+    `dra-extender certs` runs."""
+    from webhook import certs
+
+    component = tmp_path / "manual-certs"
+    shutil.copytree(DEPLOY / "components" / "manual-certs", component)
+    ca = certs.generate_ca("test CA")
+    serving = certs.generate_serving_cert(ca, certs.service_dns_names("dra-extender-webhook", NAMESPACE), [])
+    certs.write_serving_files(component / "certs", ca, serving)
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n- {os.path.relpath(DEPLOY / 'base', overlay)}\n"
+        "components:\n- ../manual-certs\n"
+        f"- {os.path.relpath(DEPLOY / 'components' / 'second-scheduler', overlay)}\n"
+    )
+    docs = _render(overlay)
+    secret = find(docs, "Secret", "dra-extender-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    ca_bundle = base64.b64decode(secret["data"]["ca.crt"])
+    assert ca_bundle == ca.certificate_pem()
+    hooks = [hook for doc in docs if doc["kind"].endswith("WebhookConfiguration") for hook in doc["webhooks"]]
+    assert len(hooks) == 6
+    for hook in hooks:
+        assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca_bundle, hook["name"]
+    assert not [d for d in docs if d["apiVersion"].startswith("cert-manager.io/")]
