@@ -57,8 +57,11 @@ log = logging.getLogger(__name__)
 PREEMPTION_MAY_HELP = frozenset({"in use", "counters", "capacity"})
 # How long one filter may run on the event loop before it lets other requests in.
 YIELD_AFTER_S = 0.005
-# How long prioritize may reuse the verdicts of the same pod's filter.
+# How long, and for how many pods, prioritize may reuse the verdicts of the same pod's filter.
+# kube-scheduler calls prioritize right after filter, so a few pods suffice (each entry holds a
+# verdict per node).
 RESULT_TTL_S = 30.0
+RESULT_PODS = 64
 
 
 class SchedulingError(Exception):
@@ -140,7 +143,7 @@ class Scheduler:
         self.filter_cache = filter_cache
         # pod uid -> (node, [(claim, allocation)]) in --filter-holds-devices mode.
         self._holds: dict[str, tuple[str, list[tuple[ResourceClaim, dict]]]] = {}
-        self._results: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=4096, ttl=RESULT_TTL_S)
+        self._results: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS, ttl=RESULT_TTL_S)
         self.bind_attempts = 0
         self.bind_conflicts = 0
 
