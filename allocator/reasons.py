@@ -43,9 +43,8 @@ def _counters_short(search: _Search, entry: DeviceEntry) -> bool:
     return False
 
 
-def _rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) -> str | None:
-    device = entry.device
-    if device.binding_conditions and not search.binding_and_status:
+def _selection_rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) -> str | None:
+    if entry.device.binding_conditions and not search.binding_and_status:
         return "binding conditions"
     try:
         if not search._selectors_match(ci, rd, entry, True):
@@ -59,6 +58,15 @@ def _rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) ->
         return "request selector"
     if not entry.node_ok:
         return "node"
+    return None
+
+
+def _rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) -> str | None:
+    device = entry.device
+    if rd.selectable[entry.index] is not True:  # the search already knows when it is selectable
+        why = _selection_rejection(search, ci, rd, entry)
+        if why is not None:
+            return why
     if not rd.admin and search._in_use(entry):
         return "in use"
     if search.taints_on and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
