@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from allocator_objects import (
     DRIVER,
@@ -364,10 +362,9 @@ def test_no_solution_with_constraint_is_fast() -> None:
         claim_obj("c", req("r", 13), constraints=constraint),
         claim_obj("c", *[req(f"r{i}") for i in range(13)], constraints=constraint),
     ):
-        started = time.perf_counter()
         outcome = allocate(inventory([twelve]), claim)
         assert not outcome.success
-        assert time.perf_counter() - started < 0.05
+        assert outcome.steps < 200  # exhaustive search: every subset of 12 devices
 
 
 def test_identical_devices_are_tried_once_per_slot() -> None:
@@ -437,9 +434,9 @@ def test_match_attribute_groups_bound_the_search() -> None:
         claim_obj("c", req("r", 13), constraints=constraint),
         claim_obj("c", *[req(f"r{i}") for i in range(13)], constraints=constraint),
     ):
-        started = time.perf_counter()
-        assert not allocate(inv, claim).success
-        assert time.perf_counter() - started < 0.05
+        outcome = allocate(inv, claim)
+        assert not outcome.success
+        assert outcome.steps < 250
 
 
 def test_distinct_attribute_values_bound_the_search() -> None:
@@ -447,9 +444,8 @@ def test_distinct_attribute_values_bound_the_search() -> None:
     claim = claim_obj(
         "c", *[req(f"r{i}") for i in range(4)], constraints=[{"distinctAttribute": f"{DRIVER}/numa"}]
     )
-    started = time.perf_counter()
     outcome = allocate(inventory([slice_obj("s", devices)]), claim)
-    assert not outcome.success and time.perf_counter() - started < 0.05
+    assert not outcome.success and outcome.steps < 120  # 1831 without pruning
 
 
 def test_a_claim_impossible_on_its_own_stops_the_whole_search() -> None:
@@ -457,8 +453,7 @@ def test_a_claim_impossible_on_its_own_stops_the_whole_search() -> None:
     devices = [dev(f"d{i:02d}", attrs={"index": i, "root": f"r{i // 12}"}) for i in range(24)]
     first = claim_obj("a", req("r", 6))
     second = claim_obj("b", req("r", 13), constraints=[{"matchAttribute": f"{DRIVER}/root"}])
-    started = time.perf_counter()
     outcome = allocate(inventory([slice_obj("s", devices)]), first, second)
-    assert not outcome.success and time.perf_counter() - started < 0.05
+    assert not outcome.success and outcome.steps < 100
     # Nothing chosen by the abandoned attempt leaks into the reasons.
     assert [r.rejected for r in outcome.reasons] == [{"constraint": 12}]
