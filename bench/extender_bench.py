@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib.util
 import statistics
 import sys
@@ -194,7 +195,23 @@ class Bench:
         return (conflicts / attempts if attempts else 0.0), attempts, unschedulable
 
 
+class GcPauses:
+    """Longest garbage-collector pause, to tell GC stalls from the extender's own work."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.longest = max(self.longest, time.perf_counter() - self._started)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    gc_pauses = GcPauses()
     fake = _fake_api_class()(bookmark_interval_s=5.0)
     await fake.start()
     total = args.nodes * args.devices
@@ -249,6 +266,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "bind_conflict_rate": round(conflict_rate, 4),
         "_details": {
             "longest_loop_stall_ms": round(max(stall_one, stall_five), 3),
+            "longest_gc_pause_ms": round(gc_pauses.longest * 1000, 3),
             "bind_failures": bind_failures,
             "race_bind_attempts": attempts,
             "race_unschedulable": unschedulable,
