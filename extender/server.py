@@ -118,7 +118,9 @@ class ExtenderServer:
             self._runners.append(runner)
             bound = runner.addresses[0][1] if runner.addresses else port
             scheme = "https" if context is not None else "http"
-            shown = f"[{host}]" if ":" in host else host
+            # A wildcard address is not something to paste into curl: show loopback instead.
+            shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+            shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
             self.urls[name] = f"{scheme}://{shown}:{bound}" + (self.prefix if name == "extender" else "")
 
     async def stop(self) -> None:

@@ -258,3 +258,14 @@ async def test_https_with_client_certificates(tmp_path: Path) -> None:
                     await response.read()
     finally:
         await server.stop()
+
+
+async def test_wildcard_address_is_shown_as_loopback() -> None:
+    server = build_server(o.cluster(1, 1))
+    await server.start("0.0.0.0", 0, 0)
+    try:
+        assert server.urls["extender"].startswith("http://127.0.0.1:")
+        assert server.urls["extender"].endswith("/scheduler")
+        assert (await get(server.urls["debug"] + "/healthz"))[0] == 200
+    finally:
+        await server.stop()
