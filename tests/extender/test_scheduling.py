@@ -352,3 +352,13 @@ async def test_pod_without_claims_is_just_bound() -> None:
     await scheduler.bind("default", "plain", plain["metadata"]["uid"], "node-0")
     assert pod_of(scheduler, "plain")["spec"]["nodeName"] == "node-0"
     assert devices_of(scheduler) == []
+
+
+async def test_cel_runtime_error_is_an_error_not_a_node_verdict() -> None:
+    broken_class = o.device_class(expression='device.attributes["gpu.example.com"].nosuch == 1')
+    scheduler = make(
+        [broken_class, o.node("node-0"), o.gpu_slice("node-0", 1), o.claim("c"), o.pod("p", ["c"])]
+    )
+    result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])
+    assert result.passed == [] and result.failed == {} and result.unresolvable == {}
+    assert "CEL runtime error" in result.error and "nosuch" in result.error
