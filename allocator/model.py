@@ -16,6 +16,7 @@ import orjson
 
 from allocator.errors import InvalidObjectError
 from allocator.quantity import Quantity
+from allocator.semver import Semver
 
 _parse_serial = itertools.count()
 
@@ -174,6 +175,13 @@ class AttributeValue:
         return f"{{{self.type}: {self.value!r}}}"
 
 
+def _check_version(ck: _Checker, text: str, path: str) -> None:
+    try:
+        Semver.parse(text)
+    except ValueError as exc:
+        raise ck.fail(path, f"invalid semantic version: {exc}") from None
+
+
 def _parse_attribute(ck: _Checker, raw: Any, path: str) -> AttributeValue:
     if not isinstance(raw, dict) or len(raw) != 1:
         raise ck.fail(
@@ -184,6 +192,8 @@ def _parse_attribute(ck: _Checker, raw: Any, path: str) -> AttributeValue:
         expected = _PY_TYPES[type_]
         if not isinstance(value, expected) or (type_ == "int" and isinstance(value, bool)):
             raise ck.fail(f"{path}.{type_}", f"must be a {type_}, got {value!r}")
+        if type_ == "version":
+            _check_version(ck, value, f"{path}.version")
         return AttributeValue(type_, value)
     if type_ in LIST_ATTRIBUTE_TYPES:
         base = LIST_ATTRIBUTE_TYPES[type_]
@@ -192,6 +202,8 @@ def _parse_attribute(ck: _Checker, raw: Any, path: str) -> AttributeValue:
         for i, item in enumerate(value):
             if not isinstance(item, _PY_TYPES[base]) or (base == "int" and isinstance(item, bool)):
                 raise ck.fail(f"{path}.{type_}[{i}]", f"must be a {base}, got {item!r}")
+            if base == "version":
+                _check_version(ck, item, f"{path}.{type_}[{i}]")
         return AttributeValue(type_, tuple(value))
     raise ck.fail(f"{path}.{type_}", "unknown attribute type")
 

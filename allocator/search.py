@@ -370,12 +370,13 @@ class _Search:
             try:
                 programs.append(cel.compile(expression or "", self._options()))
             except cel.CELError as exc:
-                owner = (
-                    f"class {rd.device_class.name}" if for_class else f"claim {claim_ref(self.claims[ci])}"
-                )
+                owner = self._selector_owner(ci, rd, for_class)
                 raise AllocationError(f"{owner}: selector #{i}: CEL compile error: {exc}") from None
         owner_object.compiled[self._options_key] = programs
         return programs
+
+    def _selector_owner(self, ci: int, rd: RequestData, for_class: bool) -> str:
+        return f"class {rd.device_class.name}" if for_class else f"claim {claim_ref(self.claims[ci])}"
 
     def _selectors_match(self, ci: int, rd: RequestData, entry: DeviceEntry, for_class: bool) -> bool:
         programs = rd.class_programs if for_class else rd.request_programs
@@ -387,7 +388,12 @@ class _Search:
                 rd.request_programs = programs
         if not programs:
             return True
-        device = entry.device.cel_device(entry.key[0])
+        try:
+            device = entry.device.cel_device(entry.key[0])
+        except ValueError as exc:  # a value the CEL input cannot represent
+            raise AllocationError(
+                f"{self._selector_owner(ci, rd, for_class)}: selector #0: CEL runtime error: {exc}"
+            ) from None
         for i, program in enumerate(programs):
             try:
                 if entry.device.has_list_attributes and not self.list_attributes:
@@ -396,9 +402,7 @@ class _Search:
                 if not program.matches(device):
                     return False
             except cel.CELError as exc:
-                owner = (
-                    f"class {rd.device_class.name}" if for_class else f"claim {claim_ref(self.claims[ci])}"
-                )
+                owner = self._selector_owner(ci, rd, for_class)
                 raise AllocationError(f"{owner}: selector #{i}: CEL runtime error: {exc}") from None
         return True
 

@@ -69,6 +69,10 @@ def test_claim_defaults() -> None:
         ),
         (slice_obj("s", [dev("d", attributes={"x": {"int": "1"}})]), "spec.devices[0].attributes[x].int"),
         (slice_obj("s", [dev("d", attributes={"x": {}})]), "spec.devices[0].attributes[x]"),
+        (
+            slice_obj("s", [dev("d", attributes={"v": {"version": "1.2"}})]),
+            "spec.devices[0].attributes[v].version",
+        ),
         (slice_obj("s", [{"attributes": {}}]), "spec.devices[0].name"),
         (slice_obj("s", [dev("d")], count=0), "spec.pool.resourceSliceCount"),
         ({"kind": "ResourceSlice", "metadata": {"name": "s"}, "spec": {"pool": {}}}, "spec.driver"),
