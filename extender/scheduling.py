@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 # Rejections that evicting pods could undo: kube-scheduler may try preemption for these nodes.
 PREEMPTION_MAY_HELP = frozenset({"in use", "counters", "capacity"})
+# Re-check verdicts at bind that mean another pod got there first.
+CONFLICT_REASONS = frozenset({"devices", "claim in flight", "claim in use", "claim on other node"})
 # How long one filter may run on the event loop before it lets other requests in.
 YIELD_AFTER_S = 0.005
 # How long, and for how many pods, prioritize may reuse the verdicts of the same pod's filter.
@@ -468,9 +470,12 @@ class Scheduler:
             raise BindFailed(f"pod {pod_key(pod)}: {error}") from None
         if not verdict.fits:
             self.release_hold(uid)
-            self.bind_conflicts += 1
+            # A conflict: another allocation took what filter offered (not, say, a deleted class).
+            conflict = verdict.reason in CONFLICT_REASONS
+            self.bind_conflicts += conflict
             if self.metrics is not None:
-                self.metrics.bind_conflicts.inc()
+                if conflict:
+                    self.metrics.bind_conflicts.inc()
                 self.metrics.bind_failures.labels(stage="recheck").inc()
             raise BindFailed(f"pod {pod_key(pod)} no longer fits node {node_name}: {verdict.message}")
         writes: list[tuple[ResourceClaim, dict | None]] = [
