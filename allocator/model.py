@@ -24,6 +24,7 @@ SCALAR_ATTRIBUTE_TYPES = ("int", "bool", "string", "version")
 LIST_ATTRIBUTE_TYPES = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
 _PY_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "bool": (bool,), "string": (str,), "version": (str,)}
 BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class _Checker:
@@ -194,6 +195,8 @@ def _parse_attribute(ck: _Checker, raw: Any, path: str) -> AttributeValue:
             raise ck.fail(f"{path}.{type_}", f"must be a {type_}, got {value!r}")
         if type_ == "version":
             _check_version(ck, value, f"{path}.version")
+        if type_ == "int" and not _INT64_MIN <= value <= _INT64_MAX:
+            raise ck.fail(f"{path}.int", f"out of the int64 range: {value}")
         return AttributeValue(type_, value)
     if type_ in LIST_ATTRIBUTE_TYPES:
         base = LIST_ATTRIBUTE_TYPES[type_]
@@ -204,6 +207,8 @@ def _parse_attribute(ck: _Checker, raw: Any, path: str) -> AttributeValue:
                 raise ck.fail(f"{path}.{type_}[{i}]", f"must be a {base}, got {item!r}")
             if base == "version":
                 _check_version(ck, item, f"{path}.{type_}[{i}]")
+            if base == "int" and not _INT64_MIN <= item <= _INT64_MAX:
+                raise ck.fail(f"{path}.{type_}[{i}]", f"out of the int64 range: {item}")
         return AttributeValue(type_, tuple(value))
     raise ck.fail(f"{path}.{type_}", "unknown attribute type")
 
@@ -314,10 +319,7 @@ class Device:
         self.memo_key = (*memo_prefix, self.name)
         # Everything except the name: two devices with equal signatures in the same pool behave identically
         # for every selector, constraint, counter, taint and capacity check.
-        self.signature = orjson.dumps(
-            {k: v for k, v in raw.items() if k != "name"},
-            option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
-        )
+        self.signature = _signature({k: v for k, v in raw.items() if k != "name"})
         self._cel: Any = None
 
     def cel_device(self, driver: str) -> Any:
@@ -333,6 +335,13 @@ class Device:
                 memo_key=self.memo_key,
             )
         return self._cel
+
+
+def _signature(content: dict[str, Any]) -> bytes | str:
+    try:
+        return orjson.dumps(content, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # values orjson cannot encode: fall back to a representation (less sharing, still safe)
+        return repr(content)
 
 
 def _parse_counter_use(ck: _Checker, raw: Any, path: str) -> tuple[str, dict[str, Quantity]]:
@@ -680,5 +689,6 @@ def parse_object(
     """Parse one API object of a kind the allocator uses; None for every other kind."""
     if not isinstance(raw, dict):
         raise InvalidObjectError("object", "", "", f"must be an object, got {type(raw).__name__}")
-    cls = _KINDS.get(raw.get("kind", ""))
+    kind = raw.get("kind")
+    cls = _KINDS.get(kind) if isinstance(kind, str) else None
     return cls(raw) if cls is not None else None
