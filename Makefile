@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/dra-extender check examples/cluster
+	$(BIN)/dra-extender serve --snapshot examples/cluster
 
 test: $(STAMP)
 	$(BIN)/ruff check .
