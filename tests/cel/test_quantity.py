@@ -1,6 +1,8 @@
 from fractions import Fraction
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from allocator.quantity import Quantity
 
@@ -118,3 +120,13 @@ def test_from_fraction() -> None:
     assert str(Quantity.from_fraction(2**30, "BinarySI")) == "1Gi"
     with pytest.raises(ValueError, match="unknown quantity format"):
         Quantity.from_fraction(1, "Decimal")  # type: ignore[arg-type]
+
+
+# within int64 units: parsing caps larger binary quantities, as upstream does
+@given(st.integers(min_value=-(9 * 10**27), max_value=9 * 10**27),
+       st.sampled_from(["DecimalSI", "BinarySI", "DecimalExponent"]))
+def test_canonical_string_round_trips(nanos: int, format: str) -> None:
+    quantity = Quantity(nanos, format)  # type: ignore[arg-type]
+    text = str(quantity)
+    assert Quantity.parse(text) == quantity
+    assert str(Quantity.parse(text)) == text
