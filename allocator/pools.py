@@ -91,10 +91,12 @@ class Pool:
 class NodePools:
     """The pools of one node in search order; ``candidates`` holds the devices of usable pools in order."""
 
-    __slots__ = ("candidates", "has_invalid", "pools")
+    __slots__ = ("candidates", "checks", "has_invalid", "pools")
 
     def __init__(self, pools: list[Pool]) -> None:
         self.pools = pools
+        # Per-candidate selection results, filled in by the search (see search._request_data).
+        self.checks: dict[tuple[Any, ...], tuple[list[Any], list[Any]]] = {}
         self.candidates: list[DeviceEntry] = [e for p in pools if p.status == COMPLETE for e in p.entries]
         for index, entry in enumerate(self.candidates):
             entry.index = index

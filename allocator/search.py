@@ -32,6 +32,7 @@ MAX_RESULTS_PER_CLAIM = 32  # AllocationResultsMaxSize
 FAIL, OK, MAX_SIZE = 0, 1, 2
 SHARED = 2  # eligibility of a shareable device: depends on what is allocated in this attempt
 _DEADLINE_CHECK_INTERVAL = 64
+_MAX_SHARED_CHECKS = 256  # per node view
 
 
 class _Hopeless(Exception):
@@ -124,6 +125,21 @@ class Allocator:
         self.features = features or FeatureGates()
         self.deadline_s = deadline_s
         self.prune = prune
+        gates = self.features
+        consumable = gates.enabled("DRAConsumableCapacity")
+        binding_and_status = gates.binding_and_status
+        list_attributes = gates.enabled("DRAListTypeAttributes")
+        self._switches = (
+            gates.enabled("DRAAdminAccess"),
+            gates.enabled("DRAPrioritizedList"),
+            gates.enabled("DRAPartitionableDevices"),
+            gates.enabled("DRADeviceTaints"),
+            consumable,
+            binding_and_status,
+            list_attributes,
+            # Upstream's "stable" variant (chosen when none of these is on) has no distinctAttribute.
+            consumable or binding_and_status or list_attributes,
+        )
 
     def allocate(self, node: Node, claims: Sequence[ResourceClaim]) -> AllocationOutcome:
         pools = self.inventory.node_pools(node, self.features)
@@ -136,7 +152,6 @@ class _Search:
     def __init__(
         self, allocator: Allocator, node: Node, pools: NodePools, claims: list[ResourceClaim]
     ) -> None:
-        features = allocator.features
         self.inventory = allocator.inventory
         self.allocated = allocator.allocated
         self.prune = allocator.prune
@@ -145,15 +160,16 @@ class _Search:
         self.pools = pools
         self.candidates = pools.candidates
         self.claims = claims
-        self.admin_gate = features.enabled("DRAAdminAccess")
-        self.prioritized = features.enabled("DRAPrioritizedList")
-        self.partitionable = features.enabled("DRAPartitionableDevices")
-        self.taints_on = features.enabled("DRADeviceTaints")
-        self.consumable = features.enabled("DRAConsumableCapacity")
-        self.binding_and_status = features.binding_and_status
-        self.list_attributes = features.enabled("DRAListTypeAttributes")
-        # Upstream's "stable" variant (chosen when none of these is on) has no distinctAttribute.
-        self.distinct_supported = self.consumable or self.binding_and_status or self.list_attributes
+        (
+            self.admin_gate,
+            self.prioritized,
+            self.partitionable,
+            self.taints_on,
+            self.consumable,
+            self.binding_and_status,
+            self.list_attributes,
+            self.distinct_supported,
+        ) = allocator._switches
         self.steps = 0
         self.backtracked = False
         # Per claim, per request: the RequestData list (one entry, or one per firstAvailable subrequest).
@@ -171,8 +187,7 @@ class _Search:
         self.consumed_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
         self._compile_options: Any = None
         self._options_key = (self.consumable, self.list_attributes)
-        # Requests with the same class, selectors and capacity requests share per-candidate results.
-        self._shared_checks: dict[tuple[Any, ...], tuple[list[bool | None], list[int | None]]] = {}
+        self._switch_key = allocator._switches
         self._allocated_mask: int | None = None
         self._groups: dict[str, dict[tuple[str, Any], int]] = {}
         self._checked_alone: set[int] = set()
@@ -180,8 +195,8 @@ class _Search:
     # --- entry point ----------------------------------------------------------------------------------
     def run(self) -> AllocationOutcome:
         self._prepare()
-        depth = sum(
-            1 + sum(2 + max(rd.num_devices for rd in rds) for rds in claim) for claim in self.requests
+        depth = len(self.claims) + sum(
+            2 + max(rd.num_devices for rd in rds) for claim in self.requests for rds in claim
         )
         if 2 * depth + 200 > sys.getrecursionlimit():
             sys.setrecursionlimit(2 * depth + 1000)  # two frames per search step along the current path
@@ -313,11 +328,15 @@ class _Search:
             )
         rd = RequestData(request, parent_name, device_class, self.admin_gate and bool(request.admin_access))
         capacity_key = tuple(sorted(request.capacity_requests.items())) if request.capacity_requests else None
-        shared_key = (device_class.name, request.selectors, capacity_key)
-        checks = self._shared_checks.get(shared_key)
+        # Selection never changes for a node view, so requests with the same class object, selectors,
+        # capacity requests and gates share per-candidate results, across allocate() calls too.
+        shared_key = (device_class, request.selectors, capacity_key, self._switch_key)
+        checks = self.pools.checks.get(shared_key)
         if checks is None:
+            if len(self.pools.checks) >= _MAX_SHARED_CHECKS:
+                self.pools.checks.clear()
             n = len(self.candidates)
-            checks = self._shared_checks[shared_key] = ([None] * n, [None] * n)
+            checks = self.pools.checks[shared_key] = ([None] * n, [None] * n)
         rd.selectable, rd.eligible = checks
         if request.allocation_mode == "ExactCount":
             rd.num_devices = request.count
@@ -596,60 +615,73 @@ class _Search:
 
     # --- the search -----------------------------------------------------------------------------------
     def _step(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int) -> int:
-        """One recursive step (counted like upstream's allocateOne invocations)."""
-        self.steps += 1
-        if self.steps % _DEADLINE_CHECK_INTERVAL == 1 and time.monotonic() > self.deadline:
-            raise AllocationTimeout("timed out trying to allocate devices")
-        if ci >= len(self.claims):
-            return OK
-        claim_requests = self.requests[ci]
-        entering_claim = ri == 0 and di == 0 and not in_sub
-        if entering_claim and self.prune and self.backtracked and ci not in self._checked_alone:
-            # Earlier claims only ever take devices away, so a claim that fails on its own fails always.
-            self._checked_alone.add(ci)
-            if self._hopeless_alone(ci):
-                raise _Hopeless
-        if ri >= len(claim_requests):
-            status = self._step(ci + 1, 0, 0, 0, False, 0)
-            # The result-size signal stops at a claim boundary: another choice for an earlier claim
-            # may let a later claim pick a subrequest that needs fewer devices.
-            return FAIL if status == MAX_SIZE else status
-        rds = claim_requests[ri]
-        if not in_sub and self.first_available[ci][ri]:
-            all_exceeded = True
-            for sub in range(len(rds)):
-                status = self._step(ci, ri, sub, 0, True, 0)
-                if status == MAX_SIZE:
-                    continue
-                all_exceeded = False
-                if status == OK:
-                    self.selected_sub[ci][ri] = sub
-                    return OK
-            return MAX_SIZE if all_exceeded else FAIL
-        rd = rds[si]
-        all_devices = rd.all_devices
-        if all_devices is not None and not all_devices:
-            return FAIL  # "All" needs at least one device
-        if di >= rd.num_devices:
-            return self._step(ci, ri + 1, 0, 0, False, 0)
-        if len(self.results[ci]) + rd.num_devices - di > MAX_RESULTS_PER_CLAIM:
-            return MAX_SIZE
-        if all_devices is not None:
-            chosen = self._allocate_device(ci, rd, all_devices[di], True)
-            if chosen is None:
-                return FAIL
-            status = self._step(ci, ri, si, di + 1, in_sub, 0)
-            if status != OK:
-                self._undo(ci, chosen)
-                self.backtracked = True
-            return status
-        if self.prune:
-            # Cheap bound first; the full one (selectable free devices) once the search has backtracked.
-            if rd.num_devices - di > len(self.candidates) - start:
-                return FAIL
-            if self.backtracked and self._hopeless(ci, ri, rd, di, start):
-                return FAIL
-        return self._try_candidates(ci, ri, si, di, in_sub, start, rd)
+        """Search from one position. Each turn of the loop is one step, counted like upstream's
+        allocateOne invocations; moving on to the next request or claim loops instead of recursing."""
+        crossed_claim = False
+        while True:
+            self.steps += 1
+            if self.steps % _DEADLINE_CHECK_INTERVAL == 1 and time.monotonic() > self.deadline:
+                raise AllocationTimeout("timed out trying to allocate devices")
+            if ci >= len(self.claims):
+                return OK
+            claim_requests = self.requests[ci]
+            entering_claim = ri == 0 and di == 0 and not in_sub
+            if entering_claim and self.prune and self.backtracked and ci not in self._checked_alone:
+                # Earlier claims only ever take devices away, so a claim that fails on its own always fails.
+                self._checked_alone.add(ci)
+                if self._hopeless_alone(ci):
+                    raise _Hopeless
+            if ri >= len(claim_requests):
+                ci, ri, si, di, in_sub, start = ci + 1, 0, 0, 0, False, 0
+                crossed_claim = True
+                continue
+            rds = claim_requests[ri]
+            if not in_sub and self.first_available[ci][ri]:
+                status = self._first_available(ci, ri, rds)
+                break
+            rd = rds[si]
+            all_devices = rd.all_devices
+            if all_devices is not None and not all_devices:
+                return FAIL  # "All" needs at least one device
+            if di >= rd.num_devices:
+                ri, si, di, in_sub, start = ri + 1, 0, 0, False, 0
+                continue
+            if len(self.results[ci]) + rd.num_devices - di > MAX_RESULTS_PER_CLAIM:
+                status = MAX_SIZE
+                break
+            if all_devices is not None:
+                chosen = self._allocate_device(ci, rd, all_devices[di], True)
+                if chosen is None:
+                    return FAIL
+                status = self._step(ci, ri, si, di + 1, in_sub, 0)
+                if status != OK:
+                    self._undo(ci, chosen)
+                    self.backtracked = True
+                break
+            if self.prune:
+                # Cheap bound first; the full one (selectable free devices) once the search has backtracked.
+                if rd.num_devices - di > len(self.candidates) - start:
+                    return FAIL
+                if self.backtracked and self._hopeless(ci, ri, rd, di, start):
+                    return FAIL
+            status = self._try_candidates(ci, ri, si, di, in_sub, start, rd)
+            break
+        # The result-size signal stops at a claim boundary: another choice for an earlier claim may let
+        # a later claim pick a subrequest that needs fewer devices.
+        return FAIL if crossed_claim and status == MAX_SIZE else status
+
+    def _first_available(self, ci: int, ri: int, rds: list[RequestData]) -> int:
+        """Try the subrequests in order; MAX_SIZE only if every one of them hit the result limit."""
+        all_exceeded = True
+        for sub in range(len(rds)):
+            status = self._step(ci, ri, sub, 0, True, 0)
+            if status == MAX_SIZE:
+                continue
+            all_exceeded = False
+            if status == OK:
+                self.selected_sub[ci][ri] = sub
+                return OK
+        return MAX_SIZE if all_exceeded else FAIL
 
     def _try_candidates(
         self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int, rd: RequestData

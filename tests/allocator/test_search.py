@@ -457,3 +457,14 @@ def test_a_claim_impossible_on_its_own_stops_the_whole_search() -> None:
     assert not outcome.success and outcome.steps < 100
     # Nothing chosen by the abandoned attempt leaks into the reasons.
     assert [r.rejected for r in outcome.reasons] == [{"constraint": 12}]
+
+
+def test_selection_results_follow_class_updates() -> None:
+    from allocator import DeviceClass
+
+    inv = inventory([FOUR])
+    assert picked(allocate(inv, claim_obj("c", req("a")))) == ["a=gpu-0"]
+    inv.upsert_class(DeviceClass.from_api(class_obj("gpu", f'device.attributes["{DRIVER}"].index == 3')))
+    assert picked(allocate(inv, claim_obj("c", req("a")))) == ["a=gpu-3"]
+    selective = req("a", selectors=[{"cel": {"expression": f'device.attributes["{DRIVER}"].index > 5'}}])
+    assert not allocate(inv, claim_obj("c", selective)).success
