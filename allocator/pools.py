@@ -61,7 +61,6 @@ class Pool:
         "has_binding_conditions",
         "name",
         "reason",
-        "slices",
         "status",
     )
 
@@ -71,7 +70,6 @@ class Pool:
         self.generation = generation
         self.status = COMPLETE
         self.reason = ""
-        self.slices: list[ResourceSlice] = []
         self.entries: list[DeviceEntry] = []
         self.counter_sets: dict[str, dict[str, Quantity]] = {}
         self.devices_not_targeting: list[Device] = []
@@ -196,7 +194,6 @@ def _build_pool(
 ) -> None:
     partitionable = features.enabled("DRAPartitionableDevices")
     use_rules = features.enabled("DRADeviceTaintRules") and taint_rules
-    pool.slices = slices
     device_slices = [s for s in slices if not (partitionable and s.shared_counters_set)]
     seen: set[str] = set()
     for slice_ in device_slices:

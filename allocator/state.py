@@ -122,6 +122,3 @@ class AllocatedState:
         if shares:
             return self._claims[next(iter(shares))].key
         return None
-
-    def __len__(self) -> int:
-        return len(self._claims)
