@@ -123,10 +123,14 @@ def arg_value(args: list[str], flag: str) -> str:
 
 def find_kubectl() -> str | None:
     """kubectl built for the end-to-end suite if present, else one on PATH."""
+    return find_e2e_binary("kubectl") or shutil.which("kubectl")
+
+
+def find_e2e_binary(name: str) -> str | None:
     e2e_bin = _e2e_bin_dir()
-    if e2e_bin is not None and (e2e_bin / "kubectl").is_file():
-        return str(e2e_bin / "kubectl")
-    return shutil.which("kubectl")
+    if e2e_bin is not None and (e2e_bin / name).is_file():
+        return str(e2e_bin / name)
+    return None
 
 
 def _e2e_bin_dir() -> Path | None:

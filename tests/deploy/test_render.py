@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import shutil
+import subprocess
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from deploy_manifests import (
     DEPLOY,
     EXTENDER_CONTAINER,
@@ -18,6 +21,7 @@ from deploy_manifests import (
     OVERLAYS,
     container,
     find,
+    find_e2e_binary,
     find_kubectl,
     flag_name,
     option_strings,
@@ -136,3 +140,40 @@ def test_manual_certs_fill_the_secret_and_every_ca_bundle(tmp_path: Path) -> Non
     for hook in hooks:
         assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca_bundle, hook["name"]
     assert not [d for d in docs if d["apiVersion"].startswith("cert-manager.io/")]
+
+
+KUBE_SCHEDULER = find_e2e_binary("kube-scheduler")
+
+
+@pytest.mark.skipif(KUBE_SCHEDULER is None, reason="kube-scheduler of the end-to-end suite is not built")
+@pytest.mark.parametrize("config", ["scheduler-config/kube-scheduler-config.yaml",
+                                    "second-scheduler/dra-scheduler-config.yaml"])
+def test_kube_scheduler_loads_the_configuration(tmp_path: Path, config: str) -> None:
+    """kube-scheduler's own strict decoding and validation (extenders, profiles, leader election)."""
+    from webhook import certs
+
+    assert KUBE_SCHEDULER is not None
+    kubeconfig = tmp_path / "kubeconfig"  # never contacted: --write-config-to exits before connecting
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(certs.generate_ca("test CA").certificate_pem())
+    text = (DEPLOY / "components" / config).read_text()
+    # The node-local paths of the real configuration, pointed at test files.
+    text = re.sub(r"kubeconfig: .*", f"kubeconfig: {kubeconfig}", text)
+    text = re.sub(r"caFile: .*", f"caFile: {ca_file}", text)
+    (tmp_path / "config.yaml").write_text(text)
+    result = subprocess.run(
+        [KUBE_SCHEDULER, f"--config={tmp_path / 'config.yaml'}", f"--write-config-to={tmp_path / 'out.yaml'}",
+         "--secure-port=0", "--authentication-skip-lookup"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    written = yaml.safe_load((tmp_path / "out.yaml").read_text())
+    [extender] = written["extenders"]
+    assert extender["nodeCacheCapable"] is True and extender["bindVerb"] == "bind"
+    for profile in written["profiles"]:
+        assert {"name": "DynamicResources", "weight": 0} in profile["plugins"]["multiPoint"]["disabled"]
