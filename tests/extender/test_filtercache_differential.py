@@ -1,0 +1,290 @@
+"""The filter cache never changes an answer: after any sequence of cluster and in-flight changes, filter
+with the cache gives exactly what filter without it gives on the same state.
+
+Random sequences (fixed seeds) mix every kind of change an outcome depends on: devices allocated and
+freed by other claims (watch events and binds), in-flight allocations reserved, released and expiring,
+DeviceClass selectors, DeviceTaintRules, slice taints, shared pools (nodeSelector, allNodes,
+perDeviceNodeSelection), node labels and pool generations that leave a pool incomplete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any
+
+import dra_objects as o
+import pytest
+
+from allocator import FeatureGates, ResourceClaim
+from extender.assume import AssumeCache
+from extender.cache import ClusterCache
+from extender.claimwriter import ClaimWriter
+from extender.filtercache import FilterCache
+from extender.scheduling import BindFailed, Scheduler
+
+NODES = [f"node-{index}" for index in range(4)]
+DEVICES_PER_SLICE = 2
+SHARED_POOL = "shared"
+PER_DEVICE_POOL = "per-device"
+FILTER_PODS = ["one", "one-twin", "two", "h100", "pair"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _device(name: str, model: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "attributes": {"model": {"string": model}, "numa": {"int": 0}}, **extra}
+
+
+def node_slice(node: str, part: int, generation: int, *, rv: int = 1,
+               taint_device: str | None = None) -> dict[str, Any]:
+    """Part `part` of 2 of `node`'s pool; devices gpu-{part}-{i}, models alternating A100/H100."""
+    devices = []
+    for index in range(DEVICES_PER_SLICE):
+        name = f"gpu-{part}-{index}"
+        extra = {}
+        if name == taint_device:
+            extra["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
+        devices.append(_device(name, "A100" if index % 2 == 0 else "H100", **extra))
+    return {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{part}", "uid": f"slice-{node}-{part}", "resourceVersion": str(rv)},
+        "spec": {"driver": o.DRIVER, "nodeName": node,
+                 "pool": {"name": node, "generation": generation, "resourceSliceCount": 2},
+                 "devices": devices},
+    }
+
+
+def shared_slice(mode: str, rv: int) -> dict[str, Any]:
+    spec: dict[str, Any] = {"driver": o.DRIVER, "pool": {"name": SHARED_POOL, "generation": 1,
+                                                         "resourceSliceCount": 1},
+                            "devices": [_device("s-0", "H100"), _device("s-1", "A100")]}
+    if mode == "all":
+        spec["allNodes"] = True
+    else:
+        spec["nodeSelector"] = {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "zone", "operator": "In", "values": [mode]}]}]}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "shared", "uid": "slice-shared", "resourceVersion": str(rv)}, "spec": spec}
+
+
+def per_device_slice(owner: str, rv: int) -> dict[str, Any]:
+    """One device pinned to `owner` by name, one to nodes in zone b."""
+    devices = [_device("pd-0", "H100", nodeName=owner),
+               _device("pd-1", "A100", nodeSelector={"nodeSelectorTerms": [{"matchExpressions": [
+                   {"key": "zone", "operator": "In", "values": ["b"]}]}]})]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "per-device", "uid": "slice-per-device", "resourceVersion": str(rv)},
+            "spec": {"driver": o.DRIVER, "perDeviceNodeSelection": True,
+                     "pool": {"name": PER_DEVICE_POOL, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices}}
+
+
+def taint_rule(name: str, pool: str, device: str) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "metadata": {"name": name, "uid": f"rule-{name}", "resourceVersion": "1"},
+            "spec": {"deviceSelector": {"driver": o.DRIVER, "pool": pool, "device": device},
+                     "taint": {"key": "maintenance", "effect": "NoSchedule"}}}
+
+
+def allocation_of(pool: str, device: str) -> dict[str, Any]:
+    return {"devices": {"results": [{"request": "gpu", "driver": o.DRIVER, "pool": pool, "device": device}]}}
+
+
+def all_devices() -> list[tuple[str, str]]:
+    devices = [(node, f"gpu-{part}-{index}") for node in NODES for part in (0, 1)
+               for index in range(DEVICES_PER_SLICE)]
+    return [*devices, (SHARED_POOL, "s-0"), (SHARED_POOL, "s-1"), (PER_DEVICE_POOL, "pd-0"),
+            (PER_DEVICE_POOL, "pd-1")]
+
+
+def initial_objects() -> list[dict[str, Any]]:
+    objs: list[dict[str, Any]] = [o.device_class()]
+    for index, name in enumerate(NODES):
+        objs.append(o.node(name, {"zone": "a" if index % 2 == 0 else "b"}))
+        objs += [node_slice(name, 0, 1), node_slice(name, 1, 1)]
+    objs += [shared_slice("a", 1), per_device_slice("node-0", 1)]
+    h100 = [{"name": "gpu", "exactly": {"deviceClassName": o.CLASS, "selectors": [
+        {"cel": {"expression": 'device.attributes["model"].string == "H100"'}}]}}]
+    pair = [{"name": f"r{k}", "exactly": {"deviceClassName": o.CLASS}} for k in range(2)]
+    claims = {"one": o.claim("one"), "one-twin": o.claim("one-twin"), "two": o.claim("two", count=2),
+              "h100": o.claim("h100", requests=h100),
+              "pair": o.claim("pair", requests=pair, constraints=[{"matchAttribute": "model"}])}
+    for name, claim in claims.items():
+        objs += [claim, o.pod(name, [name])]
+    for index in range(6):
+        objs += [o.claim(f"bound-{index}"), o.pod(f"bound-{index}", [f"bound-{index}"])]
+    return objs
+
+
+class World:
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.clock = Clock()
+        self.cache = ClusterCache.from_objects(initial_objects(), FeatureGates())
+        self.assume = AssumeCache(clock=self.clock)
+        self.assume.attach(self.cache)
+        writer = ClaimWriter(None, self.cache)
+        self.cached = Scheduler(self.cache, self.assume, writer,
+                                filter_cache=FilterCache(self.cache, self.assume))
+        self.fresh = Scheduler(self.cache, self.assume, writer)
+        self.rv = 10
+        self.others: list[str] = []
+        self.counter = 0
+        self.generations = {name: [1, 1] for name in NODES}
+        self.zones = {name: ("a" if index % 2 == 0 else "b") for index, name in enumerate(NODES)}
+
+    def next_rv(self) -> int:
+        self.rv += 1
+        return self.rv
+
+    def apply(self, kind: str, event: str, raw: dict[str, Any]) -> None:
+        self.cache.apply(kind, event, raw)
+
+    # ---- the changes --------------------------------------------------------------------------
+
+    async def step(self) -> str:
+        op = self.rng.choice([
+            "allocate", "allocate", "free", "free", "reserve", "reserve", "release", "tick", "class",
+            "rule", "slice_taint", "label", "shared", "per_device", "generation", "bind", "unbind",
+        ])
+        await getattr(self, f"op_{op}")()
+        return op
+
+    async def op_allocate(self) -> None:
+        pool, device = self.rng.choice(all_devices())
+        self.counter += 1
+        raw = o.claim(f"x-{self.counter}")
+        raw["metadata"]["resourceVersion"] = str(self.next_rv())
+        raw["status"] = {"allocation": allocation_of(pool, device)}
+        self.apply("ResourceClaim", "ADDED", raw)
+        self.others.append(raw["metadata"]["name"])
+
+    async def op_free(self) -> None:
+        if not self.others:
+            return
+        name = self.others.pop(self.rng.randrange(len(self.others)))
+        current = self.cache.raw("ResourceClaim", f"default/{name}")
+        assert current is not None
+        if self.rng.random() < 0.5:
+            self.apply("ResourceClaim", "DELETED", current)
+        else:
+            cleared = {**current, "metadata": {**current["metadata"], "resourceVersion": str(self.next_rv())},
+                       "status": {}}
+            self.apply("ResourceClaim", "MODIFIED", cleared)
+
+    async def op_reserve(self) -> None:
+        pool, device = self.rng.choice(all_devices())
+        self.counter += 1
+        claim = ResourceClaim.from_api(o.claim(f"f-{self.counter}"))
+        ttl = self.rng.choice([None, 5.0])
+        self.assume.reserve(claim, allocation_of(pool, device), f"pod-{self.counter}", ttl_s=ttl)
+
+    async def op_release(self) -> None:
+        entries = self.assume.in_flight()
+        if entries:
+            self.assume.release(self.rng.choice(entries)[0])
+
+    async def op_tick(self) -> None:
+        self.clock.now += 10
+
+    async def op_class(self) -> None:
+        expression = self.rng.choice([None, 'device.attributes["model"].string == "A100"',
+                                      'device.attributes["numa"].int == 0'])
+        raw = o.device_class(expression=expression)
+        raw["metadata"]["resourceVersion"] = str(self.next_rv())
+        self.apply("DeviceClass", "MODIFIED", raw)
+
+    async def op_rule(self) -> None:
+        existing = [raw for raw in self.cache.objects() if raw.get("kind") == "DeviceTaintRule"]
+        if existing and self.rng.random() < 0.5:
+            self.apply("DeviceTaintRule", "DELETED", self.rng.choice(existing))
+            return
+        pool, device = self.rng.choice(all_devices())
+        self.counter += 1
+        self.apply("DeviceTaintRule", "ADDED", taint_rule(f"rule-{self.counter}", pool, device))
+
+    async def op_slice_taint(self) -> None:
+        node = self.rng.choice(NODES)
+        part = self.rng.randrange(2)
+        device = self.rng.choice([None, f"gpu-{part}-0", f"gpu-{part}-1"])
+        self.apply("ResourceSlice", "MODIFIED", node_slice(node, part, self.generations[node][part],
+                                                          rv=self.next_rv(), taint_device=device))
+
+    async def op_label(self) -> None:
+        node = self.rng.choice(NODES)
+        self.zones[node] = "b" if self.zones[node] == "a" else "a"
+        raw = o.node(node, {"zone": self.zones[node]})
+        raw["metadata"]["resourceVersion"] = str(self.next_rv())
+        self.apply("Node", "MODIFIED", raw)
+
+    async def op_shared(self) -> None:
+        if self.rng.random() < 0.2:
+            current = self.cache.raw("ResourceSlice", "shared")
+            if current is not None:
+                self.apply("ResourceSlice", "DELETED", current)
+                return
+        mode = self.rng.choice(["a", "b", "all"])
+        self.apply("ResourceSlice", "MODIFIED", shared_slice(mode, self.next_rv()))
+
+    async def op_per_device(self) -> None:
+        self.apply("ResourceSlice", "MODIFIED", per_device_slice(self.rng.choice(NODES), self.next_rv()))
+
+    async def op_generation(self) -> None:
+        node = self.rng.choice(NODES)
+        part = self.rng.randrange(2)
+        generations = self.generations[node]
+        generations[part] = max(generations) + (1 if generations[part] == max(generations) else 0)
+        self.apply("ResourceSlice", "MODIFIED", node_slice(node, part, generations[part], rv=self.next_rv()))
+
+    async def op_bind(self) -> None:
+        name = f"bound-{self.rng.randrange(6)}"
+        pod = self.cache.pod("default", name)
+        assert pod is not None
+        if (pod.get("spec") or {}).get("nodeName"):
+            return
+        with contextlib.suppress(BindFailed):
+            await self.cached.bind("default", name, pod["metadata"]["uid"], self.rng.choice(NODES))
+
+    async def op_unbind(self) -> None:
+        """The claim of a bound pod is deallocated (pod finished) and the pod is pending again."""
+        name = f"bound-{self.rng.randrange(6)}"
+        claim = self.cache.raw("ResourceClaim", f"default/{name}")
+        pod = self.cache.pod("default", name)
+        assert claim is not None and pod is not None
+        if not (claim.get("status") or {}).get("allocation"):
+            return
+        self.apply("ResourceClaim", "MODIFIED", {**claim, "metadata": {
+            **claim["metadata"], "resourceVersion": str(self.next_rv())}, "status": {}})
+        spec = {key: value for key, value in pod["spec"].items() if key != "nodeName"}
+        self.apply("Pod", "MODIFIED", {**pod, "metadata": {**pod["metadata"], "resourceVersion": str(
+            self.next_rv())}, "spec": spec})
+
+    # ---- the check ----------------------------------------------------------------------------
+
+    async def compare(self, op: str, step: int) -> None:
+        for name in FILTER_PODS:
+            pod = self.cache.pod("default", name)
+            assert pod is not None
+            with_cache = await self.cached.filter(pod, NODES)
+            without = await self.fresh.filter(pod, NODES)
+            assert (with_cache.passed, with_cache.failed, with_cache.unresolvable, with_cache.error) == (
+                without.passed, without.failed, without.unresolvable, without.error
+            ), f"pod {name} after step {step} ({op})"
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_cached_filter_equals_uncached_filter(seed: int) -> None:
+    world = World(seed)
+    await world.compare("start", 0)
+    for step in range(1, 121):
+        op = await world.step()
+        await world.compare(op, step)
+    stats = world.cached.filter_cache.stats()
+    assert stats["hits"] > 0, "the sequence must exercise cache hits, or it proves nothing"
