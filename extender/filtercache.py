@@ -39,7 +39,9 @@ class FilterCache:
         self.assume = assume
         self._entries: LRUCache[tuple, AllocationOutcome] = LRUCache(maxsize=max_entries)
         self._pool_versions: defaultdict[PoolId, int] = defaultdict(int)
-        self._in_flight: dict[str, tuple[int, frozenset[PoolId]]] = {}
+        # claim uid -> (the in-flight allocation object, its pools). The object itself is kept and
+        # compared by identity: an id() could be reused by a new allocation once the old one is freed.
+        self._in_flight: dict[str, tuple[dict, frozenset[PoolId]]] = {}
         self.epoch = 0  # moves with every bump: outcomes computed from an older view are not stored
         self.hits = 0
         self.misses = 0
@@ -62,14 +64,14 @@ class FilterCache:
 
     def sync_in_flight(self) -> None:
         """Bump the pools of in-flight allocations that appeared, changed or went away since last time."""
-        current: dict[str, tuple[int, frozenset[PoolId]]] = {}
+        current: dict[str, tuple[dict, frozenset[PoolId]]] = {}
         for claim_uid, _, allocation in self.assume.in_flight():
             seen = self._in_flight.get(claim_uid)
-            if seen is not None and seen[0] == id(allocation):
+            if seen is not None and seen[0] is allocation:
                 current[claim_uid] = seen
                 continue
             pools = allocation_pools(allocation)
-            current[claim_uid] = (id(allocation), pools)
+            current[claim_uid] = (allocation, pools)
             self._bump(pools | (seen[1] if seen else frozenset()))
         for claim_uid, (_, pools) in self._in_flight.items():
             if claim_uid not in current:
