@@ -35,7 +35,15 @@ CLAIMS_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{n
 
 
 class BindError(Exception):
-    """The bind did not happen; the message says why (and what could not be undone, if anything)."""
+    """The bind did not happen; the message says why (and what could not be undone, if anything).
+
+    `unsettled`: UIDs of claims whose allocation written by this bind may still be stored by the API
+    server (the write's answer was lost or the undo failed), so their devices must stay counted.
+    """
+
+    def __init__(self, message: str, *, unsettled: frozenset[str] = frozenset()) -> None:
+        super().__init__(message)
+        self.unsettled = unsettled
 
 
 class _Store(Protocol):
@@ -222,10 +230,11 @@ class ClaimWriter:
             raise
         except (BindError, *_CALL_ERRORS) as err:
             message = str(err) if isinstance(err, BindError) else _describe(err)
-            problems = await self._undo(written, uid)
+            problems, unsettled = await self._undo(written, uid)
             if problems:
                 message += "; undo incomplete: " + "; ".join(problems)
-            raise BindError(f"binding pod {namespace}/{name} to node {node}: {message}") from err
+            raise BindError(f"binding pod {namespace}/{name} to node {node}: {message}",
+                            unsettled=unsettled) from err
 
     # ---- forward --------------------------------------------------------------------------------
 
@@ -309,8 +318,11 @@ class ClaimWriter:
 
     # ---- undo -----------------------------------------------------------------------------------
 
-    async def _undo(self, written: list[_Written], pod_uid: str) -> list[str]:
-        """Remove this bind's reservations, allocations and finalizers; returns what could not be undone.
+    async def _undo(self, written: list[_Written], pod_uid: str) -> tuple[list[str], frozenset[str]]:
+        """Remove this bind's reservations, allocations and finalizers.
+
+        Returns what could not be undone, and the UIDs of claims that may still hold an allocation
+        this bind wrote.
 
         Deliberately more than upstream: kube-scheduler's Unreserve only drops the pod from reservedFor
         and leaves an allocation it wrote for the resourceclaim controller or a later PostFilter to
@@ -318,6 +330,7 @@ class ClaimWriter:
         the retry that follows.
         """
         problems = []
+        unsettled = set()
         touched = [record for record in written if record.anything]
         for record in reversed(touched):
             try:
@@ -325,9 +338,11 @@ class ClaimWriter:
             except (BindError, *_CALL_ERRORS) as err:
                 problems.append(f"ResourceClaim {record.key}: {_describe(err)}")
                 log.error("could not undo bind writes on ResourceClaim %s: %s", record.key, err)
+                if record.allocation is not None:
+                    unsettled.add(record.uid)
         if touched:
             self.undone += 1
-        return problems
+        return problems, frozenset(unsettled)
 
     async def _undo_claim(self, record: _Written, pod_uid: str) -> None:
         for attempt in range(MAX_ATTEMPTS):

@@ -13,6 +13,7 @@ event loop cannot both take the last device.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -33,7 +34,7 @@ from allocator import (
     node_matches_selector,
 )
 from allocator.errors import AllocationTimeout
-from extender.assume import AssumeCache
+from extender.assume import AlreadyInFlight, AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import BindError, ClaimWriter
 from extender.filtercache import FilterCache
@@ -64,6 +65,10 @@ YIELD_AFTER_S = 0.005
 # verdict per node).
 RESULT_TTL_S = 30.0
 RESULT_PODS = 64
+# How long devices stay in flight after a bind whose writes may have reached the API server but could
+# not be confirmed or undone: the watch normally shows the claim long before; this only bounds how
+# long devices stay blocked if the write never happened.
+UNSETTLED_TTL_S = 120.0
 
 
 class SchedulingError(Exception):
@@ -146,6 +151,9 @@ class Scheduler:
         # pod uid -> (node, [(claim, allocation)]) in --filter-holds-devices mode.
         self._holds: dict[str, tuple[str, list[tuple[ResourceClaim, dict]]]] = {}
         self._results: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS, ttl=RESULT_TTL_S)
+        # Pods whose bind is writing. Their in-flight entries belong to that bind: nothing else may
+        # replace or release them (the devices would look free while the write may still land).
+        self._binding: set[str] = set()
         self.bind_attempts = 0
         self.bind_conflicts = 0
 
@@ -320,17 +328,13 @@ class Scheduler:
         if not has_claims(pod):
             return FilterResult(list(node_names), {}, {})
         uid = pod_uid(pod)
-        if self.hold_devices:
+        # A pod kube-scheduler retries while its earlier bind still writes keeps that bind's entries.
+        holding = self.hold_devices and uid not in self._binding
+        if holding:
             self.release_hold(uid)
         try:
             plan = self.plan(pod)
-            verdicts: dict[str, NodeVerdict] = {}
-            started = self.clock()
-            for name in node_names:
-                verdicts[name] = self.check_node(plan, name, node_objects, use_cache=True)
-                if self.clock() - started > YIELD_AFTER_S:
-                    await self._yield(plan)
-                    started = self.clock()
+            verdicts = await self._check_nodes(plan, node_names, node_objects)
         except SchedulingError as error:
             self._count_outcome("error", len(node_names))
             return FilterResult([], {}, {}, str(error))
@@ -338,15 +342,28 @@ class Scheduler:
             self._count_outcome(reason, count)
         if uid:
             self._results[uid] = verdicts
-        if self.hold_devices and plan.to_allocate:
+        if holding and plan.to_allocate:
             return self._hold_best(pod, plan, verdicts)
         return _split(verdicts)
 
-    async def _yield(self, plan: PodPlan) -> None:
-        """Let other requests run; the plan's view may be stale afterwards, so stop caching from it."""
-        await asyncio.sleep(0)
-        if self.filter_cache is not None and plan.signature is not None:
-            self.filter_cache.sync_in_flight()
+    async def _check_nodes(self, plan: PodPlan, node_names: Iterable[str],
+                           node_objects: Mapping[str, dict] | None) -> dict[str, NodeVerdict]:
+        """Verdicts for `node_names`, letting other requests run every YIELD_AFTER_S of work.
+
+        One node's allocation is never interrupted, so a single hard search can still hold the loop
+        for up to `node_deadline_s`. After a yield the plan's view may be stale (a fits verdict then
+        costs a failed bind, never a double allocation: bind re-checks); the filter cache notices
+        the changes and stops storing outcomes computed from that view."""
+        verdicts: dict[str, NodeVerdict] = {}
+        started = self.clock()
+        for name in node_names:
+            verdicts[name] = self.check_node(plan, name, node_objects, use_cache=True)
+            if self.clock() - started > YIELD_AFTER_S:
+                await asyncio.sleep(0)
+                if self.filter_cache is not None and plan.signature is not None:
+                    self.filter_cache.sync_in_flight()
+                started = self.clock()
+        return verdicts
 
     def _hold_best(self, pod: dict, plan: PodPlan, verdicts: dict[str, NodeVerdict]) -> FilterResult:
         """--filter-holds-devices: pick the best node now and keep its devices in flight until bind."""
@@ -358,6 +375,15 @@ class Scheduler:
         for verdict in fitting[1:]:
             if scores.get(verdict.node, 0) > scores.get(best.node, 0):
                 best = verdict
+        # The verdicts may predate a yield during which other pods took devices: allocate the chosen
+        # node again from the current state, with no await before the devices are reserved.
+        try:
+            best = self.check_node(self.plan(pod), best.node)
+        except SchedulingError as error:
+            return FilterResult([], {}, {}, str(error))
+        if not best.fits:
+            verdicts = {**verdicts, best.node: best}
+            return _split(verdicts)
         held = list(zip(plan.to_allocate, best.outcome.allocations if best.outcome else [], strict=True))
         uid = pod_uid(pod)
         for claim, allocation in held:
@@ -394,14 +420,11 @@ class Scheduler:
             return dict.fromkeys(node_names, 0)
         cached = self._results.get(pod_uid(pod)) or {}
         missing = [name for name in node_names if name not in cached]
-        fresh: dict[str, NodeVerdict] = {}
         view = None
         try:
             plan = self.plan(pod)
             view = plan.view
-            for name in missing:
-                fresh[name] = self.check_node(plan, name, node_objects, use_cache=True)
-                await self._yield(plan)
+            fresh = await self._check_nodes(plan, missing, node_objects)
         except SchedulingError:
             return dict.fromkeys(node_names, 0)
         verdicts = [cached.get(name) or fresh[name] for name in node_names]
@@ -440,20 +463,35 @@ class Scheduler:
             raise BindFailed(f"pod {namespace}/{name} is not known to dra-extender")
         if uid and pod_uid(pod) and pod_uid(pod) != uid:
             raise BindFailed(f"pod {namespace}/{name} has UID {pod_uid(pod)}, not {uid}")
+        uid = pod_uid(pod)
+        if uid in self._binding:
+            # kube-scheduler gave up on the earlier bind and retried; that bind still writes.
+            raise BindFailed(f"pod {pod_key(pod)} is already being bound by an earlier request")
         self.bind_attempts += 1
         writes = self._reserve_for_bind(pod, node_name) if has_claims(pod) else []
+        self._binding.add(uid)
         try:
             await self.writer.bind(pod, node_name, writes)
         except BaseException as error:
+            unsettled = error.unsettled if isinstance(error, BindError) else frozenset()
             for claim, allocation in writes:
-                if allocation is not None:
+                if allocation is None:
+                    continue
+                if claim.uid in unsettled:
+                    # The API server may hold this allocation: keep counting its devices until the
+                    # watch shows the claim allocated (which drops the entry) or the TTL passes.
+                    with contextlib.suppress(AlreadyInFlight):
+                        self._reserve(claim, allocation, uid, ttl_s=UNSETTLED_TTL_S)
+                else:
                     self._release(claim)
             if not isinstance(error, BindError):
                 raise
             if self.metrics is not None:
                 self.metrics.bind_failures.labels(stage="write").inc()
             raise BindFailed(str(error)) from None
-        self._holds.pop(pod_uid(pod), None)
+        finally:
+            self._binding.discard(uid)
+        self._holds.pop(uid, None)
 
     def _reserve_for_bind(self, pod: dict, node_name: str) -> list[tuple[ResourceClaim, dict | None]]:
         """Synchronous: re-check and reserve with no await in between (atomic on the event loop)."""
