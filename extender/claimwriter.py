@@ -60,7 +60,11 @@ class _ApiStore:
         self.cache = cache
 
     async def get_claim(self, namespace: str, name: str) -> dict:
-        return await self.client.get(CLAIMS_PATH.format(namespace=namespace, name=name))
+        fresh = await self.client.get(CLAIMS_PATH.format(namespace=namespace, name=name))
+        # A claim allocated by someone else (or by an earlier write of ours whose answer was lost)
+        # must count as soon as we know it, not only once the watch delivers it.
+        self._remember(fresh)
+        return fresh
 
     async def update_claim(self, claim: dict) -> dict:
         meta = claim["metadata"]

@@ -13,7 +13,6 @@ event loop cannot both take the last device.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -34,7 +33,7 @@ from allocator import (
     node_matches_selector,
 )
 from allocator.errors import AllocationTimeout
-from extender.assume import AlreadyInFlight, AssumeCache
+from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import BindError, ClaimWriter
 from extender.filtercache import FilterCache
@@ -477,13 +476,13 @@ class Scheduler:
             for claim, allocation in writes:
                 if allocation is None:
                     continue
+                self._release(claim)
                 if claim.uid in unsettled:
                     # The API server may hold this allocation: keep counting its devices until the
                     # watch shows the claim allocated (which drops the entry) or the TTL passes.
-                    with contextlib.suppress(AlreadyInFlight):
-                        self._reserve(claim, allocation, uid, ttl_s=UNSETTLED_TTL_S)
-                else:
-                    self._release(claim)
+                    # Owned by no pod, so no bind (not even this pod's retry) re-allocates the claim
+                    # meanwhile: it is "in the process of being allocated".
+                    self._reserve(claim, allocation, f"unsettled:{uid}", ttl_s=UNSETTLED_TTL_S)
             if not isinstance(error, BindError):
                 raise
             if self.metrics is not None:

@@ -178,9 +178,13 @@ async def test_write_with_unknown_outcome_expires_when_the_watch_never_shows_it(
         await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
     writer._store = store.inner
     assert len(scheduler.assume) == 1
+    # Not even the same pod's retry may allocate the claim again while its state is unknown.
+    with pytest.raises(BindFailed, match="in the process of being allocated"):
+        await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
+    assert len(scheduler.assume) == 1
     clock.now += 3600
     assert len(scheduler.assume) == 0
-    await scheduler.bind("default", "q", uid(scheduler, "q"), "node-0")
+    await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
 
 
 async def test_a_definite_failure_releases_at_once() -> None:

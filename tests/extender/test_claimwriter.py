@@ -145,6 +145,8 @@ async def test_claim_allocated_elsewhere_aborts_without_touching_their_allocatio
     assert claim["status"] == {"allocation": allocation("gpu-5"), "reservedFor": [ref("theirs")]}
     assert claim["metadata"]["finalizers"] == [FINALIZER]
     assert "nodeName" not in cluster.pod("p1")["spec"]
+    # Their devices count from now on, before the watch delivers the claim.
+    assert cluster.cached("a").allocation == allocation("gpu-5")
 
 
 async def test_claim_being_deleted_aborts(cluster: Cluster, kube: KubeClient) -> None:
