@@ -269,3 +269,71 @@ async def test_wildcard_address_is_shown_as_loopback() -> None:
         assert (await get(server.urls["debug"] + "/healthz"))[0] == 200
     finally:
         await server.stop()
+
+
+@pytest.fixture
+async def small() -> AsyncIterator[ExtenderServer]:
+    """node-0 has 2 devices, node-1 one, node-2 none; pod p wants 2; pod broken hits a CEL runtime error."""
+    bad_class = o.device_class("broken", expression='device.attributes["gpu.example.com"].nosuch == 1')
+    broken = o.claim("broken", requests=[{"name": "gpu", "exactly": {"deviceClassName": "broken"}}])
+    objs = [o.device_class(), bad_class, o.node("node-0"), o.gpu_slice("node-0", 2), o.node("node-1"),
+            o.gpu_slice("node-1", 1), o.node("node-2"), o.claim("c", count=2), o.pod("p", ["c"]),
+            broken, o.pod("broken", ["broken"])]
+    server = build_server(objs)
+    await server.start("127.0.0.1", 0, 0)
+    yield server
+    await server.stop()
+
+
+def filter_args(server: ExtenderServer, pod: str, *, node_list: bool = False) -> dict[str, Any]:
+    names = ["node-0", "node-1", "node-2"]
+    body: dict[str, Any] = {"Pod": server.cache.pod("default", pod), "Nodes": None, "NodeNames": None}
+    if node_list:
+        body["Nodes"] = {"metadata": {}, "items": [server.cache.raw("Node", name) for name in names]}
+    else:
+        body["NodeNames"] = names
+    return body
+
+
+async def test_filter_answers_have_exactly_kube_schedulers_shape(small: ExtenderServer) -> None:
+    url = small.urls["extender"] + "/filter"
+    status, body = await post(url, orjson.dumps(filter_args(small, "p")))
+    assert status == 200
+    assert body == {"Nodes": None, "NodeNames": ["node-0"],
+                    "FailedNodes": {},
+                    "FailedAndUnresolvableNodes": {
+                        "node-1": "claim c: request gpu: needs 2 devices, 1 matches",
+                        "node-2": "claim c: request gpu: needs 2 devices, 0 match"},
+                    "Error": ""}
+    # A real error: Error set, and still a list and two objects (never null) beside it.
+    status, body = await post(url, orjson.dumps(filter_args(small, "broken")))
+    assert status == 200 and "CEL runtime error" in body["Error"]
+    assert body["NodeNames"] == [] and body["FailedNodes"] == {} and body["FailedAndUnresolvableNodes"] == {}
+
+
+async def test_filter_without_node_cache_returns_only_fitting_nodes(small: ExtenderServer) -> None:
+    args = filter_args(small, "p", node_list=True)
+    status, body = await post(small.urls["extender"] + "/filter", orjson.dumps(args))
+    assert status == 200 and body["NodeNames"] is None and body["Error"] == ""
+    assert body["Nodes"]["items"] == [args["Nodes"]["items"][0]]
+    assert set(body["FailedAndUnresolvableNodes"]) == {"node-1", "node-2"}
+    # No node fits: an empty NodeList, not null (null would be read as "no answer").
+    args["Nodes"]["items"] = args["Nodes"]["items"][1:]
+    status, body = await post(small.urls["extender"] + "/filter", orjson.dumps(args))
+    assert body["Nodes"] == {"metadata": {}, "items": []}
+
+
+async def test_lowercase_keys_are_accepted_for_every_verb(small: ExtenderServer) -> None:
+    base = small.urls["extender"]
+    pod = small.cache.pod("default", "p")
+    status, body = await post(base + "/filter", orjson.dumps({"pod": pod, "nodenames": ["node-0", "node-1"]}))
+    assert status == 200 and body["NodeNames"] == ["node-0"]
+    status, body = await post(base + "/prioritize", orjson.dumps({"pod": pod, "nodenames": ["node-0"]}))
+    assert status == 200 and body == [{"Host": "node-0", "Score": body[0]["Score"]}]
+    victims = {"node-0": {"pods": [{"uid": "v1"}], "numpdbviolations": 2}}
+    status, body = await post(base + "/preempt", orjson.dumps({"pod": pod, "nodenametometavictims": victims}))
+    assert status == 200
+    assert body == {"NodeNameToMetaVictims": {"node-0": {"Pods": [{"UID": "v1"}], "NumPDBViolations": 2}}}
+    bind = {"podname": "p", "podnamespace": "default", "poduid": pod["metadata"]["uid"], "node": "node-0"}
+    status, body = await post(base + "/bind", orjson.dumps(bind))
+    assert (status, body) == (200, {"Error": ""})
