@@ -56,8 +56,12 @@ class AssumeCache:
         expires_at = self._clock() + ttl_s if ttl_s is not None else None
         self._entries[claim.uid] = InFlight(claim, allocation, pod_uid, expires_at)
 
-    def release(self, claim_uid: str) -> None:
-        self._entries.pop(claim_uid, None)
+    def release(self, claim_uid: str, *, allocation: dict | None = None) -> None:
+        """Drop the claim's entry; with `allocation`, only if the entry still holds that very object
+        (a caller releasing its own hold must not drop what a later bind reserved for the claim)."""
+        entry = self._entries.get(claim_uid)
+        if entry is not None and (allocation is None or entry.allocation is allocation):
+            del self._entries[claim_uid]
 
     def release_pod(self, pod_uid: str) -> None:
         """Drop every entry held for one pod (its bind failed or it was deleted)."""

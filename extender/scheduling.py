@@ -387,6 +387,7 @@ class Scheduler:
         uid = pod_uid(pod)
         for claim, allocation in held:
             self._reserve(claim, allocation, uid, ttl_s=self.hold_ttl_s)
+        self.holding()  # forget holds that expired (pods deleted or never bound)
         self._holds[uid] = (best.node, held)
         log.debug("holding %d claim(s) of pod %s on node %s", len(held), pod_key(pod), best.node)
         result = _split({best.node: best})
@@ -404,8 +405,21 @@ class Scheduler:
     def release_hold(self, uid: str) -> None:
         hold = self._holds.pop(uid, None)
         if hold is not None:
-            for claim, _ in hold[1]:
-                self._release(claim)
+            for claim, allocation in hold[1]:
+                self.assume.release(claim.uid, allocation=allocation)
+
+    def _hold_alive(self, hold: tuple[str, list[tuple[ResourceClaim, dict]]]) -> bool:
+        for claim, allocation in hold[1]:
+            entry = self.assume.pending(claim.uid)
+            if entry is not None and entry.allocation is allocation:
+                return True
+        return False
+
+    def holding(self) -> set[str]:
+        """UIDs of pods with devices held by filter (--filter-holds-devices); drops expired holds."""
+        for uid in [uid for uid, hold in self._holds.items() if not self._hold_alive(hold)]:
+            del self._holds[uid]
+        return set(self._holds)
 
     def _count_outcome(self, reason: str, count: int) -> None:
         if self.metrics is not None and count:
@@ -468,6 +482,8 @@ class Scheduler:
             raise BindFailed(f"pod {pod_key(pod)} is already being bound by an earlier request")
         self.bind_attempts += 1
         writes = self._reserve_for_bind(pod, node_name) if has_claims(pod) else []
+        # The bind's own entries replaced the hold's: from here on they are the bind's to release.
+        self._holds.pop(uid, None)
         self._binding.add(uid)
         try:
             await self.writer.bind(pod, node_name, writes)
@@ -490,7 +506,6 @@ class Scheduler:
             raise BindFailed(str(error)) from None
         finally:
             self._binding.discard(uid)
-        self._holds.pop(uid, None)
 
     def _reserve_for_bind(self, pod: dict, node_name: str) -> list[tuple[ResourceClaim, dict | None]]:
         """Synchronous: re-check and reserve with no await in between (atomic on the event loop)."""

@@ -266,3 +266,27 @@ async def test_hold_is_taken_from_the_current_state_not_from_verdicts_older_than
     assert len(devices) == len(set(devices)), f"a device is held twice: {devices}"
     writer.gates["q"].set()
     assert await settle(bind_q) == [None]
+
+
+async def test_a_stale_hold_cannot_release_what_a_failed_bind_left_in_flight() -> None:
+    objs = [*o.cluster(1, 1), o.claim("c"), o.pod("p", ["c"]), o.claim("d"), o.pod("q", ["d"])]
+    scheduler, writer, _ = make(objs, hold_devices=True)
+    assert (await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])).passed == ["node-0"]
+    store = LostStatusWrite(writer._store)
+    writer._store = store
+    with pytest.raises(BindFailed, match="undo incomplete"):
+        await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
+    writer._store = store.inner
+    # kube-scheduler retries p: its old hold is gone with the bind, the unknown write still counts.
+    retry = await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])
+    assert "in the process of being allocated" in retry.unresolvable["node-0"]
+    assert (await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])).passed == []
+
+
+async def test_holds_of_pods_that_never_bind_are_forgotten() -> None:
+    objs = [*o.cluster(2, 1), o.claim("c"), o.pod("p", ["c"]), o.claim("d"), o.pod("q", ["d"])]
+    scheduler, _, clock = make(objs, hold_devices=True, hold_ttl_s=5.0)
+    assert (await scheduler.filter(pod_of(scheduler, "p"), ["node-0", "node-1"])).passed
+    clock.now += 10  # p was deleted, or went to another scheduler: its hold expires
+    assert (await scheduler.filter(pod_of(scheduler, "q"), ["node-0", "node-1"])).passed
+    assert scheduler.holding() == {uid(scheduler, "q")}
