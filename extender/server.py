@@ -21,6 +21,7 @@ from aiohttp import web
 from extender import wire
 from extender.explain import ExplainError, explain_pod, render_text
 from extender.metrics import CONTENT_TYPE, Metrics
+from extender.podclaims import has_claims
 from extender.scheduling import BindFailed, Scheduler
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,8 @@ DEFAULT_PREFIX = "/scheduler"
 # kube-scheduler sends full Pod objects (and NodeLists without nodeCacheCapable): allow large bodies.
 MAX_BODY_BYTES = 64 * 1024 * 1024
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+NOT_SYNCED = "dra-extender: the cluster cache has not synced yet (initial lists in progress); try again"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -130,9 +133,18 @@ class ExtenderServer:
 
     # ---- extender verbs -----------------------------------------------------------------------
 
+    # Until the initial lists are done, claims allocated in the cluster may be missing from the cache
+    # and their devices would look free. kube-scheduler does not consult /readyz (a sidecar is called
+    # on loopback), so every verb that depends on the cache refuses by itself.
+    def _not_synced(self) -> str:
+        return "" if self.cache.ready else NOT_SYNCED
+
     async def filter(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         args = wire.parse_extender_args(await request.read(), "filter")
+        if self._not_synced() and has_claims(args.pod):
+            body = wire.encode_filter_result(args, [], {}, {}, NOT_SYNCED)
+            return _json(body)
         result = await self.scheduler.filter(args.pod, args.node_names, args.node_objects)
         body = wire.encode_filter_result(
             args, result.passed, result.failed, result.unresolvable, result.error
@@ -143,6 +155,8 @@ class ExtenderServer:
     async def prioritize(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         args = wire.parse_extender_args(await request.read(), "prioritize")
+        if self._not_synced():
+            return web.Response(status=503, text=f"{NOT_SYNCED}\n")  # kube-scheduler ignores our scores
         scores = await self.scheduler.prioritize(args.pod, args.node_names, args.node_objects)
         self.metrics.prioritize_seconds.observe(time.perf_counter() - started)
         return _json(wire.encode_host_priorities(scores))
@@ -150,9 +164,10 @@ class ExtenderServer:
     async def bind(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         args = wire.parse_binding_args(await request.read())
-        error = ""
+        error = self._not_synced()
         try:
-            await self.scheduler.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+            if not error:
+                await self.scheduler.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except BindFailed as failed:
             error = str(failed)
             log.info("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, error)
@@ -161,6 +176,8 @@ class ExtenderServer:
 
     async def preempt(self, request: web.Request) -> web.Response:
         args = wire.parse_preemption_args(await request.read())
+        if self._not_synced():
+            return web.Response(status=503, text=f"{NOT_SYNCED}\n")
         return _json(wire.encode_preemption_result(self.scheduler.preempt(args.pod, args.victims)))
 
     # ---- debug --------------------------------------------------------------------------------

@@ -337,3 +337,33 @@ async def test_lowercase_keys_are_accepted_for_every_verb(small: ExtenderServer)
     bind = {"podname": "p", "podnamespace": "default", "poduid": pod["metadata"]["uid"], "node": "node-0"}
     status, body = await post(base + "/bind", orjson.dumps(bind))
     assert (status, body) == (200, {"Error": ""})
+
+
+async def test_verbs_refuse_to_decide_before_the_cache_has_synced() -> None:
+    """Before the initial lists, allocated claims may be missing from the cache: their devices would
+    look free. kube-scheduler does not look at /readyz (the sidecar is reached on loopback), so the
+    verbs themselves must refuse."""
+    server = build_server([*o.cluster(1, 1), o.claim("c"), o.pod("p", ["c"])])
+    server.cache.ready = False
+    await server.start("127.0.0.1", 0, 0)
+    try:
+        base = server.urls["extender"]
+        pod = server.cache.pod("default", "p")
+        status, body = await post(base + "/filter", orjson.dumps({"Pod": pod, "NodeNames": ["node-0"]}))
+        assert status == 200 and "not synced" in body["Error"] and body["NodeNames"] == []
+        plain = {"metadata": {"name": "plain", "namespace": "default", "uid": "u"}}
+        status, body = await post(base + "/filter", orjson.dumps({"Pod": plain, "NodeNames": ["node-0"]}))
+        assert body["NodeNames"] == ["node-0"] and body["Error"] == "", "pods without claims need no cache"
+        bind = {"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": "node-0"}
+        status, body = await post(base + "/bind", orjson.dumps(bind))
+        assert status == 200 and "not synced" in body["Error"]
+        assert server.cache.claim("default", "c").allocation is None
+        status, _ = await post(base + "/prioritize", orjson.dumps({"Pod": pod, "NodeNames": ["node-0"]}))
+        assert status == 503
+        status, _ = await post(base + "/preempt", orjson.dumps({"Pod": pod, "NodeNameToMetaVictims": {}}))
+        assert status == 503
+        server.cache.ready = True
+        status, body = await post(base + "/bind", orjson.dumps(bind))
+        assert (status, body) == (200, {"Error": ""})
+    finally:
+        await server.stop()
