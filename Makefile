@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test
+.PHONY: run test e2e-control-plane
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/dra-extender serve --snapshot examples/cluster
 
-test: $(STAMP)
+# kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and etcd for the end-to-end tests,
+# built from tests/e2e/go.mod once per machine (about 10 minutes on 2 cores), then reused.
+e2e-control-plane: $(STAMP)
+	$(BIN)/python tests/e2e/build_control_plane.py
+
+test: $(STAMP) e2e-control-plane
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest

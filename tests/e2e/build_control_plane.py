@@ -33,7 +33,7 @@ PACKAGES = {
     "k8s.io/kubernetes/cmd/kube-scheduler": "kube-scheduler",
     "k8s.io/kubernetes/cmd/kube-controller-manager": "kube-controller-manager",
     "k8s.io/kubernetes/cmd/kubectl": "kubectl",
-    "go.etcd.io/etcd/server/v3": "v3",
+    "go.etcd.io/etcd/server/v3": "server",
 }
 BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl", "etcd")
 DONE_STAMP = ".complete"
@@ -128,6 +128,7 @@ def build(target: Path) -> None:
     _log(f"compiling {total} packages into 5 binaries")
 
     staging = Path(tempfile.mkdtemp(prefix="bin-", dir=target.parent))
+    staging.chmod(0o755)
     command = [
         go,
         "build",
@@ -157,7 +158,7 @@ def build(target: Path) -> None:
     if process.wait() != 0:
         shutil.rmtree(staging, ignore_errors=True)
         raise SystemExit(f"go build failed (exit {process.returncode}):\n" + "\n".join(errors[-40:]))
-    # go build names a main package after its import path's last element.
+    # go build names a main package after its import path without the major-version suffix.
     (staging / PACKAGES["go.etcd.io/etcd/server/v3"]).rename(staging / "etcd")
     (staging / DONE_STAMP).write_text(f"{version}\n")
     if target.exists():
