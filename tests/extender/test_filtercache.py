@@ -99,3 +99,29 @@ async def test_bind_never_uses_cached_outcomes() -> None:
     with pytest.raises(BindFailed, match="no longer fits"):
         await scheduler.bind("default", "p0", pod(scheduler, "p0")["metadata"]["uid"], "node-0")
     assert scheduler.filter_cache.stats()["hits"] == hits
+
+
+async def test_claim_status_changes_are_never_answered_from_the_cache() -> None:
+    scheduler = make(workload(1))
+    p0 = pod(scheduler, "p0")
+    assert (await scheduler.filter(p0, NODES)).passed == NODES
+    # Allocated elsewhere (another scheduler instance) on node-1: only node-1 is possible now.
+    claim = scheduler.cache.raw("ResourceClaim", "default/c0")
+    allocated = o.allocate({**claim, "metadata": {**claim["metadata"], "resourceVersion": "2"}},
+                           "node-1", ["gpu-0"], [{"resource": "pods", "name": "x", "uid": "x"}])
+    scheduler.cache.apply("ResourceClaim", "MODIFIED", allocated)
+    result = await scheduler.filter(p0, NODES)
+    assert result.passed == ["node-1"]
+    assert result.unresolvable["node-0"] == "resourceclaim not available on the node"
+    # Reserved by the maximum number of consumers.
+    consumers = [{"resource": "pods", "name": f"x{i}", "uid": f"x{i}"} for i in range(256)]
+    full = {**allocated, "metadata": {**allocated["metadata"], "resourceVersion": "3"},
+            "status": {**allocated["status"], "reservedFor": consumers}}
+    scheduler.cache.apply("ResourceClaim", "MODIFIED", full)
+    assert (await scheduler.filter(p0, NODES)).unresolvable == dict.fromkeys(NODES, "resourceclaim in use")
+    # Being deleted.
+    deleting = {**full, "metadata": {**full["metadata"], "resourceVersion": "4",
+                                     "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    scheduler.cache.apply("ResourceClaim", "MODIFIED", deleting)
+    result = await scheduler.filter(p0, NODES)
+    assert result.passed == [] and all("being deleted" in m for m in result.unresolvable.values())
