@@ -1,0 +1,64 @@
+"""Session fixture: a real control plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler) with `dra-extender serve` as scheduler extender and admission webhook.
+
+The binaries come from build_control_plane.py (`make test` builds them first; here they are built
+if missing). The tests skip only when they cannot be built, i.e. without a Go toolchain.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import build_control_plane
+import pytest
+from e2e_api import Api
+from e2e_cluster import ControlPlane, extender_supports
+
+CONTROLLERS_FLAG = "--controllers"
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    try:
+        bin_dir = build_control_plane.ensure_built()
+    except build_control_plane.BuildUnavailable as missing:
+        pytest.skip(f"end-to-end tests need the Kubernetes binaries: {missing}")
+    work = tmp_path_factory.mktemp("control-plane")
+    plane = ControlPlane(bin_dir, work)
+    flags = [f"{CONTROLLERS_FLAG}=taint-eviction"] if extender_supports(CONTROLLERS_FLAG) else []
+    try:
+        plane.start(flags)
+    except BaseException:
+        print(plane.log_tails())
+        plane.stop()
+        raise
+    yield plane
+    plane.stop()
+
+
+@pytest.fixture
+def api(control_plane: ControlPlane) -> Api:
+    assert control_plane.api is not None
+    return control_plane.api
+
+
+@pytest.fixture
+def namespace(api: Api) -> Iterator[str]:
+    """A namespace of the test's own; its pods are force-deleted afterwards (no kubelet confirms)."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    api.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    yield name
+    for pod in api.items(f"/api/v1/namespaces/{name}/pods"):
+        api.delete(f"/api/v1/namespaces/{name}/pods/{pod['metadata']['name']}", grace_period_seconds=0)
+    api.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    if report.failed and "control_plane" in getattr(item, "fixturenames", ()):
+        plane = item.funcargs.get("control_plane") if hasattr(item, "funcargs") else None
+        if isinstance(plane, ControlPlane):
+            report.sections.append(("control plane logs (tails)", plane.log_tails()))
+    return report

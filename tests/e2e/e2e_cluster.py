@@ -1,0 +1,556 @@
+"""A real control plane on loopback for the end-to-end tests.
+
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler (built by build_control_plane.py),
+plus `dra-extender serve` as kube-scheduler's filter/prioritize/bind extender and as the admission
+webhook. There is no kubelet: tests create Nodes and ResourceSlices through the API as a driver
+would. Every component logs to <work dir>/logs/<name>.log.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import urllib3
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from e2e_api import Api, ApiStatusError, wait_for
+
+from webhook.certs import KeyPair, generate_ca, generate_serving_cert, write_pem
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DRA_EXTENDER = Path(sys.executable).with_name("dra-extender")
+EXTENDER_USER = "dra-extender"
+
+# Pods rejected by an extender wait in kube-scheduler's unschedulable queue for this long at most
+# (default 5 minutes); short, so pods waiting for freed devices are retried within the tests' timeouts.
+UNSCHEDULABLE_RETRY = "5s"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def client_cert(ca: KeyPair, user: str, groups: tuple[str, ...] = ()) -> KeyPair:
+    """A client certificate: the apiserver reads the user from CN and the groups from O."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name(
+        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
+        + [x509.NameAttribute(NameOID.COMMON_NAME, user)]
+    )
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca.certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca.key, hashes.SHA256())
+    )
+    return KeyPair(certificate, key)
+
+
+@dataclass
+class Credentials:
+    cert_file: Path
+    key_file: Path
+    kubeconfig: Path
+
+
+@dataclass
+class Component:
+    name: str
+    args: list[str]
+    log_file: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = self.log_file.open("ab")
+        log.write(f"\n===== start {time.strftime('%H:%M:%S')}: {' '.join(self.args)}\n".encode())
+        log.flush()
+        # A process group of its own, so stopping it never signals pytest.
+        self.process = subprocess.Popen(
+            self.args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(5)
+
+    def tail(self, lines: int = 60) -> str:
+        if not self.log_file.exists():
+            return "(no log)"
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class ControlPlane:
+    bin_dir: Path
+    work: Path
+    components: dict[str, Component] = field(default_factory=dict)
+    api: Api | None = None
+
+    def __post_init__(self) -> None:
+        self.pki = self.work / "pki"
+        self.logs = self.work / "logs"
+        self.pki.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.etcd_port, self.etcd_peer_port, self.apiserver_port = free_port(), free_port(), free_port()
+        self.extender_port, self.debug_port, self.webhook_port = free_port(), free_port(), free_port()
+        self.server = f"https://127.0.0.1:{self.apiserver_port}"
+        self.extender_flags: list[str] = []
+
+    # ----- certificates and kubeconfigs -----
+
+    def _write_pki(self) -> None:
+        self.ca = generate_ca("dra-extender-e2e-ca")
+        self.ca_file = self.pki / "ca.crt"
+        write_pem(self.ca_file, self.ca.certificate_pem())
+        serving = generate_serving_cert(self.ca, ["localhost", "kubernetes"], ["127.0.0.1"])
+        self.serving_cert, self.serving_key = self.pki / "serving.crt", self.pki / "serving.key"
+        write_pem(self.serving_cert, serving.certificate_pem())
+        write_pem(self.serving_key, serving.key_pem(), private=True)
+        sa_key = ec.generate_private_key(ec.SECP256R1())
+        self.sa_key_file = self.pki / "sa.key"
+        write_pem(
+            self.sa_key_file,
+            sa_key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            ),
+            private=True,
+        )
+        self.sa_pub_file = self.pki / "sa.pub"
+        write_pem(
+            self.sa_pub_file,
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
+        )
+        self.admin = self._credentials("admin", "admin", ("system:masters",))
+        self.scheduler_creds = self._credentials("scheduler", "system:kube-scheduler")
+        # The controller manager runs as an admin: its own RBAC is not what these tests are about.
+        self.controller_creds = self._credentials(
+            "controller-manager", "system:kube-controller-manager", ("system:masters",)
+        )
+        self.extender_creds = self._credentials("extender", EXTENDER_USER)
+
+    def _credentials(self, name: str, user: str, groups: tuple[str, ...] = ()) -> Credentials:
+        pair = client_cert(self.ca, user, groups)
+        cert_file, key_file = self.pki / f"{name}.crt", self.pki / f"{name}.key"
+        write_pem(cert_file, pair.certificate_pem())
+        write_pem(key_file, pair.key_pem(), private=True)
+        kubeconfig = self.work / f"{name}.kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": "e2e",
+                            "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)},
+                        }
+                    ],
+                    "users": [
+                        {
+                            "name": name,
+                            "user": {"client-certificate": str(cert_file), "client-key": str(key_file)},
+                        }
+                    ],
+                    "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": name}}],
+                    "current-context": "e2e",
+                }
+            )
+        )
+        return Credentials(cert_file, key_file, kubeconfig)
+
+    # ----- components -----
+
+    def _component(self, name: str, args: list[str]) -> Component:
+        component = Component(name, args, self.logs / f"{name}.log")
+        self.components[name] = component
+        component.start()
+        return component
+
+    def _bin(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    def _start_etcd(self) -> None:
+        client = f"http://127.0.0.1:{self.etcd_port}"
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+        self._component(
+            "etcd",
+            [
+                self._bin("etcd"),
+                "--name=e2e",
+                f"--data-dir={self.work / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=e2e={peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+                "--quota-backend-bytes=2147483648",
+            ],
+        )
+        http = urllib3.PoolManager(retries=False, timeout=2)
+
+        def healthy() -> bool:
+            self._check_alive("etcd")
+            try:
+                return http.request("GET", f"{client}/health").status == 200
+            except urllib3.exceptions.HTTPError:
+                return False
+
+        wait_for("etcd /health", healthy, timeout_s=60)
+
+    def _start_apiserver(self) -> None:
+        self._component(
+            "kube-apiserver",
+            [
+                self._bin("kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.apiserver_port}",
+                f"--tls-cert-file={self.serving_cert}",
+                f"--tls-private-key-file={self.serving_key}",
+                f"--client-ca-file={self.ca_file}",
+                f"--service-account-key-file={self.sa_pub_file}",
+                f"--service-account-signing-key-file={self.sa_key_file}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--authorization-mode=Node,RBAC",
+            # Loopback may not be advertised through the kubernetes Service endpoints; nothing here needs them.
+            "--endpoint-reconciler-type=none",
+                "--runtime-config=resource.k8s.io/v1=true",
+                # No kubelet creates service accounts' tokens here, and pods need none.
+                "--disable-admission-plugins=ServiceAccount",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        self.api = Api(self.server, str(self.ca_file), str(self.admin.cert_file), str(self.admin.key_file))
+        api = self.api
+
+        def ready() -> bool:
+            self._check_alive("kube-apiserver")
+            try:
+                api.request("GET", "/readyz")
+                return True
+            except (ApiStatusError, urllib3.exceptions.HTTPError):
+                return False
+
+        wait_for("kube-apiserver /readyz", ready, timeout_s=120, interval_s=0.5)
+
+    def _start_controller_manager(self) -> None:
+        self._component(
+            "kube-controller-manager",
+            [
+                self._bin("kube-controller-manager"),
+                f"--kubeconfig={self.controller_creds.kubeconfig}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                f"--service-account-private-key-file={self.sa_key_file}",
+                f"--root-ca-file={self.ca_file}",
+                # The node lifecycle controller would taint every kubelet-less node unreachable, and the
+                # in-tree device taint eviction would do the job the taint test expects of dra-extender.
+                "--controllers=*,-node-lifecycle-controller,-device-taint-eviction-controller",
+                "--v=1",
+            ],
+        )
+
+    def _start_scheduler(self) -> None:
+        config = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {
+                "kubeconfig": str(self.scheduler_creds.kubeconfig),
+                "qps": 200,
+                "burst": 400,
+            },
+            "leaderElection": {"leaderElect": False},
+            "podInitialBackoffSeconds": 1,
+            "podMaxBackoffSeconds": 2,
+            "profiles": [
+                {
+                    "schedulerName": "default-scheduler",
+                    "plugins": {"multiPoint": {"disabled": [{"name": "DynamicResources"}]}},
+                }
+            ],
+            "extenders": [
+                {
+                    "urlPrefix": f"https://127.0.0.1:{self.extender_port}/scheduler",
+                    "filterVerb": "filter",
+                    "prioritizeVerb": "prioritize",
+                    "weight": 1,
+                    "bindVerb": "bind",
+                    "enableHTTPS": True,
+                    "tlsConfig": {"caFile": str(self.ca_file)},
+                    "nodeCacheCapable": True,
+                    "httpTimeout": "10s",
+                    "ignorable": False,
+                }
+            ],
+        }
+        config_file = self.work / "scheduler-config.yaml"
+        config_file.write_text(yaml.safe_dump(config))
+        self._component(
+            "kube-scheduler",
+            [
+                self._bin("kube-scheduler"),
+                f"--config={config_file}",
+                "--secure-port=0",
+                f"--pod-max-in-unschedulable-pods-duration={UNSCHEDULABLE_RETRY}",
+                "--v=2",
+            ],
+        )
+
+    def start_extender(self, extra_flags: list[str] | None = None) -> None:
+        """(Re)start `dra-extender serve`: extender on HTTPS, webhook, debug port; wait until ready."""
+        if extra_flags is not None:
+            self.extender_flags = extra_flags
+        self._component(
+            "dra-extender",
+            [
+                str(DRA_EXTENDER),
+                "serve",
+                f"--kubeconfig={self.extender_creds.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--extender-port={self.extender_port}",
+                f"--debug-port={self.debug_port}",
+                f"--webhook-port={self.webhook_port}",
+                f"--extender-tls-cert-file={self.serving_cert}",
+                f"--extender-tls-private-key-file={self.serving_key}",
+                f"--tls-cert-file={self.serving_cert}",
+                f"--tls-private-key-file={self.serving_key}",
+                "--log-level=info",
+                *self.extender_flags,
+            ],
+        )
+        http = urllib3.PoolManager(retries=False, timeout=2)
+
+        def ready() -> bool:
+            self._check_alive("dra-extender")
+            try:
+                return http.request("GET", f"http://127.0.0.1:{self.debug_port}/readyz").status == 200
+            except urllib3.exceptions.HTTPError:
+                return False
+
+        wait_for("dra-extender /readyz", ready, timeout_s=60)
+
+    def stop_extender(self, *, hard: bool = False) -> None:
+        component = self.components["dra-extender"]
+        if hard:
+            component.kill()
+        else:
+            component.stop()
+
+    def debug_state(self) -> dict:
+        http = urllib3.PoolManager(retries=False, timeout=5)
+        return orjson.loads(http.request("GET", f"http://127.0.0.1:{self.debug_port}/debug/state").data)
+
+    def _check_alive(self, name: str) -> None:
+        component = self.components[name]
+        if not component.running():
+            raise RuntimeError(
+                f"{name} exited (code {component.process.returncode if component.process else '?'}):\n"
+                f"{component.tail(40)}"
+            )
+
+    # ----- cluster objects the fixture owns -----
+
+    def _install_rbac_and_webhooks(self) -> None:
+        assert self.api is not None
+        resource_rules = [
+            {
+                "apiGroups": [""],
+                "resources": ["nodes", "pods", "namespaces"],
+                "verbs": ["get", "list", "watch"],
+            },
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "patch", "update"]},
+            {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
+            {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+            {
+                "apiGroups": ["", "events.k8s.io"],
+                "resources": ["events"],
+                "verbs": ["create", "patch", "update"],
+            },
+            {
+                "apiGroups": ["resource.k8s.io"],
+                "resources": [
+                    "resourceclaims",
+                    "resourceslices",
+                    "deviceclasses",
+                    "resourceclaimtemplates",
+                    "devicetaintrules",
+                ],
+                "verbs": ["get", "list", "watch"],
+            },
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["update", "patch"]},
+            {
+                "apiGroups": ["resource.k8s.io"],
+                "resources": ["resourceclaims/status", "resourceclaims/binding", "devicetaintrules/status"],
+                "verbs": ["update", "patch"],
+            },
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["get", "list", "watch", "create", "update"],
+            },
+        ]
+        self.api.create(
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            {
+                "metadata": {"name": EXTENDER_USER},
+                "rules": resource_rules,
+            },
+        )
+        self.api.create(
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {
+                "metadata": {"name": EXTENDER_USER},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": EXTENDER_USER,
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": EXTENDER_USER}
+                ],
+            },
+        )
+        ca_bundle = base64.b64encode(self.ca.certificate_pem()).decode()
+
+        def hook(name: str, path: str, rules: list[dict]) -> dict:
+            return {
+                "name": name,
+                "clientConfig": {
+                    "url": f"https://127.0.0.1:{self.webhook_port}{path}",
+                    "caBundle": ca_bundle,
+                },
+                "rules": rules,
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "timeoutSeconds": 5,
+                "admissionReviewVersions": ["v1"],
+            }
+
+        claim_status = {
+            "apiGroups": ["resource.k8s.io"],
+            "apiVersions": ["v1"],
+            "resources": ["resourceclaims/status"],
+            "operations": ["UPDATE"],
+        }
+        self.api.create(
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+            {
+                "metadata": {"name": "dra-extender"},
+                "webhooks": [hook("claim-status.mutate.dra-extender.io", "/webhook/mutate", [claim_status])],
+            },
+        )
+        self.api.create(
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            {
+                "metadata": {"name": "dra-extender"},
+                "webhooks": [
+                    hook(
+                        "validate.dra-extender.io",
+                        "/webhook/validate",
+                        [
+                            claim_status,
+                            {
+                                "apiGroups": [""],
+                                "apiVersions": ["v1"],
+                                "resources": ["pods"],
+                                "operations": ["CREATE"],
+                            },
+                            {
+                                "apiGroups": ["resource.k8s.io"],
+                                "apiVersions": ["v1"],
+                                "resources": ["resourceclaims", "resourceclaimtemplates"],
+                                "operations": ["CREATE"],
+                            },
+                        ],
+                    )
+                ],
+            },
+        )
+
+    # ----- lifecycle -----
+
+    def start(self, extender_flags: list[str]) -> None:
+        self._write_pki()
+        self._start_etcd()
+        self._start_apiserver()
+        self._install_rbac_and_webhooks()
+        self._start_controller_manager()
+        self.start_extender(extender_flags)
+        self._start_scheduler()
+        assert self.api is not None
+        wait_for(
+            "the default namespace", lambda: self.api.get_or_none("/api/v1/namespaces/default"), timeout_s=60
+        )
+
+    def stop(self) -> None:
+        for name in ("kube-scheduler", "dra-extender", "kube-controller-manager", "kube-apiserver", "etcd"):
+            if name in self.components:
+                self.components[name].stop()
+        if self.api is not None:
+            self.api.close()
+        shutil.rmtree(self.work / "etcd", ignore_errors=True)
+
+    def log_tails(self, lines: int = 60) -> str:
+        parts = []
+        for name, component in self.components.items():
+            parts.append(f"----- {name} ({component.log_file}) -----\n{component.tail(lines)}")
+        return "\n".join(parts)
+
+
+def extender_supports(flag: str) -> bool:
+    """Whether `dra-extender serve --help` lists a flag."""
+    help_text = subprocess.run(
+        [str(DRA_EXTENDER), "serve", "--help"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        check=False,
+    ).stdout
+    return flag in help_text
