@@ -63,11 +63,6 @@ class AssumeCache:
         if entry is not None and (allocation is None or entry.allocation is allocation):
             del self._entries[claim_uid]
 
-    def release_pod(self, pod_uid: str) -> None:
-        """Drop every entry held for one pod (its bind failed or it was deleted)."""
-        for uid in [uid for uid, entry in self._entries.items() if entry.pod_uid == pod_uid]:
-            del self._entries[uid]
-
     def confirm_from_watch(self, claim: ResourceClaim) -> None:
         """The cache now holds `claim`; once it carries an allocation the entry is no longer needed."""
         if claim.allocation is not None:

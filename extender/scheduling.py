@@ -153,6 +153,7 @@ class Scheduler:
         # Pods whose bind is writing. Their in-flight entries belong to that bind: nothing else may
         # replace or release them (the devices would look free while the write may still land).
         self._binding: set[str] = set()
+        cache.subscribe(self._on_change)
         self.bind_attempts = 0
         self.bind_conflicts = 0
 
@@ -407,6 +408,10 @@ class Scheduler:
         if hold is not None:
             for claim, allocation in hold[1]:
                 self.assume.release(claim.uid, allocation=allocation)
+
+    def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+        if kind == "Pod" and event_type == "DELETED" and self._holds:
+            self.release_hold(pod_uid(new))  # a deleted pod's held devices are free at once
 
     def _hold_alive(self, hold: tuple[str, list[tuple[ResourceClaim, dict]]]) -> bool:
         for claim, allocation in hold[1]:

@@ -62,7 +62,11 @@ def test_a_claim_in_flight_for_another_pod_is_refused(cache: ClusterCache) -> No
     assume.reserve(claim, allocation("gpu-1"), "pod-1")   # same pod: replaced (e.g. another node at bind)
     view = assume.allocated_view(cache)
     assert view.owner_of(DRIVER, POOL, "gpu-0") is None and view.owner_of(DRIVER, POOL, "gpu-1") == "ns/a"
-    assume.release_pod("pod-1")
+    assume.release(claim.uid, allocation=allocation("gpu-1"))  # an equal copy is not the entry's own
+    assert len(assume) == 1
+    mine = allocation("gpu-2")
+    assume.reserve(claim, mine, "pod-1")
+    assume.release(claim.uid, allocation=mine)
     assert len(assume) == 0
 
 

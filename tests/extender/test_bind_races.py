@@ -290,3 +290,13 @@ async def test_holds_of_pods_that_never_bind_are_forgotten() -> None:
     clock.now += 10  # p was deleted, or went to another scheduler: its hold expires
     assert (await scheduler.filter(pod_of(scheduler, "q"), ["node-0", "node-1"])).passed
     assert scheduler.holding() == {uid(scheduler, "q")}
+
+
+async def test_a_deleted_pod_frees_its_hold_at_once() -> None:
+    objs = [*o.cluster(1, 1), o.claim("c"), o.pod("p", ["c"]), o.claim("d"), o.pod("q", ["d"])]
+    scheduler, _, _ = make(objs, hold_devices=True, hold_ttl_s=30.0)
+    assert (await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])).passed == ["node-0"]
+    assert (await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])).passed == []
+    scheduler.cache.apply("Pod", "DELETED", pod_of(scheduler, "p"))
+    assert len(scheduler.assume) == 0 and scheduler.holding() == set()
+    assert (await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])).passed == ["node-0"]
