@@ -378,13 +378,14 @@ class Scheduler:
         # The verdicts may predate a yield during which other pods took devices: allocate the chosen
         # node again from the current state, with no await before the devices are reserved.
         try:
-            best = self.check_node(self.plan(pod), best.node)
+            current = self.plan(pod)
+            best = self.check_node(current, best.node)
         except SchedulingError as error:
             return FilterResult([], {}, {}, str(error))
         if not best.fits:
             verdicts = {**verdicts, best.node: best}
             return _split(verdicts)
-        held = list(zip(plan.to_allocate, best.outcome.allocations if best.outcome else [], strict=True))
+        held = list(zip(current.to_allocate, best.outcome.allocations if best.outcome else [], strict=True))
         uid = pod_uid(pod)
         for claim, allocation in held:
             self._reserve(claim, allocation, uid, ttl_s=self.hold_ttl_s)

@@ -300,3 +300,29 @@ async def test_a_deleted_pod_frees_its_hold_at_once() -> None:
     scheduler.cache.apply("Pod", "DELETED", pod_of(scheduler, "p"))
     assert len(scheduler.assume) == 0 and scheduler.holding() == set()
     assert (await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])).passed == ["node-0"]
+
+
+async def test_a_claim_allocated_during_a_holding_filter_is_not_held_again() -> None:
+    ticks = [0.0]
+
+    def stepped() -> float:
+        ticks[0] += 0.001
+        return ticks[0]
+
+    nodes = [f"node-{index}" for index in range(30)]
+    objs = [*o.cluster(30, 2), o.claim("s"), o.claim("c"), o.pod("p", ["s", "c"])]
+    scheduler, _, _ = make(objs, hold_devices=True, clock=stepped)
+
+    async def allocate_shared_claim() -> None:  # the watch reports s allocated (another pod) meanwhile
+        raw = scheduler.cache.raw("ResourceClaim", "default/s")
+        allocated = o.allocate({**raw, "metadata": {**raw["metadata"], "resourceVersion": "5"}}, "node-0",
+                               ["gpu-0"], [{"resource": "pods", "name": "x", "uid": "x"}])
+        scheduler.cache.apply("ResourceClaim", "MODIFIED", allocated)
+
+    task = asyncio.create_task(allocate_shared_claim())
+    result = await scheduler.filter(pod_of(scheduler, "p"), nodes)
+    await task
+    assert result.passed == ["node-0"] and result.error == ""
+    held = [claim.name for _, claim, _ in scheduler.assume.in_flight()]
+    assert held == ["c"]
+    assert devices_in_use(scheduler) == [(o.DRIVER, "node-0", "gpu-0"), (o.DRIVER, "node-0", "gpu-1")]
