@@ -37,7 +37,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     plane.stop()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def api(control_plane: ControlPlane) -> Api:
     assert control_plane.api is not None
     return control_plane.api

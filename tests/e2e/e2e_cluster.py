@@ -257,10 +257,10 @@ class ControlPlane:
                 "--service-account-issuer=https://kubernetes.default.svc",
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--authorization-mode=Node,RBAC",
-            # Loopback may not be advertised through the kubernetes Service endpoints; nothing here needs them.
-            "--endpoint-reconciler-type=none",
+                # The kubernetes Service may not point at loopback; nothing here needs its endpoints.
+                "--endpoint-reconciler-type=none",
                 "--runtime-config=resource.k8s.io/v1=true",
-                # No kubelet creates service accounts' tokens here, and pods need none.
+                # Pods need no service account here, so new namespaces need not wait for "default".
                 "--disable-admission-plugins=ServiceAccount",
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",

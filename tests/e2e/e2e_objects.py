@@ -184,6 +184,16 @@ def scheduling_failures(api: Api, namespace: str, pod_name: str) -> list[str]:
     return [str(e.get("message", "")) for e in events]
 
 
+def wait_for_reason(api: Api, namespace: str, pod_name: str, reason: str) -> list[str]:
+    """FailedScheduling messages of a pod once one carries `reason`: the first attempts may still
+    find the generated claim not created yet."""
+    return wait_for(
+        f"a FailedScheduling event of {pod_name} saying {reason!r}",
+        lambda: [m for m in scheduling_failures(api, namespace, pod_name) if reason in m],
+        timeout_s=30,
+    )
+
+
 def assert_devices_consistent(api: Api, namespace: str, in_use: int, *, no_leaks: bool = False) -> None:
     """No device in two allocations; each reserved pod is bound to its device's node (or not yet
     bound); `in_use` devices serve bound pods. With `no_leaks`, no allocation serves only unbound

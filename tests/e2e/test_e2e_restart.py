@@ -1,0 +1,69 @@
+"""dra-extender killed while kube-scheduler is binding pods through it, then started again: the
+state is rebuilt from the cluster, no device ends up in two allocations and no allocation leaks."""
+
+from __future__ import annotations
+
+import contextlib
+
+from e2e_api import Api, wait_for
+from e2e_cluster import ControlPlane
+from e2e_objects import (
+    assert_devices_consistent,
+    bound,
+    claim_spec,
+    create_driver,
+    create_pod,
+    create_template,
+    pods,
+)
+
+NODES, DEVICES, PODS = 4, 10, 50
+
+
+def test_extender_killed_mid_run_restarts_without_double_allocation_or_leaks(
+    control_plane: ControlPlane, api: Api, namespace: str
+) -> None:
+    driver = create_driver(api, nodes=NODES, devices=DEVICES)
+    capacity = NODES * DEVICES
+    try:
+        create_template(api, namespace, "one-gpu", claim_spec(driver.device_class))
+        for i in range(PODS):
+            create_pod(api, namespace, f"job-{i:02d}", template="one-gpu")
+
+        wait_for(
+            "the first pods bound",
+            lambda: len(bound(pods(api, namespace))) >= 5,
+            timeout_s=60,
+            interval_s=0.1,
+        )
+        control_plane.stop_extender(hard=True)
+        bound_while_down = len(bound(pods(api, namespace)))
+        assert bound_while_down < capacity, "the extender must go down while pods still wait for devices"
+        control_plane.start_extender()
+
+        wait_for(
+            f"{capacity} pods bound",
+            lambda: len(bound(pods(api, namespace))) == capacity,
+            timeout_s=180,
+            interval_s=1,
+        )
+        # Let in-flight work settle (claims of pods being bound), then nothing may be allocated twice
+        # or held for a pod that is not bound.
+        with contextlib.suppress(AssertionError):
+            wait_for("a consistent cluster", lambda: _consistent(api, namespace, capacity), timeout_s=30)
+        assert_devices_consistent(api, namespace, capacity, no_leaks=True)
+        assert len(bound(pods(api, namespace))) == capacity, "more pods bound than devices exist"
+    finally:
+        for pod in pods(api, namespace):
+            api.delete(
+                f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}", grace_period_seconds=0
+            )
+        driver.cleanup()
+
+
+def _consistent(api: Api, namespace: str, in_use: int) -> bool:
+    try:
+        assert_devices_consistent(api, namespace, in_use, no_leaks=True)
+    except AssertionError:
+        return False
+    return True
