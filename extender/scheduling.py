@@ -499,9 +499,11 @@ class Scheduler:
                 if allocation is None:
                     continue
                 self._release(claim)
-                if claim.uid in unsettled:
-                    # The API server may hold this allocation: keep counting its devices until the
-                    # watch shows the claim allocated (which drops the entry) or the TTL passes.
+                cached = self.cache.claim_by_uid(claim.uid)
+                if claim.uid in unsettled and (cached is None or cached.allocation is None):
+                    # The API server may hold this allocation (the cache does not know yet): keep
+                    # counting its devices until the watch shows the claim allocated (which drops
+                    # the entry) or the TTL passes.
                     # Owned by no pod, so no bind (not even this pod's retry) re-allocates the claim
                     # meanwhile: it is "in the process of being allocated".
                     self._reserve(claim, allocation, f"unsettled:{uid}", ttl_s=UNSETTLED_TTL_S)

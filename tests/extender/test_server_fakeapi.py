@@ -10,6 +10,7 @@ import aiohttp
 import dra_objects as o
 import orjson
 import pytest
+from fakeapi import StatusError
 
 from allocator import FeatureGates
 from extender.assume import AssumeCache
@@ -169,6 +170,42 @@ async def test_filter_during_bind_sees_devices_in_flight(stack: Stack) -> None:
     assert (await bind)["Error"] == ""
     devices = api_devices(stack.fake)
     assert len(devices) == len(set(devices)) == 2
+
+
+async def test_status_write_that_landed_but_failed_and_cannot_be_undone_never_frees_its_device(
+        stack: Stack) -> None:
+    """The API server stored p0's status write but answered with an error, and refuses the undo: the
+    device must stay counted (in flight, then from the API server's state) while others bind."""
+    def landed_but_failed(request: Any) -> None:
+        if request.resource.plural == "resourceclaims" and request.subresource == "status" \
+                and request.name == "c0":
+            if (request.body.get("status") or {}).get("allocation"):
+                stack.fake.put_object(request.body)  # stored ...
+            raise StatusError(504, "the server timed out waiting for etcd")  # ... but reported failed
+
+    # The claim watch is down meanwhile, so only the extender itself can know what the server holds.
+    watch_back = asyncio.Event()
+
+    async def hold_claim_watch(request: Any) -> None:
+        if request.verb in ("list", "watch") and request.resource.plural == "resourceclaims":
+            await watch_back.wait()
+
+    unhold = stack.fake.intercept(hold_claim_watch)
+    stack.fake.close_watches("resourceclaims")
+    remove = stack.fake.intercept(landed_but_failed)
+    result = await stack.post("bind", bind_args(stack, "p0", "node-0"))
+    assert "undo incomplete" in result["Error"]
+    remove()
+    # Two more pods for node-0's two devices: only one can get the device p0's claim does not hold.
+    binds = (stack.post("bind", bind_args(stack, f"p{i}", "node-0")) for i in (1, 2))
+    outcomes = await asyncio.gather(*binds)
+    assert sorted(bool(outcome["Error"]) for outcome in outcomes) == [False, True]
+    devices = api_devices(stack.fake)
+    assert len(devices) == len(set(devices)) == 2
+    watch_back.set()
+    unhold()
+    await stack.settle()
+    assert len(stack.server.scheduler.assume) == 0, "the watch settles what was in flight"
 
 
 async def test_watch_drop_and_410_gone_keep_the_cache_current(stack: Stack) -> None:
