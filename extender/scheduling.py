@@ -268,7 +268,7 @@ class Scheduler:
     ) -> NodeVerdict:
         """Does the pod fit this node? Raises SchedulingError for real errors.
 
-        `use_cache` lets filter and prioritize reuse outcomes from the FilterCache; bind, preempt
+        `use_cache` lets filter, prioritize and preempt reuse outcomes from the FilterCache; bind
         and explain always compute afresh."""
         if plan.blocked is not None:
             blocked = plan.blocked
@@ -559,24 +559,24 @@ class Scheduler:
 
     # ---- preempt ------------------------------------------------------------------------------
 
-    def preempt(self, pod: dict, victims: Mapping[str, dict]) -> dict[str, dict]:
+    async def preempt(self, pod: dict, victims: Mapping[str, dict]) -> dict[str, dict]:
         """Keep candidates where the pod fits now, or where evicting victims could free devices.
 
         kube-scheduler's dry run ignores extender filters, so candidates may come with empty victim
-        lists; those are kept only if the pod already fits there.
+        lists; those are kept only if the pod already fits there. Candidates can be hundreds of
+        nodes: they are checked like filter's (cached outcomes, yielding to other requests).
         """
         if not has_claims(pod):
             return dict(victims)
         try:
-            plan = self.plan(pod)
-            kept = {}
-            for node, node_victims in victims.items():
-                verdict = self.check_node(plan, node)
-                if verdict.fits or (node_victims.get("Pods") and not verdict.unresolvable):
-                    kept[node] = node_victims
-            return kept
+            verdicts = await self._check_nodes(self.plan(pod), victims, None)
         except SchedulingError:
             return {}
+        return {
+            node: node_victims
+            for node, node_victims in victims.items()
+            if verdicts[node].fits or (node_victims.get("Pods") and not verdicts[node].unresolvable)
+        }
 
 
 class _ClaimLookup:

@@ -178,7 +178,7 @@ class ExtenderServer:
         args = wire.parse_preemption_args(await request.read())
         if self._not_synced():
             return web.Response(status=503, text=f"{NOT_SYNCED}\n")
-        return _json(wire.encode_preemption_result(self.scheduler.preempt(args.pod, args.victims)))
+        return _json(wire.encode_preemption_result(await self.scheduler.preempt(args.pod, args.victims)))
 
     # ---- debug --------------------------------------------------------------------------------
 

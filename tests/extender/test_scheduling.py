@@ -206,16 +206,17 @@ async def test_preempt_keeps_only_useful_candidates() -> None:
         "node-1": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0},
         "node-2": {"Pods": [{"UID": "y"}], "NumPDBViolations": 0},
     }
-    kept = scheduler.preempt(pod_of(scheduler, "p"), victims)
+    kept = await scheduler.preempt(pod_of(scheduler, "p"), victims)
     assert kept == {"node-0": victims["node-0"], "node-1": victims["node-1"]}
 
 
-async def test_filter_yields_every_few_milliseconds_of_work() -> None:
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "preempt"])
+async def test_node_checks_yield_every_few_milliseconds_of_work(verb: str) -> None:
     ticks = [0.0]
 
     # Wall-clock stalls are measured by bench/extender_bench.py (longest_loop_stall_ms); on a shared
     # machine they are too noisy to assert on, so this checks the yielding with a stepped clock.
-    def clock() -> float:  # every reading advances 1 ms: the filter must yield about every 5 nodes
+    def clock() -> float:  # every reading advances 1 ms: the checks must yield about every 5 nodes
         ticks[0] += 0.001
         return ticks[0]
 
@@ -230,7 +231,15 @@ async def test_filter_yields_every_few_milliseconds_of_work() -> None:
             await asyncio.sleep(0)
 
     task = asyncio.create_task(other_request())
-    await scheduler.filter(pod_of(scheduler, "p"), [f"node-{i}" for i in range(60)])
+    nodes = [f"node-{i}" for i in range(60)]
+    pod = pod_of(scheduler, "p")
+    if verb == "filter":
+        await scheduler.filter(pod, nodes)
+    elif verb == "prioritize":
+        await scheduler.prioritize(pod, nodes)
+    else:
+        victims = {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}
+        await scheduler.preempt(pod, {node: victims for node in nodes})
     done = True
     await task
     assert turns >= 60 // 6
