@@ -46,7 +46,7 @@ class BuildUnavailable(RuntimeError):
 def kubernetes_version() -> str:
     match = re.search(r"^\s*k8s\.io/kubernetes\s+(v\S+)", GO_MOD.read_text(), re.MULTILINE)
     if match is None:
-        raise SystemExit(f"{GO_MOD}: no k8s.io/kubernetes requirement")
+        raise RuntimeError(f"{GO_MOD}: no k8s.io/kubernetes requirement")
     return match.group(1)
 
 
@@ -157,7 +157,7 @@ def build(target: Path) -> None:
             _log(f"{compiled}/{total} packages compiled ({time.monotonic() - started:.0f}s)")
     if process.wait() != 0:
         shutil.rmtree(staging, ignore_errors=True)
-        raise SystemExit(f"go build failed (exit {process.returncode}):\n" + "\n".join(errors[-40:]))
+        raise RuntimeError(f"go build failed (exit {process.returncode}):\n" + "\n".join(errors[-40:]))
     # go build names a main package after its import path without the major-version suffix.
     (staging / PACKAGES["go.etcd.io/etcd/server/v3"]).rename(staging / "etcd")
     (staging / DONE_STAMP).write_text(f"{version}\n")
@@ -196,7 +196,9 @@ def main() -> int:
         ensure_built()
     except BuildUnavailable as missing:
         _log(f"SKIPPED: {missing}; the e2e tests will be skipped")
-        return 0
+    except (RuntimeError, subprocess.CalledProcessError) as failed:
+        _log(f"FAILED: {failed}")
+        return 1
     return 0
 
 

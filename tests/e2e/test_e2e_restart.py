@@ -52,6 +52,10 @@ def test_extender_killed_mid_run_restarts_without_double_allocation_or_leaks(
         with contextlib.suppress(AssertionError):
             wait_for("a consistent cluster", lambda: _consistent(api, namespace, capacity), timeout_s=30)
         assert_devices_consistent(api, namespace, capacity, no_leaks=True)
+        # Everything the restarted extender allocated has been confirmed by its watch.
+        wait_for(
+            "no allocation in flight", lambda: control_plane.debug_state()["inFlight"] == [], timeout_s=30
+        )
         assert len(bound(pods(api, namespace))) == capacity, "more pods bound than devices exist"
     finally:
         for pod in pods(api, namespace):
