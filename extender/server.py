@@ -21,7 +21,7 @@ from aiohttp import web
 from extender import wire
 from extender.explain import ExplainError, explain_pod, render_text
 from extender.metrics import CONTENT_TYPE, Metrics
-from extender.podclaims import has_claims
+from extender.podclaims import InvalidPodError, has_claims
 from extender.scheduling import BindFailed, Scheduler
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,13 @@ def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str | None
         context.load_verify_locations(cafile=client_ca_file)
         context.verify_mode = ssl.CERT_REQUIRED
     return context
+
+
+def _may_have_claims(pod: dict) -> bool:
+    try:
+        return has_claims(pod)
+    except InvalidPodError:
+        return True  # the scheduler reports the malformed field once the cache is ready
 
 
 class ExtenderServer:
@@ -142,7 +149,7 @@ class ExtenderServer:
     async def filter(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         args = wire.parse_extender_args(await request.read(), "filter")
-        if self._not_synced() and has_claims(args.pod):
+        if self._not_synced() and _may_have_claims(args.pod):
             body = wire.encode_filter_result(args, [], {}, {}, NOT_SYNCED)
             return _json(body)
         result = await self.scheduler.filter(args.pod, args.node_names, args.node_objects)

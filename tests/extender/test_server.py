@@ -354,6 +354,9 @@ async def test_verbs_refuse_to_decide_before_the_cache_has_synced() -> None:
         plain = {"metadata": {"name": "plain", "namespace": "default", "uid": "u"}}
         status, body = await post(base + "/filter", orjson.dumps({"Pod": plain, "NodeNames": ["node-0"]}))
         assert body["NodeNames"] == ["node-0"] and body["Error"] == "", "pods without claims need no cache"
+        odd = {"metadata": {"name": "odd", "namespace": "default", "uid": "o"}, "spec": {"resourceClaims": 5}}
+        status, body = await post(base + "/filter", orjson.dumps({"Pod": odd, "NodeNames": ["node-0"]}))
+        assert status == 200 and "not synced" in body["Error"]
         bind = {"PodName": "p", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": "node-0"}
         status, body = await post(base + "/bind", orjson.dumps(bind))
         assert status == 200 and "not synced" in body["Error"]
