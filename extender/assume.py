@@ -8,7 +8,11 @@ calls `reserve()` for it with no `await` in between. The extender runs on one as
 so no other coroutine can allocate from the same view in that window, and every later view
 includes the reservation. The entry then lives until the cache shows the claim allocated (the
 ClaimWriter applies what it wrote; the watch confirms it later), until the caller releases it (the
-write failed, the bind was refused), or until its TTL passes (filter-hold mode).
+write certainly failed, the bind was refused), or until its TTL passes (filter-hold mode, and
+writes whose outcome is unknown: those stay counted until the watch shows the claim).
+
+The cache indexes a claim's allocation before it notifies subscribers, so when the watch confirms
+an allocation the devices are counted by the cache before the entry here is dropped.
 """
 
 from __future__ import annotations
