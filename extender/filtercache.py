@@ -1,11 +1,15 @@
 """Reuse per-node allocation outcomes across filter calls while nothing they depend on has changed.
 
 An outcome for one node depends on the claims' specs (and namespace), the node's labels, the
-inventory (slices, classes, taint rules: `Inventory.version`) and which devices are in use in the
-pools the node sees. We keep a version per pool, bumped whenever an allocation touching the pool
-appears or disappears, in the cache (claim events) or in flight (the assume cache, diffed at every
-lookup round). Pods of one workload have claims with identical specs (one template), so after the
-first pod the filter only recomputes the nodes whose pools changed.
+inventory (slices with their taints and pool generations, shared slices, classes, taint rules: all
+move `Inventory.version`) and which devices are in use in the pools the node sees. We keep a version
+per pool, bumped whenever an allocation touching the pool appears or disappears, in the cache (claim
+events) or in flight (the assume cache, diffed at every lookup round, so releases and TTL expiry
+count too). Feature gates are fixed for the process. Claim status (allocated, reservedFor, deletion)
+is checked per call before this cache is consulted. tests/extender/test_filtercache_differential.py
+checks that answers with and without this cache are identical under random changes of all these.
+Pods of one workload have claims with identical specs (one template), so after the first pod the
+filter only recomputes the nodes whose pools changed.
 
 A successful outcome names no claim, so it is shared by every claim with the same spec; a failure
 message names the claim, so failures are only reused for the same claims. Bind never uses this
