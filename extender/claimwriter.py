@@ -189,6 +189,9 @@ class _Written:
     allocation: dict | None = None     # the allocation this bind wrote
     finalizer_added: bool = False
     reserved: bool = False
+    # resourceVersion precondition of a status write whose outcome is unknown (timed out, connection
+    # lost, 5xx): the API server may still apply it for as long as the claim keeps that version.
+    pending_write_rv: str | None = None
 
     @property
     def key(self) -> str:
@@ -279,13 +282,19 @@ class ClaimWriter:
                 new_status["reservedFor"] = [*reserved, {"resource": "pods", "name": pod_name,
                                                          "uid": pod_uid}]
             record.reserved = True
+            base_rv = (obj.get("metadata") or {}).get("resourceVersion")
             try:
                 await self._store.update_claim_status({**obj, "status": new_status})
             except ApiError as err:
                 if err.conflict:
                     self.conflicts += 1
                     continue
+                if err.status >= 500:
+                    record.pending_write_rv = base_rv
                 raise BindError(f"ResourceClaim {record.key}: updating status: {_describe(err)}") from err
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                record.pending_write_rv = base_rv
+                raise
             return
         raise BindError(f"ResourceClaim {record.key}: still conflicting after {MAX_ATTEMPTS} attempts")
 
@@ -338,25 +347,32 @@ class ClaimWriter:
         touched = [record for record in written if record.anything]
         for record in reversed(touched):
             try:
-                await self._undo_claim(record, pod_uid)
+                settled = await self._undo_claim(record, pod_uid)
             except (BindError, *_CALL_ERRORS) as err:
                 problems.append(f"ResourceClaim {record.key}: {_describe(err)}")
                 log.error("could not undo bind writes on ResourceClaim %s: %s", record.key, err)
-                if record.allocation is not None:
-                    unsettled.add(record.uid)
+                settled = False
+            if not settled and record.allocation is not None:
+                unsettled.add(record.uid)
         if touched:
             self.undone += 1
         return problems, frozenset(unsettled)
 
-    async def _undo_claim(self, record: _Written, pod_uid: str) -> None:
+    async def _undo_claim(self, record: _Written, pod_uid: str) -> bool:
+        """Undo one claim; False when a status write of unknown outcome may still be applied."""
         for attempt in range(MAX_ATTEMPTS):
             if attempt:
                 await asyncio.sleep(self._retry_delay)
             try:
                 obj = await self._fresh_claim(record)
             except BindError:
-                return   # deleted: nothing left to undo
+                return True   # deleted: nothing left to undo
             status = obj.get("status") or {}
+            if (record.pending_write_rv is not None and status.get("allocation") != record.allocation
+                    and (obj.get("metadata") or {}).get("resourceVersion") == record.pending_write_rv):
+                # Unchanged since our write was sent: it may still land (the API server applies a
+                # request whose client gave up). Keep everything as is and let the watch tell.
+                return False
             reserved = list(status.get("reservedFor") or [])
             remaining = [entry for entry in reserved if entry.get("uid") != pod_uid]
             new_status = dict(status)
@@ -381,7 +397,7 @@ class ClaimWriter:
                 if err.conflict:
                     continue
                 raise
-            return
+            return True
         raise BindError(f"still conflicting after {MAX_ATTEMPTS} attempts")
 
 

@@ -326,3 +326,40 @@ async def test_a_claim_allocated_during_a_holding_filter_is_not_held_again() -> 
     held = [claim.name for _, claim, _ in scheduler.assume.in_flight()]
     assert held == ["c"]
     assert devices_in_use(scheduler) == [(o.DRIVER, "node-0", "gpu-0"), (o.DRIVER, "node-0", "gpu-1")]
+
+
+class TimedOutStatusWrite:
+    """The status write times out on the client before the API server handled it: the server may
+    still apply it later. Everything else works (so the undo itself succeeds)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.sent: dict | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def update_claim_status(self, claim: dict) -> dict:
+        if self.sent is None and (claim.get("status") or {}).get("allocation"):
+            self.sent = claim
+            raise TimeoutError("request timed out")
+        return await self.inner.update_claim_status(claim)
+
+
+async def test_a_timed_out_status_write_keeps_its_devices_until_the_watch_says() -> None:
+    objs = [*o.cluster(1, 1), o.claim("c"), o.pod("p", ["c"]), o.claim("d"), o.pod("q", ["d"])]
+    scheduler, writer, _ = make(objs)
+    store = TimedOutStatusWrite(writer._store)
+    writer._store = store
+    with pytest.raises(BindFailed, match="timed out"):
+        await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
+    assert store.sent is not None and len(scheduler.assume) == 1
+    with pytest.raises(BindFailed, match="no longer fits"):
+        await scheduler.bind("default", "q", uid(scheduler, "q"), "node-0")
+    # The API server applies the late write; the watch shows it.
+    late = {**store.sent, "metadata": {**store.sent["metadata"], "resourceVersion": "50"}}
+    scheduler.cache.apply("ResourceClaim", "MODIFIED", late)
+    assert len(scheduler.assume) == 0
+    with pytest.raises(BindFailed, match="no longer fits"):
+        await scheduler.bind("default", "q", uid(scheduler, "q"), "node-0")
+    assert devices_in_use(scheduler) == [(o.DRIVER, "node-0", "gpu-0")]
