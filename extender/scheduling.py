@@ -66,7 +66,8 @@ RESULT_TTL_S = 30.0
 RESULT_PODS = 64
 # How long devices stay in flight after a bind whose writes may have reached the API server but could
 # not be confirmed or undone: the watch normally shows the claim long before; this only bounds how
-# long devices stay blocked if the write never happened.
+# long devices stay blocked if the write never happened. Longer than the API server's own request
+# timeout (60 s by default), after which a late write can no longer be applied.
 UNSETTLED_TTL_S = 120.0
 
 
