@@ -321,13 +321,23 @@ class ClaimWriter:
     async def _bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         try:
             await self._store.bind_pod(namespace, name, uid, node)
-        except ApiError as err:
-            if err.conflict:
-                # A retried bind whose first answer was lost: the pod is already where we want it.
-                pod = await self._store.get_pod(namespace, name)
-                if pod["metadata"].get("uid") == uid and (pod.get("spec") or {}).get("nodeName") == node:
-                    return
-            raise BindError(f"creating the Binding: {_describe(err)}") from err
+        except (ApiError, aiohttp.ClientError, TimeoutError, OSError) as err:
+            # A conflict may be a retried bind whose first answer was lost; a timeout or 5xx may
+            # have bound the pod all the same. Either way, if the pod is where we want it, the bind
+            # succeeded, and undoing the claims would leave a bound pod without its devices.
+            unknown = not isinstance(err, ApiError) or err.conflict or err.status >= 500
+            if unknown and await self._pod_is_on(namespace, name, uid, node):
+                return
+            if isinstance(err, ApiError):
+                raise BindError(f"creating the Binding: {_describe(err)}") from err
+            raise
+
+    async def _pod_is_on(self, namespace: str, name: str, uid: str, node: str) -> bool:
+        try:
+            pod = await self._store.get_pod(namespace, name)
+        except _CALL_ERRORS:
+            return False
+        return pod["metadata"].get("uid") == uid and (pod.get("spec") or {}).get("nodeName") == node
 
     # ---- undo -----------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakeapi import ApiRequest, FakeApiServer
+from fakeapi import ApiRequest, FakeApiServer, StatusError
 
 from allocator import FeatureGates, ResourceClaim
 from extender.assume import AssumeCache
@@ -331,3 +331,19 @@ async def test_concurrent_reservations_of_a_shared_claim_all_land(cluster: Clust
     reserved = cluster.claim("shared")["status"]["reservedFor"]
     assert sorted(entry["name"] for entry in reserved) == ["other", "s0", "s1", "s2", "s3", "s4"]
     assert cluster.writer.conflicts >= 1, "the stale cached copy must have conflicted at least once"
+
+
+async def test_binding_whose_answer_was_lost_but_that_happened_is_a_success(cluster: Cluster) -> None:
+    async def lost_answer(request: ApiRequest) -> None:
+        if request.resource.plural == "pods" and request.subresource == "binding":
+            pod = cluster.pod("p1")
+            pod["spec"]["nodeName"] = "node-1"
+            cluster.fake.put_object(pod)   # the API server bound the pod ...
+            raise StatusError(504, "the server timed out")   # ... but the answer is an error
+
+    remove = cluster.fake.intercept(lost_answer)
+    await cluster.bind("p1", "node-1", ("a", allocation("gpu-0")))
+    remove()
+    claim = cluster.claim("a")
+    assert claim["status"]["allocation"]["devices"] == allocation("gpu-0")["devices"]
+    assert claim["status"]["reservedFor"] == [ref("p1")], "the claims of a bound pod are not undone"
