@@ -363,3 +363,30 @@ async def test_a_timed_out_status_write_keeps_its_devices_until_the_watch_says()
     with pytest.raises(BindFailed, match="no longer fits"):
         await scheduler.bind("default", "q", uid(scheduler, "q"), "node-0")
     assert devices_in_use(scheduler) == [(o.DRIVER, "node-0", "gpu-0")]
+
+
+async def test_concurrent_binds_share_a_device_only_within_its_capacity() -> None:
+    """allowMultipleAllocations: the same device in several claims is allowed (distinct shareIDs) as
+    long as the consumed capacity fits; in-flight shares count like written ones."""
+    shared_slice = o.gpu_slice("node-0", 1)  # one device with 80Gi of memory
+    shared_slice["spec"]["devices"][0]["allowMultipleAllocations"] = True
+    objs = [o.device_class(), o.node("node-0"), shared_slice]
+    request = [{"name": "gpu", "exactly": {"deviceClassName": o.CLASS,
+                                           "capacity": {"requests": {"memory": "30Gi"}}}}]
+    for index in range(3):
+        objs += [o.claim(f"c{index}", requests=request), o.pod(f"p{index}", [f"c{index}"])]
+    scheduler, writer, _ = make(objs)
+    for index in range(3):
+        writer.gates[f"p{index}"] = asyncio.Event()  # all three re-check before any writes
+    binds = [asyncio.create_task(scheduler.bind("default", f"p{i}", uid(scheduler, f"p{i}"), "node-0"))
+             for i in range(3)]
+    await asyncio.sleep(0)
+    for gate in writer.gates.values():
+        gate.set()
+    results = await settle(*binds)
+    assert [result is None for result in results] == [True, True, False]
+    assert "without enough capacity" in str(results[2])
+    shares = [result for index in range(2)
+              for result in scheduler.cache.claim("default", f"c{index}").allocation["devices"]["results"]]
+    assert {share["device"] for share in shares} == {"gpu-0"}
+    assert len({share["shareID"] for share in shares}) == 2
