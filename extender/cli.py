@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dra-extender",
         description="Kubernetes DRA scheduling from outside kube-scheduler.",
     )
-    parser.add_argument("--version", action="store_true", help="print the version and the CEL backend, then exit")
+    parser.add_argument(
+        "--version", action="store_true", help="print the version and the CEL backend, then exit"
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
