@@ -95,6 +95,12 @@ class Api:
             if err.status != 404:
                 raise
 
+    def stream(self, path: str) -> urllib3.BaseHTTPResponse:
+        """A GET whose body is read incrementally (watches); the caller releases the connection."""
+        return self._http.request(
+            "GET", self.server + path, preload_content=False, timeout=urllib3.Timeout(connect=5, read=120)
+        )
+
     def close(self) -> None:
         self._http.clear()
 

@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 import urllib3
@@ -122,6 +123,10 @@ class Component:
 class ControlPlane:
     bin_dir: Path
     work: Path
+    # "extender": DynamicResources disabled, dra-extender as filter/prioritize/bind extender;
+    # "in-tree": kube-scheduler's own DynamicResources plugin and no extender (the benchmark's baseline).
+    scheduler_mode: str = "extender"
+    webhooks: bool = True
     components: dict[str, Component] = field(default_factory=dict)
     api: Api | None = None
 
@@ -293,12 +298,15 @@ class ControlPlane:
                 # The node lifecycle controller would taint every kubelet-less node unreachable, and the
                 # in-tree device taint eviction would do the job the taint test expects of dra-extender.
                 "--controllers=*,-node-lifecycle-controller,-device-taint-eviction-controller",
+                # The default 20 QPS throttles claim creation for template pods to ~10 pods/s.
+                "--kube-api-qps=300",
+                "--kube-api-burst=500",
                 "--v=1",
             ],
         )
 
     def _start_scheduler(self) -> None:
-        config = {
+        config: dict[str, Any] = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
             "clientConnection": {
@@ -309,13 +317,15 @@ class ControlPlane:
             "leaderElection": {"leaderElect": False},
             "podInitialBackoffSeconds": 1,
             "podMaxBackoffSeconds": 2,
-            "profiles": [
+        }
+        if self.scheduler_mode == "extender":
+            config["profiles"] = [
                 {
                     "schedulerName": "default-scheduler",
                     "plugins": {"multiPoint": {"disabled": [{"name": "DynamicResources"}]}},
                 }
-            ],
-            "extenders": [
+            ]
+            config["extenders"] = [
                 {
                     "urlPrefix": f"https://127.0.0.1:{self.extender_port}/scheduler",
                     "filterVerb": "filter",
@@ -328,8 +338,7 @@ class ControlPlane:
                     "httpTimeout": "10s",
                     "ignorable": False,
                 }
-            ],
-        }
+            ]
         config_file = self.work / "scheduler-config.yaml"
         config_file.write_text(yaml.safe_dump(config))
         self._component(
@@ -397,7 +406,7 @@ class ControlPlane:
 
     # ----- cluster objects the fixture owns -----
 
-    def _install_rbac_and_webhooks(self) -> None:
+    def _install_rbac(self) -> None:
         assert self.api is not None
         resource_rules = [
             {
@@ -457,6 +466,9 @@ class ControlPlane:
                 ],
             },
         )
+
+    def _install_webhooks(self) -> None:
+        assert self.api is not None
         ca_bundle = base64.b64encode(self.ca.certificate_pem()).decode()
 
         def hook(name: str, path: str, rules: list[dict]) -> dict:
@@ -520,9 +532,12 @@ class ControlPlane:
         self._write_pki()
         self._start_etcd()
         self._start_apiserver()
-        self._install_rbac_and_webhooks()
+        self._install_rbac()
+        if self.webhooks:
+            self._install_webhooks()
         self._start_controller_manager()
-        self.start_extender(extender_flags)
+        if self.scheduler_mode == "extender" or self.webhooks:
+            self.start_extender(extender_flags)
         self._start_scheduler()
         assert self.api is not None
         wait_for(

@@ -1,0 +1,240 @@
+"""Scheduling throughput on a real control plane: kube-scheduler's in-tree DynamicResources plugin
+against kube-scheduler + DRA Extender, on the same workload, one after the other.
+
+Workload (after upstream scheduler_perf's SchedulingWithResourceClaimTemplate): N nodes with 10
+devices each, one-device ResourceClaimTemplates; half the devices are taken by pods created first,
+then the other half by the measured pods. Steady state: on the half-full cluster, pods are created
+and the oldest bound pods deleted continuously, keeping a window of pending pods.
+
+Each set-up gets a fresh control plane (same binaries, flags and workload) so neither inherits the
+other's objects. Needs the binaries of tests/e2e/build_control_plane.py (built if missing).
+
+    python bench/e2e_throughput.py --json                      # 500 nodes, 2,500 + 2,500 pods
+    python bench/e2e_throughput.py --nodes 50 --pods 250 --json  # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+E2E_DIR = Path(__file__).resolve().parents[1] / "tests" / "e2e"
+sys.path.insert(0, str(E2E_DIR))
+
+import build_control_plane  # noqa: E402
+from e2e_api import Api  # noqa: E402
+from e2e_cluster import ControlPlane  # noqa: E402
+from e2e_objects import claim_spec, create_driver, create_template, pod_body  # noqa: E402
+
+DEVICES_PER_NODE = 10
+NAMESPACE = "bench"
+CREATE_WORKERS = 8
+
+
+@dataclass
+class BindWatch:
+    """Records when each pod of the namespace is first seen with a node (a watch, not polling)."""
+
+    api: Api
+    bound_at: dict[str, float] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        version = self.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods?limit=1")["metadata"]["resourceVersion"]
+        while not self._stop.is_set():
+            url = f"/api/v1/namespaces/{NAMESPACE}/pods?watch=1&resourceVersion={version}&timeoutSeconds=60"
+            response = self.api.stream(url)
+            buffer = b""
+            for chunk in response.stream(65536):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line:
+                        continue
+                    event = orjson.loads(line)
+                    obj = event["object"]
+                    version = obj["metadata"].get("resourceVersion", version)
+                    name = obj["metadata"].get("name")
+                    if event["type"] in ("ADDED", "MODIFIED") and obj.get("spec", {}).get("nodeName"):
+                        with self._cond:
+                            self.bound_at.setdefault(name, time.monotonic())
+                            self._cond.notify_all()
+                if self._stop.is_set():
+                    break
+            response.release_conn()
+
+    def bound(self, names: set[str], wait_s: float) -> set[str]:
+        """Those of `names` bound by now, after waiting up to `wait_s` for a new bind."""
+        with self._cond:
+            self._cond.wait(wait_s)
+            return {n for n in names if n in self.bound_at}
+
+    def wait_bound(self, names: set[str], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not names <= self.bound_at.keys():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = len(names - self.bound_at.keys())
+                    raise TimeoutError(f"{missing} of {len(names)} pods not bound after {timeout_s:.0f}s")
+                self._cond.wait(min(left, 1.0))
+
+
+def _create_pods(api: Api, names: list[str]) -> dict[str, float]:
+    created: dict[str, float] = {}
+
+    def create(name: str) -> None:
+        api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_body(name, template="one-device"))
+        created[name] = time.monotonic()
+
+    with ThreadPoolExecutor(CREATE_WORKERS) as pool:
+        list(pool.map(create, names))
+    return created
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else 0.0
+
+
+def _measure(created: dict[str, float], bound_at: dict[str, float]) -> tuple[float, float]:
+    start = min(created.values())
+    end = max(bound_at[n] for n in created)
+    throughput = len(created) / (end - start)
+    return throughput, _p99([bound_at[n] - created[n] for n in created])
+
+
+def _steady_state(
+    api: Api, watch: BindWatch, bound_names: list[str], count: int, window: int
+) -> tuple[float, float]:
+    """Create `count` pods, at most `window` unbound at a time; each bind deletes the oldest bound pod."""
+    oldest = list(bound_names)
+    created: dict[str, float] = {}
+    pending: set[str] = set()
+    next_index = 0
+    deadline = time.monotonic() + 600
+    while next_index < count or pending:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"steady state: {len(pending)} pods still pending after 600 s")
+        while next_index < count and len(pending) < window:
+            name = f"steady-{next_index:05d}"
+            api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_body(name, template="one-device"))
+            created[name] = time.monotonic()
+            pending.add(name)
+            next_index += 1
+        for name in sorted(watch.bound(pending, wait_s=0.2)):
+            pending.discard(name)
+            oldest.append(name)
+            victim = oldest.pop(0)
+            api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{victim}", grace_period_seconds=0)
+    return _measure(created, watch.bound_at)
+
+
+def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path) -> dict[str, float]:
+    plane = ControlPlane(build_control_plane.ensure_built(), work, scheduler_mode=mode, webhooks=False)
+    plane.start([])
+    try:
+        api = plane.api
+        assert api is not None
+        api.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        driver = create_driver(api, nodes=nodes, devices=DEVICES_PER_NODE)
+        create_template(api, NAMESPACE, "one-device", claim_spec(driver.device_class))
+        watch = BindWatch(api)
+        watch.start()
+        time.sleep(0.5)
+
+        initial = [f"init-{i:05d}" for i in range(pods)]
+        _create_pods(api, initial)
+        watch.wait_bound(set(initial), timeout_s=900)
+
+        measured = [f"measured-{i:05d}" for i in range(pods)]
+        created = _create_pods(api, measured)
+        watch.wait_bound(set(measured), timeout_s=900)
+        pods_per_s, p99 = _measure(created, watch.bound_at)
+
+        # Back to half full for the steady state: remove the measured pods.
+        for name in measured:
+            api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", grace_period_seconds=0)
+        steady_per_s, steady_p99 = _steady_state(api, watch, initial, steady, window=max(10, nodes // 5))
+        watch.stop()
+        return {
+            "pods_per_s": pods_per_s,
+            "p99_s": p99,
+            "steady_pods_per_s": steady_per_s,
+            "steady_p99_s": steady_p99,
+        }
+    finally:
+        plane.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument(
+        "--pods", type=int, help="initial pods, and measured pods (default: half the devices)"
+    )
+    parser.add_argument(
+        "--steady-pods", type=int, help="pods created in the steady-state phase (default: --pods)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    pods = args.pods or args.nodes * DEVICES_PER_NODE // 2
+    if pods * 2 > args.nodes * DEVICES_PER_NODE:
+        parser.error(f"--pods {pods}: twice that must fit on {args.nodes * DEVICES_PER_NODE} devices")
+    steady = args.steady_pods or pods
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="e2e-throughput-") as tmp:
+        for mode in ("in-tree", "extender"):
+            print(
+                f"[e2e_throughput] {mode}: {args.nodes} nodes, {pods} + {pods} pods ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            results[mode] = run_setup(mode, args.nodes, pods, steady, Path(tmp) / mode)
+            print(f"[e2e_throughput] {mode}: {results[mode]}", file=sys.stderr, flush=True)
+    in_tree, ext = results["in-tree"], results["extender"]
+    report: dict[str, Any] = {
+        "in_tree_pods_per_s": round(in_tree["pods_per_s"], 1),
+        "extender_pods_per_s": round(ext["pods_per_s"], 1),
+        "ratio": round(ext["pods_per_s"] / in_tree["pods_per_s"], 3),
+        "in_tree_p99_s": round(in_tree["p99_s"], 3),
+        "extender_p99_s": round(ext["p99_s"], 3),
+        "steady_state": {
+            "in_tree_pods_per_s": round(in_tree["steady_pods_per_s"], 1),
+            "extender_pods_per_s": round(ext["steady_pods_per_s"], 1),
+            "ratio": round(ext["steady_pods_per_s"] / in_tree["steady_pods_per_s"], 3),
+            "in_tree_p99_s": round(in_tree["steady_p99_s"], 3),
+            "extender_p99_s": round(ext["steady_p99_s"], 3),
+        },
+        "nodes": args.nodes,
+        "devices_per_node": DEVICES_PER_NODE,
+        "pods": pods,
+    }
+    if args.json:
+        print(orjson.dumps(report).decode())
+    else:
+        for key, value in report.items():
+            print(f"{key}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
