@@ -297,6 +297,7 @@ async def drive(port: int, ca_pem: bytes, rate: float, duration: float, connecti
         queue.put_nowait(None)
     await asyncio.gather(*workers)
     elapsed = time.perf_counter() - (start + warmup / rate)
+    handler_share = await _handler_share_under(port, context, 0.001)
 
     latencies.sort()
     measured = len(latencies)
@@ -307,7 +308,28 @@ async def drive(port: int, ca_pem: bytes, rate: float, duration: float, connecti
         "max_ms": round(latencies[-1] * 1000, 3),
         "reviews": measured,
         "errors": errors,
+        # From the server's own histogram (warm-up included): rule evaluation alone, without HTTP and TLS.
+        "handler_share_under_1ms": handler_share,
     }
+
+
+async def _handler_share_under(port: int, context: ssl.SSLContext, bound: float) -> float:
+    """Share of reviews whose in-server handling took at most `bound` seconds, read from /metrics."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=context, server_hostname="localhost"
+    )
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+    exposition = (await reader.read()).decode()
+    writer.close()
+    within = total = 0.0
+    for line in exposition.splitlines():
+        if line.startswith("dra_extender_webhook_review_duration_seconds_bucket"):
+            value = float(line.rsplit(" ", 1)[1])
+            if f'le="{bound}"' in line:
+                within += value
+            elif 'le="+Inf"' in line:
+                total += value
+    return round(within / total, 4) if total else 0.0
 
 
 def _cpu_seconds(pid: int) -> float:
