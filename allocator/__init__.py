@@ -26,13 +26,14 @@ from allocator.model import (
 from allocator.nodes import node_matches_selector
 from allocator.outcome import AllocationOutcome, Reason
 from allocator.search import Allocator
-from allocator.state import AllocatedState
+from allocator.state import AllocatedState, AllocationReading
 
 __all__ = [
     "DEFAULT_GATES",
     "AllocatedState",
     "AllocationError",
     "AllocationOutcome",
+    "AllocationReading",
     "AllocationTimeout",
     "Allocator",
     "DeviceClass",

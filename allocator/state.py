@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from allocator.model import ResourceClaim
 from allocator.pools import DeviceKey
@@ -19,22 +19,68 @@ class _ClaimUse:
         self.shared: list[tuple[DeviceKey, str, dict[str, Quantity]]] = []  # (device, shareID, consumed)
 
 
-def _claim_use(claim_key: str, allocation: Mapping[str, Any]) -> _ClaimUse:
+class AllocationReading(NamedTuple):
+    """What :meth:`AllocatedState.add_raw_allocation` made of an allocation."""
+
+    devices: int                 # results counted as using a device (admin access ones are not)
+    problems: tuple[str, ...]    # "field path: problem", one per part that could not be read
+
+
+_RESULTS_PATH = "status.allocation.devices.results"
+
+
+def _claim_use(claim_key: str, allocation: Any, problems: list[str]) -> _ClaimUse:
+    """Read the devices an allocation uses, skipping (and describing in `problems`) what is unreadable.
+
+    Lenient on purpose: the API server accepted this allocation, so every device it names must count
+    as used even when other parts of the claim are beyond our object model."""
     use = _ClaimUse(claim_key)
-    for result in (allocation.get("devices") or {}).get("results") or []:
-        if result.get("adminAccess"):
+    if not isinstance(allocation, Mapping):
+        problems.append("status.allocation: must be an object; no device counted")
+        return use
+    devices = allocation.get("devices") or {}
+    results = (devices.get("results") or []) if isinstance(devices, Mapping) else None
+    if not isinstance(results, list):
+        problems.append(f"{_RESULTS_PATH}: must be a list of objects; no device counted")
+        return use
+    for i, result in enumerate(results):
+        where = f"{_RESULTS_PATH}[{i}]"
+        if not isinstance(result, Mapping):
+            problems.append(f"{where}: must be an object; no device counted")
+            continue
+        if result.get("adminAccess") is True:
             continue  # admin access never makes a device unavailable to others
+        missing = [name for name in ("driver", "pool", "device") if not isinstance(result.get(name), str)
+                   or not result[name]]
+        if missing:
+            problems.append(f"{where}: {', '.join(missing)} missing or not a string; device not counted")
+            continue
         key = (result["driver"], result["pool"], result["device"])
         share_id = result.get("shareID")
         if share_id:
-            consumed = {
-                name: value if isinstance(value, Quantity) else Quantity.parse(str(value))
-                for name, value in (result.get("consumedCapacity") or {}).items()
-            }
-            use.shared.append((key, share_id, consumed))
+            consumed = _consumed(result.get("consumedCapacity"), where, problems)
+            use.shared.append((key, str(share_id), consumed))
         else:
             use.exclusive.append(key)
     return use
+
+
+def _consumed(raw: Any, where: str, problems: list[str]) -> dict[str, Quantity]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        problems.append(f"{where}.consumedCapacity: must be an object; counted as consuming nothing")
+        return {}
+    consumed: dict[str, Quantity] = {}
+    for name, value in raw.items():
+        if isinstance(value, Quantity):
+            consumed[name] = value
+            continue
+        try:
+            consumed[name] = Quantity.parse(str(value))
+        except ValueError as error:
+            problems.append(f"{where}.consumedCapacity[{name}]: {error}; counted as consuming nothing")
+    return consumed
 
 
 class AllocatedState:
@@ -53,7 +99,22 @@ class AllocatedState:
         """Record a claim's written allocation; a claim without one just drops what was recorded."""
         self.remove_claim(claim.uid or claim.key)
         if claim.allocation is not None:
-            self._add(claim.uid or claim.key, _claim_use(claim.key, claim.allocation))
+            self._add(claim.uid or claim.key, _claim_use(claim.key, claim.allocation, []))
+
+    def add_raw_allocation(self, uid: str, claim_key: str, allocation: Any) -> AllocationReading:
+        """Record the devices of a raw ``status.allocation`` whose claim our object model rejects.
+
+        The API server accepted that allocation, so its devices are in use whatever else is wrong with
+        the claim. Only ``devices.results`` is read (driver, pool, device, adminAccess, shareID,
+        consumedCapacity), leniently: what cannot be read is skipped and described in the returned
+        problems. Replaces what was recorded for `uid`; :meth:`remove_claim` removes it.
+        """
+        self.remove_claim(uid)
+        problems: list[str] = []
+        use = _claim_use(claim_key, allocation, problems)
+        if use.exclusive or use.shared:
+            self._add(uid, use)
+        return AllocationReading(len(use.exclusive) + len(use.shared), tuple(problems))
 
     def remove_claim(self, uid: str) -> None:
         use = self._claims.pop(uid, None)
@@ -106,7 +167,7 @@ class AllocatedState:
         copy.capacity = dict(self.capacity)
         for uid, claim, allocation in items:
             copy.remove_claim(uid)
-            copy._add(uid, _claim_use(claim.key, allocation))
+            copy._add(uid, _claim_use(claim.key, allocation, []))
         return copy
 
     def is_allocated(self, key: DeviceKey) -> bool:

@@ -63,3 +63,53 @@ def test_in_flight_overlay_leaves_the_base_untouched() -> None:
     assert state.owner_of(*DEVICE) is None
     assert str(state.capacity[(DRIVER, "pool", "nic")]["bw"]) == "2G"
     assert state.with_in_flight([]) is state
+
+
+def test_raw_allocation_counts_every_readable_device_of_a_claim_we_reject() -> None:
+    state = AllocatedState()
+    results = [
+        {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-0", "newField": {"x": 1}},
+        {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-1", "adminAccess": True},
+        {"request": "r", "driver": DRIVER, "pool": "pool", "device": "nic", "shareID": "s",
+         "consumedCapacity": {"bw": "2G"}},
+    ]
+    reading = state.add_raw_allocation("uid-x", "default/x", {"devices": {"results": results}, "odd": 1})
+    assert reading.devices == 2 and reading.problems == ()
+    assert state.owner_of(*DEVICE) == "default/x"
+    assert not state.is_allocated((DRIVER, "pool", "gpu-1")), "admin access never blocks a device"
+    assert str(state.capacity[(DRIVER, "pool", "nic")]["bw"]) == "2G"
+    state.remove_claim("uid-x")
+    assert not state.is_allocated(DEVICE) and not state.is_allocated((DRIVER, "pool", "nic"))
+
+
+def test_raw_allocation_skips_and_names_what_it_cannot_read() -> None:
+    state = AllocatedState()
+    results = [
+        {"request": "r", "driver": DRIVER, "device": "gpu-7"},              # no pool: unknown device
+        "not an object",
+        {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-0"},
+        {"request": "r", "driver": DRIVER, "pool": "pool", "device": "nic", "shareID": "s",
+         "consumedCapacity": {"bw": "lots", "slots": "1"}},
+    ]
+    reading = state.add_raw_allocation("uid-x", "default/x", {"devices": {"results": results}})
+    assert reading.devices == 2
+    assert len(reading.problems) == 3
+    assert reading.problems[0].startswith("status.allocation.devices.results[0]: pool missing")
+    assert reading.problems[1].startswith("status.allocation.devices.results[1]: must be an object")
+    assert reading.problems[2].startswith("status.allocation.devices.results[3].consumedCapacity[bw]:")
+    assert state.is_allocated(DEVICE)
+    nic = (DRIVER, "pool", "nic")
+    assert state.is_allocated(nic) and set(state.capacity[nic]) == {"slots"}
+    # Nothing readable at all: nothing recorded, and it says why.
+    for allocation in ("garbage", {"devices": {"results": "nope"}}):
+        reading = state.add_raw_allocation("uid-x", "default/x", allocation)
+        assert reading.devices == 0 and len(reading.problems) == 1
+        assert not state.is_allocated(DEVICE), "a new reading replaces the old one"
+
+
+def test_raw_allocation_of_a_claim_later_seen_valid_is_replaced() -> None:
+    state = AllocatedState()
+    raw = {"devices": {"results": [{"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-1"}]}}
+    state.add_raw_allocation("uid-a", "default/a", raw)
+    state.add_claim(allocated_claim("a", DEVICE))
+    assert state.is_allocated(DEVICE) and not state.is_allocated((DRIVER, "pool", "gpu-1"))
