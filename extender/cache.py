@@ -16,6 +16,7 @@ from typing import Any
 
 from allocator import (
     AllocatedState,
+    AllocationReading,
     DeviceClass,
     DeviceTaintRule,
     FeatureGates,
@@ -120,6 +121,8 @@ class ClusterCache:
         self._pods_by_claim: dict[str, set[str]] = {}   # "ns/claim" -> pod keys
         self._claims: dict[str, ResourceClaim] = {}
         self._claim_keys_by_uid: dict[str, str] = {}
+        # Invalid claims whose status.allocation is still counted: key -> (uid it is recorded under, reading).
+        self._invalid_claim_allocations: dict[str, tuple[str, AllocationReading]] = {}
         self._taint_rules: dict[str, DeviceTaintRule] = {}
         self._subscribers: list[Subscriber] = []
         self._ignored = 0
@@ -178,6 +181,7 @@ class ClusterCache:
             if old is None:
                 return
             del store[key]
+            self._forget_invalid_claim_allocation(kind, key)
             self._invalid[kind].pop(key, None)
             if old_indexed:
                 self._unindex(kind, key, old)
@@ -189,6 +193,7 @@ class ClusterCache:
                     return
             store[key] = raw
             self._invalid[kind].pop(key, None)
+            self._forget_invalid_claim_allocation(kind, key)
             try:
                 self._index(kind, key, raw, old if old_indexed else None)
             except ValueError as err:
@@ -196,13 +201,14 @@ class ClusterCache:
                     self._unindex(kind, key, old)
                 # InvalidObjectError already names the object; other ValueErrors do not.
                 message = str(err) if isinstance(err, InvalidObjectError) else f"{kind} {key}: {err}"
-                self._record_invalid(kind, key, message)
+                self._record_invalid(kind, key, message, raw)
             except Exception as err:
                 # A bug in parsing or indexing must not stop the watch that feeds every other object.
                 log.exception("internal error indexing %s %s", kind, key)
                 if old_indexed:
                     self._unindex(kind, key, old)
-                self._record_invalid(kind, key, f"{kind} {key}: internal error: {type(err).__name__}: {err}")
+                message = f"{kind} {key}: internal error: {type(err).__name__}: {err}"
+                self._record_invalid(kind, key, message, raw)
         for callback in self._subscribers:
             try:
                 callback(kind, event_type, raw, old)
@@ -280,10 +286,17 @@ class ClusterCache:
             for kind, entries in self._invalid.items()
             for key, message in entries.items()
         ]
+        readings = [reading for _, reading in self._invalid_claim_allocations.values()]
         return {
             "ready": self.ready,
             "objects": counts,
             "allocatedClaims": sum(1 for claim in self._claims.values() if claim.allocation is not None),
+            # Claims our model rejects whose written allocation still counts (their errors say more).
+            "invalidClaimAllocations": {
+                "claims": len(readings),
+                "devices": sum(reading.devices for reading in readings),
+                "unreadable": sum(len(reading.problems) for reading in readings),
+            },
             "invalid": {kind: len(entries) for kind, entries in self._invalid.items() if entries},
             "invalidObjects": details[:MAX_INVALID_DETAILS],
             "unnamedInvalid": self._unnamed_invalid,
@@ -306,7 +319,34 @@ class ClusterCache:
         log.warning("ignoring invalid object: %s", message)
         self._unnamed_invalid += 1
 
-    def _record_invalid(self, kind: str, key: str, message: str) -> None:
+    def _count_invalid_claim_allocation(self, key: str, raw: dict) -> str:
+        """Keep counting the devices of an invalid claim's status.allocation; returns a note for its error.
+
+        The API server accepted that allocation, so its devices are taken whatever our model thinks of
+        the claim; forgetting them would let the next pod get the same devices. The claim itself stays
+        out of the indexes: we never allocate or reserve it."""
+        status = raw.get("status")
+        allocation = status.get("allocation") if isinstance(status, dict) else None
+        if allocation is None:
+            return ""
+        uid = (raw.get("metadata") or {}).get("uid")
+        uid = uid if isinstance(uid, str) and uid else key
+        reading = self.allocated.add_raw_allocation(uid, key, allocation)
+        self._invalid_claim_allocations[key] = (uid, reading)
+        note = f"; its status.allocation still counts {reading.devices} device(s) as in use"
+        if reading.problems:
+            note += (f"; unreadable parts of status.allocation (devices named there may be given out "
+                     f"twice): {'; '.join(reading.problems)}")
+        return note
+
+    def _forget_invalid_claim_allocation(self, kind: str, key: str) -> None:
+        if kind == "ResourceClaim" and key in self._invalid_claim_allocations:
+            uid, _ = self._invalid_claim_allocations.pop(key)
+            self.allocated.remove_claim(uid)
+
+    def _record_invalid(self, kind: str, key: str, message: str, raw: dict) -> None:
+        if kind == "ResourceClaim":
+            message += self._count_invalid_claim_allocation(key, raw)
         log.warning("ignoring invalid object: %s", message)
         self._invalid[kind][key] = message
 

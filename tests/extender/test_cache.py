@@ -275,3 +275,55 @@ def test_reapplying_the_stored_object_reindexes_it() -> None:
     stored["status"] = {"allocation": allocation("gpu-3")}
     cache.apply("ResourceClaim", "MODIFIED", stored)
     assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-3") == "ns/a"
+
+
+def test_an_invalid_claims_allocation_still_counts_its_devices() -> None:
+    cache = ClusterCache(FeatureGates())
+    cache.apply("ResourceClaim", "ADDED", claim("a", "uid-a", allocation=allocation("gpu-0")))
+    broken = claim("a", "uid-a", rv="2", allocation=allocation("gpu-0"))
+    broken["spec"]["devices"]["requests"] = "not a list"   # beyond our model, accepted by the API server
+    cache.apply("ResourceClaim", "MODIFIED", broken)
+    assert cache.claim("ns", "a") is None, "never allocated or reserved by us"
+    assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-0") == "ns/a"
+    [detail] = cache.stats()["invalidObjects"]
+    assert "spec.devices.requests" in detail["error"]
+    assert "still counts 1 device(s) as in use" in detail["error"]
+    assert cache.stats()["invalidClaimAllocations"] == {"claims": 1, "devices": 1, "unreadable": 0}
+
+    moved = copy.deepcopy(broken)
+    moved["metadata"]["resourceVersion"] = "3"
+    moved["status"]["allocation"] = allocation("gpu-1")
+    cache.apply("ResourceClaim", "MODIFIED", moved)
+    assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-0") is None
+    assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-1") == "ns/a"
+    cache.apply("ResourceClaim", "MODIFIED", claim("a", "uid-a", rv="4", allocation=allocation("gpu-2")))
+    assert cache.claim("ns", "a") is not None and cache.stats()["invalidClaimAllocations"]["claims"] == 0
+    assert [cache.allocated.is_allocated(("gpu.example.com", "node-1", f"gpu-{i}")) for i in range(3)] == [
+        False, False, True]
+
+    moved["metadata"]["resourceVersion"] = "5"
+    cache.apply("ResourceClaim", "MODIFIED", moved)
+    assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-2") is None
+    cache.apply("ResourceClaim", "DELETED", moved)
+    assert not any(cache.allocated.is_allocated(("gpu.example.com", "node-1", f"gpu-{i}")) for i in range(3))
+    assert cache.stats()["invalid"] == {} and cache.stats()["invalidClaimAllocations"]["claims"] == 0
+
+
+def test_an_allocation_we_cannot_read_is_logged_counted_and_explained(
+        caplog: pytest.LogCaptureFixture) -> None:
+    cache = ClusterCache(FeatureGates())
+    unreadable = claim("a", "uid-a", allocation=allocation("gpu-0"))
+    results = unreadable["status"]["allocation"]["devices"]["results"]
+    results.append({"request": "gpu", "driver": "gpu.example.com", "device": "gpu-1"})   # no pool
+    cache.apply("ResourceClaim", "ADDED", unreadable)
+    assert cache.claim("ns", "a") is None
+    assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-0") == "ns/a"
+    error = cache.stats()["invalidObjects"][0]["error"]
+    assert "status.allocation.devices.results[1].pool" in error      # why the claim is rejected
+    assert "results[1]: pool missing" in error and "given out twice" in error
+    assert cache.stats()["invalidClaimAllocations"] == {"claims": 1, "devices": 1, "unreadable": 1}
+    assert "given out twice" in caplog.text
+    garbage = claim("b", "uid-b")
+    garbage["status"] = {"allocation": ["not", "an", "object"]}
+    cache.apply("ResourceClaim", "ADDED", garbage)
+    assert "status.allocation: must be an object; no device counted" in str(cache.stats()["invalidObjects"])

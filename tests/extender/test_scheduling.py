@@ -371,3 +371,17 @@ async def test_cel_runtime_error_is_an_error_not_a_node_verdict() -> None:
     result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])
     assert result.passed == [] and result.failed == {} and result.unresolvable == {}
     assert "CEL runtime error" in result.error and "nosuch" in result.error
+
+
+async def test_devices_of_a_claim_our_model_rejects_are_never_given_out_again() -> None:
+    # The API server accepted this claim and its allocation; only our object model rejects it.
+    odd = o.allocate(o.claim("odd"), "node-0", ["gpu-0"], [{"resource": "pods", "name": "x", "uid": "x"}])
+    odd["spec"]["devices"]["requests"][0]["exactly"]["count"] = "1"
+    scheduler = make([*o.cluster(1, 1), odd, o.claim("c"), o.pod("p", ["c"]), o.pod("q", ["odd"])])
+    result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])
+    assert result.passed == []
+    assert result.failed["node-0"] == "claim c: request gpu: needs 1 device, 0 match (1 in use)"
+    with pytest.raises(BindFailed, match="no longer fits"):
+        await scheduler.bind("default", "p", pod_of(scheduler, "p")["metadata"]["uid"], "node-0")
+    rejected = await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])
+    assert rejected.passed == [] and "invalid claim" in rejected.error and "count" in rejected.error
