@@ -210,21 +210,24 @@ async def test_serve_against_an_api_server_via_kubeconfig(
     )
     stop = asyncio.Event()
     task = asyncio.create_task(serve_command.serve(args, FeatureGates(), stop))
+    # Deadlines only bound a hang (CI machines may be loaded). The banner is usually printed before the
+    # cache syncs and then names no example pod, so wait for its debug line (ending in /readyz).
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
     out = ""
-    for _ in range(500):
-        out += capsys.readouterr().out
-        if "try filter" in out or task.done():
-            break
+    while "/readyz" not in out and not task.done() and loop.time() < deadline:
         await asyncio.sleep(0.01)
+        out += capsys.readouterr().out
     try:
         debug = re.search(r"debug at (http://[0-9.:]+)/debug/explain", out).group(1)
         extender = re.search(r"extender verbs at (http://\S+/scheduler)/", out).group(1)
         async with aiohttp.ClientSession() as session:
-            for _ in range(500):
+            ready = False
+            while not ready and loop.time() < deadline:
                 async with session.get(debug + "/readyz") as response:
-                    if response.status == 200:
-                        break
+                    ready = response.status == 200
                 await asyncio.sleep(0.01)
+            assert ready, "the cluster cache did not sync"
             pod = fake_api.get_object("Pod", "a100-job", "default")
             body = orjson.dumps({"Pod": pod, "NodeNames": ["node-1", "node-2", "node-3"], "Nodes": None})
             async with session.post(extender + "/filter", data=body) as response:
@@ -235,4 +238,4 @@ async def test_serve_against_an_api_server_via_kubeconfig(
                 assert state["controllers"]["controllers"] == ["taint-eviction", "driver-loss"]
     finally:
         stop.set()
-        assert await asyncio.wait_for(task, 10) == 0
+        assert await asyncio.wait_for(task, 30) == 0
