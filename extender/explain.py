@@ -45,7 +45,7 @@ def _node_report(verdict: NodeVerdict, claim_names: list[str]) -> dict[str, Any]
     }
 
 
-def explain_pod(
+async def explain_pod(
     scheduler: Scheduler,
     namespace: str,
     name: str,
@@ -54,6 +54,10 @@ def explain_pod(
     driver_lost: list[dict[str, Any]] | None = None,
 ) -> dict:
     """The explanation as a JSON-ready dict. Raises ExplainError for an unknown pod or node.
+
+    Nodes are checked like filter's (yielding to other requests every few ms, so explaining a pod on
+    hundreds of nodes does not stall filter and bind) but always computed afresh, never from the
+    filter cache.
 
     `driver_lost`: pools whose driver vanished while claims hold devices (from the driver-loss
     controller); their devices are never offered, which explains missing candidates."""
@@ -80,7 +84,8 @@ def explain_pod(
                 }
             )
         to_allocate = [claim.name for claim in plan.to_allocate]
-        verdicts = [scheduler.check_node(plan, node) for node in node_names]
+        checked = await scheduler.check_nodes(plan, node_names, use_cache=False)
+        verdicts = [checked[node] for node in node_names]
     except SchedulingError as error:
         report["error"] = str(error)
         return report

@@ -316,12 +316,6 @@ class Scheduler:
         message = outcome.summary() or "cannot allocate all claims"
         return NodeVerdict(node_name, False, message, not may_help, "devices", outcome)
 
-    def evaluate(self, pod: dict, node_names: Iterable[str],
-                 node_objects: Mapping[str, dict] | None = None) -> dict[str, NodeVerdict]:
-        """Synchronous verdicts for every node (explain and simulate use this)."""
-        plan = self.plan(pod)
-        return {name: self.check_node(plan, name, node_objects) for name in node_names}
-
     # ---- filter -------------------------------------------------------------------------------
 
     async def filter(self, pod: dict, node_names: list[str],
@@ -335,7 +329,7 @@ class Scheduler:
             self.release_hold(uid)
         try:
             plan = self.plan(pod)
-            verdicts = await self._check_nodes(plan, node_names, node_objects)
+            verdicts = await self.check_nodes(plan, node_names, node_objects)
         except SchedulingError as error:
             self._count_outcome("error", len(node_names))
             return FilterResult([], {}, {}, str(error))
@@ -347,18 +341,21 @@ class Scheduler:
             return self._hold_best(pod, plan, verdicts)
         return _split(verdicts)
 
-    async def _check_nodes(self, plan: PodPlan, node_names: Iterable[str],
-                           node_objects: Mapping[str, dict] | None) -> dict[str, NodeVerdict]:
+    async def check_nodes(self, plan: PodPlan, node_names: Iterable[str],
+                          node_objects: Mapping[str, dict] | None = None, *,
+                          use_cache: bool = True) -> dict[str, NodeVerdict]:
         """Verdicts for `node_names`, letting other requests run every YIELD_AFTER_S of work.
 
-        One node's allocation is never interrupted, so a single hard search can still hold the loop
-        for up to `node_deadline_s`. After a yield the plan's view may be stale (a fits verdict then
-        costs a failed bind, never a double allocation: bind re-checks); the filter cache notices
-        the changes and stops storing outcomes computed from that view."""
+        Every multi-node check (filter, prioritize, preempt, explain) goes through here, so none of
+        them holds the event loop for long. One node's allocation is never interrupted, so a single
+        hard search can still hold the loop for up to `node_deadline_s`. After a yield the plan's view
+        may be stale (a fits verdict then costs a failed bind, never a double allocation: bind
+        re-checks); the filter cache notices the changes and stops storing outcomes computed from
+        that view."""
         verdicts: dict[str, NodeVerdict] = {}
         started = self.clock()
         for name in node_names:
-            verdicts[name] = self.check_node(plan, name, node_objects, use_cache=True)
+            verdicts[name] = self.check_node(plan, name, node_objects, use_cache=use_cache)
             if self.clock() - started > YIELD_AFTER_S:
                 await asyncio.sleep(0)
                 if self.filter_cache is not None and plan.signature is not None:
@@ -444,7 +441,7 @@ class Scheduler:
         try:
             plan = self.plan(pod)
             view = plan.view
-            fresh = await self._check_nodes(plan, missing, node_objects)
+            fresh = await self.check_nodes(plan, missing, node_objects)
         except SchedulingError:
             return dict.fromkeys(node_names, 0)
         verdicts = [cached.get(name) or fresh[name] for name in node_names]
@@ -570,7 +567,7 @@ class Scheduler:
         if not has_claims(pod):
             return dict(victims)
         try:
-            verdicts = await self._check_nodes(self.plan(pod), victims, None)
+            verdicts = await self.check_nodes(self.plan(pod), victims)
         except SchedulingError:
             return {}
         return {

@@ -200,7 +200,7 @@ class ExtenderServer:
         nodes = request.query.getall("node", []) or None
         try:
             lost = self.driver_lost() if self.driver_lost else None
-            report = explain_pod(self.scheduler, namespace, name, nodes, driver_lost=lost)
+            report = await explain_pod(self.scheduler, namespace, name, nodes, driver_lost=lost)
         except ExplainError as error:
             return web.Response(status=404, text=f"{error}\n")
         if text_format == "text":

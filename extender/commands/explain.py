@@ -65,7 +65,7 @@ async def _explain(args: argparse.Namespace, features: Any, namespace: str, name
         print(f"error: cannot read the cluster: {error}", file=sys.stderr)
         return 1
     try:
-        report = explain_pod(build_scheduler(cluster, args), namespace, name, args.node)
+        report = await explain_pod(build_scheduler(cluster, args), namespace, name, args.node)
     except ExplainError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

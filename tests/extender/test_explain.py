@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import dra_objects as o
@@ -10,6 +11,7 @@ from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.explain import ExplainError, explain_pod, render_text
+from extender.filtercache import FilterCache
 from extender.scheduling import Scheduler
 
 
@@ -41,8 +43,8 @@ def cluster_with_a_busy_node() -> Scheduler:
     return make(objs)
 
 
-def test_explain_names_the_step_and_the_owner() -> None:
-    report = explain_pod(cluster_with_a_busy_node(), "default", "p")
+async def test_explain_names_the_step_and_the_owner() -> None:
+    report = await explain_pod(cluster_with_a_busy_node(), "default", "p")
     nodes = {node["node"]: node for node in report["nodes"]}
     assert report["fittingNodes"] == 2 and report["error"] == ""
     assert report["claims"] == [
@@ -60,45 +62,46 @@ def test_explain_names_the_step_and_the_owner() -> None:
     assert nodes["node-2"]["fits"]
 
 
-def test_text_rendering() -> None:
-    text = render_text(explain_pod(cluster_with_a_busy_node(), "default", "p", ["node-0", "node-1"]))
+async def test_text_rendering() -> None:
+    report = await explain_pod(cluster_with_a_busy_node(), "default", "p", ["node-0", "node-1"])
+    text = render_text(report)
     assert text.splitlines()[0] == "pod default/p: fits 1 of 2 node(s)"
     assert "node-0: does not fit (unschedulable): claim want: request gpu: needs 2 devices" in text
     assert "rejected: in use 2 (default/busy: 2)" in text
     assert "claim want, request gpu: gpu.example.com/node-1/gpu-2" in text
 
 
-def test_request_selector_rejections_are_counted() -> None:
-    report = explain_pod(cluster_with_a_busy_node(), "default", "p", ["node-1"])
+async def test_request_selector_rejections_are_counted() -> None:
+    report = await explain_pod(cluster_with_a_busy_node(), "default", "p", ["node-1"])
     assert report["nodes"][0]["fits"]
     scheduler = cluster_with_a_busy_node()
     want = scheduler.cache.claim("default", "want").raw
     want["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
     scheduler.cache.apply("ResourceClaim", "MODIFIED", want)
-    [node] = explain_pod(scheduler, "default", "p", ["node-1"])["nodes"]
+    [node] = (await explain_pod(scheduler, "default", "p", ["node-1"]))["nodes"]
     assert node["requests"][0]["rejected"] == {"request selector": 2}
 
 
-def test_not_ready_pod_and_unknown_names() -> None:
+async def test_not_ready_pod_and_unknown_names() -> None:
     scheduler = make([*o.cluster(1, 1), o.pod("p", ["missing"])])
-    report = explain_pod(scheduler, "default", "p")
+    report = await explain_pod(scheduler, "default", "p")
     assert report["nodes"][0]["message"] == 'could not find ResourceClaim "default/missing"'
     assert "does not fit (unresolvable)" in render_text(report)
     with pytest.raises(ExplainError, match="pod default/nobody not found"):
-        explain_pod(scheduler, "default", "nobody")
+        await explain_pod(scheduler, "default", "nobody")
     with pytest.raises(ExplainError, match="node ghost not found"):
-        explain_pod(scheduler, "default", "p", ["ghost"])
+        await explain_pod(scheduler, "default", "p", ["ghost"])
 
 
-def test_scheduling_error_is_reported() -> None:
+async def test_scheduling_error_is_reported() -> None:
     broken = o.claim("c")
     broken["spec"]["devices"]["requests"][0]["exactly"]["count"] = -1
-    report = explain_pod(make([*o.cluster(1, 1), broken, o.pod("p", ["c"])]), "default", "p")
+    report = await explain_pod(make([*o.cluster(1, 1), broken, o.pod("p", ["c"])]), "default", "p")
     assert "invalid claim" in report["error"] and report["nodes"] == []
     assert render_text(report).startswith("pod default/p: error: invalid claim")
 
 
-def test_driver_lost_pools_are_shown() -> None:
+async def test_driver_lost_pools_are_shown() -> None:
     lost = [
         {
             "driver": o.DRIVER,
@@ -109,8 +112,38 @@ def test_driver_lost_pools_are_shown() -> None:
             "expired": False,
         }
     ]
-    report = explain_pod(cluster_with_a_busy_node(), "default", "p", ["node-0"], driver_lost=lost)
+    report = await explain_pod(cluster_with_a_busy_node(), "default", "p", ["node-0"], driver_lost=lost)
     assert report["driverLost"] == lost
     assert "driver lost: pool gpu.example.com/node-9: 2 device(s) still held by default/old (42s left)" in (
         render_text(report)
     )
+
+
+async def test_explaining_many_nodes_lets_other_requests_run_and_leaves_the_filter_cache_alone() -> None:
+    ticks = [0.0]
+
+    def clock() -> float:  # every reading advances 1 ms: explain must yield about every 5 nodes
+        ticks[0] += 0.001
+        return ticks[0]
+
+    cache = ClusterCache.from_objects([*o.cluster(60, 1), o.claim("c", count=2), o.pod("p", ["c"])],
+                                      FeatureGates())
+    assume = AssumeCache()
+    filter_cache = FilterCache(cache, assume)
+    scheduler = Scheduler(cache, assume, ClaimWriter(None, cache), clock=clock, filter_cache=filter_cache)
+    turns = 0
+    done = False
+
+    async def other_request() -> None:
+        nonlocal turns
+        while not done:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other_request())
+    report = await explain_pod(scheduler, "default", "p")
+    done = True
+    await task
+    assert len(report["nodes"]) == 60 and report["fittingNodes"] == 0
+    assert turns >= 60 // 6
+    assert filter_cache.stats() == {"entries": 0, "hits": 0, "misses": 0}, "explain always computes afresh"
