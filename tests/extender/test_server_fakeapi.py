@@ -43,7 +43,8 @@ class Stack:
 
     async def settle(self) -> None:
         """Wait until the watch delivered everything the fake API server holds."""
-        for _ in range(1000):
+        deadline = asyncio.get_running_loop().time() + 30   # bounds a hang only: CI may be loaded
+        while asyncio.get_running_loop().time() < deadline:
             if all(
                 self.cache.raw("ResourceClaim", f"default/{c['metadata']['name']}") is not None
                 and self.cache.raw("ResourceClaim", f"default/{c['metadata']['name']}")["metadata"][
@@ -67,7 +68,7 @@ async def stack(fake_api: Any) -> AsyncIterator[Stack]:
     cache = ClusterCache(FeatureGates())
     watcher = ClusterWatcher(client, cache)
     await watcher.start()
-    assert await watcher.wait_ready(10)
+    assert await watcher.wait_ready(30)
     assume = AssumeCache()
     assume.attach(cache)
     server = ExtenderServer(Scheduler(cache, assume, ClaimWriter(client, cache)), watch_health=watcher.health)
@@ -160,7 +161,7 @@ async def test_filter_during_bind_sees_devices_in_flight(stack: Stack) -> None:
 
     remove = stack.fake.intercept(slow_status_write)
     bind = asyncio.create_task(stack.post("bind", bind_args(stack, "p1", "node-0")))
-    await asyncio.wait_for(write_started.wait(), 5)
+    await asyncio.wait_for(write_started.wait(), 30)
     pod = stack.cache.pod("default", "p2")
     result = await stack.post("filter", {"Pod": pod, "NodeNames": ["node-0", "node-1"], "Nodes": None})
     assert result["NodeNames"] == ["node-1"]
@@ -213,9 +214,9 @@ async def test_watch_drop_and_410_gone_keep_the_cache_current(stack: Stack) -> N
     stack.fake.expire_history()
     extra = o.claim("late")
     stack.fake.seed([extra, o.pod("late-pod", ["late"])])
-    for _ in range(300):
-        if stack.cache.pod("default", "late-pod") is not None and stack.cache.claim("default", "late"):
-            break
+    deadline = asyncio.get_running_loop().time() + 30
+    while not (stack.cache.pod("default", "late-pod") is not None and stack.cache.claim("default", "late")) \
+            and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.02)
     pod = stack.cache.pod("default", "late-pod")
     assert pod is not None
