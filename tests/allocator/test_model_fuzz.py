@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from allocator_objects import claim_obj, class_obj, dev, req, slice_obj
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator import InvalidObjectError, parse_object
@@ -64,7 +64,7 @@ def paths(value: Any, prefix: tuple = ()) -> list[tuple]:
     return found
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(VALID), st.data(), junk)
 def test_replacing_any_field_with_junk(original: dict, data: st.DataObject, replacement: Any) -> None:
     raw = copy.deepcopy(original)

@@ -13,7 +13,7 @@ from allocator_objects import (
     req,
     slice_obj,
 )
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator import AllocatedState
@@ -84,7 +84,7 @@ def without_share_ids(allocations: list[dict]) -> list[dict]:
     ]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_pruning_keeps_the_first_solution(scenario: tuple) -> None:
     devices, used, claims = scenario

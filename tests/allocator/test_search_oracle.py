@@ -16,7 +16,7 @@ from allocator_objects import (
     req,
     slice_obj,
 )
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator import AllocatedState
@@ -71,7 +71,7 @@ def brute_force(attrs: list, free: set[int], claims: list) -> bool:
     return False
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_search_agrees_with_brute_force(scenario: tuple) -> None:
     attrs, used, claims = scenario

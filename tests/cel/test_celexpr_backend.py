@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator import cel
@@ -15,6 +15,7 @@ from allocator.cel import celexpr_library as library
 nanos = st.one_of(st.integers(min_value=-(10**30), max_value=10**30), st.sampled_from([0, 1, -1, 10, -10]))
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nanos, nanos)
 def test_quantity_encoding_is_exact_and_order_preserving(a: int, b: int) -> None:
     encoded_a, encoded_b = library.quantity_bytes(a), library.quantity_bytes(b)

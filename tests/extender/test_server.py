@@ -153,7 +153,8 @@ async def test_malformed_bodies_get_400_with_a_message(
     assert status == 400 and isinstance(text, str) and text.startswith(verb)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
     st.recursive(
         st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5),
