@@ -330,6 +330,12 @@ class Scheduler:
         try:
             plan = self.plan(pod)
             verdicts = await self.check_nodes(plan, node_names, node_objects)
+            if self._claims_changed(plan):
+                # A claim changed while the checks yielded, possibly deleted and created again under
+                # the same name: those verdicts may be about a claim that no longer exists. One fresh
+                # pass; a change during that one is left to bind's re-check.
+                plan = self.plan(pod)
+                verdicts = await self.check_nodes(plan, node_names, node_objects)
         except SchedulingError as error:
             self._count_outcome("error", len(node_names))
             return FilterResult([], {}, {}, str(error))
@@ -340,6 +346,13 @@ class Scheduler:
         if holding and plan.to_allocate:
             return self._hold_best(pod, plan, verdicts)
         return _split(verdicts)
+
+    def _claims_changed(self, plan: PodPlan) -> bool:
+        """Is any claim of `plan` no longer the cached one? The cache replaces a claim object on every
+        change, so identity tells (a re-created claim has a new object and a new UID)."""
+        cache = self.cache
+        return any(cache.claim(entry.claim.namespace, entry.claim.name) is not entry.claim
+                   for entry in plan.claims)
 
     async def check_nodes(self, plan: PodPlan, node_names: Iterable[str],
                           node_objects: Mapping[str, dict] | None = None, *,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import dra_objects as o
@@ -125,3 +126,62 @@ async def test_claim_status_changes_are_never_answered_from_the_cache() -> None:
     scheduler.cache.apply("ResourceClaim", "MODIFIED", deleting)
     result = await scheduler.filter(p0, NODES)
     assert result.passed == [] and all("being deleted" in m for m in result.unresolvable.values())
+
+
+def recreated(name: str, count: int) -> dict[str, Any]:
+    """`name` deleted and created again: same name, new UID, a later resourceVersion."""
+    claim = o.claim(name, count=count)
+    claim["metadata"].update(uid=f"{claim['metadata']['uid']}-again", resourceVersion="50")
+    return claim
+
+
+@pytest.mark.parametrize("hold_devices", [False, True])
+@pytest.mark.parametrize("was_allocated", [False, True])
+@pytest.mark.parametrize("delivery", ["events", "relist"])
+async def test_a_recreated_claim_is_never_answered_with_the_old_claims_fits(
+        delivery: str, was_allocated: bool, hold_devices: bool) -> None:
+    objs = [o.device_class(), o.node("node-0"), o.gpu_slice("node-0", 1), o.node("node-1"),
+            o.gpu_slice("node-1", 2)]
+    p = o.pod("p", ["c"])
+    old = o.claim("c")
+    if was_allocated:   # allocated on node-0 and reserved for p by an earlier cycle
+        o.allocate(old, "node-0", ["gpu-0"], [{"resource": "pods", "name": "p", "uid": p["metadata"]["uid"]}])
+    scheduler = make([*objs, old, p], hold_devices=hold_devices)
+    first = await scheduler.filter(pod(scheduler, "p"), ["node-0", "node-1"])
+    assert "node-0" in first.passed
+    new = recreated("c", count=2)   # node-0 has one device: only node-1 fits the new claim
+    if delivery == "events":
+        scheduler.cache.apply("ResourceClaim", "DELETED", scheduler.cache.raw("ResourceClaim", "default/c"))
+        scheduler.cache.apply("ResourceClaim", "ADDED", new)
+    else:   # the deletion was missed; a re-list shows the new claim under the same name
+        scheduler.cache.replace("ResourceClaim", [new])
+    again = await scheduler.filter(pod(scheduler, "p"), ["node-0", "node-1"])
+    assert again.passed == ["node-1"]
+    assert again.unresolvable["node-0"] == "claim c: request gpu: needs 2 devices, 1 matches"
+    uid = p["metadata"]["uid"]
+    with pytest.raises(BindFailed, match="no longer fits node node-0"):
+        await scheduler.bind("default", "p", uid, "node-0")
+    await scheduler.bind("default", "p", uid, "node-1")
+    bound = scheduler.cache.claim("default", "c")
+    assert bound is not None and bound.uid == new["metadata"]["uid"] and len(scheduler.assume) == 0
+
+
+async def test_a_claim_recreated_while_filter_yields_gets_verdicts_for_the_new_claim() -> None:
+    ticks = [0.0]
+
+    def clock() -> float:  # every reading advances 1 ms: filter yields about every 5 nodes
+        ticks[0] += 0.001
+        return ticks[0]
+
+    objs = [*o.cluster(30, 1), o.node("big"), o.gpu_slice("big", 2), o.claim("c"), o.pod("p", ["c"])]
+    scheduler = make(objs, clock=clock)
+
+    async def recreate_claim() -> None:   # runs at the filter's first yield
+        scheduler.cache.apply("ResourceClaim", "DELETED", scheduler.cache.raw("ResourceClaim", "default/c"))
+        scheduler.cache.apply("ResourceClaim", "ADDED", recreated("c", count=2))
+
+    task = asyncio.create_task(recreate_claim())
+    result = await scheduler.filter(pod(scheduler, "p"), [*(f"node-{i}" for i in range(30)), "big"])
+    await task
+    assert result.passed == ["big"], "no node may pass for the deleted one-device claim"
+    assert len(result.unresolvable) == 30
