@@ -185,3 +185,13 @@ async def test_a_claim_recreated_while_filter_yields_gets_verdicts_for_the_new_c
     await task
     assert result.passed == ["big"], "no node may pass for the deleted one-device claim"
     assert len(result.unresolvable) == 30
+
+
+async def test_an_allocation_appearing_on_a_claim_our_model_rejects_invalidates_cached_outcomes() -> None:
+    scheduler = make([*o.cluster(2, 1), o.claim("c"), o.pod("p", ["c"])])
+    assert (await scheduler.filter(pod(scheduler, "p"), ["node-0", "node-1"])).passed == ["node-0", "node-1"]
+    odd = o.allocate(o.claim("odd"), "node-0", ["gpu-0"], [{"resource": "pods", "name": "x", "uid": "x"}])
+    odd["spec"]["devices"]["requests"][0]["exactly"]["count"] = "1"   # beyond our model
+    scheduler.cache.apply("ResourceClaim", "ADDED", odd)
+    result = await scheduler.filter(pod(scheduler, "p"), ["node-0", "node-1"])
+    assert result.passed == ["node-1"] and "(1 in use)" in result.failed["node-0"]
