@@ -386,7 +386,7 @@ class ClusterCache:
                 self._claim_keys_by_uid.pop(previous.uid, None)
             unchanged = same_uid and previous.allocation == claim.allocation
             if previous.allocation is not None and not unchanged:
-                self.allocated.remove_claim(previous.uid)
+                self.allocated.remove_claim(_allocated_id(previous))
         if claim.allocation is not None and not unchanged:
             self.allocated.add_claim(claim)
         self._claims[key] = claim
@@ -403,7 +403,7 @@ class ClusterCache:
             if claim is not None:
                 self._claim_keys_by_uid.pop(claim.uid, None)
                 if claim.allocation is not None:
-                    self.allocated.remove_claim(claim.uid)
+                    self.allocated.remove_claim(_allocated_id(claim))
         elif kind == "ResourceSlice":
             self.inventory.remove_slice(key)
         elif kind == "DeviceClass":
@@ -424,6 +424,11 @@ class ClusterCache:
                 users.discard(key)
                 if not users:
                     del self._pods_by_claim[claim_key]
+
+
+def _allocated_id(claim: ResourceClaim) -> str:
+    """The id AllocatedState.add_claim records a claim under: its UID, or its key when it has none."""
+    return claim.uid or claim.key
 
 
 def _describe(raw: dict) -> str:

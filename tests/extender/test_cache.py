@@ -327,3 +327,12 @@ def test_an_allocation_we_cannot_read_is_logged_counted_and_explained(
     garbage["status"] = {"allocation": ["not", "an", "object"]}
     cache.apply("ResourceClaim", "ADDED", garbage)
     assert "status.allocation: must be an object; no device counted" in str(cache.stats()["invalidObjects"])
+
+
+def test_a_claim_without_uid_gives_its_devices_back_when_deleted() -> None:
+    cache = ClusterCache(FeatureGates())
+    raw = claim("a", "", allocation=allocation("gpu-0"))
+    cache.apply("ResourceClaim", "ADDED", raw)
+    assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-0") == "ns/a"
+    cache.apply("ResourceClaim", "DELETED", raw)
+    assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-0") is None
