@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import urllib3
 
 E2E_DIR = Path(__file__).resolve().parents[1] / "tests" / "e2e"
 sys.path.insert(0, str(E2E_DIR))
@@ -59,25 +60,36 @@ class BindWatch:
         version = self.api.get(f"/api/v1/namespaces/{NAMESPACE}/pods?limit=1")["metadata"]["resourceVersion"]
         while not self._stop.is_set():
             url = f"/api/v1/namespaces/{NAMESPACE}/pods?watch=1&resourceVersion={version}&timeoutSeconds=60"
-            response = self.api.stream(url)
-            buffer = b""
+            try:
+                version = self._follow(self.api.stream(url), version)
+            except urllib3.exceptions.HTTPError:
+                # A dropped stream resumes from the last version seen; at shutdown the loop ends.
+                time.sleep(0.2)
+
+    def _follow(self, response: urllib3.BaseHTTPResponse, version: str) -> str:
+        buffer = b""
+        try:
             for chunk in response.stream(65536):
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
-                    if not line:
-                        continue
-                    event = orjson.loads(line)
-                    obj = event["object"]
-                    version = obj["metadata"].get("resourceVersion", version)
-                    name = obj["metadata"].get("name")
-                    if event["type"] in ("ADDED", "MODIFIED") and obj.get("spec", {}).get("nodeName"):
-                        with self._cond:
-                            self.bound_at.setdefault(name, time.monotonic())
-                            self._cond.notify_all()
+                    if line:
+                        version = self._record(orjson.loads(line), version)
                 if self._stop.is_set():
                     break
+        finally:
             response.release_conn()
+        return version
+
+    def _record(self, event: dict[str, Any], version: str) -> str:
+        obj = event["object"]
+        if event["type"] not in ("ADDED", "MODIFIED"):
+            return str(obj.get("metadata", {}).get("resourceVersion", version))
+        if obj.get("spec", {}).get("nodeName"):
+            with self._cond:
+                self.bound_at.setdefault(obj["metadata"]["name"], time.monotonic())
+                self._cond.notify_all()
+        return str(obj["metadata"].get("resourceVersion", version))
 
     def bound(self, names: set[str], wait_s: float) -> set[str]:
         """Those of `names` bound by now, after waiting up to `wait_s` for a new bind."""
