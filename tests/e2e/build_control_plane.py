@@ -101,7 +101,7 @@ def _go_env() -> dict[str, str]:
 
 def _count_packages(go: str, env: dict[str, str]) -> int:
     listed = subprocess.run(
-        [go, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", *PACKAGES],
+        [go, "list", "-deps", "-f", "{{.ImportPath}}", *PACKAGES],
         cwd=MODULE_DIR,
         env=env,
         capture_output=True,

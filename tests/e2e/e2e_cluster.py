@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import os
 import shutil
 import signal
 import socket
@@ -565,7 +564,6 @@ def extender_supports(flag: str) -> bool:
         [str(DRA_EXTENDER), "serve", "--help"],
         capture_output=True,
         text=True,
-        env=dict(os.environ),
         check=False,
     ).stdout
     return flag in help_text
