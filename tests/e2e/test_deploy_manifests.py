@@ -28,7 +28,11 @@ CERT_MANAGER_KINDS = (("Issuer", "issuers"), ("Certificate", "certificates"))
 def _kubectl(plane: ControlPlane, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(plane.bin_dir / "kubectl"), f"--kubeconfig={plane.admin.kubeconfig}", *args],
-        input=stdin, capture_output=True, text=True, timeout=120, check=False,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -41,11 +45,16 @@ def _stub_crd(kind: str, plural: str) -> dict:
             "group": "cert-manager.io",
             "scope": "Namespaced",
             "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-            "versions": [{
-                "name": "v1", "served": True, "storage": True,
-                "schema": {"openAPIV3Schema": {"type": "object",
-                                               "x-kubernetes-preserve-unknown-fields": True}},
-            }],
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
         },
     }
 
@@ -61,14 +70,25 @@ def deploy_namespace(control_plane: ControlPlane, api: Api) -> Iterator[str]:
     for kind, plural in CERT_MANAGER_KINDS:
         api.create(crds, _stub_crd(kind, plural))
     for _, plural in CERT_MANAGER_KINDS:
-        wait_for(f"CRD {plural}.cert-manager.io established", lambda p=plural: any(
-            c["type"] == "Established" and c["status"] == "True"
-            for c in (api.get(f"{crds}/{p}.cert-manager.io").get("status") or {}).get("conditions") or []
-        ), timeout_s=30)
+        wait_for(
+            f"CRD {plural}.cert-manager.io established",
+            lambda p=plural: any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in (api.get(f"{crds}/{p}.cert-manager.io").get("status") or {}).get("conditions") or []
+            ),
+            timeout_s=30,
+        )
     # Discovery must list the new kinds before kubectl can map them.
-    wait_for("cert-manager.io/v1 discovery", lambda: _kubectl(
-        control_plane, "api-resources", "--api-group=cert-manager.io").stdout.count("cert-manager.io") >= 2,
-        timeout_s=30)
+    wait_for(
+        "cert-manager.io/v1 discovery",
+        lambda: (
+            _kubectl(control_plane, "api-resources", "--api-group=cert-manager.io").stdout.count(
+                "cert-manager.io"
+            )
+            >= 2
+        ),
+        timeout_s=30,
+    )
     yield NAMESPACE
     for _, plural in CERT_MANAGER_KINDS:
         api.delete(f"{crds}/{plural}.cert-manager.io")
@@ -77,15 +97,23 @@ def deploy_namespace(control_plane: ControlPlane, api: Api) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("overlay", ["base", *(f"overlays/{o}" for o in OVERLAYS)])
-def test_overlay_is_accepted_by_a_server_side_dry_run(control_plane: ControlPlane, deploy_namespace: str,
-                                                      overlay: str) -> None:
+def test_overlay_is_accepted_by_a_server_side_dry_run(
+    control_plane: ControlPlane, deploy_namespace: str, overlay: str
+) -> None:
     rendered = _kubectl(control_plane, "kustomize", str(DEPLOY / overlay))
     assert rendered.returncode == 0, rendered.stderr
     kinds = {doc["kind"] for doc in yaml.safe_load_all(rendered.stdout) if doc}
     assert "Deployment" in kinds
     applied = _kubectl(
-        control_plane, "apply", "--server-side", "--dry-run=server", "--force-conflicts",
-        "--field-manager=dra-extender-deploy-test", "-f", "-", stdin=rendered.stdout,
+        control_plane,
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "--force-conflicts",
+        "--field-manager=dra-extender-deploy-test",
+        "-f",
+        "-",
+        stdin=rendered.stdout,
     )
     assert applied.returncode == 0, f"{overlay}:\n{applied.stderr}\n{applied.stdout}"
     assert "(server dry run)" in applied.stdout
@@ -93,17 +121,31 @@ def test_overlay_is_accepted_by_a_server_side_dry_run(control_plane: ControlPlan
 
 def _allowed(api: Api, permission: Permission, namespace: str, name: str | None = None) -> bool:
     resource, _, subresource = permission.resource.partition("/")
-    attributes = {"verb": permission.verb, "group": permission.group, "resource": resource,
-                  "subresource": subresource, "namespace": namespace}
+    attributes = {
+        "verb": permission.verb,
+        "group": permission.group,
+        "resource": resource,
+        "subresource": subresource,
+        "namespace": namespace,
+    }
     if name:
         attributes["name"] = name
-    review = api.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", {
-        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-        "spec": {"user": SERVICE_ACCOUNT_USER,
-                 "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}",
-                            "system:authenticated"],
-                 "resourceAttributes": attributes},
-    })
+    review = api.create(
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": SERVICE_ACCOUNT_USER,
+                "groups": [
+                    "system:serviceaccounts",
+                    f"system:serviceaccounts:{NAMESPACE}",
+                    "system:authenticated",
+                ],
+                "resourceAttributes": attributes,
+            },
+        },
+    )
     return bool(review["status"].get("allowed"))
 
 
@@ -113,11 +155,14 @@ def test_base_cluster_role_allows_exactly_the_extenders_calls(api: Api, deploy_n
     roles = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
     bindings = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
     api.create(roles, {"metadata": {"name": TEST_ROLE}, "rules": rules})
-    api.create(bindings, {
-        "metadata": {"name": TEST_ROLE},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TEST_ROLE},
-        "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
-    })
+    api.create(
+        bindings,
+        {
+            "metadata": {"name": TEST_ROLE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TEST_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
+        },
+    )
     try:
         base = {p for module, p in API_CALLS if not module.startswith(CONTROLLERS_PREFIX)}
         controllers_only = {p for module, p in API_CALLS if module.startswith(CONTROLLERS_PREFIX)} - base
@@ -134,4 +179,3 @@ def test_base_cluster_role_allows_exactly_the_extenders_calls(api: Api, deploy_n
         for path in (f"{bindings}/{TEST_ROLE}", f"{roles}/{TEST_ROLE}"):
             with contextlib.suppress(ApiStatusError):
                 api.delete(path)
-
