@@ -69,6 +69,18 @@ RESULT_PODS = 64
 # long devices stay blocked if the write never happened. Longer than the API server's own request
 # timeout (60 s by default), after which a late write can no longer be applied.
 UNSETTLED_TTL_S = 120.0
+# How long one node's allocation search may run. Searches take well under a millisecond on typical
+# nodes; one that runs this long is a combinatorial corner case. A node's search never yields, so this
+# also bounds how long it holds the event loop (and every other request) on its own.
+DEFAULT_NODE_TIMEOUT_S = 1.0
+# How long one filter may spend checking nodes, whatever their number and however many other requests
+# run during its yields. kube-scheduler gives up on an extender after httpTimeout (5 s by default, 10 s
+# in deploy/). Before our budget starts the request may wait for the event loop, which another
+# request's node search can hold for up to DEFAULT_NODE_TIMEOUT_S; 3 s plus that plus parsing and
+# encoding stays under even the 5 s default.
+DEFAULT_FILTER_TIMEOUT_S = 3.0
+TIMEOUT = "timeout"  # NodeVerdict.reason of a node whose search did not finish in time
+TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
 
 
 class SchedulingError(Exception):
@@ -87,6 +99,11 @@ class NodeVerdict:
     unresolvable: bool = False
     reason: str = "fits"  # metric label
     outcome: AllocationOutcome | None = None
+
+    @property
+    def timed_out(self) -> bool:
+        """Not known whether the pod fits: the search ran out of time."""
+        return self.reason == TIMEOUT
 
 
 @dataclass
@@ -117,6 +134,11 @@ def _blocked(message: str, reason: str, unresolvable: bool = True) -> NodeVerdic
     return NodeVerdict("", False, message, unresolvable, reason)
 
 
+def _timed_out(node_name: str) -> NodeVerdict:
+    # Resolvable: a timeout says nothing about the node, a later attempt may find the pod fits there.
+    return NodeVerdict(node_name, False, TIMED_OUT_MESSAGE, False, TIMEOUT)
+
+
 def allocated_devices(outcome: AllocationOutcome | None) -> int:
     if outcome is None:
         return 0
@@ -133,7 +155,8 @@ class Scheduler:
         scoring: str = "binpack",
         hold_devices: bool = False,
         hold_ttl_s: float = 30.0,
-        node_deadline_s: float = 1.0,
+        node_deadline_s: float = DEFAULT_NODE_TIMEOUT_S,
+        filter_deadline_s: float = DEFAULT_FILTER_TIMEOUT_S,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         filter_cache: FilterCache | None = None,
@@ -145,6 +168,7 @@ class Scheduler:
         self.hold_devices = hold_devices
         self.hold_ttl_s = hold_ttl_s
         self.node_deadline_s = node_deadline_s
+        self.filter_deadline_s = filter_deadline_s
         self.metrics = metrics
         self.clock = clock
         self.filter_cache = filter_cache
@@ -266,11 +290,13 @@ class Scheduler:
         node_objects: Mapping[str, dict] | None = None,
         *,
         use_cache: bool = False,
+        time_left_s: float | None = None,
     ) -> NodeVerdict:
         """Does the pod fit this node? Raises SchedulingError for real errors.
 
         `use_cache` lets filter, prioritize and preempt reuse outcomes from the FilterCache; bind
-        and explain always compute afresh."""
+        and explain always compute afresh. `time_left_s` shortens the search below `node_deadline_s`
+        (what is left of a multi-node check's budget)."""
         if plan.blocked is not None:
             blocked = plan.blocked
             return NodeVerdict(node_name, False, blocked.message, blocked.unresolvable, blocked.reason)
@@ -290,10 +316,14 @@ class Scheduler:
             node_key, cached = self.filter_cache.get(plan.signature, node)
             if cached is not None:
                 return self._verdict(node_name, cached)
+        allocator = plan.allocator
+        allocator.deadline_s = self.node_deadline_s if time_left_s is None else min(
+            self.node_deadline_s, time_left_s)
         try:
-            outcome = plan.allocator.allocate(node, plan.to_allocate)
+            outcome = allocator.allocate(node, plan.to_allocate)
         except AllocationTimeout:
-            return NodeVerdict(node_name, False, "timed out trying to allocate devices", True, "timeout")
+            # Never cached (returns before cache.put): the next filter searches this node again.
+            return _timed_out(node_name)
         except NodeAllocationError as error:
             outcome = error.outcome if isinstance(error.outcome, AllocationOutcome) else None
             return NodeVerdict(node_name, False, str(error), True, "node error", outcome)
@@ -327,15 +357,17 @@ class Scheduler:
         holding = self.hold_devices and uid not in self._binding
         if holding:
             self.release_hold(uid)
+        deadline = self.clock() + self.filter_deadline_s
         try:
             plan = self.plan(pod)
-            verdicts = await self.check_nodes(plan, node_names, node_objects)
+            verdicts = await self.check_nodes(plan, node_names, node_objects, deadline=deadline)
             if self._claims_changed(plan):
                 # A claim changed while the checks yielded, possibly deleted and created again under
                 # the same name: those verdicts may be about a claim that no longer exists. One fresh
-                # pass; a change during that one is left to bind's re-check.
+                # pass, within what is left of the same budget; a change during that one is left to
+                # bind's re-check.
                 plan = self.plan(pod)
-                verdicts = await self.check_nodes(plan, node_names, node_objects)
+                verdicts = await self.check_nodes(plan, node_names, node_objects, deadline=deadline)
         except SchedulingError as error:
             self._count_outcome("error", len(node_names))
             return FilterResult([], {}, {}, str(error))
@@ -345,7 +377,7 @@ class Scheduler:
             self._results[uid] = verdicts
         if holding and plan.to_allocate:
             return self._hold_best(pod, plan, verdicts)
-        return _split(verdicts)
+        return _answer(verdicts)
 
     def _claims_changed(self, plan: PodPlan) -> bool:
         """Is any claim of `plan` no longer the cached one? The cache replaces a claim object on every
@@ -356,7 +388,7 @@ class Scheduler:
 
     async def check_nodes(self, plan: PodPlan, node_names: Iterable[str],
                           node_objects: Mapping[str, dict] | None = None, *,
-                          use_cache: bool = True) -> dict[str, NodeVerdict]:
+                          use_cache: bool = True, deadline: float | None = None) -> dict[str, NodeVerdict]:
         """Verdicts for `node_names`, letting other requests run every YIELD_AFTER_S of work.
 
         Every multi-node check (filter, prioritize, preempt, explain) goes through here, so none of
@@ -364,11 +396,19 @@ class Scheduler:
         hard search can still hold the loop for up to `node_deadline_s`. After a yield the plan's view
         may be stale (a fits verdict then costs a failed bind, never a double allocation: bind
         re-checks); the filter cache notices the changes and stops storing outcomes computed from
-        that view."""
+        that view.
+
+        `deadline` (on `self.clock`) bounds the whole check: each node's search gets at most what is
+        left, and nodes reached after it are timed out without being checked."""
         verdicts: dict[str, NodeVerdict] = {}
         started = self.clock()
         for name in node_names:
-            verdicts[name] = self.check_node(plan, name, node_objects, use_cache=use_cache)
+            time_left = None if deadline is None else deadline - self.clock()
+            if time_left is not None and time_left <= 0:
+                verdicts[name] = _timed_out(name)
+                continue
+            verdicts[name] = self.check_node(plan, name, node_objects, use_cache=use_cache,
+                                             time_left_s=time_left)
             if self.clock() - started > YIELD_AFTER_S:
                 await asyncio.sleep(0)
                 if self.filter_cache is not None and plan.signature is not None:
@@ -380,7 +420,7 @@ class Scheduler:
         """--filter-holds-devices: pick the best node now and keep its devices in flight until bind."""
         fitting = [v for v in verdicts.values() if v.fits]
         if not fitting:
-            return _split(verdicts)
+            return _answer(verdicts)
         scores = self._scores(pod, fitting, plan.view)
         best = fitting[0]  # the first of the best-scored nodes, in kube-scheduler's order
         for verdict in fitting[1:]:
@@ -395,7 +435,7 @@ class Scheduler:
             return FilterResult([], {}, {}, str(error))
         if not best.fits:
             verdicts = {**verdicts, best.node: best}
-            return _split(verdicts)
+            return _answer(verdicts)
         held = list(zip(current.to_allocate, best.outcome.allocations if best.outcome else [], strict=True))
         uid = pod_uid(pod)
         for claim, allocation in held:
@@ -454,7 +494,8 @@ class Scheduler:
         try:
             plan = self.plan(pod)
             view = plan.view
-            fresh = await self.check_nodes(plan, missing, node_objects)
+            fresh = await self.check_nodes(plan, missing, node_objects,
+                                           deadline=self.clock() + self.filter_deadline_s)
         except SchedulingError:
             return dict.fromkeys(node_names, 0)
         verdicts = [cached.get(name) or fresh[name] for name in node_names]
@@ -580,13 +621,16 @@ class Scheduler:
         if not has_claims(pod):
             return dict(victims)
         try:
-            verdicts = await self.check_nodes(self.plan(pod), victims)
+            verdicts = await self.check_nodes(self.plan(pod), victims,
+                                              deadline=self.clock() + self.filter_deadline_s)
         except SchedulingError:
             return {}
+        # A node whose check timed out is not known to help: evicting pods there could be for nothing.
         return {
             node: node_victims
             for node, node_victims in victims.items()
-            if verdicts[node].fits or (node_victims.get("Pods") and not verdicts[node].unresolvable)
+            if verdicts[node].fits
+            or (node_victims.get("Pods") and not verdicts[node].unresolvable and not verdicts[node].timed_out)
         }
 
 
@@ -596,6 +640,23 @@ class _ClaimLookup:
 
     def claim(self, namespace: str, name: str) -> ResourceClaim | None:
         return self.scheduler.lookup_claim(namespace, name)
+
+
+def _answer(verdicts: Mapping[str, NodeVerdict]) -> FilterResult:
+    """The filter answer, with timed-out nodes treated as "not known", not as "does not fit".
+
+    Reporting a timeout as unresolvable (what upstream's plugin first did) parks the pod in
+    kube-scheduler's unschedulable queue until a cluster event or up to 5 minutes, although only the
+    machine was busy. Following upstream PR #137607, a timeout that leaves no node for the pod is an
+    Error: kube-scheduler then retries the pod after its backoff (seconds). We deliberately differ from
+    upstream when another node fits: there a node's Error aborts the whole attempt; here the pod goes to
+    a node known to fit and the timed-out nodes are only resolvable failures.
+    """
+    timed_out = sum(1 for verdict in verdicts.values() if verdict.timed_out)
+    if timed_out and not any(verdict.fits for verdict in verdicts.values()):
+        return FilterResult([], {}, {}, f"{TIMED_OUT_MESSAGE} on {timed_out} of {len(verdicts)} node(s) "
+                                        "and no other node fits")
+    return _split(verdicts)
 
 
 def _split(verdicts: Mapping[str, NodeVerdict]) -> FilterResult:

@@ -136,10 +136,11 @@ class World:
         writer = ClaimWriter(None, self.cache)
         # The per-node search deadline is wall time (1 s by default): on a loaded CI machine a stalled
         # search turned one side's verdict into "timed out" (seen at 7+ load on 2 cores). Timeouts are
-        # not what is compared here, so the deadline only bounds a hang.
-        self.cached = Scheduler(self.cache, self.assume, writer, node_deadline_s=NO_DEADLINE_S,
+        # not what is compared here, so the deadlines (per node and per filter) only bound a hang.
+        deadlines = {"node_deadline_s": NO_DEADLINE_S, "filter_deadline_s": NO_DEADLINE_S}
+        self.cached = Scheduler(self.cache, self.assume, writer, **deadlines,
                                 filter_cache=FilterCache(self.cache, self.assume))
-        self.fresh = Scheduler(self.cache, self.assume, writer, node_deadline_s=NO_DEADLINE_S)
+        self.fresh = Scheduler(self.cache, self.assume, writer, **deadlines)
         self.rv = 10
         self.others: list[str] = []
         self.counter = 0
