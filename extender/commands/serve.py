@@ -22,6 +22,7 @@ import orjson
 from allocator import FeatureGates
 from extender import controllers
 from extender.podclaims import has_claims
+from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
 from extender.scoring import POLICIES
 from extender.server import DEFAULT_PREFIX, ExtenderServer, server_ssl_context
 
@@ -95,6 +96,24 @@ def register(subparsers: Any) -> None:
         type=_seconds,
         default=30.0,
         help="seconds a filter hold lasts without a bind (default 30)",
+    )
+    sched.add_argument(
+        "--node-timeout",
+        type=_seconds,
+        default=DEFAULT_NODE_TIMEOUT_S,
+        help="seconds one node's device search may run (filter, bind, explain); a node that takes longer "
+        "is 'timed out', not 'does not fit'. The search holds the event loop meanwhile "
+        f"(default {DEFAULT_NODE_TIMEOUT_S:g})",
+    )
+    sched.add_argument(
+        "--filter-timeout",
+        type=_seconds,
+        default=DEFAULT_FILTER_TIMEOUT_S,
+        help="seconds one filter (and prioritize, preempt) may spend on all its nodes together; nodes not "
+        "checked by then count as timed out. Keep it below kube-scheduler's extender httpTimeout (5 s "
+        "unless set; deploy/ sets 10 s) minus --node-timeout. Timed-out nodes are resolvable failures "
+        "when another node fits; when none fits, filter answers with an error and kube-scheduler "
+        f"retries the pod after its backoff (default {DEFAULT_FILTER_TIMEOUT_S:g})",
     )
     add_logging_arguments(parser)
     if webhook_server is not None:
@@ -244,6 +263,8 @@ def build_scheduler(cluster: Cluster, args: argparse.Namespace) -> Any:
         scoring=getattr(args, "scoring", "binpack"),
         hold_devices=getattr(args, "filter_holds_devices", False),
         hold_ttl_s=getattr(args, "hold_timeout", 30.0),
+        node_deadline_s=getattr(args, "node_timeout", DEFAULT_NODE_TIMEOUT_S),
+        filter_deadline_s=getattr(args, "filter_timeout", DEFAULT_FILTER_TIMEOUT_S),
         filter_cache=filter_cache,
     )
 
@@ -256,7 +277,9 @@ def example_pod(cache: Any) -> dict | None:
     return None
 
 
-def usage_banner(server: ExtenderServer, cache: Any) -> str:
+def usage_banner(server: ExtenderServer, cache: Any, *, kubectl_template: bool = False) -> str:
+    """URLs and ready-to-paste curl commands for a pending pod with claims; without such a pod, with
+    `kubectl_template` (an API server to read pods from), a curl template that fetches one."""
     extender, debug = server.urls["extender"], server.urls["debug"]
     insecure = "-k " if extender.startswith("https") else ""
     lines = [
@@ -264,18 +287,42 @@ def usage_banner(server: ExtenderServer, cache: Any) -> str:
         f"dra-extender: debug at {debug}/debug/explain?pod=NS/NAME, {debug}/debug/state, "
         f"{debug}/debug/snapshot, {debug}/metrics, {debug}/healthz, {debug}/readyz",
     ]
+    post = f"curl -s {insecure}-X POST -H 'Content-Type: application/json' {extender}/filter"
     pod = example_pod(cache)
     if pod is not None:
         meta = pod["metadata"]
         body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": cache.node_names()}).decode()
         lines += [
             f"try filter for pod {meta['namespace']}/{meta['name']}:",
-            f"  curl -s {insecure}-X POST -H 'Content-Type: application/json' {extender}/filter "
-            f"-d {shlex.quote(body)}",
+            f"  {post} -d {shlex.quote(body)}",
             "explain it:",
             f"  curl -s '{debug}/debug/explain?pod={meta['namespace']}/{meta['name']}&format=text'",
         ]
+    elif kubectl_template:
+        nodes = orjson.dumps(cache.node_names()).decode()
+        body = (_double_quoted('{"Pod": ') + "$(kubectl get pod -n NAMESPACE NAME -o json)"
+                + _double_quoted(f', "Nodes": null, "NodeNames": {nodes}}}'))
+        lines += [
+            "no pending pod with resource claims yet; filter a pod (replace NAMESPACE and NAME):",
+            f'  {post} -d "{body}"',
+            "explain it:",
+            f"  curl -s '{debug}/debug/explain?pod=NAMESPACE/NAME&format=text'",
+        ]
     return "\n".join(lines)
+
+
+def _double_quoted(text: str) -> str:
+    """`text` escaped for a double-quoted shell word (which must stay open for a $(...) inside)."""
+    for special in ("\\", '"', "$", "`"):
+        text = text.replace(special, "\\" + special)
+    return text
+
+
+async def print_banner_when_synced(server: ExtenderServer, cluster: Cluster) -> None:
+    """The banner, once the cache holds the cluster (its example pod and node names come from it)."""
+    if cluster.watcher is not None:
+        await cluster.watcher.wait_ready()
+    print(usage_banner(server, cluster.cache, kubectl_template=cluster.client is not None), flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -315,6 +362,7 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
     )
     webhook = None
     running = None
+    banner_task = None
     gc_task = asyncio.create_task(_tune_gc_when_ready(cluster))
     try:
         ssl_context = None
@@ -342,7 +390,7 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
             )
             server.add_state("controllers", running.state)
             server.driver_lost = running.driver_lost
-        print(usage_banner(server, cluster.cache), flush=True)
+        banner_task = asyncio.create_task(print_banner_when_synced(server, cluster))
         await stop.wait()
         log.info("shutting down")
         return 0
@@ -351,6 +399,8 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
         return 1
     finally:
         gc_task.cancel()
+        if banner_task is not None:
+            banner_task.cancel()
         if running is not None:
             await running.stop()
         if webhook is not None:

@@ -173,6 +173,35 @@ def test_simulate_prints_the_node_table(tmp_path: Path, capsys: pytest.CaptureFi
     assert "exactly one Pod" in capsys.readouterr().err
 
 
+def write_kubeconfig(path: Path, server_url: str) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [{"name": "fake", "cluster": {"server": server_url}}],
+                "users": [{"name": "tester", "user": {"token": "secret"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester"}}],
+            }
+        )
+    )
+    return path
+
+
+async def read_banner(task: asyncio.Task[int], capsys: pytest.CaptureFixture[str]) -> str:
+    """What `serve` printed up to its explain line (the banner's last). The deadline only bounds a hang."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    out = ""
+    while not any(line.lstrip().startswith("curl") and "/debug/explain?pod=" in line
+                  for line in out.splitlines()):
+        assert not task.done() and loop.time() < deadline, f"serve printed no banner: {out!r}"
+        await asyncio.sleep(0.01)
+        out += capsys.readouterr().out
+    return out
+
+
 async def test_serve_against_an_api_server_via_kubeconfig(
     fake_api: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -180,24 +209,32 @@ async def test_serve_against_an_api_server_via_kubeconfig(
 
     monkeypatch.setattr(serve_command, "tune_gc_after_sync", lambda: None)  # keep pytest's own GC as it is
     fake_api.seed(load_objects([EXAMPLES]))
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "fake",
-                "clusters": [{"name": "fake", "cluster": {"server": fake_api.url}}],
-                "users": [{"name": "tester", "user": {"token": "secret"}}],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tester"}}],
-            }
-        )
-    )
+    # The Pod list is answered only once the ports are open, so the cache is sure to sync after that.
+    ports_open = asyncio.Event()
+    ready_when_printed: list[bool] = []
+
+    class Server(serve_command.ExtenderServer):
+        async def start(self, *args: Any, **kwargs: Any) -> None:
+            await super().start(*args, **kwargs)
+            ports_open.set()
+
+    def banner(server: Any, cache: Any, **options: Any) -> str:
+        ready_when_printed.append(cache.ready)
+        return usage_banner(server, cache, **options)
+
+    async def hold_pod_list(request: Any) -> None:
+        if request.verb == "list" and request.resource.plural == "pods":
+            await ports_open.wait()
+
+    usage_banner = serve_command.usage_banner
+    monkeypatch.setattr(serve_command, "ExtenderServer", Server)
+    monkeypatch.setattr(serve_command, "usage_banner", banner)
+    fake_api.intercept(hold_pod_list)
     args = build_parser().parse_args(
         [
             "serve",
             "--kubeconfig",
-            str(kubeconfig),
+            str(write_kubeconfig(tmp_path / "kubeconfig", fake_api.url)),
             "--context",
             "fake",
             "--extender-port",
@@ -210,24 +247,19 @@ async def test_serve_against_an_api_server_via_kubeconfig(
     )
     stop = asyncio.Event()
     task = asyncio.create_task(serve_command.serve(args, FeatureGates(), stop))
-    # Deadlines only bound a hang (CI machines may be loaded). The banner is usually printed before the
-    # cache syncs and then names no example pod, so wait for its debug line (ending in /readyz).
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    out = ""
-    while "/readyz" not in out and not task.done() and loop.time() < deadline:
-        await asyncio.sleep(0.01)
-        out += capsys.readouterr().out
     try:
+        out = await read_banner(task, capsys)
+        # Printed once, after the sync: it names a pending pod with claims and the cluster's nodes.
+        assert ready_when_printed == [True]
+        assert "try filter for pod default/" in out
         debug = re.search(r"debug at (http://[0-9.:]+)/debug/explain", out).group(1)
         extender = re.search(r"extender verbs at (http://\S+/scheduler)/", out).group(1)
+        filter_line = next(line for line in out.splitlines() if "/scheduler/filter" in line)
+        printed = orjson.loads(shlex.split(filter_line)[-1])
+        assert printed["NodeNames"] == ["node-1", "node-2", "node-3"]
         async with aiohttp.ClientSession() as session:
-            ready = False
-            while not ready and loop.time() < deadline:
-                async with session.get(debug + "/readyz") as response:
-                    ready = response.status == 200
-                await asyncio.sleep(0.01)
-            assert ready, "the cluster cache did not sync"
+            async with session.get(debug + "/readyz") as response:
+                assert response.status == 200
             pod = fake_api.get_object("Pod", "a100-job", "default")
             body = orjson.dumps({"Pod": pod, "NodeNames": ["node-1", "node-2", "node-3"], "Nodes": None})
             async with session.post(extender + "/filter", data=body) as response:
@@ -239,3 +271,78 @@ async def test_serve_against_an_api_server_via_kubeconfig(
     finally:
         stop.set()
         assert await asyncio.wait_for(task, 30) == 0
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+async def test_serve_without_pods_prints_a_curl_template_that_works_once_filled_in(
+    fake_api: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from extender.commands import serve as serve_command
+
+    monkeypatch.setattr(serve_command, "tune_gc_after_sync", lambda: None)
+    objects = load_objects([EXAMPLES])
+    fake_api.seed([obj for obj in objects if obj["kind"] != "Pod"])
+    pod = next(obj for obj in objects if obj["kind"] == "Pod" and obj["metadata"]["name"] == "a100-job")
+    # A kubectl that answers exactly the command the template runs.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "pod.json").write_bytes(orjson.dumps(pod))
+    kubectl = bin_dir / "kubectl"
+    expected = "get pod -n default a100-job -o json"
+    kubectl.write_text(f'#!/bin/sh\n[ "$*" = "{expected}" ] || exit 3\ncat {tmp_path / "pod.json"}\n')
+    kubectl.chmod(0o755)
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--kubeconfig",
+            str(write_kubeconfig(tmp_path / "kubeconfig", fake_api.url)),
+            "--extender-port",
+            "0",
+            "--debug-port",
+            "0",
+        ]
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve_command.serve(args, FeatureGates(), stop))
+    try:
+        out = await read_banner(task, capsys)
+        assert "no pending pod with resource claims yet" in out
+        lines = out.splitlines()
+        filter_line = next(line for line in lines if "/scheduler/filter" in line).strip()
+        explain_line = next(line for line in lines if "/debug/explain?pod=NAMESPACE/NAME" in line)
+        assert explain_line.strip().startswith("curl -s 'http://")
+        filled = filter_line.replace("NAMESPACE", "default").replace("NAME", "a100-job")
+        curl = await asyncio.create_subprocess_exec(
+            "bash", "-c", filled, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        )
+        stdout, stderr = await asyncio.wait_for(curl.communicate(), 30)
+        assert curl.returncode == 0, stderr
+        result = orjson.loads(stdout)
+        assert result["Error"] == "" and result["NodeNames"] == ["node-1"]
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 30) == 0
+
+
+def test_timeout_flags_reach_the_scheduler() -> None:
+    from extender.cache import ClusterCache
+    from extender.commands.serve import Cluster, build_scheduler
+    from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
+
+    cluster = Cluster(ClusterCache.from_objects(load_objects([EXAMPLES]), FeatureGates()))
+    parser = build_parser()
+    defaults = build_scheduler(cluster, parser.parse_args(["serve", "--snapshot", str(EXAMPLES)]))
+    assert (defaults.node_deadline_s, defaults.filter_deadline_s) == (DEFAULT_NODE_TIMEOUT_S,
+                                                                     DEFAULT_FILTER_TIMEOUT_S)
+    args = parser.parse_args(["serve", "--snapshot", str(EXAMPLES), "--node-timeout", "0.25",
+                              "--filter-timeout", "2.5s"])
+    scheduler = build_scheduler(cluster, args)
+    assert (scheduler.node_deadline_s, scheduler.filter_deadline_s) == (0.25, 2.5)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon"])
+def test_filter_timeout_must_be_a_positive_duration(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["serve", "--snapshot", "x", "--filter-timeout", value])
+    assert exit_info.value.code == 2 and "--filter-timeout" in capsys.readouterr().err
