@@ -1,5 +1,6 @@
 """Session fixture: a real control plane (etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler) with `dra-extender serve` as scheduler extender and admission webhook.
+kube-scheduler) with `dra-extender serve` as scheduler extender and admission webhook, running as the
+ServiceAccount of deploy/ with its RBAC rules (authorization mode Node,RBAC).
 
 The binaries come from build_control_plane.py (`make test` builds them first; here they are built
 if missing). The tests skip only when they cannot be built, i.e. without a Go toolchain.
@@ -35,6 +36,9 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         raise
     yield plane
     plane.stop()
+    # Every test ran against the deployed RBAC: a refused call anywhere in the run means a missing rule.
+    refused = plane.forbidden_requests()
+    assert not refused, "the API server refused the extender's requests:\n" + "\n".join(refused[:20])
 
 
 @pytest.fixture(scope="session")

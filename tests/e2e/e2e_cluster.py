@@ -33,7 +33,16 @@ from webhook.certs import KeyPair, generate_ca, generate_serving_cert, write_pem
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DRA_EXTENDER = Path(sys.executable).with_name("dra-extender")
-EXTENDER_USER = "dra-extender"
+DEPLOY = REPO_ROOT / "deploy"
+# The extender's identity comes from deploy/, as an operator installs it: the base and the eviction
+# controller component (the fixture runs `--controllers=taint-eviction`). Only these kinds are applied;
+# the Deployment, Services and webhooks of the base are replaced by the processes started here.
+EXTENDER_IDENTITY_SOURCES = ("base", "components/eviction-controller")
+IDENTITY_KINDS = frozenset(
+    {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+)
+# Longer than any run; a TokenRequest is not renewed by the fixture.
+EXTENDER_TOKEN_SECONDS = 48 * 3600
 
 # Pods rejected by an extender wait in kube-scheduler's unschedulable queue for this long at most
 # (default 5 minutes); short, so pods waiting for freed devices are retried within the tests' timeouts.
@@ -171,13 +180,16 @@ class ControlPlane:
         self.controller_creds = self._credentials(
             "controller-manager", "system:kube-controller-manager", ("system:masters",)
         )
-        self.extender_creds = self._credentials("extender", EXTENDER_USER)
 
     def _credentials(self, name: str, user: str, groups: tuple[str, ...] = ()) -> Credentials:
         pair = client_cert(self.ca, user, groups)
         cert_file, key_file = self.pki / f"{name}.crt", self.pki / f"{name}.key"
         write_pem(cert_file, pair.certificate_pem())
         write_pem(key_file, pair.key_pem(), private=True)
+        user = {"client-certificate": str(cert_file), "client-key": str(key_file)}
+        return Credentials(cert_file, key_file, self._write_kubeconfig(name, user))
+
+    def _write_kubeconfig(self, name: str, user: dict[str, str]) -> Path:
         kubeconfig = self.work / f"{name}.kubeconfig"
         kubeconfig.write_text(
             yaml.safe_dump(
@@ -190,18 +202,14 @@ class ControlPlane:
                             "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)},
                         }
                     ],
-                    "users": [
-                        {
-                            "name": name,
-                            "user": {"client-certificate": str(cert_file), "client-key": str(key_file)},
-                        }
-                    ],
+                    "users": [{"name": name, "user": user}],
                     "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": name}}],
                     "current-context": "e2e",
                 }
             )
         )
-        return Credentials(cert_file, key_file, kubeconfig)
+        kubeconfig.chmod(0o600)
+        return kubeconfig
 
     # ----- components -----
 
@@ -360,7 +368,7 @@ class ControlPlane:
             [
                 str(DRA_EXTENDER),
                 "serve",
-                f"--kubeconfig={self.extender_creds.kubeconfig}",
+                f"--kubeconfig={self.extender_kubeconfig}",
                 "--bind-address=127.0.0.1",
                 f"--extender-port={self.extender_port}",
                 f"--debug-port={self.debug_port}",
@@ -405,66 +413,59 @@ class ControlPlane:
 
     # ----- cluster objects the fixture owns -----
 
-    def _install_rbac(self) -> None:
+    def kubectl(
+        self, *args: str, kubeconfig: Path | None = None, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """The kubectl built with the control plane, as the admin unless another kubeconfig is given."""
+        return subprocess.run(
+            [self._bin("kubectl"), f"--kubeconfig={kubeconfig or self.admin.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def _install_extender_identity(self) -> None:
+        """Namespace, ServiceAccount and RBAC rendered from deploy/, and a kubeconfig holding a token
+        issued to that ServiceAccount through the TokenRequest API (what a projected token gives a pod)."""
         assert self.api is not None
-        resource_rules = [
+        identity: list[dict[str, Any]] = []
+        for source in EXTENDER_IDENTITY_SOURCES:
+            rendered = self.kubectl("kustomize", str(DEPLOY / source))
+            if rendered.returncode != 0:
+                raise RuntimeError(f"kubectl kustomize deploy/{source}: {rendered.stderr}")
+            identity += [d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] in IDENTITY_KINDS]
+        applied = self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(identity))
+        if applied.returncode != 0:
+            raise RuntimeError(f"applying the extender's RBAC from deploy/: {applied.stderr}")
+        accounts = [d["metadata"] for d in identity if d["kind"] == "ServiceAccount"]
+        if len(accounts) != 1:
+            raise RuntimeError(f"deploy/ must define one ServiceAccount, found {len(accounts)}")
+        namespace, name = accounts[0]["namespace"], accounts[0]["name"]
+        self.extender_user = f"system:serviceaccount:{namespace}:{name}"
+        token_request = self.api.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
             {
-                "apiGroups": [""],
-                "resources": ["nodes", "pods", "namespaces"],
-                "verbs": ["get", "list", "watch"],
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": EXTENDER_TOKEN_SECONDS},
             },
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "patch", "update"]},
-            {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
-            {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
-            {
-                "apiGroups": ["", "events.k8s.io"],
-                "resources": ["events"],
-                "verbs": ["create", "patch", "update"],
-            },
-            {
-                "apiGroups": ["resource.k8s.io"],
-                "resources": [
-                    "resourceclaims",
-                    "resourceslices",
-                    "deviceclasses",
-                    "resourceclaimtemplates",
-                    "devicetaintrules",
-                ],
-                "verbs": ["get", "list", "watch"],
-            },
-            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["update", "patch"]},
-            {
-                "apiGroups": ["resource.k8s.io"],
-                "resources": ["resourceclaims/status", "resourceclaims/binding", "devicetaintrules/status"],
-                "verbs": ["update", "patch"],
-            },
-            {
-                "apiGroups": ["coordination.k8s.io"],
-                "resources": ["leases"],
-                "verbs": ["get", "list", "watch", "create", "update"],
-            },
+        )
+        self.extender_kubeconfig = self._write_kubeconfig(
+            "extender", {"token": token_request["status"]["token"]}
+        )
+
+    def forbidden_requests(self) -> list[str]:
+        """Lines of the extender's log about requests the API server refused (403 Forbidden)."""
+        component = self.components.get("dra-extender")
+        if component is None or not component.log_file.exists():
+            return []
+        return [
+            line
+            for line in component.log_file.read_text(errors="replace").splitlines()
+            if "forbidden" in line.lower()
         ]
-        self.api.create(
-            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            {
-                "metadata": {"name": EXTENDER_USER},
-                "rules": resource_rules,
-            },
-        )
-        self.api.create(
-            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            {
-                "metadata": {"name": EXTENDER_USER},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": EXTENDER_USER,
-                },
-                "subjects": [
-                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": EXTENDER_USER}
-                ],
-            },
-        )
 
     def _install_webhooks(self) -> None:
         assert self.api is not None
@@ -531,11 +532,13 @@ class ControlPlane:
         self._write_pki()
         self._start_etcd()
         self._start_apiserver()
-        self._install_rbac()
+        runs_extender = self.scheduler_mode == "extender" or self.webhooks
+        if runs_extender:
+            self._install_extender_identity()
         if self.webhooks:
             self._install_webhooks()
         self._start_controller_manager()
-        if self.scheduler_mode == "extender" or self.webhooks:
+        if runs_extender:
             self.start_extender(extender_flags)
         self._start_scheduler()
         assert self.api is not None

@@ -19,7 +19,10 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "deploy"))
 from deploy_manifests import DEPLOY, NAMESPACE, OVERLAYS, SERVICE_ACCOUNT, find, load_docs
 from test_rbac import API_CALLS, CONTROLLERS_PREFIX, Permission
 
-SERVICE_ACCOUNT_USER = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
+# The fixture's extender runs as SERVICE_ACCOUNT with the base and the controllers' roles bound; the
+# base ClusterRole alone is checked through a copy bound to an account of its own.
+CHECKED_ACCOUNT = f"{SERVICE_ACCOUNT}-base-check"
+CHECKED_USER = f"system:serviceaccount:{NAMESPACE}:{CHECKED_ACCOUNT}"
 TEST_ROLE = "e2e-deploy-dra-extender"
 # Just enough of cert-manager's API for the dry run of the Issuers and Certificates.
 CERT_MANAGER_KINDS = (("Issuer", "issuers"), ("Certificate", "certificates"))
@@ -136,7 +139,7 @@ def _allowed(api: Api, permission: Permission, namespace: str, name: str | None 
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
             "spec": {
-                "user": SERVICE_ACCOUNT_USER,
+                "user": CHECKED_USER,
                 "groups": [
                     "system:serviceaccounts",
                     f"system:serviceaccounts:{NAMESPACE}",
@@ -160,7 +163,7 @@ def test_base_cluster_role_allows_exactly_the_extenders_calls(api: Api, deploy_n
         {
             "metadata": {"name": TEST_ROLE},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": TEST_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
+            "subjects": [{"kind": "ServiceAccount", "name": CHECKED_ACCOUNT, "namespace": NAMESPACE}],
         },
     )
     try:

@@ -58,6 +58,9 @@ def test_extender_killed_mid_run_restarts_without_double_allocation_or_leaks(
         )
         assert len(bound(pods(api, namespace))) == capacity, "more pods bound than devices exist"
     finally:
+        # A failure between the kill and the restart must not leave the rest of the suite without it.
+        if not control_plane.components["dra-extender"].running():
+            control_plane.start_extender()
         for pod in pods(api, namespace):
             api.delete(
                 f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}", grace_period_seconds=0
