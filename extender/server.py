@@ -53,17 +53,6 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _json(orjson.dumps({"Error": f"internal error: {type(error).__name__}: {error}"}), status=500)
 
 
-def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
-    """TLS for the extender port; with a client CA, clients must present a certificate it signed."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(cert_file, key_file)
-    if client_ca_file:
-        context.load_verify_locations(cafile=client_ca_file)
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
-
-
 def _may_have_claims(pod: dict) -> bool:
     try:
         return has_claims(pod)

@@ -9,10 +9,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from allocator import FeatureGates
+from extender.tls import ReloadingTLS
 from webhook.admission import AdmissionHandler, Webhook
 from webhook.cache_lookup import as_lookup
 from webhook.claim_status import RESERVED_FOR_MAX_SIZE
-from webhook.tls import ReloadingTLS
+from webhook.metrics import CERT_RELOADS
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,14 @@ class WebhookServer:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        """Raises webhook.tls.CertificateLoadError when the certificate cannot be loaded, OSError on bind."""
-        self.tls = ReloadingTLS(self.cert_file, self.key_file, poll_interval_s=self.cert_poll_interval_s)
+        """Raises extender.tls.CertificateLoadError when the certificate cannot be loaded, OSError on bind."""
+        self.tls = ReloadingTLS(
+            self.cert_file,
+            self.key_file,
+            name="webhook serving",
+            poll_interval_s=self.cert_poll_interval_s,
+            on_reload=lambda outcome: CERT_RELOADS.labels(outcome).inc(),
+        )
         runner = web.AppRunner(build_app(self.handler), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, ssl_context=self.tls.server_context)

@@ -24,7 +24,8 @@ from extender import controllers
 from extender.podclaims import has_claims
 from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
 from extender.scoring import POLICIES
-from extender.server import DEFAULT_PREFIX, ExtenderServer, server_ssl_context
+from extender.server import DEFAULT_PREFIX, ExtenderServer
+from extender.tls import ReloadingTLS
 
 log = logging.getLogger("dra-extender")
 
@@ -363,14 +364,24 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
     webhook = None
     running = None
     banner_task = None
+    extender_tls: ReloadingTLS | None = None
     gc_task = asyncio.create_task(_tune_gc_when_ready(cluster))
     try:
-        ssl_context = None
         if args.extender_tls_cert_file:
-            ssl_context = server_ssl_context(
-                args.extender_tls_cert_file, args.extender_tls_private_key_file, args.extender_client_ca_file
+            extender_tls = ReloadingTLS(
+                args.extender_tls_cert_file,
+                args.extender_tls_private_key_file,
+                client_ca_file=args.extender_client_ca_file,
+                name="extender serving",
             )
-        await server.start(args.bind_address, args.extender_port, args.debug_port, ssl_context)
+        await server.start(
+            args.bind_address,
+            args.extender_port,
+            args.debug_port,
+            extender_tls.server_context if extender_tls else None,
+        )
+        if extender_tls:
+            extender_tls.start()
         if webhook_server is None:
             log.warning("webhook package not available: the webhook port is not opened")
         else:
@@ -405,5 +416,7 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
             await running.stop()
         if webhook is not None:
             await webhook.stop()
+        if extender_tls is not None:
+            await extender_tls.stop()
         await server.stop()
         await cluster.close()

@@ -22,7 +22,8 @@ from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.objects_io import load_objects
 from extender.scheduling import Scheduler
-from extender.server import ExtenderServer, server_ssl_context
+from extender.server import ExtenderServer
+from extender.tls import ReloadingTLS
 
 PAYLOADS = Path(__file__).parent / "payloads"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
@@ -153,8 +154,11 @@ async def test_malformed_bodies_get_400_with_a_message(
     assert status == 400 and isinstance(text, str) and text.startswith(verb)
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(
     st.recursive(
         st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5),
@@ -243,7 +247,8 @@ async def test_https_with_client_certificates(tmp_path: Path) -> None:
 
     files = write_ca_and_certs(tmp_path)
     server = build_server(o.cluster(1, 1))
-    await server.start("127.0.0.1", 0, 0, server_ssl_context(files.server_cert, files.server_key, files.ca))
+    tls = ReloadingTLS(files.server_cert, files.server_key, client_ca_file=files.ca)
+    await server.start("127.0.0.1", 0, 0, tls.server_context)
     try:
         url = server.urls["extender"] + "/filter"
         assert url.startswith("https://")
@@ -258,6 +263,54 @@ async def test_https_with_client_certificates(tmp_path: Path) -> None:
                 async with session.post(url, data=body, ssl=anonymous) as response:
                     await response.read()
     finally:
+        await server.stop()
+
+
+async def test_https_certificate_rotation_keeps_client_verification(tmp_path: Path) -> None:
+    from cryptography import x509
+    from tls_material import write_ca_and_certs
+
+    from webhook.certs import generate_serving_cert
+
+    files = write_ca_and_certs(tmp_path)
+    tls = ReloadingTLS(files.server_cert, files.server_key, client_ca_file=files.ca, poll_interval_s=0.05)
+    server = build_server(o.cluster(1, 1))
+    await server.start("127.0.0.1", 0, 0, tls.server_context)
+    tls.start()
+    port = int(server.urls["extender"].split(":")[2].split("/")[0])
+    trusted = ssl.create_default_context(cafile=files.ca)
+    trusted.load_cert_chain(files.client_cert, files.client_key)
+
+    async def served_serial(context: ssl.SSLContext) -> int:
+        _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+        der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        writer.close()
+        return x509.load_der_x509_certificate(der).serial_number
+
+    try:
+        first = await served_serial(trusted)
+        rotated = generate_serving_cert(files.authority, ["localhost"], ["127.0.0.1"])
+        Path(files.server_key).write_bytes(rotated.key_pem())
+        Path(files.server_cert).write_bytes(rotated.certificate_pem())
+        for _ in range(600):
+            if await served_serial(trusted) == rotated.certificate.serial_number:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the rotated extender certificate was never served")
+        assert first != rotated.certificate.serial_number
+        # The switched-to context still demands a client certificate signed by the CA.
+        body = (PAYLOADS / "filter_pod_without_claims.json").read_bytes()
+        url = server.urls["extender"] + "/filter"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, data=body, ssl=trusted) as response:
+                assert response.status == 200
+            anonymous = ssl.create_default_context(cafile=files.ca)
+            with pytest.raises(aiohttp.ClientError):
+                async with session.post(url, data=body, ssl=anonymous) as response:
+                    await response.read()
+    finally:
+        await tls.stop()
         await server.stop()
 
 
@@ -277,9 +330,19 @@ async def small() -> AsyncIterator[ExtenderServer]:
     """node-0 has 2 devices, node-1 one, node-2 none; pod p wants 2; pod broken hits a CEL runtime error."""
     bad_class = o.device_class("broken", expression='device.attributes["gpu.example.com"].nosuch == 1')
     broken = o.claim("broken", requests=[{"name": "gpu", "exactly": {"deviceClassName": "broken"}}])
-    objs = [o.device_class(), bad_class, o.node("node-0"), o.gpu_slice("node-0", 2), o.node("node-1"),
-            o.gpu_slice("node-1", 1), o.node("node-2"), o.claim("c", count=2), o.pod("p", ["c"]),
-            broken, o.pod("broken", ["broken"])]
+    objs = [
+        o.device_class(),
+        bad_class,
+        o.node("node-0"),
+        o.gpu_slice("node-0", 2),
+        o.node("node-1"),
+        o.gpu_slice("node-1", 1),
+        o.node("node-2"),
+        o.claim("c", count=2),
+        o.pod("p", ["c"]),
+        broken,
+        o.pod("broken", ["broken"]),
+    ]
     server = build_server(objs)
     await server.start("127.0.0.1", 0, 0)
     yield server
@@ -300,12 +363,16 @@ async def test_filter_answers_have_exactly_kube_schedulers_shape(small: Extender
     url = small.urls["extender"] + "/filter"
     status, body = await post(url, orjson.dumps(filter_args(small, "p")))
     assert status == 200
-    assert body == {"Nodes": None, "NodeNames": ["node-0"],
-                    "FailedNodes": {},
-                    "FailedAndUnresolvableNodes": {
-                        "node-1": "claim c: request gpu: needs 2 devices, 1 matches",
-                        "node-2": "claim c: request gpu: needs 2 devices, 0 match"},
-                    "Error": ""}
+    assert body == {
+        "Nodes": None,
+        "NodeNames": ["node-0"],
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {
+            "node-1": "claim c: request gpu: needs 2 devices, 1 matches",
+            "node-2": "claim c: request gpu: needs 2 devices, 0 match",
+        },
+        "Error": "",
+    }
     # A real error: Error set, and still a list and two objects (never null) beside it.
     status, body = await post(url, orjson.dumps(filter_args(small, "broken")))
     assert status == 200 and "CEL runtime error" in body["Error"]

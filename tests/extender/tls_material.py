@@ -21,6 +21,7 @@ class TLSFiles:
     server_key: str
     client_cert: str
     client_key: str
+    authority: KeyPair  # to issue more certificates from the same CA (rotation tests)
 
 
 def _client_cert(ca: KeyPair, common_name: str) -> KeyPair:
@@ -57,5 +58,10 @@ def write_ca_and_certs(directory: Path) -> TLSFiles:
         path.write_bytes(data)
         paths[name] = str(path)
     return TLSFiles(
-        paths["ca.crt"], paths["server.crt"], paths["server.key"], paths["client.crt"], paths["client.key"]
+        paths["ca.crt"],
+        paths["server.crt"],
+        paths["server.key"],
+        paths["client.crt"],
+        paths["client.key"],
+        ca,
     )

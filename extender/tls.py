@@ -1,4 +1,4 @@
-"""Serving TLS context whose certificate follows the files on disk (cert-manager rotation).
+"""Serving TLS whose certificate follows the files on disk (cert-manager rotation), for every port we serve.
 
 The listening socket keeps one SSLContext for its lifetime; its SNI callback (which OpenSSL runs for every
 handshake, with or without a server name) switches each new connection to the newest context. Established
@@ -14,8 +14,7 @@ import contextlib
 import logging
 import os
 import ssl
-
-from webhook import metrics
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -26,32 +25,59 @@ class CertificateLoadError(RuntimeError):
     pass
 
 
-def build_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+def build_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
+    """A server context; with a client CA, clients must present a certificate it signed."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(cert_file, key_file)
+        if client_ca_file:
+            context.load_verify_locations(cafile=client_ca_file)
+            context.verify_mode = ssl.CERT_REQUIRED
     except (OSError, ssl.SSLError) as err:
-        raise CertificateLoadError(
-            f"cannot load TLS certificate {cert_file} with key {key_file}: {err}"
-        ) from None
+        files = f"{cert_file} with key {key_file}"
+        if client_ca_file:
+            files += f" and client CA {client_ca_file}"
+        raise CertificateLoadError(f"cannot load TLS certificate {files}: {err}") from None
     return context
 
 
 class ReloadingTLS:
-    def __init__(self, cert_file: str, key_file: str, *, poll_interval_s: float = 1.0) -> None:
+    """`server_context` for the listening socket; `start()` polls the files and swaps in changed pairs.
+
+    `on_reload("loaded" | "failed")` lets the owner count reloads in its own metrics.
+    """
+
+    def __init__(
+        self,
+        cert_file: str,
+        key_file: str,
+        *,
+        client_ca_file: str | None = None,
+        name: str = "serving",
+        poll_interval_s: float = 1.0,
+        on_reload: Callable[[str], None] | None = None,
+    ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.client_ca_file = client_ca_file
+        self.name = name
         self.poll_interval_s = poll_interval_s
+        self._on_reload = on_reload
         self._signature = self._stat()
-        self._current = build_context(cert_file, key_file)
-        self.server_context = build_context(cert_file, key_file)
+        self._current = self._build()
+        self.server_context = self._build()
         self.server_context.sni_callback = self._select_context
         self._task: asyncio.Task | None = None
 
+    def _build(self) -> ssl.SSLContext:
+        return build_context(self.cert_file, self.key_file, self.client_ca_file)
+
     def _stat(self) -> FileSignature:
         signature = []
-        for path in (self.cert_file, self.key_file):
+        for path in (self.cert_file, self.key_file, self.client_ca_file):
+            if path is None:
+                continue
             try:
                 st = os.stat(path)  # follows the symlinks of Secret volumes, so a swap of ..data shows
             except OSError:
@@ -70,15 +96,19 @@ class ReloadingTLS:
             return False
         self._signature = signature
         try:
-            context = build_context(self.cert_file, self.key_file)
+            context = self._build()
         except CertificateLoadError as err:
-            metrics.CERT_RELOADS.labels("failed").inc()
-            log.warning("keeping the current webhook certificate: %s (retrying when the files change)", err)
+            self._report("failed")
+            log.warning("keeping the current %s certificate: %s (retried on change)", self.name, err)
             return False
         self._current = context
-        metrics.CERT_RELOADS.labels("loaded").inc()
-        log.info("webhook serving certificate reloaded from %s", self.cert_file)
+        self._report("loaded")
+        log.info("%s certificate reloaded from %s", self.name, self.cert_file)
         return True
+
+    def _report(self, outcome: str) -> None:
+        if self._on_reload is not None:
+            self._on_reload(outcome)
 
     async def _poll(self) -> None:
         while True:
@@ -87,7 +117,7 @@ class ReloadingTLS:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._poll(), name="webhook-cert-reload")
+            self._task = asyncio.get_running_loop().create_task(self._poll(), name=f"{self.name}-cert-reload")
 
     async def stop(self) -> None:
         if self._task is not None:
