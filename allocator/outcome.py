@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 REJECTION_KEYS = (
@@ -38,6 +38,25 @@ class Reason:
     def matching(self) -> int:
         """Devices that passed every per-device check."""
         return self.considered - sum(v for k, v in self.rejected.items() if k != "constraint")
+
+    def for_claims(self, renames: Mapping[str, str]) -> Reason | None:
+        """This reason about other claims with identical specs: `renames` maps each old claim key
+        ("ns/name") to the new one. None for a reason about several claims, whose message names them
+        inside its text too. The messages of allocator/reasons.py name the claim only before their
+        first ": " ("claim NAME: ..."); claim names cannot contain a colon."""
+        if "," in self.claim:
+            return None
+        if "/" in self.claim:  # one claim's request: `claim` is its key
+            key = renames.get(self.claim)
+            name = key.split("/", 1)[1] if key is not None else None
+        else:  # all requests of one claim together: `claim` is its name
+            names = {old.split("/", 1)[1]: new.split("/", 1)[1] for old, new in renames.items()}
+            name = key = names.get(self.claim)
+        head, sep, rest = self.message.partition(": ")
+        if key is None or name is None or not sep or not head.startswith("claim "):
+            return None
+        return replace(self, claim=key, rejected=dict(self.rejected), in_use_by=dict(self.in_use_by),
+                       message=f"claim {name}: {rest}")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +105,15 @@ class AllocationOutcome:
             self._reasons = self._explain()
             self._explain = None
         return self._reasons
+
+    def for_claims(self, renames: Mapping[str, str]) -> AllocationOutcome | None:
+        """A failure's outcome for other claims with identical specs (see Reason.for_claims), or None
+        when a reason cannot be carried over."""
+        assert not self.success, "successful outcomes name no claim and are shared as they are"
+        reasons = [reason.for_claims(renames) for reason in self.reasons]
+        if any(reason is None for reason in reasons):
+            return None
+        return AllocationOutcome(False, [], [r for r in reasons if r is not None], self.steps, [])
 
     def summary(self) -> str:
         if self.success:

@@ -11,9 +11,11 @@ checks that answers with and without this cache are identical under random chang
 Pods of one workload have claims with identical specs (one template), so after the first pod the
 filter only recomputes the nodes whose pools changed.
 
-A successful outcome names no claim, so it is shared by every claim with the same spec; a failure
-message names the claim, so failures are only reused for the same claims. Bind never uses this
-cache: it always re-checks against the current state.
+A successful outcome names no claim, so it is shared by every claim with the same spec. A failure's
+messages name the claims: for other claims with the same specs they are carried over with the names
+replaced (AllocationOutcome.for_claims), so on a filling cluster the full nodes are not searched and
+explained again for every pod of a workload. Bind never uses this cache: it always re-checks against
+the current state.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from cachetools import LRUCache
 from allocator import AllocationOutcome, Node, ResourceClaim
 
 PoolId = tuple[str, str]
+# What an outcome depends on (the claims' namespace and specs), and which claims it was computed for
+# ((key, uid) each, in order).
+ClaimsSignature = tuple[bytes, tuple[tuple[str, str], ...]]
 # About 1.5 KB per outcome: ~30 MB at most, room for 40 claim shapes on 500 nodes.
 MAX_ENTRIES = 20_000
 
@@ -41,7 +46,9 @@ class FilterCache:
     def __init__(self, cache: Any, assume: Any, *, max_entries: int = MAX_ENTRIES) -> None:
         self.cache = cache
         self.assume = assume
-        self._entries: LRUCache[tuple, AllocationOutcome] = LRUCache(maxsize=max_entries)
+        # (spec, node key) -> the outcome and the claims it was computed for
+        self._entries: LRUCache[tuple, tuple[AllocationOutcome, tuple[tuple[str, str], ...]]] = LRUCache(
+            maxsize=max_entries)
         self._pool_versions: defaultdict[PoolId, int] = defaultdict(int)
         # claim uid -> (the in-flight allocation object, its pools). The object itself is kept and
         # compared by identity: an id() could be reused by a new allocation once the old one is freed.
@@ -85,35 +92,34 @@ class FilterCache:
     # ---- lookups ------------------------------------------------------------------------------
 
     @staticmethod
-    def claims_signature(claims: Sequence[ResourceClaim]) -> tuple[bytes, tuple[str, ...]]:
-        """(what the outcome depends on, the claim identities failures are reported for)."""
+    def claims_signature(claims: Sequence[ResourceClaim]) -> ClaimsSignature:
         spec = orjson.dumps(
             [[claim.namespace, claim.raw.get("spec")] for claim in claims], option=orjson.OPT_SORT_KEYS
         )
-        return spec, tuple(claim.uid for claim in claims)
+        return spec, tuple((claim.key, claim.uid) for claim in claims)
 
     def _node_key(self, node: Node) -> tuple:
         pools = self.cache.inventory.node_pools(node, self.cache.features).pools
         versions = tuple(self._pool_versions.get((pool.driver, pool.name), 0) for pool in pools)
         return node.name, node.labels_key, self.cache.inventory.version, versions
 
-    def get(
-        self, signature: tuple[bytes, tuple[str, ...]], node: Node
-    ) -> tuple[tuple, AllocationOutcome | None]:
+    def get(self, signature: ClaimsSignature, node: Node) -> tuple[tuple, AllocationOutcome | None]:
         node_key = self._node_key(node)
-        outcome = self._entries.get((signature[0], node_key))
-        if outcome is None:
-            outcome = self._entries.get((signature, node_key))
+        outcome = None
+        entry = self._entries.get((signature[0], node_key))
+        if entry is not None:
+            outcome, claims = entry
+            if not outcome.success and claims != signature[1]:
+                renames = {old[0]: new[0] for old, new in zip(claims, signature[1], strict=True)}
+                outcome = outcome.for_claims(renames)
         if outcome is None:
             self.misses += 1
         else:
             self.hits += 1
         return node_key, outcome
 
-    def put(
-        self, signature: tuple[bytes, tuple[str, ...]], node_key: tuple, outcome: AllocationOutcome
-    ) -> None:
-        self._entries[(signature[0] if outcome.success else signature, node_key)] = outcome
+    def put(self, signature: ClaimsSignature, node_key: tuple, outcome: AllocationOutcome) -> None:
+        self._entries[(signature[0], node_key)] = (outcome, signature[1])
 
     def stats(self) -> dict[str, int]:
         return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses}

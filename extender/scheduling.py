@@ -36,7 +36,7 @@ from allocator.errors import AllocationTimeout
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import BindError, ClaimWriter
-from extender.filtercache import FilterCache
+from extender.filtercache import ClaimsSignature, FilterCache
 from extender.metrics import Metrics
 from extender.podclaims import (
     ClaimsNotReady,
@@ -118,7 +118,7 @@ class PodPlan:
     allocator: Allocator | None = None
     view: AllocatedState | None = None
     # FilterCache key part for the claims to allocate, and the cache epoch `view` was taken at.
-    signature: tuple[bytes, tuple[str, ...]] | None = None
+    signature: ClaimsSignature | None = None
     cache_epoch: int = -1
 
 

@@ -15,6 +15,7 @@ from allocator_objects import (
 )
 
 from allocator import AllocatedState, Node
+from allocator.outcome import AllocationOutcome, Reason
 
 
 def test_each_device_is_counted_once_under_the_first_check_that_rejects_it() -> None:
@@ -101,3 +102,32 @@ def test_counters_and_capacity() -> None:
 def test_node_without_devices() -> None:
     outcome = allocate(inventory([]), claim_obj("c", req("r")), node=Node.named("empty"))
     assert outcome.summary() == "claim c: request r: needs 1 device, 0 match"
+
+
+def test_a_reason_carried_over_to_another_claim_names_only_that_claim() -> None:
+    request = Reason("ns/gpu-a", "gpu", None, 1, 10, {"in use": 10}, {"ns/other": 10},
+                     "claim gpu-a: request gpu: needs 1 device, 0 match (10 in use)")
+    moved = request.for_claims({"ns/gpu-a": "ns/gpu-b"})
+    assert moved is not None
+    assert moved.claim == "ns/gpu-b"
+    assert moved.message == "claim gpu-b: request gpu: needs 1 device, 0 match (10 in use)"
+    assert moved.in_use_by == {"ns/other": 10} and request.claim == "ns/gpu-a"
+    whole = Reason("gpu-a", "gpu,nic", None, 2, 4, {}, {},
+                   "claim gpu-a: requests gpu, nic need 2 devices together")
+    assert (moved_whole := whole.for_claims({"ns/gpu-a": "ns/gpu-b"})) is not None
+    assert moved_whole.message == "claim gpu-b: requests gpu, nic need 2 devices together"
+    # Several claims together name them inside the message as well: not carried over.
+    joint = Reason("a,b", "a/gpu,b/gpu", None, 2, 1, {}, {},
+                   "claims a, b: requests a/gpu, b/gpu need 2 devices")
+    assert joint.for_claims({"ns/a": "ns/c", "ns/b": "ns/d"}) is None
+    assert request.for_claims({"ns/unrelated": "ns/x"}) is None
+
+
+def test_a_failed_outcome_is_carried_over_only_when_every_reason_is() -> None:
+    single = Reason("ns/a", "gpu", None, 1, 1, {"in use": 1}, {},
+                    "claim a: request gpu: needs 1 device, 0 match")
+    joint = Reason("a,b", "a/gpu,b/gpu", None, 2, 1, {}, {},
+                   "claims a, b: requests a/gpu, b/gpu need 2 devices")
+    moved = AllocationOutcome(False, [], [single], 3, []).for_claims({"ns/a": "ns/z"})
+    assert moved is not None and moved.summary() == "claim z: request gpu: needs 1 device, 0 match"
+    assert AllocationOutcome(False, [], [single, joint], 3, []).for_claims({"ns/a": "ns/z"}) is None

@@ -195,3 +195,29 @@ async def test_an_allocation_appearing_on_a_claim_our_model_rejects_invalidates_
     scheduler.cache.apply("ResourceClaim", "ADDED", odd)
     result = await scheduler.filter(pod(scheduler, "p"), ["node-0", "node-1"])
     assert result.passed == ["node-1"] and "(1 in use)" in result.failed["node-0"]
+
+
+async def test_a_failure_is_reused_for_the_next_pods_claims_under_their_names() -> None:
+    objs = workload(3, count=2)
+    scheduler = make(objs)
+    uncached = Scheduler(*_parts(objs))
+    cache = scheduler.filter_cache
+    await scheduler.bind("default", "p0", pod(scheduler, "p0")["metadata"]["uid"], "node-1")
+    await uncached.bind("default", "p0", pod(uncached, "p0")["metadata"]["uid"], "node-1")
+    first = await scheduler.filter(pod(scheduler, "p1"), NODES)
+    misses = cache.stats()["misses"]
+    second = await scheduler.filter(pod(scheduler, "p2"), NODES)
+    assert cache.stats()["misses"] == misses  # node-1's failure was not searched again
+    assert "claim c1: request" in first.failed["node-1"] + "".join(first.unresolvable.values())
+    expected = await uncached.filter(pod(uncached, "p2"), NODES)
+    assert (second.passed, second.failed, second.unresolvable) == (
+        expected.passed, expected.failed, expected.unresolvable)
+    assert "c2" in (second.failed | second.unresolvable)["node-1"]
+    assert "c1" not in (second.failed | second.unresolvable)["node-1"]
+
+
+def _parts(objs: list[dict[str, Any]]) -> tuple[ClusterCache, AssumeCache, ClaimWriter]:
+    cache = ClusterCache.from_objects(objs, FeatureGates())
+    assume = AssumeCache()
+    assume.attach(cache)
+    return cache, assume, ClaimWriter(None, cache)
