@@ -33,6 +33,10 @@ class ClaimsNotReady(Exception):
     """The pod cannot be scheduled until its claims change (upstream: UnschedulableAndUnresolvable)."""
 
 
+class ClaimNotCreated(ClaimsNotReady):
+    """A claim of the pod does not exist yet (for a template: not yet created by the controller)."""
+
+
 class InvalidPodError(ValueError):
     """The pod's claim references are malformed (an error, not a scheduling verdict)."""
 
@@ -85,7 +89,7 @@ def claim_name_for(pod: Mapping, ref: Mapping) -> tuple[str | None, bool]:
     if ref.get("resourceClaimTemplateName"):
         found, generated = _generated_claim_name(pod, name)
         if not found:
-            raise ClaimsNotReady(f'pod "{pod_key(pod)}": ResourceClaim not created yet')
+            raise ClaimNotCreated(f'pod "{pod_key(pod)}": ResourceClaim not created yet')
         return (str(generated) if generated else None), True
     if ref.get("podGroupResourceClaim"):
         raise InvalidPodError(
@@ -116,7 +120,7 @@ def resolve_pod_claims(pod: Mapping, lookup: ClaimLookup) -> list[PodClaim]:
         claim = lookup.claim(namespace, claim_name)
         if claim is None:
             # Worded like upstream's claim-cache lookup failure.
-            raise ClaimsNotReady(f'could not find ResourceClaim "{namespace}/{claim_name}"')
+            raise ClaimNotCreated(f'could not find ResourceClaim "{namespace}/{claim_name}"')
         if claim.deleting:
             raise ClaimsNotReady(f'resourceclaim "{claim_name}" is being deleted')
         if must_own and (claim.namespace != namespace or not is_controlled_by(claim.raw, pod_uid(pod))):

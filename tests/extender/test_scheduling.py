@@ -385,3 +385,42 @@ async def test_devices_of_a_claim_our_model_rejects_are_never_given_out_again() 
         await scheduler.bind("default", "p", pod_of(scheduler, "p")["metadata"]["uid"], "node-0")
     rejected = await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])
     assert rejected.passed == [] and "invalid claim" in rejected.error and "count" in rejected.error
+
+
+async def test_filter_waits_briefly_for_a_template_claim_the_controller_is_creating() -> None:
+    # kube-scheduler tries the pod before the resourceclaim controller has created its claim; the
+    # in-tree plugin's PreEnqueue would wait, so filter waits too instead of costing the pod a backoff.
+    pending = o.pod("p", [], templates={"gpu": "one-gpu"})
+    scheduler = make([*o.cluster(2, 1), pending], claim_wait_s=5.0)
+
+    async def controller() -> None:
+        await asyncio.sleep(0.05)
+        generated = o.claim("p-gpu-x", owner_pod=pending)
+        scheduler.cache.apply("ResourceClaim", "ADDED", generated)
+        updated = {**pending, "metadata": {**pending["metadata"], "resourceVersion": "2"},
+                   "status": {**pending["status"], "resourceClaimStatuses": [
+                       {"name": "gpu", "resourceClaimName": "p-gpu-x"}]}}
+        scheduler.cache.apply("Pod", "MODIFIED", updated)
+
+    created = asyncio.create_task(controller())
+    result = await scheduler.filter(pending, ["node-0", "node-1"])  # kube-scheduler's stale copy
+    await created
+    assert result.passed == ["node-0", "node-1"] and not result.unresolvable and not result.error
+
+
+async def test_a_claim_that_never_appears_is_not_created_yet_after_the_wait() -> None:
+    pending = o.pod("p", [], templates={"gpu": "one-gpu"})
+    scheduler = make([*o.cluster(1, 1), pending], claim_wait_s=0.05)
+    started = asyncio.get_running_loop().time()
+    result = await scheduler.filter(pending, ["node-0"])
+    assert asyncio.get_running_loop().time() - started >= 0.04
+    assert result.unresolvable == {"node-0": 'pod "default/p": ResourceClaim not created yet'}
+
+
+async def test_a_claim_being_deleted_is_answered_at_once() -> None:
+    claim = o.claim("c")
+    claim["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    claim["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+    scheduler = make([*o.cluster(1, 1), claim, o.pod("p", ["c"])], claim_wait_s=5.0)
+    result = await asyncio.wait_for(scheduler.filter(pod_of(scheduler, "p"), ["node-0"]), timeout=1.0)
+    assert result.unresolvable == {"node-0": 'resourceclaim "c" is being deleted'}
