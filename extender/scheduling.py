@@ -373,7 +373,7 @@ class Scheduler:
         try:
             plan = self.plan(pod)
             if plan.claims_missing:
-                pod, plan = await self._await_claims(pod, plan)
+                pod, plan = await self._await_claims(pod, plan, deadline)
             verdicts = await self.check_nodes(plan, node_names, node_objects, deadline=deadline)
             if self._claims_changed(plan):
                 # A claim changed while the checks yielded, possibly deleted and created again under
@@ -393,11 +393,13 @@ class Scheduler:
             return self._hold_best(pod, plan, verdicts)
         return _answer(verdicts)
 
-    async def _await_claims(self, pod: dict, plan: PodPlan) -> tuple[dict, PodPlan]:
-        """Poll for up to `claim_wait_s` until the pod's claims exist: its cached copy gets the
-        generated claim names (the request's copy never will) and the claims reach the cache."""
+    async def _await_claims(self, pod: dict, plan: PodPlan, deadline: float) -> tuple[dict, PodPlan]:
+        """Poll for up to `claim_wait_s` (and at most half of what is left of the filter's budget)
+        until the pod's claims exist: its cached copy gets the generated claim names (the request's
+        copy never will) and the claims reach the cache."""
         meta = pod.get("metadata") or {}
-        for _ in range(round(self.claim_wait_s / CLAIM_POLL_S)):
+        wait_s = min(self.claim_wait_s, (deadline - self.clock()) / 2)
+        for _ in range(round(wait_s / CLAIM_POLL_S)):
             await asyncio.sleep(CLAIM_POLL_S)
             current = self.cache.pod(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
             if current is not None and pod_uid(current) == pod_uid(pod):

@@ -424,3 +424,10 @@ async def test_a_claim_being_deleted_is_answered_at_once() -> None:
     scheduler = make([*o.cluster(1, 1), claim, o.pod("p", ["c"])], claim_wait_s=5.0)
     result = await asyncio.wait_for(scheduler.filter(pod_of(scheduler, "p"), ["node-0"]), timeout=1.0)
     assert result.unresolvable == {"node-0": 'resourceclaim "c" is being deleted'}
+
+
+async def test_the_claim_wait_stays_within_the_filter_budget() -> None:
+    pending = o.pod("p", [], templates={"gpu": "one-gpu"})
+    scheduler = make([*o.cluster(1, 1), pending], claim_wait_s=5.0, filter_deadline_s=0.2)
+    result = await asyncio.wait_for(scheduler.filter(pending, ["node-0"]), timeout=1.0)
+    assert result.unresolvable == {"node-0": 'pod "default/p": ResourceClaim not created yet'}
