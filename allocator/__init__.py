@@ -27,6 +27,7 @@ from allocator.nodes import node_matches_selector
 from allocator.outcome import AllocationOutcome, Reason
 from allocator.search import Allocator
 from allocator.state import AllocatedState, AllocationReading
+from allocator.taints import tolerates
 
 __all__ = [
     "DEFAULT_GATES",
@@ -48,4 +49,5 @@ __all__ = [
     "ResourceSlice",
     "node_matches_selector",
     "parse_object",
+    "tolerates",
 ]

@@ -6,6 +6,7 @@ device and does not tolerate the taint. That takes an explicit opt-in annotation
 
 from __future__ import annotations
 
+from allocator import tolerates
 from webhook.lookup import ClusterLookup
 from webhook.review import AdmissionRequest, Decision, mapping, text
 
@@ -19,18 +20,6 @@ def _is_cluster_wide_eviction(rule: dict, path: str) -> bool:
     if effect != "NoExecute" or not isinstance(spec.get("deviceSelector"), dict):
         return False  # a missing (nil) selector matches no device
     return not any(spec["deviceSelector"].get(f) for f in SELECTOR_FIELDS)
-
-
-def tolerates(toleration: dict, taint: dict) -> bool:
-    """DeviceToleration.ToleratesTaint semantics."""
-    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
-        return False
-    if toleration.get("key") and toleration.get("key") != taint.get("key"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    if operator == "Exists":
-        return True
-    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def evicted_pods(lookup: ClusterLookup, taint: dict) -> int:

@@ -5,25 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from allocator import tolerates
 from extender.controllers.clock import parse_time
 
 NO_EXECUTE = "NoExecute"
-
-
-def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """resource.k8s.io DeviceToleration.ToleratesTaint: effect, key, then operator/value."""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    if key and key != taint.get("key"):
-        return False
-    operator = toleration.get("operator") or "Equal"
-    if operator == "Exists":
-        return True
-    if operator == "Equal":
-        return (toleration.get("value") or "") == (taint.get("value") or "")
-    return False
 
 
 def counts_for_eviction(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:

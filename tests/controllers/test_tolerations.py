@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 from ctrl_objects import taint, toleration
 
-from extender.controllers.tolerations import earliest, eviction_time, tolerates
+from allocator import tolerates
+from extender.controllers.tolerations import earliest, eviction_time
 
 T0 = 1_800_000_000.0
 
