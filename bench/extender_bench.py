@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import importlib.util
 import statistics
 import sys
 import time
@@ -47,13 +46,11 @@ from extender.server import ExtenderServer  # noqa: E402
 
 
 def _fake_api_class() -> Any:
-    # tests/ is not a package (and must not go on sys.path: its allocator/ folder would shadow ours).
-    spec = importlib.util.spec_from_file_location("fakeapi", ROOT / "tests" / "fakeapi.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fakeapi"] = module
-    spec.loader.exec_module(module)
-    return module.FakeApiServer
+    # Only tests/support goes on sys.path: tests/ itself would shadow the allocator package.
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
+    from fakeapi import FakeApiServer
+
+    return FakeApiServer
 
 
 def percentile(samples: list[float], fraction: float) -> float:

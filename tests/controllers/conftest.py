@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import importlib.util
-import sys
 from collections import Counter
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from fakeapi import FakeApiServer
 from prometheus_client import CollectorRegistry
 
 from allocator import FeatureGates
@@ -20,21 +18,6 @@ from extender.cache import ClusterCache
 from extender.controllers import Controllers, start_controllers
 from extender.controllers.clock import FakeClock
 from extender.kubeapi import KubeClient
-
-
-def _load_fakeapi() -> Any:
-    # tests/ is no package (its allocator/ folder would shadow the real one): load the file directly.
-    if "fakeapi" not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "fakeapi.py"
-        spec = importlib.util.spec_from_file_location("fakeapi", path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["fakeapi"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["fakeapi"]
-
-
-FakeApiServer = _load_fakeapi().FakeApiServer
 
 KINDS = {"Pod", "ResourceClaim", "ResourceSlice", "DeviceTaintRule"}
 
