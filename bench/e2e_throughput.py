@@ -16,6 +16,7 @@ other's objects. Needs the binaries of tests/e2e/build_control_plane.py (built i
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import threading
@@ -121,6 +122,29 @@ def _create_pods(api: Api, names: list[str]) -> dict[str, float]:
     return created
 
 
+def _cpu_seconds(plane: ControlPlane) -> dict[str, float]:
+    """CPU time (user + system) each running component has used so far, from /proc (Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for name, component in plane.components.items():
+        process = component.process
+        if process is None or process.poll() is not None:
+            continue
+        try:
+            fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        used[name] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return used
+
+
+def _cpu_ms_per_pod(before: dict[str, float], after: dict[str, float], pods: int) -> dict[str, float]:
+    per_pod = {name: (after[name] - before.get(name, 0.0)) * 1000 / pods for name in after}
+    return {name: round(ms, 1) for name, ms in sorted(per_pod.items())} | {
+        "total": round(sum(per_pod.values()), 1)
+    }
+
+
 def _p99(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else 0.0
@@ -174,7 +198,11 @@ def _steady_state(
     return _measure(created, watch.bound_at)
 
 
-def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path) -> dict[str, float]:
+def _progress(mode: str, what: str) -> None:
+    print(f"[e2e_throughput] {mode}: {what}", file=sys.stderr, flush=True)
+
+
+def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path) -> dict[str, Any]:
     plane = ControlPlane(build_control_plane.ensure_built(), work, scheduler_mode=mode, webhooks=False)
     plane.start([])
     try:
@@ -188,24 +216,33 @@ def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path) -> dict
         time.sleep(0.5)
 
         initial = [f"init-{i:05d}" for i in range(pods)]
+        _progress(mode, f"{pods} initial pods")
         _create_pods(api, initial)
         watch.wait_bound(set(initial), timeout_s=900)
 
         measured = [f"measured-{i:05d}" for i in range(pods)]
+        _progress(mode, f"{pods} measured pods")
+        cpu_before = _cpu_seconds(plane)
         created = _create_pods(api, measured)
         watch.wait_bound(set(measured), timeout_s=900)
+        measured_cpu = _cpu_ms_per_pod(cpu_before, _cpu_seconds(plane), pods)
         pods_per_s, p99 = _measure(created, watch.bound_at)
 
         # Back to half full for the steady state: remove the measured pods.
         for name in measured:
             api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", grace_period_seconds=0)
+        _progress(mode, f"steady state, {steady} pods")
+        cpu_before = _cpu_seconds(plane)
         steady_per_s, steady_p99 = _steady_state(api, watch, initial, steady, window=max(10, nodes // 5))
+        steady_cpu = _cpu_ms_per_pod(cpu_before, _cpu_seconds(plane), steady)
         watch.stop()
         return {
             "pods_per_s": pods_per_s,
             "p99_s": p99,
+            "cpu_ms_per_pod": measured_cpu,
             "steady_pods_per_s": steady_per_s,
             "steady_p99_s": steady_p99,
+            "steady_cpu_ms_per_pod": steady_cpu,
         }
     finally:
         plane.stop()
@@ -237,13 +274,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="e2e-throughput-") as tmp:
         order = ("extender", "in-tree") if args.extender_first else ("in-tree", "extender")
         for mode in order:
-            print(
-                f"[e2e_throughput] {mode}: {args.nodes} nodes, {pods} + {pods} pods ...",
-                file=sys.stderr,
-                flush=True,
-            )
+            _progress(mode, f"{args.nodes} nodes, {pods} + {pods} pods ...")
             results[mode] = run_setup(mode, args.nodes, pods, steady, Path(tmp) / mode)
-            print(f"[e2e_throughput] {mode}: {results[mode]}", file=sys.stderr, flush=True)
+            _progress(mode, str(results[mode]))
     in_tree, ext = results["in-tree"], results["extender"]
     report: dict[str, Any] = {
         "in_tree_pods_per_s": round(in_tree["pods_per_s"], 1),
@@ -257,6 +290,12 @@ def main() -> int:
             "ratio": round(ext["steady_pods_per_s"] / in_tree["steady_pods_per_s"], 3),
             "in_tree_p99_s": round(in_tree["steady_p99_s"], 3),
             "extender_p99_s": round(ext["steady_p99_s"], 3),
+        },
+        # CPU time each component spent per measured pod (the bench client itself is not counted).
+        "cpu_ms_per_pod": {"in_tree": in_tree["cpu_ms_per_pod"], "extender": ext["cpu_ms_per_pod"]},
+        "steady_state_cpu_ms_per_pod": {
+            "in_tree": in_tree["steady_cpu_ms_per_pod"],
+            "extender": ext["steady_cpu_ms_per_pod"],
         },
         "nodes": args.nodes,
         "devices_per_node": DEVICES_PER_NODE,
