@@ -5,6 +5,11 @@ Measures, over real HTTP on loopback with kube-scheduler-shaped payloads:
 - the same for 5 requests tied by matchAttribute (target p99 < 60 ms);
 - bind throughput for 2,500 pods (allocation + reservation + Binding written to the API server;
   target >= 200 binds/s);
+- scheduling cycles as in the e2e benchmark: on the half-full cluster, pods one after the other
+  filter a rotating window of 46% of the nodes (kube-scheduler's percentageOfNodesToScore for 500
+  nodes), prioritize the feasible ones and bind the best in the background, until the cluster is
+  nearly full; reported as wall time and this process's CPU time per pod (the fake API server runs
+  in the same process, so its share is included);
 - the bind conflict rate when pods race for the last devices: like kube-scheduler, the scheduling
   cycles (filter, prioritize, pick the best node) run one pod after the other while binds run in the
   background after --bind-delay-ms, so a pod may be sent to devices an earlier pod's bind is about to
@@ -58,7 +63,9 @@ def percentile(samples: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def build_objects(nodes: int, devices: int, bind_pods: int, race_pods: int) -> list[dict[str, Any]]:
+def build_objects(
+    nodes: int, devices: int, bind_pods: int, cycle_pods: int, race_pods: int
+) -> list[dict[str, Any]]:
     objs = [o.device_class(expression=f'device.driver == "{o.DRIVER}"')]
     for index in range(nodes):
         objs += [o.node(f"node-{index}"), o.gpu_slice(f"node-{index}", devices)]
@@ -71,6 +78,8 @@ def build_objects(nodes: int, devices: int, bind_pods: int, race_pods: int) -> l
     ]
     for index in range(bind_pods):
         objs += [o.claim(f"bind-{index}"), o.pod(f"bind-{index}", [f"bind-{index}"])]
+    for index in range(cycle_pods):
+        objs += [o.claim(f"cycle-{index}"), o.pod(f"cycle-{index}", [f"cycle-{index}"])]
     for index in range(race_pods):
         objs += [o.claim(f"race-{index}"), o.pod(f"race-{index}", [f"race-{index}"])]
     return objs
@@ -154,6 +163,43 @@ class Bench:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         return pods / (time.perf_counter() - started), failures
 
+    async def bind_in_background(self, name: str, node: str, delay_s: float) -> bool:
+        """Bind after `delay_s`, as kube-scheduler's binding cycle does; True if the bind failed."""
+        await asyncio.sleep(delay_s)
+        pod = self.cache.pod("default", name)
+        body = orjson.dumps(
+            {"PodName": name, "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": node}
+        )
+        return bool((await self.call("bind", body))["Error"])
+
+    async def best_node(self, name: str, nodes: list[str]) -> str | None:
+        """One scheduling cycle: filter `nodes`, prioritize the feasible ones, pick the best."""
+        feasible = (await self.call("filter", self.args(name, nodes)))["NodeNames"]
+        if not feasible:
+            return None
+        scores = await self.call("prioritize", self.args(name, feasible)) if len(feasible) > 1 else []
+        return max(scores, key=lambda entry: entry["Score"])["Host"] if scores else feasible[0]
+
+    async def cycles(self, pods: int, bind_delay_s: float) -> tuple[float, float, int]:
+        """Wall and CPU ms per pod of scheduling `pods` pods, and how many found no node."""
+        window = max(1, len(self.names) * max(5, 50 - len(self.names) // 125) // 100)
+        start = unschedulable = 0
+        binds: set[asyncio.Task[bool]] = set()
+        wall, cpu = time.perf_counter(), time.process_time()
+        for index in range(pods):
+            nodes = [self.names[(start + k) % len(self.names)] for k in range(window)]
+            start = (start + window) % len(self.names)
+            best = await self.best_node(f"cycle-{index}", nodes)
+            if best is None:
+                unschedulable += 1
+                continue
+            task = asyncio.create_task(self.bind_in_background(f"cycle-{index}", best, bind_delay_s))
+            binds.add(task)
+            task.add_done_callback(binds.discard)
+        await asyncio.gather(*binds)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        return wall * 1000 / pods, cpu * 1000 / pods, unschedulable
+
     async def race(self, pods: int, bind_delay_s: float) -> tuple[float, int, int]:
         """Scheduling cycles one after the other, binds in the background; returns the conflict rate."""
         attempts = conflicts = 0
@@ -163,13 +209,8 @@ class Bench:
 
         async def bind(name: str, node: str) -> None:
             nonlocal attempts, conflicts
-            await asyncio.sleep(bind_delay_s)
-            pod = self.cache.pod("default", name)
-            body = orjson.dumps(
-                {"PodName": name, "PodNamespace": "default", "PodUID": pod["metadata"]["uid"], "Node": node}
-            )
             attempts += 1
-            if (await self.call("bind", body))["Error"]:
+            if await self.bind_in_background(name, node, bind_delay_s):
                 conflicts += 1
                 pending.append(name)  # kube-scheduler retries the pod
 
@@ -178,13 +219,10 @@ class Bench:
                 await asyncio.wait(binds, return_when=asyncio.FIRST_COMPLETED)
                 continue
             name = pending.pop(0)
-            result = await self.call("filter", self.args(name))
-            feasible = result["NodeNames"]
-            if not feasible:
+            best = await self.best_node(name, self.names)
+            if best is None:
                 unschedulable += 1
                 continue
-            scores = await self.call("prioritize", self.args(name, feasible)) if len(feasible) > 1 else []
-            best = max(scores, key=lambda entry: entry["Score"])["Host"] if scores else feasible[0]
             task = asyncio.create_task(bind(name, best))
             binds.add(task)
             task.add_done_callback(binds.discard)
@@ -212,7 +250,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     fake = _fake_api_class()(bookmark_interval_s=5.0)
     await fake.start()
     total = args.nodes * args.devices
-    fake.seed(build_objects(args.nodes, args.devices, args.bind_pods, args.race_pods))
+    cycle_pods = args.cycle_pods if args.cycle_pods is not None else max(
+        0, total // 2 - args.race_pods
+    )
+    fake.seed(build_objects(args.nodes, args.devices, args.bind_pods, cycle_pods, args.race_pods))
     client = KubeClient.for_url(fake.url)
     cache = ClusterCache(FeatureGates())
     watcher = ClusterWatcher(client, cache)
@@ -243,8 +284,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             binds_per_s, bind_failures = await bench.bind_throughput(
                 args.bind_pods, args.devices, args.concurrency
             )
+            cycle_ms, cycle_cpu_ms, cycle_unschedulable = await bench.cycles(
+                cycle_pods, args.bind_delay_ms / 1000
+            )
             # Fill the cluster until only `race_free` devices remain, then let the race pods compete.
-            fill = max(0, total - args.bind_pods - args.race_pods)
+            fill = max(0, total - args.bind_pods - (cycle_pods - cycle_unschedulable) - args.race_pods)
             await fill_cluster(fake, cache, fill, args.devices)
             conflict_rate, attempts, unschedulable = await bench.race(
                 args.race_pods, args.bind_delay_ms / 1000
@@ -261,7 +305,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "filter_match_attribute_p99_ms": round(percentile(five, 0.99), 3),
         "binds_per_s": round(binds_per_s, 1),
         "bind_conflict_rate": round(conflict_rate, 4),
+        "cycle_wall_ms_per_pod": round(cycle_ms, 3),
+        "cycle_cpu_ms_per_pod": round(cycle_cpu_ms, 3),
         "_details": {
+            "cycle_pods": cycle_pods,
+            "cycle_unschedulable": cycle_unschedulable,
             "longest_loop_stall_ms": round(max(stall_one, stall_five), 3),
             "longest_gc_pause_ms": round(gc_pauses.longest * 1000, 3),
             "bind_failures": bind_failures,
@@ -312,6 +360,11 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--bind-pods", type=int, default=2500)
     parser.add_argument("--concurrency", type=int, default=32, help="binds in flight")
+    parser.add_argument(
+        "--cycle-pods",
+        type=int,
+        help="pods in the scheduling-cycle scenario (default: half the devices minus --race-pods)",
+    )
     parser.add_argument("--race-pods", type=int, default=100, help="pods racing for as many free devices")
     parser.add_argument(
         "--no-filter-cache", action="store_true", help="recompute every node on every filter (the cold path)"
