@@ -89,10 +89,11 @@ class Pool:
 class NodePools:
     """The pools of one node in search order; ``candidates`` holds the devices of usable pools in order."""
 
-    __slots__ = ("candidates", "checks", "has_invalid", "pools")
+    __slots__ = ("candidates", "checks", "has_invalid", "pool_ids", "pools")
 
     def __init__(self, pools: list[Pool]) -> None:
         self.pools = pools
+        self.pool_ids: tuple[tuple[str, str], ...] = tuple((p.driver, p.name) for p in pools)
         # Per-candidate selection results, filled in by the search (see search._request_data).
         self.checks: dict[tuple[Any, ...], tuple[list[Any], list[Any]]] = {}
         self.candidates: list[DeviceEntry] = [e for p in pools if p.status == COMPLETE for e in p.entries]

@@ -20,12 +20,11 @@ the current state.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
-from cachetools import LRUCache
 
 from allocator import AllocationOutcome, Node, ResourceClaim
 
@@ -46,9 +45,12 @@ class FilterCache:
     def __init__(self, cache: Any, assume: Any, *, max_entries: int = MAX_ENTRIES) -> None:
         self.cache = cache
         self.assume = assume
-        # (spec, node key) -> the outcome and the claims it was computed for
-        self._entries: LRUCache[tuple, tuple[AllocationOutcome, tuple[tuple[str, str], ...]]] = LRUCache(
-            maxsize=max_entries)
+        # (spec, node key) -> the outcome and the claims it was computed for, least recently used
+        # first. An OrderedDict rather than cachetools' LRUCache: a filter looks up every node it is
+        # given, and the C-level get/move_to_end costs a fraction of LRUCache's Python methods.
+        self._entries: OrderedDict[tuple, tuple[AllocationOutcome, tuple[tuple[str, str], ...]]] = (
+            OrderedDict())
+        self.max_entries = max_entries
         self._pool_versions: defaultdict[PoolId, int] = defaultdict(int)
         # claim uid -> (the in-flight allocation object, its pools). The object itself is kept and
         # compared by identity: an id() could be reused by a new allocation once the old one is freed.
@@ -98,16 +100,20 @@ class FilterCache:
         )
         return spec, tuple((claim.key, claim.uid) for claim in claims)
 
-    def _node_key(self, node: Node) -> tuple:
-        pools = self.cache.inventory.node_pools(node, self.cache.features).pools
-        versions = tuple(self._pool_versions.get((pool.driver, pool.name), 0) for pool in pools)
-        return node.name, node.labels_key, self.cache.inventory.version, versions
+    def node_key(self, node: Node) -> tuple:
+        """What the outcome of any claims on `node` depends on besides the claims, as of now."""
+        inventory = self.cache.inventory
+        pool_ids = inventory.node_pools(node, self.cache.features).pool_ids
+        versions = self._pool_versions
+        return node.name, node.labels_key, inventory.version, tuple([versions[pool] for pool in pool_ids])
 
     def get(self, signature: ClaimsSignature, node: Node) -> tuple[tuple, AllocationOutcome | None]:
-        node_key = self._node_key(node)
+        node_key = self.node_key(node)
         outcome = None
-        entry = self._entries.get((signature[0], node_key))
+        key = (signature[0], node_key)
+        entry = self._entries.get(key)
         if entry is not None:
+            self._entries.move_to_end(key)
             outcome, claims = entry
             if not outcome.success and claims != signature[1]:
                 renames = {old[0]: new[0] for old, new in zip(claims, signature[1], strict=True)}
@@ -119,7 +125,11 @@ class FilterCache:
         return node_key, outcome
 
     def put(self, signature: ClaimsSignature, node_key: tuple, outcome: AllocationOutcome) -> None:
-        self._entries[(signature[0], node_key)] = (outcome, signature[1])
+        key = (signature[0], node_key)
+        self._entries[key] = (outcome, signature[1])
+        self._entries.move_to_end(key)
+        if len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
 
     def stats(self) -> dict[str, int]:
         return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses}
