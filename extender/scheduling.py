@@ -89,6 +89,8 @@ TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
 # the claims to show up before it answers "not created yet".
 DEFAULT_CLAIM_WAIT_S = 0.25
 CLAIM_POLL_S = 0.01
+# Memoised pool usage for scoring (see Scheduler._pool_usage): a few entries per node and claim shape.
+MAX_USAGE_MEMO = 20_000
 
 
 class SchedulingError(Exception):
@@ -186,6 +188,7 @@ class Scheduler:
         # pod uid -> (node, [(claim, allocation)]) in --filter-holds-devices mode.
         self._holds: dict[str, tuple[str, list[tuple[ResourceClaim, dict]]]] = {}
         self._results: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS, ttl=RESULT_TTL_S)
+        self._usage_memo: dict[tuple, tuple[int, int]] = {}
         # Pods whose bind is writing. Their in-flight entries belong to that bind: nothing else may
         # replace or release them (the devices would look free while the write may still land).
         self._binding: set[str] = set()
@@ -451,7 +454,7 @@ class Scheduler:
         fitting = [v for v in verdicts.values() if v.fits]
         if not fitting:
             return _answer(verdicts)
-        scores = self._scores(pod, fitting, plan.view)
+        scores = self._scores(pod, fitting, plan.view, plan.cache_epoch)
         best = fitting[0]  # the first of the best-scored nodes, in kube-scheduler's order
         for verdict in fitting[1:]:
             if scores.get(verdict.node, 0) > scores.get(best.node, 0):
@@ -529,31 +532,57 @@ class Scheduler:
         except SchedulingError:
             return dict.fromkeys(node_names, 0)
         verdicts = [cached.get(name) or fresh[name] for name in node_names]
-        scores = self._scores(pod, [v for v in verdicts if v.fits], view)
+        scores = self._scores(pod, [v for v in verdicts if v.fits], view, plan.cache_epoch)
         return {name: scores.get(name, 0) for name in node_names}
 
-    def _scores(self, pod: dict, fitting: list[NodeVerdict], view: AllocatedState | None) -> dict[str, int]:
+    def _scores(self, pod: dict, fitting: list[NodeVerdict], view: AllocatedState | None,
+                epoch: int = -1) -> dict[str, int]:
+        """`epoch`: the filter cache's epoch when `view` was taken (-1: unknown, nothing memoised)."""
         policy = policy_for(pod, self.scoring)
-        fits = {v.node: self._node_fit(v, view if policy != "none" else None) for v in fitting}
+        if policy == "none":
+            view = None
+        fits = {v.node: self._node_fit(v, view, epoch) for v in fitting}
         return node_scores(policy, fits)
 
-    def _node_fit(self, verdict: NodeVerdict, view: AllocatedState | None) -> NodeFit:
+    def _node_fit(self, verdict: NodeVerdict, view: AllocatedState | None, epoch: int) -> NodeFit:
         outcome = verdict.outcome
         ranks = rank_points(outcome.subrequest_ranks) if outcome is not None else 0
         used = total = 0
         node = self.cache.node(verdict.node)
         if view is not None and outcome is not None and node is not None:
             # Placement looks at the pools this pod would take devices from on this node.
-            pools = {
+            pools = frozenset(
                 (result.get("driver"), result.get("pool"))
                 for allocation in outcome.allocations
                 for result in (allocation.get("devices") or {}).get("results") or []
-            }
-            for entry in self.cache.inventory.node_pools(node, self.cache.features).candidates:
-                if entry.key[:2] in pools:
-                    total += 1
-                    used += view.is_allocated(entry.key)
+            )
+            used, total = self._pool_usage(node, pools, view, epoch)
         return NodeFit(ranks, used, total, allocated_devices(outcome))
+
+    def _pool_usage(self, node: Node, pools: frozenset, view: AllocatedState, epoch: int) -> tuple[int, int]:
+        """How many devices of `pools` the node sees, and how many of them `view` has in use.
+
+        Memoised under the filter cache's node key, which moves whenever an allocation in one of the
+        node's pools appears or goes away (in the cache or in flight): prioritize scores ~half the
+        nodes for every pod, and between two pods only the nodes that got devices changed. Only while
+        nothing moved since `view` was taken (its epoch), so a memo always matches its key."""
+        filter_cache = self.filter_cache
+        memo_key = None
+        if filter_cache is not None and epoch == filter_cache.epoch:
+            memo_key = (filter_cache.node_key(node), pools)
+            usage = self._usage_memo.get(memo_key)
+            if usage is not None:
+                return usage
+        used = total = 0
+        for entry in self.cache.inventory.node_pools(node, self.cache.features).candidates:
+            if entry.key[:2] in pools:
+                total += 1
+                used += view.is_allocated(entry.key)
+        if memo_key is not None:
+            if len(self._usage_memo) >= MAX_USAGE_MEMO:
+                self._usage_memo.clear()
+            self._usage_memo[memo_key] = (used, total)
+        return used, total
 
     # ---- bind ---------------------------------------------------------------------------------
 

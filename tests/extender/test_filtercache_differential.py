@@ -284,6 +284,9 @@ class World:
             assert (with_cache.passed, with_cache.failed, with_cache.unresolvable, with_cache.error) == (
                 without.passed, without.failed, without.unresolvable, without.error
             ), f"pod {name} after step {step} ({op})"
+            # Scoring memoises pool usage under the same node keys (Scheduler._pool_usage).
+            assert await self.cached.prioritize(pod, NODES) == await self.fresh.prioritize(pod, NODES), (
+                f"scores of pod {name} after step {step} ({op})")
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -295,3 +298,4 @@ async def test_cached_filter_equals_uncached_filter(seed: int) -> None:
         await world.compare(op, step)
     stats = world.cached.filter_cache.stats()
     assert stats["hits"] > 0, "the sequence must exercise cache hits, or it proves nothing"
+    assert world.cached._usage_memo, "scoring must have memoised pool usage, or the scores prove nothing"
