@@ -126,8 +126,11 @@ class PodPlan:
     allocated: list[ResourceClaim] = field(default_factory=list)  # allocated, still to check per node
     blocked: NodeVerdict | None = None  # a verdict for every node (claims not ready, ...)
     claims_missing: bool = False  # blocked because a claim does not exist (yet)
+    # Built on first use by Scheduler.plan_allocator: most filters are answered from the filter cache
+    # and never need them, and the view copies the whole allocated state.
     allocator: Allocator | None = None
     view: AllocatedState | None = None
+    rebinding_uid: str | None = None  # at bind: the pod whose own in-flight entries the view leaves out
     # FilterCache key part for the claims to allocate, and the cache epoch `view` was taken at.
     signature: ClaimsSignature | None = None
     cache_epoch: int = -1
@@ -271,10 +274,16 @@ class Scheduler:
                 self.filter_cache.sync_in_flight()
                 plan.signature = self.filter_cache.claims_signature(plan.to_allocate)
                 plan.cache_epoch = self.filter_cache.epoch
-            plan.view = self._allocated_view(uid if rebinding else None)
+            plan.rebinding_uid = uid if rebinding else None
+        return plan
+
+    def plan_allocator(self, plan: PodPlan) -> Allocator:
+        """The plan's allocator over the devices in use now, made on first use."""
+        if plan.allocator is None:
+            plan.view = self._allocated_view(plan.rebinding_uid)
             plan.allocator = Allocator(self.cache.inventory, plan.view, self.cache.features,
                                        deadline_s=self.node_deadline_s)
-        return plan
+        return plan.allocator
 
     def _allocated_view(self, own_pod_uid: str | None) -> AllocatedState:
         """Allocated devices plus everything in flight; at bind, minus the binding pod's own entries
@@ -324,14 +333,14 @@ class Scheduler:
             if selector and not node_matches_selector(node, selector):
                 return NodeVerdict(node_name, False, "resourceclaim not available on the node", True,
                                    "claim on other node")
-        if plan.allocator is None:
+        if not plan.to_allocate:
             return NodeVerdict(node_name, True)
         node_key = None
         if use_cache and plan.signature is not None and self.filter_cache is not None:
             node_key, cached = self.filter_cache.get(plan.signature, node)
             if cached is not None:
                 return self._verdict(node_name, cached)
-        allocator = plan.allocator
+        allocator = self.plan_allocator(plan)
         allocator.deadline_s = self.node_deadline_s if time_left_s is None else min(
             self.node_deadline_s, time_left_s)
         try:
@@ -454,7 +463,7 @@ class Scheduler:
         fitting = [v for v in verdicts.values() if v.fits]
         if not fitting:
             return _answer(verdicts)
-        scores = self._scores(pod, fitting, plan.view, plan.cache_epoch)
+        scores = self._scores(pod, fitting, plan)
         best = fitting[0]  # the first of the best-scored nodes, in kube-scheduler's order
         for verdict in fitting[1:]:
             if scores.get(verdict.node, 0) > scores.get(best.node, 0):
@@ -523,57 +532,55 @@ class Scheduler:
             return dict.fromkeys(node_names, 0)
         cached = self._results.get(pod_uid(pod)) or {}
         missing = [name for name in node_names if name not in cached]
-        view = None
         try:
             plan = self.plan(pod)
-            view = plan.view
             fresh = await self.check_nodes(plan, missing, node_objects,
                                            deadline=self.clock() + self.filter_deadline_s)
         except SchedulingError:
             return dict.fromkeys(node_names, 0)
         verdicts = [cached.get(name) or fresh[name] for name in node_names]
-        scores = self._scores(pod, [v for v in verdicts if v.fits], view, plan.cache_epoch)
+        scores = self._scores(pod, [v for v in verdicts if v.fits], plan)
         return {name: scores.get(name, 0) for name in node_names}
 
-    def _scores(self, pod: dict, fitting: list[NodeVerdict], view: AllocatedState | None,
-                epoch: int = -1) -> dict[str, int]:
-        """`epoch`: the filter cache's epoch when `view` was taken (-1: unknown, nothing memoised)."""
+    def _scores(self, pod: dict, fitting: list[NodeVerdict], plan: PodPlan) -> dict[str, int]:
         policy = policy_for(pod, self.scoring)
-        if policy == "none":
-            view = None
-        fits = {v.node: self._node_fit(v, view, epoch) for v in fitting}
+        fits = {v.node: self._node_fit(v, plan if policy != "none" and plan.to_allocate else None)
+                for v in fitting}
         return node_scores(policy, fits)
 
-    def _node_fit(self, verdict: NodeVerdict, view: AllocatedState | None, epoch: int) -> NodeFit:
+    def _node_fit(self, verdict: NodeVerdict, plan: PodPlan | None) -> NodeFit:
         outcome = verdict.outcome
         ranks = rank_points(outcome.subrequest_ranks) if outcome is not None else 0
         used = total = 0
         node = self.cache.node(verdict.node)
-        if view is not None and outcome is not None and node is not None:
+        if plan is not None and outcome is not None and node is not None:
             # Placement looks at the pools this pod would take devices from on this node.
             pools = frozenset(
                 (result.get("driver"), result.get("pool"))
                 for allocation in outcome.allocations
                 for result in (allocation.get("devices") or {}).get("results") or []
             )
-            used, total = self._pool_usage(node, pools, view, epoch)
+            used, total = self._pool_usage(node, pools, plan)
         return NodeFit(ranks, used, total, allocated_devices(outcome))
 
-    def _pool_usage(self, node: Node, pools: frozenset, view: AllocatedState, epoch: int) -> tuple[int, int]:
-        """How many devices of `pools` the node sees, and how many of them `view` has in use.
+    def _pool_usage(self, node: Node, pools: frozenset, plan: PodPlan) -> tuple[int, int]:
+        """How many devices of `pools` the node sees, and how many of them the plan's view has in use.
 
         Memoised under the filter cache's node key, which moves whenever an allocation in one of the
         node's pools appears or goes away (in the cache or in flight): prioritize scores ~half the
         nodes for every pod, and between two pods only the nodes that got devices changed. Only while
-        nothing moved since `view` was taken (its epoch), so a memo always matches its key."""
+        nothing moved since the plan was made (its epoch), so a memo always matches its key."""
         filter_cache = self.filter_cache
         memo_key = None
-        if filter_cache is not None and epoch == filter_cache.epoch:
+        if filter_cache is not None and plan.cache_epoch == filter_cache.epoch:
             memo_key = (filter_cache.node_key(node), pools)
             usage = self._usage_memo.get(memo_key)
             if usage is not None:
                 return usage
         used = total = 0
+        self.plan_allocator(plan)
+        view = plan.view
+        assert view is not None
         for entry in self.cache.inventory.node_pools(node, self.cache.features).candidates:
             if entry.key[:2] in pools:
                 total += 1
