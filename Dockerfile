@@ -3,7 +3,7 @@
 #   docker build -t dra-extender:0.1.0 .
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# ---- build: install the package and its `fast` extra (cel-expr-python) into a virtualenv ----------
+# ---- build: install the package and its `fast` extra (cel-expr-python, uvloop) into a virtualenv ---
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1

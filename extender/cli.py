@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kubernetes DRA scheduling from outside kube-scheduler.",
     )
     parser.add_argument(
-        "--version", action="store_true", help="print the version and the CEL backend, then exit"
+        "--version", action="store_true", help="print the version, CEL backend and event loop, then exit"
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
@@ -40,8 +40,9 @@ def version_text() -> str:
     except PackageNotFoundError:
         own = "unknown"
     from allocator import cel
+    from extender import eventloop
 
-    return f"dra-extender {own} (CEL backend: {cel.default_engine().name})"
+    return f"dra-extender {own} (CEL backend: {cel.default_engine().name}, event loop: {eventloop.name()})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

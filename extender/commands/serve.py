@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from allocator import FeatureGates
-from extender import controllers
+from extender import controllers, eventloop
 from extender.podclaims import has_claims
 from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
 from extender.scoring import POLICIES
@@ -342,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --feature-gates: {error}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(serve(args, features))
+        return eventloop.run(serve(args, features))
     except KeyboardInterrupt:
         return 0
 
