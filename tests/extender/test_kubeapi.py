@@ -15,7 +15,14 @@ import yaml
 from fakeapi import FakeApiServer
 from tls_material import TLSFiles, write_ca_and_certs
 
-from extender.kubeapi import ApiError, KubeClient, KubeConfigError, bearer_header, ssl_context_from
+from extender.kubeapi import (
+    ApiError,
+    KubeClient,
+    KubeConfigError,
+    ReusedAuth,
+    bearer_header,
+    ssl_context_from,
+)
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 
@@ -348,6 +355,42 @@ async def test_unauthorized_is_an_api_error(fake_api: FakeApiServer) -> None:
         with pytest.raises(ApiError) as err:
             await client.list(CLAIMS)
         assert err.value.status == 401 and err.value.reason == "Unauthorized"
+    finally:
+        await client.close()
+        await fake.stop()
+
+
+def test_reused_auth_reads_the_header_again_after_its_window_or_when_forgotten() -> None:
+    reads: list[str] = []
+    now = [0.0]
+
+    def read() -> str:
+        reads.append("read")
+        return f"Bearer t{len(reads)}"
+
+    auth = ReusedAuth(read, reuse_s=10.0, clock=lambda: now[0])
+    assert auth() == auth() == "Bearer t1"
+    now[0] = 9.9
+    assert auth() == "Bearer t1" and len(reads) == 1
+    now[0] = 10.0
+    assert auth() == "Bearer t2"
+    auth.forget()
+    assert auth() == "Bearer t3"
+
+
+async def test_a_401_reads_the_rotated_token_and_sends_the_request_again() -> None:
+    fake = FakeApiServer(token="second")
+    await fake.start()
+    token = ["first"]   # the header source has not seen the rotation yet
+    client = KubeClient(fake.url, auth=ReusedAuth(lambda: f"Bearer {token[0]}"))
+    try:
+        assert client._headers()["Authorization"] == "Bearer first"   # read and kept for 10 s
+        token[0] = "second"
+        assert (await client.list(CLAIMS))["items"] == []   # 401, read again, sent again
+        fake._token = "third"
+        with pytest.raises(ApiError) as err:   # still refused after the fresh read: the 401 stands
+            await client.list(CLAIMS)
+        assert err.value.status == 401
     finally:
         await client.close()
         await fake.stop()
