@@ -83,8 +83,32 @@ def _consumed(raw: Any, where: str, problems: list[str]) -> dict[str, Quantity]:
     return consumed
 
 
+class _Layered(dict):  # type: ignore[type-arg]
+    """A dict over a base mapping: lookups fall through to `base`, writes stay in this dict.
+
+    Only lookups (``in``, ``[]``, ``get``) see the base; iteration and ``len`` see this layer alone,
+    which is all a view made by :meth:`AllocatedState.with_in_flight` needs."""
+
+    __slots__ = ("base",)
+
+    def __init__(self, base: Mapping[Any, Any]) -> None:
+        super().__init__()
+        self.base = base
+
+    def __missing__(self, key: Any) -> Any:
+        return self.base[key]
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or key in self.base
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        return self.base.get(key, default)
+
+
 class AllocatedState:
-    """Maintained incrementally; copies made by :meth:`with_in_flight` share nothing mutable with it."""
+    """Maintained incrementally. :meth:`with_in_flight` views never change this state."""
 
     def __init__(self) -> None:
         self._claims: dict[str, _ClaimUse] = {}
@@ -156,15 +180,28 @@ class AllocatedState:
         self.capacity[key] = total
 
     def with_in_flight(self, items: Iterable[tuple[str, ResourceClaim, dict[str, Any]]]) -> AllocatedState:
-        """A copy that also counts allocations chosen but not yet written: (claim uid, claim, allocation)."""
+        """A view that also counts allocations chosen but not yet written: (claim uid, claim, allocation).
+
+        Usually a thin layer over this state, made in O(len(items)): it reads through to this state,
+        so it sees later changes of it (a device freed since is free in the view too), while the
+        in-flight allocations are those given now. The scheduler copied the whole state for every pod
+        before (a dict of every allocated device, several times per pod). Only when an in-flight
+        allocation replaces one recorded here (that claim's recorded devices must disappear from the
+        view) is the view a full copy."""
         items = list(items)
         if not items:
             return self
         copy = AllocatedState()
-        copy._claims = dict(self._claims)
-        copy.devices = dict(self.devices)
-        copy._shares = dict(self._shares)
-        copy.capacity = dict(self.capacity)
+        if any(uid in self._claims for uid, _, _ in items):
+            copy._claims = dict(self._claims)
+            copy.devices = dict(self.devices)
+            copy._shares = dict(self._shares)
+            copy.capacity = dict(self.capacity)
+        else:
+            copy._claims = _Layered(self._claims)
+            copy.devices = _Layered(self.devices)
+            copy._shares = _Layered(self._shares)
+            copy.capacity = _Layered(self.capacity)
         for uid, claim, allocation in items:
             copy.remove_claim(uid)
             copy._add(uid, _claim_use(claim.key, allocation, []))

@@ -65,6 +65,30 @@ def test_in_flight_overlay_leaves_the_base_untouched() -> None:
     assert state.with_in_flight([]) is state
 
 
+def test_in_flight_view_reads_through_to_later_changes_of_the_state() -> None:
+    state = AllocatedState()
+    other = (DRIVER, "pool", "gpu-1")
+    state.add_claim(allocated_claim("a", other))
+    pending = ResourceClaim.from_api(claim_obj("p", req("r")))
+    result = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-0"}
+    view = state.with_in_flight([("uid-p", pending, {"devices": {"results": [result]}})])
+    assert view.owner_of(*DEVICE) == "default/p" and view.owner_of(*other) == "default/a"
+    state.remove_claim("uid-a")   # freed after the view was made: free in the view too
+    state.add_claim(allocated_claim("b", (DRIVER, "pool", "gpu-2")))
+    assert not view.is_allocated(other) and view.owner_of(DRIVER, "pool", "gpu-2") == "default/b"
+    assert view.is_allocated(DEVICE) and not state.is_allocated(DEVICE), "the view never writes through"
+
+
+def test_in_flight_allocation_replacing_a_recorded_one_hides_the_recorded_devices() -> None:
+    state = AllocatedState()
+    state.add_claim(allocated_claim("p", DEVICE))   # recorded under uid-p
+    replacement = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-1"}
+    claim = ResourceClaim.from_api(claim_obj("p", req("r")))
+    view = state.with_in_flight([("uid-p", claim, {"devices": {"results": [replacement]}})])
+    assert not view.is_allocated(DEVICE) and view.owner_of(DRIVER, "pool", "gpu-1") == "default/p"
+    assert state.owner_of(*DEVICE) == "default/p" and not state.is_allocated((DRIVER, "pool", "gpu-1"))
+
+
 def test_raw_allocation_counts_every_readable_device_of_a_claim_we_reject() -> None:
     state = AllocatedState()
     results = [
