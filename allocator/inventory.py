@@ -27,7 +27,8 @@ class Inventory:
         self._classes: dict[str, DeviceClass] = {}
         self._rules: dict[str, DeviceTaintRule] = {}
         self._rule_list: tuple[DeviceTaintRule, ...] = ()
-        self._node_cache: dict[tuple[Any, ...], NodePools] = {}
+        # node name -> (its labels, the feature gates, its pools) as last computed
+        self._node_cache: dict[str, tuple[tuple[tuple[str, str], ...], FeatureGates, NodePools]] = {}
         self.version = 0
 
     # --- slices -------------------------------------------------------------------------------------
@@ -76,8 +77,8 @@ class Inventory:
                 self._node_cache.clear()
                 return
             nodes.add(s.node_name)
-        for key in [k for k in self._node_cache if k[0] in nodes]:
-            del self._node_cache[key]
+        for name in nodes:
+            self._node_cache.pop(name, None)
 
     def slices(self) -> Iterable[ResourceSlice]:
         return self._slices.values()
@@ -110,16 +111,20 @@ class Inventory:
     # --- per-node views -------------------------------------------------------------------------------
     def node_pools(self, node: Node, features: FeatureGates) -> NodePools:
         """The pools ``node`` can see, in search order; cached until a relevant change."""
-        key = (node.name, node.labels_key, features)
-        cached = self._node_cache.get(key)
+        # Keyed by name alone (hashing the labels on every lookup cost more than the rest of a filter
+        # cache hit); the labels and gates are compared, by identity first, on the entry instead.
+        cached = self._node_cache.get(node.name)
         if cached is not None:
-            return cached
+            labels_key, gates, pools = cached
+            if (labels_key is node.labels_key or labels_key == node.labels_key) and (
+                    gates is features or gates == features):
+                return pools
         candidates = list(self._by_node.get(node.name, {}).values())
         candidates.extend(self._shared.values())
         result = gather_pools(node, features, candidates, self._slices_of_pool, self._rule_list)
         if len(self._node_cache) >= _MAX_CACHED_NODES:
             self._node_cache.clear()
-        self._node_cache[key] = result
+        self._node_cache[node.name] = (node.labels_key, features, result)
         return result
 
     def _slices_of_pool(self, driver: str, pool: str) -> Iterable[ResourceSlice]:
