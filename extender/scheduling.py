@@ -191,7 +191,7 @@ class Scheduler:
         # pod uid -> (node, [(claim, allocation)]) in --filter-holds-devices mode.
         self._holds: dict[str, tuple[str, list[tuple[ResourceClaim, dict]]]] = {}
         self._results: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS, ttl=RESULT_TTL_S)
-        self._usage_memo: dict[tuple, tuple[int, int]] = {}
+        self._usage_memo: dict[tuple, tuple[AllocationOutcome, int, int]] = {}
         # Pods whose bind is writing. Their in-flight entries belong to that bind: nothing else may
         # replace or release them (the devices would look free while the write may still land).
         self._binding: set[str] = set()
@@ -554,33 +554,36 @@ class Scheduler:
         used = total = 0
         node = self.cache.node(verdict.node)
         if plan is not None and outcome is not None and node is not None:
-            # Placement looks at the pools this pod would take devices from on this node.
-            pools = frozenset(
-                (result.get("driver"), result.get("pool"))
-                for allocation in outcome.allocations
-                for result in (allocation.get("devices") or {}).get("results") or []
-            )
-            used, total = self._pool_usage(node, pools, plan)
+            used, total = self._pool_usage(node, outcome, plan)
         return NodeFit(ranks, used, total, allocated_devices(outcome))
 
-    def _pool_usage(self, node: Node, pools: frozenset, plan: PodPlan) -> tuple[int, int]:
-        """How many devices of `pools` the node sees, and how many of them the plan's view has in use.
+    def _pool_usage(self, node: Node, outcome: AllocationOutcome, plan: PodPlan) -> tuple[int, int]:
+        """How many devices the node sees in the pools `outcome` takes devices from (placement looks at
+        those), and how many of them the plan's view has in use.
 
-        Memoised under the filter cache's node key, which moves whenever an allocation in one of the
-        node's pools appears or goes away (in the cache or in flight): prioritize scores ~half the
-        nodes for every pod, and between two pods only the nodes that got devices changed. Only while
-        nothing moved since the plan was made (its epoch), so a memo always matches its key."""
+        Memoised under the filter cache's key for this node and these claims, with the outcome it was
+        worked out for: the filter cache hands the same outcome object to every pod of a workload, so
+        identity tells that the pools are the same. The node part of the key moves whenever an
+        allocation in one of the node's pools appears or goes away (in the cache or in flight):
+        prioritize scores ~half the nodes for every pod, and between two pods only the nodes that got
+        devices changed. Only while nothing moved since the plan was made (its epoch), so a memo always
+        matches its key."""
         filter_cache = self.filter_cache
         memo_key = None
-        if filter_cache is not None and plan.cache_epoch == filter_cache.epoch:
-            memo_key = (filter_cache.node_key(node), pools)
-            usage = self._usage_memo.get(memo_key)
-            if usage is not None:
-                return usage
-        used = total = 0
+        if filter_cache is not None and plan.signature is not None and plan.cache_epoch == filter_cache.epoch:
+            memo_key = (filter_cache.node_key(node), plan.signature[0])
+            memo = self._usage_memo.get(memo_key)
+            if memo is not None and memo[0] is outcome:
+                return memo[1], memo[2]
+        pools = {
+            (result.get("driver"), result.get("pool"))
+            for allocation in outcome.allocations
+            for result in (allocation.get("devices") or {}).get("results") or []
+        }
         self.plan_allocator(plan)
         view = plan.view
         assert view is not None
+        used = total = 0
         for entry in self.cache.inventory.node_pools(node, self.cache.features).candidates:
             if entry.key[:2] in pools:
                 total += 1
@@ -588,7 +591,7 @@ class Scheduler:
         if memo_key is not None:
             if len(self._usage_memo) >= MAX_USAGE_MEMO:
                 self._usage_memo.clear()
-            self._usage_memo[memo_key] = (used, total)
+            self._usage_memo[memo_key] = (outcome, used, total)
         return used, total
 
     # ---- bind ---------------------------------------------------------------------------------
