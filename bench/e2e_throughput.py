@@ -11,12 +11,14 @@ other's objects. Needs the binaries of tests/e2e/build_control_plane.py (built i
 
     python bench/e2e_throughput.py --json                      # 500 nodes, 2,500 + 2,500 pods
     python bench/e2e_throughput.py --nodes 50 --pods 250 --json  # a quick run
+    python bench/e2e_throughput.py --repeats 2 --json          # both orders; medians (the machine drifts)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -248,6 +250,53 @@ def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path) -> dict
         plane.stop()
 
 
+def _report(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The issue's keys (medians over the runs), each run's ratios, and CPU per pod by component."""
+
+    def median(mode: str, key: str, digits: int) -> float:
+        return round(statistics.median([run[mode][key] for run in runs]), digits)
+
+    def ratio(key: str) -> float:
+        return round(statistics.median([run["extender"][key] / run["in-tree"][key] for run in runs]), 3)
+
+    def cpu(mode: str, key: str) -> dict[str, float]:
+        names = runs[0][mode][key].keys()
+        return {name: round(statistics.median([run[mode][key][name] for run in runs]), 1) for name in names}
+
+    return {
+        "in_tree_pods_per_s": median("in-tree", "pods_per_s", 1),
+        "extender_pods_per_s": median("extender", "pods_per_s", 1),
+        "ratio": ratio("pods_per_s"),
+        "in_tree_p99_s": median("in-tree", "p99_s", 3),
+        "extender_p99_s": median("extender", "p99_s", 3),
+        "steady_state": {
+            "in_tree_pods_per_s": median("in-tree", "steady_pods_per_s", 1),
+            "extender_pods_per_s": median("extender", "steady_pods_per_s", 1),
+            "ratio": ratio("steady_pods_per_s"),
+            "in_tree_p99_s": median("in-tree", "steady_p99_s", 3),
+            "extender_p99_s": median("extender", "steady_p99_s", 3),
+        },
+        "runs": [
+            {
+                "ratio": round(run["extender"]["pods_per_s"] / run["in-tree"]["pods_per_s"], 3),
+                "steady_state_ratio": round(
+                    run["extender"]["steady_pods_per_s"] / run["in-tree"]["steady_pods_per_s"], 3
+                ),
+            }
+            for run in runs
+        ],
+        # CPU time each component spent per pod (the bench client itself is not counted).
+        "cpu_ms_per_pod": {
+            "in_tree": cpu("in-tree", "cpu_ms_per_pod"),
+            "extender": cpu("extender", "cpu_ms_per_pod"),
+        },
+        "steady_state_cpu_ms_per_pod": {
+            "in_tree": cpu("in-tree", "steady_cpu_ms_per_pod"),
+            "extender": cpu("extender", "steady_cpu_ms_per_pod"),
+        },
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -264,44 +313,39 @@ def main() -> int:
         action="store_true",
         help="run the extender set-up before the in-tree one (to check the order does not matter)",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run both set-ups this many times, alternating which goes first (this machine's speed "
+        "drifts by tens of percent over minutes); figures are medians of the runs, ratios the medians "
+        "of each run's own ratio",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     pods = args.pods or args.nodes * DEVICES_PER_NODE // 2
     if pods * 2 > args.nodes * DEVICES_PER_NODE:
         parser.error(f"--pods {pods}: twice that must fit on {args.nodes * DEVICES_PER_NODE} devices")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     steady = args.steady_pods or pods
-    results = {}
+    runs: list[dict[str, dict[str, Any]]] = []
+    orders: list[list[str]] = []
     with tempfile.TemporaryDirectory(prefix="e2e-throughput-") as tmp:
-        order = ("extender", "in-tree") if args.extender_first else ("in-tree", "extender")
-        for mode in order:
-            _progress(mode, f"{args.nodes} nodes, {pods} + {pods} pods ...")
-            results[mode] = run_setup(mode, args.nodes, pods, steady, Path(tmp) / mode)
-            _progress(mode, str(results[mode]))
-    in_tree, ext = results["in-tree"], results["extender"]
-    report: dict[str, Any] = {
-        "in_tree_pods_per_s": round(in_tree["pods_per_s"], 1),
-        "extender_pods_per_s": round(ext["pods_per_s"], 1),
-        "ratio": round(ext["pods_per_s"] / in_tree["pods_per_s"], 3),
-        "in_tree_p99_s": round(in_tree["p99_s"], 3),
-        "extender_p99_s": round(ext["p99_s"], 3),
-        "steady_state": {
-            "in_tree_pods_per_s": round(in_tree["steady_pods_per_s"], 1),
-            "extender_pods_per_s": round(ext["steady_pods_per_s"], 1),
-            "ratio": round(ext["steady_pods_per_s"] / in_tree["steady_pods_per_s"], 3),
-            "in_tree_p99_s": round(in_tree["steady_p99_s"], 3),
-            "extender_p99_s": round(ext["steady_p99_s"], 3),
-        },
-        # CPU time each component spent per measured pod (the bench client itself is not counted).
-        "cpu_ms_per_pod": {"in_tree": in_tree["cpu_ms_per_pod"], "extender": ext["cpu_ms_per_pod"]},
-        "steady_state_cpu_ms_per_pod": {
-            "in_tree": in_tree["steady_cpu_ms_per_pod"],
-            "extender": ext["steady_cpu_ms_per_pod"],
-        },
-        "nodes": args.nodes,
-        "devices_per_node": DEVICES_PER_NODE,
-        "pods": pods,
-        "order": list(order),
-    }
+        for index in range(args.repeats):
+            extender_first = args.extender_first != (index % 2 == 1)
+            order = ["extender", "in-tree"] if extender_first else ["in-tree", "extender"]
+            orders.append(order)
+            results: dict[str, dict[str, Any]] = {}
+            for mode in order:
+                _progress(mode, f"{args.nodes} nodes, {pods} + {pods} pods (run {index + 1}) ...")
+                results[mode] = run_setup(mode, args.nodes, pods, steady, Path(tmp) / f"{mode}-{index}")
+                _progress(mode, str(results[mode]))
+            runs.append(results)
+    report = _report(runs)
+    report.update(
+        nodes=args.nodes, devices_per_node=DEVICES_PER_NODE, pods=pods, repeats=args.repeats, order=orders
+    )
     if args.json:
         print(orjson.dumps(report).decode())
     else:
