@@ -127,11 +127,13 @@ class PodPlan:
     blocked: NodeVerdict | None = None  # a verdict for every node (claims not ready, ...)
     claims_missing: bool = False  # blocked because a claim does not exist (yet)
     # Built on first use by Scheduler.plan_allocator: most filters are answered from the filter cache
-    # and never need them, and the view copies the whole allocated state.
+    # and never need them.
     allocator: Allocator | None = None
     view: AllocatedState | None = None
     rebinding_uid: str | None = None  # at bind: the pod whose own in-flight entries the view leaves out
-    # FilterCache key part for the claims to allocate, and the cache epoch `view` was taken at.
+    # FilterCache key part for the claims to allocate, and the cache epoch when the plan was made (the
+    # view, made later, reads through to the allocated state, which has not changed while the epoch has
+    # not moved).
     signature: ClaimsSignature | None = None
     cache_epoch: int = -1
 
