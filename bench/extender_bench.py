@@ -181,7 +181,9 @@ class Bench:
         return max(scores, key=lambda entry: entry["Score"])["Host"] if scores else feasible[0]
 
     async def cycles(self, pods: int, bind_delay_s: float) -> tuple[float, float, int]:
-        """Wall and CPU ms per pod of scheduling `pods` pods, and how many found no node."""
+        """Wall and CPU ms per pod of scheduling `pods` pods (0 for none), and how many found no node."""
+        if pods == 0:
+            return 0.0, 0.0, 0
         window = max(1, len(self.names) * max(5, 50 - len(self.names) // 125) // 100)
         start = unschedulable = 0
         binds: set[asyncio.Task[bool]] = set()
