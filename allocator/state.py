@@ -107,6 +107,13 @@ class _Layered(dict):  # type: ignore[type-arg]
         return self.base.get(key, default)
 
 
+def _flat(mapping: Mapping[Any, Any]) -> dict[Any, Any]:
+    """A plain dict with everything `mapping` holds, through every layer (dict() sees the top layer only)."""
+    if isinstance(mapping, _Layered):
+        return {**_flat(mapping.base), **mapping}
+    return dict(mapping)
+
+
 class AllocatedState:
     """Maintained incrementally. :meth:`with_in_flight` views never change this state."""
 
@@ -193,10 +200,10 @@ class AllocatedState:
             return self
         copy = AllocatedState()
         if any(uid in self._claims for uid, _, _ in items):
-            copy._claims = dict(self._claims)
-            copy.devices = dict(self.devices)
-            copy._shares = dict(self._shares)
-            copy.capacity = dict(self.capacity)
+            copy._claims = _flat(self._claims)
+            copy.devices = _flat(self.devices)
+            copy._shares = _flat(self._shares)
+            copy.capacity = _flat(self.capacity)
         else:
             copy._claims = _Layered(self._claims)
             copy.devices = _Layered(self.devices)
@@ -218,5 +225,7 @@ class AllocatedState:
             return owner
         shares = self._shares.get(key)
         if shares:
-            return self._claims[next(iter(shares))].key
+            # .get: a view's layer can still list a sharer the state it reads through has dropped since.
+            use = self._claims.get(next(iter(shares)))
+            return use.key if use is not None else None
         return None

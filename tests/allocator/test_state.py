@@ -79,6 +79,31 @@ def test_in_flight_view_reads_through_to_later_changes_of_the_state() -> None:
     assert view.is_allocated(DEVICE) and not state.is_allocated(DEVICE), "the view never writes through"
 
 
+def test_view_owner_of_a_shared_device_survives_the_sharer_leaving_the_state() -> None:
+    state = AllocatedState()
+    state.add_claim(shared_claim("a", "2G"))
+    nic = (DRIVER, "pool", "nic")
+    pending = ResourceClaim.from_api(claim_obj("p", req("r")))
+    shared = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "nic", "shareID": "s",
+              "consumedCapacity": {"bw": "1G"}}
+    view = state.with_in_flight([("uid-p", pending, {"devices": {"results": [shared]}})])
+    state.remove_claim("uid-a")   # the view's layer still lists uid-a among the sharers of the nic
+    assert view.owner_of(*nic) in ("default/p", None)
+
+
+def test_a_view_of_a_view_keeps_every_layer() -> None:
+    state = AllocatedState()
+    state.add_claim(allocated_claim("a", DEVICE))
+    first = ResourceClaim.from_api(claim_obj("p", req("r")))
+    gpu1 = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-1"}
+    view = state.with_in_flight([("uid-p", first, {"devices": {"results": [gpu1]}})])
+    gpu2 = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-2"}
+    # uid-p is recorded in `view`, so this one is a full copy of it: nothing of `state` may be lost.
+    again = view.with_in_flight([("uid-p", first, {"devices": {"results": [gpu2]}})])
+    assert again.owner_of(*DEVICE) == "default/a"
+    assert again.is_allocated((DRIVER, "pool", "gpu-2")) and not again.is_allocated((DRIVER, "pool", "gpu-1"))
+
+
 def test_in_flight_allocation_replacing_a_recorded_one_hides_the_recorded_devices() -> None:
     state = AllocatedState()
     state.add_claim(allocated_claim("p", DEVICE))   # recorded under uid-p
