@@ -70,13 +70,16 @@ class Inventory:
         if not new.node_name or (old is not None and not old.node_name):
             self._node_cache.clear()
             return
-        # A node-local slice affects the nodes of every slice in its pool (completeness is per pool).
+        # A node-local slice affects the nodes of every slice in its pool (completeness is per pool),
+        # and of the pool it left when an update moved it to another one.
         nodes = {new.node_name} | ({old.node_name} if old is not None else set())
-        for s in self._by_pool.get((new.driver, new.pool), {}).values():
-            if not s.node_name:
-                self._node_cache.clear()
-                return
-            nodes.add(s.node_name)
+        pools = {(new.driver, new.pool)} | ({(old.driver, old.pool)} if old is not None else set())
+        for pool in pools:
+            for s in self._by_pool.get(pool, {}).values():
+                if not s.node_name:
+                    self._node_cache.clear()
+                    return
+                nodes.add(s.node_name)
         for name in nodes:
             self._node_cache.pop(name, None)
 

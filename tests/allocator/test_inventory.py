@@ -72,3 +72,14 @@ def test_node_local_counter_slices_are_seen_by_their_node_only() -> None:
     assert (pool.status, [e.device.name for e in pool.entries]) == ("complete", ["a"])
     assert set(pool.counter_sets) == {"set"}
     assert inv.node_pools(NODE_2, GATES).pools == []
+
+
+def test_a_slice_moving_to_another_pool_refreshes_the_nodes_of_the_pool_it_left() -> None:
+    inv = inventory([
+        slice_obj("s1", [dev("a")], node="node-1", pool="p", count=2),
+        slice_obj("s2", [dev("b")], node="node-2", pool="p", count=2),
+    ])
+    assert [e.device.name for e in inv.node_pools(NODE_1, GATES).candidates] == ["a"]
+    inv.upsert_slice(ResourceSlice.from_api(slice_obj("s2", [dev("b")], node="node-2", pool="q")))
+    # Pool p now has one of its two slices: incomplete, so node-1 has no usable device left in it.
+    assert inv.node_pools(NODE_1, GATES).candidates == []
