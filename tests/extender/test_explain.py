@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import dra_objects as o
 import pytest
+from loop_turns import loop_turns
 
 from allocator import FeatureGates
 from extender.assume import AssumeCache
@@ -131,19 +131,8 @@ async def test_explaining_many_nodes_lets_other_requests_run_and_leaves_the_filt
     assume = AssumeCache()
     filter_cache = FilterCache(cache, assume)
     scheduler = Scheduler(cache, assume, ClaimWriter(None, cache), clock=clock, filter_cache=filter_cache)
-    turns = 0
-    done = False
-
-    async def other_request() -> None:
-        nonlocal turns
-        while not done:
-            turns += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(other_request())
-    report = await explain_pod(scheduler, "default", "p")
-    done = True
-    await task
+    async with loop_turns() as turns:
+        report = await explain_pod(scheduler, "default", "p")
     assert len(report["nodes"]) == 60 and report["fittingNodes"] == 0
-    assert turns >= 60 // 6
+    assert turns.count >= 60 // 6
     assert filter_cache.stats() == {"entries": 0, "hits": 0, "misses": 0}, "explain always computes afresh"

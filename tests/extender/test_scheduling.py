@@ -5,6 +5,7 @@ from typing import Any
 
 import dra_objects as o
 import pytest
+from loop_turns import loop_turns
 
 from allocator import FeatureGates, ResourceClaim
 from extender.assume import AssumeCache
@@ -221,28 +222,17 @@ async def test_node_checks_yield_every_few_milliseconds_of_work(verb: str) -> No
         return ticks[0]
 
     scheduler = make([*o.cluster(60, 1), o.claim("c"), o.pod("p", ["c"])], clock=clock)
-    turns = 0
-    done = False
-
-    async def other_request() -> None:
-        nonlocal turns
-        while not done:
-            turns += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(other_request())
     nodes = [f"node-{i}" for i in range(60)]
     pod = pod_of(scheduler, "p")
-    if verb == "filter":
-        await scheduler.filter(pod, nodes)
-    elif verb == "prioritize":
-        await scheduler.prioritize(pod, nodes)
-    else:
-        victims = {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}
-        await scheduler.preempt(pod, {node: victims for node in nodes})
-    done = True
-    await task
-    assert turns >= 60 // 6
+    async with loop_turns() as turns:
+        if verb == "filter":
+            await scheduler.filter(pod, nodes)
+        elif verb == "prioritize":
+            await scheduler.prioritize(pod, nodes)
+        else:
+            victims = {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}
+            await scheduler.preempt(pod, {node: victims for node in nodes})
+    assert turns.count >= 60 // 6
 
 
 @pytest.mark.parametrize("gates", ["DRAPrioritizedList=false"])
