@@ -242,6 +242,18 @@ async def test_health_ready_and_metrics(example: ExtenderServer) -> None:
     assert (await get(debug + "/readyz"))[0] == 503
 
 
+async def assert_client_certificate_required(url: str, ca_file: str, trusted: ssl.SSLContext) -> None:
+    """A filter call with the client certificate in `trusted` is answered; one without is refused."""
+    body = (PAYLOADS / "filter_pod_without_claims.json").read_bytes()
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url, data=body, ssl=trusted) as response:
+            assert response.status == 200
+        anonymous = ssl.create_default_context(cafile=ca_file)
+        with pytest.raises(aiohttp.ClientError):
+            async with session.post(url, data=body, ssl=anonymous) as response:
+                await response.read()
+
+
 async def test_https_with_client_certificates(tmp_path: Path) -> None:
     from tls_material import write_ca_and_certs
 
@@ -252,16 +264,9 @@ async def test_https_with_client_certificates(tmp_path: Path) -> None:
     try:
         url = server.urls["extender"] + "/filter"
         assert url.startswith("https://")
-        body = (PAYLOADS / "filter_pod_without_claims.json").read_bytes()
         trusted = ssl.create_default_context(cafile=files.ca)
         trusted.load_cert_chain(files.client_cert, files.client_key)
-        async with aiohttp.ClientSession() as session:
-            async with session.post(url, data=body, ssl=trusted) as response:
-                assert response.status == 200
-            anonymous = ssl.create_default_context(cafile=files.ca)
-            with pytest.raises(aiohttp.ClientError):
-                async with session.post(url, data=body, ssl=anonymous) as response:
-                    await response.read()
+        await assert_client_certificate_required(url, files.ca, trusted)
     finally:
         await server.stop()
 
@@ -300,15 +305,7 @@ async def test_https_certificate_rotation_keeps_client_verification(tmp_path: Pa
             pytest.fail("the rotated extender certificate was never served")
         assert first != rotated.certificate.serial_number
         # The switched-to context still demands a client certificate signed by the CA.
-        body = (PAYLOADS / "filter_pod_without_claims.json").read_bytes()
-        url = server.urls["extender"] + "/filter"
-        async with aiohttp.ClientSession() as session:
-            async with session.post(url, data=body, ssl=trusted) as response:
-                assert response.status == 200
-            anonymous = ssl.create_default_context(cafile=files.ca)
-            with pytest.raises(aiohttp.ClientError):
-                async with session.post(url, data=body, ssl=anonymous) as response:
-                    await response.read()
+        await assert_client_certificate_required(server.urls["extender"] + "/filter", files.ca, trusted)
     finally:
         await tls.stop()
         await server.stop()
