@@ -80,7 +80,9 @@ class AllocationOutcome:
     needs them); read them before changing the inventory or allocated state the allocation used.
     """
 
-    __slots__ = ("_explain", "_reasons", "allocations", "steps", "subrequest_ranks", "success")
+    __slots__ = (
+        "_explain", "_reasons", "_rejection_keys", "allocations", "steps", "subrequest_ranks", "success"
+    )
 
     def __init__(
         self,
@@ -94,6 +96,7 @@ class AllocationOutcome:
         self.allocations = allocations
         self.steps = steps
         self.subrequest_ranks = subrequest_ranks
+        self._rejection_keys: frozenset[str] | None = None
         if callable(reasons):
             self._reasons: list[Reason] | None = None
             self._explain: Callable[[], list[Reason]] | None = reasons
@@ -108,6 +111,14 @@ class AllocationOutcome:
             self._explain = None
         return self._reasons
 
+    def rejection_keys(self) -> frozenset[str]:
+        """The rejection keys (REJECTION_KEYS) that turned away at least one device, over all reasons;
+        worked out once (the scheduler asks for every node a cached failure is reused on)."""
+        if self._rejection_keys is None:
+            self._rejection_keys = frozenset(
+                key for reason in self.reasons for key, count in reason.rejected.items() if count > 0)
+        return self._rejection_keys
+
     def for_claims(self, renames: Mapping[str, str]) -> AllocationOutcome | None:
         """A failure's outcome for other claims with identical specs (see Reason.for_claims), or None
         when a reason cannot be carried over."""
@@ -115,7 +126,9 @@ class AllocationOutcome:
         reasons = [reason.for_claims(renames) for reason in self.reasons]
         if any(reason is None for reason in reasons):
             return None
-        return AllocationOutcome(False, [], [r for r in reasons if r is not None], self.steps, [])
+        carried = AllocationOutcome(False, [], [r for r in reasons if r is not None], self.steps, [])
+        carried._rejection_keys = self._rejection_keys  # the counts are shared, so are their keys
+        return carried
 
     def summary(self) -> str:
         if self.success:

@@ -12,10 +12,11 @@ Pods of one workload have claims with identical specs (one template), so after t
 filter only recomputes the nodes whose pools changed.
 
 A successful outcome names no claim, so it is shared by every claim with the same spec. A failure's
-messages name the claims: for other claims with the same specs they are carried over with the names
+messages name the claims: for other claims with the same specs they can be carried over with the names
 replaced (AllocationOutcome.for_claims), so on a filling cluster the full nodes are not searched and
-explained again for every pod of a workload. Bind never uses this cache: it always re-checks against
-the current state.
+explained again for every pod of a workload. `get` only says which claims a failure was worked out
+for; the caller renames when it needs the words (a filter where another node fits never does). Bind
+never uses this cache: it always re-checks against the current state.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ import orjson
 from allocator import AllocationOutcome, Node, ResourceClaim
 
 PoolId = tuple[str, str]
-# What an outcome depends on (the claims' namespace and specs), and which claims it was computed for
-# ((key, uid) each, in order).
-ClaimsSignature = tuple[bytes, tuple[tuple[str, str], ...]]
+# Claims as (key, uid) each, in order.
+ClaimRefs = tuple[tuple[str, str], ...]
+# What an outcome depends on (the claims' namespace and specs), and which claims it was computed for.
+ClaimsSignature = tuple[bytes, ClaimRefs]
 # About 1.5 KB per outcome: ~30 MB at most, room for 40 claim shapes on 500 nodes.
 MAX_ENTRIES = 20_000
 
@@ -45,11 +47,11 @@ class FilterCache:
     def __init__(self, cache: Any, assume: Any, *, max_entries: int = MAX_ENTRIES) -> None:
         self.cache = cache
         self.assume = assume
-        # (spec, node key) -> the outcome and the claims it was computed for, least recently used
-        # first. An OrderedDict rather than cachetools' LRUCache: a filter looks up every node it is
-        # given, and the C-level get/move_to_end costs a fraction of LRUCache's Python methods.
-        self._entries: OrderedDict[tuple, tuple[AllocationOutcome, tuple[tuple[str, str], ...]]] = (
-            OrderedDict())
+        # (spec, node key) -> the outcome, the claims it was computed for, and whether a failure can
+        # be carried over to other claims; least recently used first. An OrderedDict rather than
+        # cachetools' LRUCache: a filter looks up every node it is given, and the C-level
+        # get/move_to_end costs a fraction of LRUCache's Python methods.
+        self._entries: OrderedDict[tuple, tuple[AllocationOutcome, ClaimRefs, bool]] = OrderedDict()
         self.max_entries = max_entries
         self._pool_versions: defaultdict[PoolId, int] = defaultdict(int)
         # claim uid -> (the in-flight allocation object, its pools). The object itself is kept and
@@ -107,29 +109,43 @@ class FilterCache:
         versions = self._pool_versions
         return node.name, node.labels_key, inventory.version, tuple([versions[pool] for pool in pool_ids])
 
-    def get(self, signature: ClaimsSignature, node: Node) -> tuple[tuple, AllocationOutcome | None]:
+    def get(
+        self, signature: ClaimsSignature, node: Node
+    ) -> tuple[tuple, AllocationOutcome | None, ClaimRefs | None]:
+        """(node key, cached outcome or None, the claims a failure was worked out for when they are not
+        the signature's: rename with `renames` before showing its reasons)."""
         node_key = self.node_key(node)
-        outcome = None
         key = (signature[0], node_key)
         entry = self._entries.get(key)
-        if entry is not None:
-            self._entries.move_to_end(key)
-            outcome, claims = entry
-            if not outcome.success and claims != signature[1]:
-                renames = {old[0]: new[0] for old, new in zip(claims, signature[1], strict=True)}
-                outcome = outcome.for_claims(renames)
-        if outcome is None:
+        if entry is None:
             self.misses += 1
-        else:
+            return node_key, None, None
+        outcome, claims, carries = entry
+        if outcome.success or claims == signature[1]:
+            self._entries.move_to_end(key)
             self.hits += 1
-        return node_key, outcome
+            return node_key, outcome, None
+        if not carries:
+            self.misses += 1
+            return node_key, None, None
+        self._entries.move_to_end(key)
+        self.hits += 1
+        return node_key, outcome, claims
 
     def put(self, signature: ClaimsSignature, node_key: tuple, outcome: AllocationOutcome) -> None:
+        """Store a fresh outcome (call it before anything changes: a failure's reasons are read here)."""
         key = (signature[0], node_key)
-        self._entries[key] = (outcome, signature[1])
+        claims = signature[1]
+        carries = outcome.success or outcome.for_claims(renames(claims, claims)) is not None
+        self._entries[key] = (outcome, claims, carries)
         self._entries.move_to_end(key)
         if len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
     def stats(self) -> dict[str, int]:
         return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses}
+
+
+def renames(old: ClaimRefs, new: ClaimRefs) -> dict[str, str]:
+    """Claim key of `old` -> claim key of `new`, position by position (AllocationOutcome.for_claims)."""
+    return {before[0]: after[0] for before, after in zip(old, new, strict=True)}

@@ -36,7 +36,7 @@ from allocator.errors import AllocationTimeout
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import BindError, ClaimWriter
-from extender.filtercache import ClaimsSignature, FilterCache
+from extender.filtercache import ClaimRefs, ClaimsSignature, FilterCache, renames
 from extender.metrics import Metrics
 from extender.podclaims import (
     ClaimNotCreated,
@@ -81,6 +81,9 @@ DEFAULT_NODE_TIMEOUT_S = 1.0
 # encoding stays under even the 5 s default.
 DEFAULT_FILTER_TIMEOUT_S = 3.0
 TIMEOUT = "timeout"  # NodeVerdict.reason of a node whose search did not finish in time
+# Upstream's plugin's words for a node without devices for the pod; ours too where another node fits
+# (see _split), or where no reason could be given.
+CANNOT_ALLOCATE = "cannot allocate all claims"
 TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
 # kube-scheduler tries a pod as soon as it is created, a moment before the resourceclaim controller
 # creates its template claims; the in-tree plugin's PreEnqueue keeps such a pod out of scheduling until
@@ -101,19 +104,52 @@ class BindFailed(Exception):
     """The bind could not be done; the message goes back to kube-scheduler as the bind error."""
 
 
-@dataclass
 class NodeVerdict:
-    node: str
-    fits: bool
-    message: str = ""
-    unresolvable: bool = False
-    reason: str = "fits"  # metric label
-    outcome: AllocationOutcome | None = None
+    """Whether the pod fits one node, and why not.
+
+    A failure the filter cache carried over from other claims with the same specs is renamed (message
+    and outcome) only when read: a filter where another node fits never reads it (see _split)."""
+
+    __slots__ = ("_carried", "_message", "_outcome", "fits", "node", "reason", "unresolvable")
+
+    def __init__(self, node: str, fits: bool, message: str = "", unresolvable: bool = False,
+                 reason: str = "fits", outcome: AllocationOutcome | None = None, *,
+                 carried: tuple[AllocationOutcome, ClaimRefs, ClaimRefs] | None = None) -> None:
+        self.node = node
+        self.fits = fits
+        self._message = message
+        self.unresolvable = unresolvable
+        self.reason = reason  # metric label
+        self._outcome = outcome
+        self._carried = carried  # (outcome, the claims it names, the claims to name instead)
+
+    def _rename(self) -> None:
+        assert self._carried is not None
+        outcome, old, new = self._carried
+        renamed = outcome.for_claims(renames(old, new))
+        assert renamed is not None, "the filter cache only carries over failures that can be renamed"
+        self._outcome, self._message, self._carried = renamed, _failure_message(renamed), None
+
+    @property
+    def message(self) -> str:
+        if self._carried is not None:
+            self._rename()
+        return self._message
+
+    @property
+    def outcome(self) -> AllocationOutcome | None:
+        if self._carried is not None:
+            self._rename()
+        return self._outcome
 
     @property
     def timed_out(self) -> bool:
         """Not known whether the pod fits: the search ran out of time."""
         return self.reason == TIMEOUT
+
+    def __repr__(self) -> str:
+        return (f"NodeVerdict({self.node!r}, fits={self.fits}, reason={self.reason!r}, "
+                f"message={self.message!r})")
 
 
 @dataclass
@@ -339,9 +375,12 @@ class Scheduler:
             return NodeVerdict(node_name, True)
         node_key = None
         if use_cache and plan.signature is not None and self.filter_cache is not None:
-            node_key, cached = self.filter_cache.get(plan.signature, node)
+            node_key, cached, computed_for = self.filter_cache.get(plan.signature, node)
             if cached is not None:
-                return self._verdict(node_name, cached)
+                if computed_for is None:
+                    return self._verdict(node_name, cached)
+                return NodeVerdict(node_name, False, "", _unresolvable(cached), "devices",
+                                   carried=(cached, computed_for, plan.signature[1]))
         allocator = self.plan_allocator(plan)
         allocator.deadline_s = self.node_deadline_s if time_left_s is None else min(
             self.node_deadline_s, time_left_s)
@@ -364,18 +403,15 @@ class Scheduler:
     def _verdict(node_name: str, outcome: AllocationOutcome) -> NodeVerdict:
         if outcome.success:
             return NodeVerdict(node_name, True, outcome=outcome)
-        may_help = any(
-            count > 0 and key in PREEMPTION_MAY_HELP
-            for reason in outcome.reasons
-            for key, count in reason.rejected.items()
-        )
-        message = outcome.summary() or "cannot allocate all claims"
-        return NodeVerdict(node_name, False, message, not may_help, "devices", outcome)
+        return NodeVerdict(node_name, False, _failure_message(outcome), _unresolvable(outcome), "devices",
+                           outcome)
 
     # ---- filter -------------------------------------------------------------------------------
 
     async def filter(self, pod: dict, node_names: list[str],
-                     node_objects: Mapping[str, dict] | None = None) -> FilterResult:
+                     node_objects: Mapping[str, dict] | None = None, *, brief: bool = False) -> FilterResult:
+        """Which of `node_names` the pod fits. `brief`: where some node fits, the others' failures get
+        CANNOT_ALLOCATE instead of their reasons (see _split)."""
         if not has_claims(pod):
             return FilterResult(list(node_names), {}, {})
         uid = pod_uid(pod)
@@ -404,8 +440,8 @@ class Scheduler:
         if uid:
             self._results[uid] = verdicts
         if holding and plan.to_allocate:
-            return self._hold_best(pod, plan, verdicts)
-        return _answer(verdicts)
+            return self._hold_best(pod, plan, verdicts, brief)
+        return _answer(verdicts, brief)
 
     async def _await_claims(self, pod: dict, plan: PodPlan, deadline: float) -> tuple[dict, PodPlan]:
         """Poll for up to `claim_wait_s` (and at most half of what is left of the filter's budget)
@@ -460,11 +496,12 @@ class Scheduler:
                 started = self.clock()
         return verdicts
 
-    def _hold_best(self, pod: dict, plan: PodPlan, verdicts: dict[str, NodeVerdict]) -> FilterResult:
+    def _hold_best(self, pod: dict, plan: PodPlan, verdicts: dict[str, NodeVerdict],
+                   brief: bool) -> FilterResult:
         """--filter-holds-devices: pick the best node now and keep its devices in flight until bind."""
         fitting = [v for v in verdicts.values() if v.fits]
         if not fitting:
-            return _answer(verdicts)
+            return _answer(verdicts, brief)
         scores = self._scores(pod, fitting, plan)
         best = fitting[0]  # the first of the best-scored nodes, in kube-scheduler's order
         for verdict in fitting[1:]:
@@ -479,7 +516,7 @@ class Scheduler:
             return FilterResult([], {}, {}, str(error))
         if not best.fits:
             verdicts = {**verdicts, best.node: best}
-            return _answer(verdicts)
+            return _answer(verdicts, brief)
         held = list(zip(current.to_allocate, best.outcome.allocations if best.outcome else [], strict=True))
         uid = pod_uid(pod)
         for claim, allocation in held:
@@ -487,16 +524,16 @@ class Scheduler:
         self.holding()  # forget holds that expired (pods deleted or never bound)
         self._holds[uid] = (best.node, held)
         log.debug("holding %d claim(s) of pod %s on node %s", len(held), pod_key(pod), best.node)
-        result = _split({best.node: best})
+        result = _split({best.node: best}, brief)
         for verdict in verdicts.values():
             if verdict.node == best.node:
                 continue
             if verdict.fits:
                 result.failed[verdict.node] = f"dra-extender holds devices for this pod on node {best.node}"
             elif verdict.unresolvable:
-                result.unresolvable[verdict.node] = verdict.message
+                result.unresolvable[verdict.node] = _said(verdict, brief)
             else:
-                result.failed[verdict.node] = verdict.message
+                result.failed[verdict.node] = _said(verdict, brief)
         return result
 
     def release_hold(self, uid: str) -> None:
@@ -713,7 +750,7 @@ class _ClaimLookup:
         return self.scheduler.lookup_claim(namespace, name)
 
 
-def _answer(verdicts: Mapping[str, NodeVerdict]) -> FilterResult:
+def _answer(verdicts: Mapping[str, NodeVerdict], brief: bool = False) -> FilterResult:
     """The filter answer, with timed-out nodes treated as "not known", not as "does not fit".
 
     Reporting a timeout as unresolvable (what upstream's plugin first did) parks the pod in
@@ -727,16 +764,37 @@ def _answer(verdicts: Mapping[str, NodeVerdict]) -> FilterResult:
     if timed_out and not any(verdict.fits for verdict in verdicts.values()):
         return FilterResult([], {}, {}, f"{TIMED_OUT_MESSAGE} on {timed_out} of {len(verdicts)} node(s) "
                                         "and no other node fits")
-    return _split(verdicts)
+    return _split(verdicts, brief)
 
 
-def _split(verdicts: Mapping[str, NodeVerdict]) -> FilterResult:
+def _split(verdicts: Mapping[str, NodeVerdict], brief: bool = False) -> FilterResult:
+    """The answer's three lists.
+
+    `brief` (the answer to kube-scheduler): where some node fits, nodes without devices for the pod
+    say only CANNOT_ALLOCATE, as upstream's plugin does. kube-scheduler shows the failures' messages
+    only when no node is left (in the FailedScheduling event), so working out and sending why for each
+    of hundreds of full nodes is CPU and bytes for nothing on every pod that gets scheduled; with no
+    node left, every node says why. `dra-extender explain` and simulate always give the details."""
     result = FilterResult([], {}, {})
+    brief = brief and any(verdict.fits for verdict in verdicts.values())
     for name, verdict in verdicts.items():
         if verdict.fits:
             result.passed.append(name)
         elif verdict.unresolvable:
-            result.unresolvable[name] = verdict.message
+            result.unresolvable[name] = _said(verdict, brief)
         else:
-            result.failed[name] = verdict.message
+            result.failed[name] = _said(verdict, brief)
     return result
+
+
+def _said(verdict: NodeVerdict, brief: bool) -> str:
+    return CANNOT_ALLOCATE if brief and verdict.reason == "devices" else verdict.message
+
+
+def _failure_message(outcome: AllocationOutcome) -> str:
+    return outcome.summary() or CANNOT_ALLOCATE
+
+
+def _unresolvable(outcome: AllocationOutcome) -> bool:
+    """Could evicting pods free what the node lacks? If not, preemption need not try the node."""
+    return PREEMPTION_MAY_HELP.isdisjoint(outcome.rejection_keys())

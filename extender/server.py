@@ -141,7 +141,7 @@ class ExtenderServer:
         if self._not_synced() and _may_have_claims(args.pod):
             body = wire.encode_filter_result(args, [], {}, {}, NOT_SYNCED)
             return _json(body)
-        result = await self.scheduler.filter(args.pod, args.node_names, args.node_objects)
+        result = await self.scheduler.filter(args.pod, args.node_names, args.node_objects, brief=True)
         body = wire.encode_filter_result(
             args, result.passed, result.failed, result.unresolvable, result.error
         )

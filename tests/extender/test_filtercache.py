@@ -6,12 +6,12 @@ from typing import Any
 import dra_objects as o
 import pytest
 
-from allocator import FeatureGates
+from allocator import AllocationOutcome, FeatureGates
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.filtercache import FilterCache
-from extender.scheduling import BindFailed, Scheduler
+from extender.scheduling import CANNOT_ALLOCATE, BindFailed, Scheduler
 
 NODES = ["node-0", "node-1", "node-2"]
 
@@ -214,6 +214,26 @@ async def test_a_failure_is_reused_for_the_next_pods_claims_under_their_names() 
         expected.passed, expected.failed, expected.unresolvable)
     assert "c2" in (second.failed | second.unresolvable)["node-1"]
     assert "c1" not in (second.failed | second.unresolvable)["node-1"]
+
+
+async def test_a_brief_answer_never_renames_carried_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler = make(workload(3, count=2))
+    await scheduler.bind("default", "p0", pod(scheduler, "p0")["metadata"]["uid"], "node-1")
+    await scheduler.filter(pod(scheduler, "p1"), NODES, brief=True)  # node-1's failure, for c1
+    renamed: list[dict[str, str]] = []
+    original = AllocationOutcome.for_claims
+
+    def counting(self: AllocationOutcome, renames: dict[str, str]) -> AllocationOutcome | None:
+        renamed.append(dict(renames))
+        return original(self, renames)
+
+    monkeypatch.setattr(AllocationOutcome, "for_claims", counting)
+    brief = await scheduler.filter(pod(scheduler, "p2"), NODES, brief=True)
+    assert brief.passed and (brief.failed | brief.unresolvable)["node-1"] == CANNOT_ALLOCATE
+    assert renamed == []  # carried over from c1 without working out the words for c2
+    full = await scheduler.filter(pod(scheduler, "p2"), NODES)
+    assert renamed == [{"default/c1": "default/c2"}]
+    assert "claim c2: request" in (full.failed | full.unresolvable)["node-1"]
 
 
 def _parts(objs: list[dict[str, Any]]) -> tuple[ClusterCache, AssumeCache, ClaimWriter]:

@@ -284,6 +284,11 @@ class World:
             assert (with_cache.passed, with_cache.failed, with_cache.unresolvable, with_cache.error) == (
                 without.passed, without.failed, without.unresolvable, without.error
             ), f"pod {name} after step {step} ({op})"
+            brief, brief_without = await self.cached.filter(pod, NODES, brief=True), await self.fresh.filter(
+                pod, NODES, brief=True)
+            assert (brief.passed, brief.failed, brief.unresolvable, brief.error) == (
+                brief_without.passed, brief_without.failed, brief_without.unresolvable, brief_without.error
+            ), f"pod {name} after step {step} ({op}), brief"
             # Scoring memoises pool usage under the same node keys (Scheduler._pool_usage).
             assert await self.cached.prioritize(pod, NODES) == await self.fresh.prioritize(pod, NODES), (
                 f"scores of pod {name} after step {step} ({op})")

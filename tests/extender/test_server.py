@@ -21,7 +21,7 @@ from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.objects_io import load_objects
-from extender.scheduling import Scheduler
+from extender.scheduling import CANNOT_ALLOCATE, Scheduler
 from extender.server import ExtenderServer
 from extender.tls import ReloadingTLS
 
@@ -364,16 +364,25 @@ async def test_filter_answers_have_exactly_kube_schedulers_shape(small: Extender
         "Nodes": None,
         "NodeNames": ["node-0"],
         "FailedNodes": {},
-        "FailedAndUnresolvableNodes": {
-            "node-1": "claim c: request gpu: needs 2 devices, 1 matches",
-            "node-2": "claim c: request gpu: needs 2 devices, 0 match",
-        },
+        # node-0 fits: the others say what upstream's plugin says, not why (see next test).
+        "FailedAndUnresolvableNodes": {"node-1": CANNOT_ALLOCATE, "node-2": CANNOT_ALLOCATE},
         "Error": "",
     }
     # A real error: Error set, and still a list and two objects (never null) beside it.
     status, body = await post(url, orjson.dumps(filter_args(small, "broken")))
     assert status == 200 and "CEL runtime error" in body["Error"]
     assert body["NodeNames"] == [] and body["FailedNodes"] == {} and body["FailedAndUnresolvableNodes"] == {}
+
+
+async def test_filter_says_why_for_every_node_when_no_node_fits(small: ExtenderServer) -> None:
+    args = filter_args(small, "p")
+    args["NodeNames"] = ["node-1", "node-2"]
+    status, body = await post(small.urls["extender"] + "/filter", orjson.dumps(args))
+    assert status == 200 and body["NodeNames"] == [] and body["FailedNodes"] == {}
+    assert body["FailedAndUnresolvableNodes"] == {
+        "node-1": "claim c: request gpu: needs 2 devices, 1 matches",
+        "node-2": "claim c: request gpu: needs 2 devices, 0 match",
+    }
 
 
 async def test_filter_without_node_cache_returns_only_fitting_nodes(small: ExtenderServer) -> None:

@@ -18,7 +18,7 @@ from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.informer import ClusterWatcher
 from extender.kubeapi import KubeClient
-from extender.scheduling import Scheduler
+from extender.scheduling import CANNOT_ALLOCATE, Scheduler
 from extender.server import ExtenderServer
 
 
@@ -165,7 +165,9 @@ async def test_filter_during_bind_sees_devices_in_flight(stack: Stack) -> None:
     pod = stack.cache.pod("default", "p2")
     result = await stack.post("filter", {"Pod": pod, "NodeNames": ["node-0", "node-1"], "Nodes": None})
     assert result["NodeNames"] == ["node-1"]
-    assert "in use" in result["FailedNodes"]["node-0"]
+    assert result["FailedNodes"] == {"node-0": CANNOT_ALLOCATE}  # resolvable: evicting p1 would free it
+    alone = await stack.post("filter", {"Pod": pod, "NodeNames": ["node-0"], "Nodes": None})
+    assert "in use" in alone["FailedNodes"]["node-0"]
     release.set()
     remove()
     assert (await bind)["Error"] == ""
