@@ -58,6 +58,10 @@ class FilterCache:
         # compared by identity: an id() could be reused by a new allocation once the old one is freed.
         self._in_flight: dict[str, tuple[dict, frozenset[PoolId]]] = {}
         self.epoch = 0  # moves with every bump: outcomes computed from an older view are not stored
+        # node name -> (labels key, inventory version, token, pool ids) for node_key. A token is never
+        # reused, so a key made for other labels or an older inventory can never match.
+        self._node_memo: dict[str, tuple[tuple, int, int, tuple[PoolId, ...]]] = {}
+        self._last_token = 0
         self.hits = 0
         self.misses = 0
         cache.subscribe(self._on_change)
@@ -102,12 +106,23 @@ class FilterCache:
         )
         return spec, tuple((claim.key, claim.uid) for claim in claims)
 
-    def node_key(self, node: Node) -> tuple:
-        """What the outcome of any claims on `node` depends on besides the claims, as of now."""
+    def node_key(self, node: Node) -> tuple[int, ...]:
+        """What the outcome of any claims on `node` depends on besides the claims, as of now: a token
+        for (node name, labels, inventory version), then the version of each pool the node sees.
+
+        Filter and prioritize ask this for every node they are given; the token saves hashing the
+        labels and looking up the node's pools on every call."""
         inventory = self.cache.inventory
-        pool_ids = inventory.node_pools(node, self.cache.features).pool_ids
-        versions = self._pool_versions
-        return node.name, node.labels_key, inventory.version, tuple([versions[pool] for pool in pool_ids])
+        memo = self._node_memo.get(node.name)
+        if memo is None or memo[1] != inventory.version or not (
+                memo[0] is node.labels_key or memo[0] == node.labels_key):
+            self._last_token += 1
+            pool_ids = inventory.node_pools(node, self.cache.features).pool_ids
+            memo = (node.labels_key, inventory.version, self._last_token, pool_ids)
+            if len(self._node_memo) >= MAX_ENTRIES:
+                self._node_memo.clear()
+            self._node_memo[node.name] = memo
+        return (memo[2], *map(self._pool_versions.__getitem__, memo[3]))
 
     def get(
         self, signature: ClaimsSignature, node: Node

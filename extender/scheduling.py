@@ -92,8 +92,8 @@ TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
 # the claims to show up before it answers "not created yet".
 DEFAULT_CLAIM_WAIT_S = 0.25
 CLAIM_POLL_S = 0.01
-# Memoised pool usage for scoring (see Scheduler._pool_usage): a few entries per node and claim shape.
-MAX_USAGE_MEMO = 20_000
+# Memoised node fits for scoring (see Scheduler._placed_fit): a few entries per node and claim shape.
+MAX_FIT_MEMO = 20_000
 
 
 class SchedulingError(Exception):
@@ -229,7 +229,7 @@ class Scheduler:
         # pod uid -> (node, [(claim, allocation)]) in --filter-holds-devices mode.
         self._holds: dict[str, tuple[str, list[tuple[ResourceClaim, dict]]]] = {}
         self._results: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS, ttl=RESULT_TTL_S)
-        self._usage_memo: dict[tuple, tuple[AllocationOutcome, int, int]] = {}
+        self._fit_memo: dict[tuple, tuple[AllocationOutcome, NodeFit]] = {}
         # Pods whose bind is writing. Their in-flight entries belong to that bind: nothing else may
         # replace or release them (the devices would look free while the write may still land).
         self._binding: set[str] = set()
@@ -589,16 +589,17 @@ class Scheduler:
 
     def _node_fit(self, verdict: NodeVerdict, plan: PodPlan | None) -> NodeFit:
         outcome = verdict.outcome
-        ranks = rank_points(outcome.subrequest_ranks) if outcome is not None else 0
-        used = total = 0
-        node = self.cache.node(verdict.node)
-        if plan is not None and outcome is not None and node is not None:
-            used, total = self._pool_usage(node, outcome, plan)
-        return NodeFit(ranks, used, total, allocated_devices(outcome))
+        if outcome is None:
+            return NodeFit(0, 0, 0, 0)
+        node = self.cache.node(verdict.node) if plan is not None else None
+        if node is None:
+            return NodeFit(rank_points(outcome.subrequest_ranks), 0, 0, allocated_devices(outcome))
+        assert plan is not None
+        return self._placed_fit(node, outcome, plan)
 
-    def _pool_usage(self, node: Node, outcome: AllocationOutcome, plan: PodPlan) -> tuple[int, int]:
-        """How many devices the node sees in the pools `outcome` takes devices from (placement looks at
-        those), and how many of them the plan's view has in use.
+    def _placed_fit(self, node: Node, outcome: AllocationOutcome, plan: PodPlan) -> NodeFit:
+        """The node's fit with its placement: how many devices the node sees in the pools `outcome`
+        takes devices from (placement looks at those), and how many of them the plan's view has in use.
 
         Memoised under the filter cache's key for this node and these claims, with the outcome it was
         worked out for: the filter cache hands the same outcome object to every pod of a workload, so
@@ -611,9 +612,9 @@ class Scheduler:
         memo_key = None
         if filter_cache is not None and plan.signature is not None and plan.cache_epoch == filter_cache.epoch:
             memo_key = (filter_cache.node_key(node), plan.signature[0])
-            memo = self._usage_memo.get(memo_key)
+            memo = self._fit_memo.get(memo_key)
             if memo is not None and memo[0] is outcome:
-                return memo[1], memo[2]
+                return memo[1]
         pools = {
             (result.get("driver"), result.get("pool"))
             for allocation in outcome.allocations
@@ -627,11 +628,12 @@ class Scheduler:
             if entry.key[:2] in pools:
                 total += 1
                 used += view.is_allocated(entry.key)
+        fit = NodeFit(rank_points(outcome.subrequest_ranks), used, total, allocated_devices(outcome))
         if memo_key is not None:
-            if len(self._usage_memo) >= MAX_USAGE_MEMO:
-                self._usage_memo.clear()
-            self._usage_memo[memo_key] = (outcome, used, total)
-        return used, total
+            if len(self._fit_memo) >= MAX_FIT_MEMO:
+                self._fit_memo.clear()
+            self._fit_memo[memo_key] = (outcome, fit)
+        return fit
 
     # ---- bind ---------------------------------------------------------------------------------
 
