@@ -157,7 +157,8 @@ class ClusterCache:
         ClaimWriter stores what it wrote before the watch delivers it, and the late event must not
         roll that back. An equal copy with the same resourceVersion (the watch echoing that write, or
         an unchanged object in a re-list) is skipped without parsing it again; passing the stored
-        object itself again re-indexes it.
+        object itself again re-indexes it. The cache owns `raw` from here on (its managedFields are
+        dropped).
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -174,6 +175,12 @@ class ClusterCache:
             return
         raw.setdefault("kind", kind)
         raw.setdefault("apiVersion", api_version)
+        meta = raw.get("metadata")
+        if isinstance(meta, dict) and "managedFields" in meta:
+            # Dropped, as kube-scheduler's informers do: nothing here reads them, they are much of an
+            # object's size, and an update written back without them keeps the server's (the API
+            # server decodes and compares whatever managedFields an update carries).
+            del meta["managedFields"]
         store = self._objects[kind]
         old = store.get(key)
         old_indexed = old is not None and key not in self._invalid[kind]

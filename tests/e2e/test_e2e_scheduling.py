@@ -56,6 +56,11 @@ def test_template_claim_is_allocated_reserved_and_pod_bound_to_the_device_node(
     ]
     terms = claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"]
     assert any(node in str(term) for term in terms), terms
+    # dra-extender writes claims back without managedFields (its cache drops them): the server keeps
+    # the creator's entry and adds ours.
+    fields = claim["metadata"]["managedFields"]
+    managers = {(entry["manager"], entry.get("subresource", "")) for entry in fields}
+    assert {("kube-controller-manager", ""), ("dra-extender", "status")} <= managers, managers
 
 
 def test_shared_claim_gets_one_allocation_and_every_pod_in_reserved_for(

@@ -336,3 +336,12 @@ def test_a_claim_without_uid_gives_its_devices_back_when_deleted() -> None:
     assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-0") == "ns/a"
     cache.apply("ResourceClaim", "DELETED", raw)
     assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-0") is None
+
+
+def test_managed_fields_are_dropped_so_writes_back_keep_the_servers(cache: ClusterCache) -> None:
+    raw = claim("tracked", "uid-tracked")
+    raw["metadata"]["managedFields"] = [{"manager": "kube-controller-manager", "operation": "Update"}]
+    cache.apply("ResourceClaim", "ADDED", raw)
+    stored = cache.raw("ResourceClaim", "ns/tracked")
+    assert stored is not None and "managedFields" not in stored["metadata"]
+    assert stored["metadata"]["uid"] == "uid-tracked"
