@@ -122,7 +122,10 @@ class FilterCache:
             if len(self._node_memo) >= MAX_ENTRIES:
                 self._node_memo.clear()
             self._node_memo[node.name] = memo
-        return (memo[2], *map(self._pool_versions.__getitem__, memo[3]))
+        pool_ids, versions = memo[3], self._pool_versions
+        if len(pool_ids) == 1:  # a node with its own pool: the usual case, kept cheap
+            return memo[2], versions[pool_ids[0]]
+        return (memo[2], *[versions[pool] for pool in pool_ids])
 
     def get(
         self, signature: ClaimsSignature, node: Node
