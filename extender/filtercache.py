@@ -133,22 +133,43 @@ class FilterCache:
         """(node key, cached outcome or None, the claims a failure was worked out for when they are not
         the signature's: rename with `renames` before showing its reasons)."""
         node_key = self.node_key(node)
+        found = self._usable(signature, node_key)
+        if found is None:
+            self.misses += 1
+            return node_key, None, None
+        self.hits += 1
+        return node_key, found[0], found[1]
+
+    def hits_for(
+        self, signature: ClaimsSignature, nodes: Iterable[Node]
+    ) -> list[tuple[Node, AllocationOutcome, ClaimRefs | None]]:
+        """`get` for many nodes at once, returning the hits only (a filter's first pass over the nodes
+        it is given: most are hits, and the misses go through `get` when they are searched)."""
+        found = []
+        usable = self._usable
+        node_key = self.node_key
+        for node in nodes:
+            hit = usable(signature, node_key(node))
+            if hit is not None:
+                found.append((node, hit[0], hit[1]))
+        self.hits += len(found)
+        return found
+
+    def _usable(
+        self, signature: ClaimsSignature, node_key: tuple
+    ) -> tuple[AllocationOutcome, ClaimRefs | None] | None:
         key = (signature[0], node_key)
         entry = self._entries.get(key)
         if entry is None:
-            self.misses += 1
-            return node_key, None, None
+            return None
         outcome, claims, carries = entry
         if outcome.success or claims == signature[1]:
             self._entries.move_to_end(key)
-            self.hits += 1
-            return node_key, outcome, None
+            return outcome, None
         if not carries:
-            self.misses += 1
-            return node_key, None, None
+            return None
         self._entries.move_to_end(key)
-        self.hits += 1
-        return node_key, outcome, claims
+        return outcome, claims
 
     def put(self, signature: ClaimsSignature, node_key: tuple, outcome: AllocationOutcome) -> None:
         """Store a fresh outcome (call it before anything changes: a failure's reasons are read here)."""
