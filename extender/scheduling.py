@@ -621,21 +621,28 @@ class Scheduler:
 
     def _scores(self, pod: dict, fitting: list[NodeVerdict], plan: PodPlan) -> dict[str, int]:
         policy = policy_for(pod, self.scoring)
-        fits = {v.node: self._node_fit(v, plan if policy != "none" and plan.to_allocate else None)
-                for v in fitting}
+        placed = policy != "none" and bool(plan.to_allocate)
+        memo_spec = None  # the claims spec, while the fit memo may be used (see _placed_fit)
+        filter_cache = self.filter_cache
+        if placed and filter_cache is not None and plan.signature is not None and (
+                plan.cache_epoch == filter_cache.epoch):
+            memo_spec = plan.signature[0]
+        fits: dict[str, NodeFit] = {}
+        node_of = self.cache.node
+        for verdict in fitting:
+            outcome = verdict.outcome
+            node = node_of(verdict.node) if placed and outcome is not None else None
+            if outcome is None:
+                fits[verdict.node] = NodeFit(0, 0, 0, 0)
+            elif node is None:
+                fits[verdict.node] = NodeFit(rank_points(outcome.subrequest_ranks), 0, 0,
+                                             allocated_devices(outcome))
+            else:
+                fits[verdict.node] = self._placed_fit(node, outcome, plan, memo_spec)
         return node_scores(policy, fits)
 
-    def _node_fit(self, verdict: NodeVerdict, plan: PodPlan | None) -> NodeFit:
-        outcome = verdict.outcome
-        if outcome is None:
-            return NodeFit(0, 0, 0, 0)
-        node = self.cache.node(verdict.node) if plan is not None else None
-        if node is None:
-            return NodeFit(rank_points(outcome.subrequest_ranks), 0, 0, allocated_devices(outcome))
-        assert plan is not None
-        return self._placed_fit(node, outcome, plan)
-
-    def _placed_fit(self, node: Node, outcome: AllocationOutcome, plan: PodPlan) -> NodeFit:
+    def _placed_fit(self, node: Node, outcome: AllocationOutcome, plan: PodPlan,
+                    memo_spec: bytes | None) -> NodeFit:
         """The node's fit with its placement: how many devices the node sees in the pools `outcome`
         takes devices from (placement looks at those), and how many of them the plan's view has in use.
 
@@ -645,11 +652,10 @@ class Scheduler:
         allocation in one of the node's pools appears or goes away (in the cache or in flight):
         prioritize scores ~half the nodes for every pod, and between two pods only the nodes that got
         devices changed. Only while nothing moved since the plan was made (its epoch), so a memo always
-        matches its key."""
-        filter_cache = self.filter_cache
+        matches its key: `memo_spec` (the plan's claims spec) is None otherwise."""
         memo_key = None
-        if filter_cache is not None and plan.signature is not None and plan.cache_epoch == filter_cache.epoch:
-            memo_key = (filter_cache.node_key(node), plan.signature[0])
+        if memo_spec is not None and self.filter_cache is not None:
+            memo_key = (self.filter_cache.node_key(node), memo_spec)
             memo = self._fit_memo.get(memo_key)
             if memo is not None and memo[0] is outcome:
                 return memo[1]
