@@ -482,14 +482,15 @@ class Scheduler:
         that view.
 
         `deadline` (on `self.clock`) bounds the whole check: each node's search gets at most what is
-        left, and nodes reached after it are timed out without being checked."""
+        left, and nodes reached after it are timed out without being searched. Nodes the filter cache
+        has an outcome for are answered from it whatever the deadline: that costs no search."""
         verdicts: dict[str, NodeVerdict] = {}
         started = self.clock()
         names = list(node_names)
         for first in range(0, len(names), HIT_BATCH):
             batch = names[first:first + HIT_BATCH]
             hits = self._cached_verdicts(plan, batch, node_objects) if use_cache else {}
-            for name in batch:
+            for index, name in enumerate(batch):
                 hit = hits.get(name)
                 if hit is not None:
                     verdicts[name] = hit
@@ -502,6 +503,8 @@ class Scheduler:
                                                  time_left_s=time_left)
                 if self.clock() - started > YIELD_AFTER_S:
                     started = await self._yield(plan)
+                    if use_cache:  # what changed during the yield: the rest of the batch again
+                        hits = self._cached_verdicts(plan, batch[index + 1:], node_objects)
             if self.clock() - started > YIELD_AFTER_S:
                 started = await self._yield(plan)
         return verdicts

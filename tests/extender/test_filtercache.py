@@ -236,6 +236,23 @@ async def test_a_brief_answer_never_renames_carried_failures(monkeypatch: pytest
     assert "claim c2: request" in (full.failed | full.unresolvable)["node-1"]
 
 
+async def test_nodes_after_a_yield_are_looked_up_in_the_cache_again() -> None:
+    ticks = [0.0]
+
+    def stepped() -> float:  # every reading advances 10 ms: the filter yields after its first search
+        ticks[0] += 0.01
+        return ticks[0]
+
+    scheduler = make(workload(3, count=2), clock=stepped)
+    assert (await scheduler.filter(pod(scheduler, "p0"), ["node-1", "node-2"])).passed == ["node-1", "node-2"]
+    # Runs at p2's first yield (after node-0, not cached, was searched): p1 takes node-1's two devices.
+    bind = asyncio.create_task(scheduler.bind("default", "p1", pod(scheduler, "p1")["metadata"]["uid"],
+                                              "node-1"))
+    result = await scheduler.filter(pod(scheduler, "p2"), NODES)
+    assert result.passed == ["node-0", "node-2"]  # node-1's outcome from before the yield is stale
+    await bind
+
+
 def _parts(objs: list[dict[str, Any]]) -> tuple[ClusterCache, AssumeCache, ClaimWriter]:
     cache = ClusterCache.from_objects(objs, FeatureGates())
     assume = AssumeCache()
