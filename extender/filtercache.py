@@ -163,13 +163,11 @@ class FilterCache:
         if entry is None:
             return None
         outcome, claims, carries = entry
-        if outcome.success or claims == signature[1]:
-            self._entries.move_to_end(key)
-            return outcome, None
-        if not carries:
+        own = outcome.success or claims == signature[1]
+        if not own and not carries:
             return None
         self._entries.move_to_end(key)
-        return outcome, claims
+        return outcome, None if own else claims
 
     def put(self, signature: ClaimsSignature, node_key: tuple, outcome: AllocationOutcome) -> None:
         """Store a fresh outcome (call it before anything changes: a failure's reasons are read here)."""

@@ -380,10 +380,7 @@ class Scheduler:
         if use_cache and plan.signature is not None and self.filter_cache is not None:
             node_key, cached, computed_for = self.filter_cache.get(plan.signature, node)
             if cached is not None:
-                if computed_for is None:
-                    return self._verdict(node_name, cached)
-                return NodeVerdict(node_name, False, "", _unresolvable(cached), "devices",
-                                   carried=(cached, computed_for, plan.signature[1]))
+                return self._cached_verdict(node_name, cached, computed_for, plan.signature[1])
         allocator = self.plan_allocator(plan)
         allocator.deadline_s = self.node_deadline_s if time_left_s is None else min(
             self.node_deadline_s, time_left_s)
@@ -401,6 +398,16 @@ class Scheduler:
         if node_key is not None and cache is not None and cache.epoch == plan.cache_epoch:
             cache.put(plan.signature, node_key, outcome)
         return self._verdict(node_name, outcome)
+
+    @classmethod
+    def _cached_verdict(cls, node_name: str, outcome: AllocationOutcome, computed_for: ClaimRefs | None,
+                        claims: ClaimRefs) -> NodeVerdict:
+        """A verdict from the filter cache; a failure worked out for other claims is renamed to
+        `claims` only when read."""
+        if computed_for is None:
+            return cls._verdict(node_name, outcome)
+        return NodeVerdict(node_name, False, "", _unresolvable(outcome), "devices",
+                           carried=(outcome, computed_for, claims))
 
     @staticmethod
     def _verdict(node_name: str, outcome: AllocationOutcome) -> NodeVerdict:
@@ -530,11 +537,7 @@ class Scheduler:
         verdicts: dict[str, NodeVerdict] = {}
         nodes = [node for node in map(self.cache.node, names) if node is not None]
         for node, outcome, computed_for in filter_cache.hits_for(signature, nodes):
-            if computed_for is None:
-                verdicts[node.name] = self._verdict(node.name, outcome)
-            else:
-                verdicts[node.name] = NodeVerdict(node.name, False, "", _unresolvable(outcome), "devices",
-                                                  carried=(outcome, computed_for, signature[1]))
+            verdicts[node.name] = self._cached_verdict(node.name, outcome, computed_for, signature[1])
         return verdicts
 
     def _hold_best(self, pod: dict, plan: PodPlan, verdicts: dict[str, NodeVerdict],
