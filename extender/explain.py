@@ -83,6 +83,14 @@ async def explain_pod(
                     "reservedFor": len(claim.reserved_for),
                 }
             )
+        variant = plan.extended_variant
+        if variant is not None and plan.extended is not None:
+            classes = plan.extended.classes
+            report["extendedResources"] = [
+                {"container": m["containerName"], "resource": m["resourceName"], "request": m["requestName"],
+                 "deviceClass": classes[m["resourceName"]]}
+                for m in variant.mappings
+            ]
         to_allocate = [claim.name for claim in plan.to_allocate]
         checked = await scheduler.check_nodes(plan, node_names, use_cache=False)
         verdicts = [checked[node] for node in node_names]
@@ -90,6 +98,9 @@ async def explain_pod(
         report["error"] = str(error)
         return report
     report["nodes"] = [_node_report(verdict, to_allocate) for verdict in verdicts]
+    if variant is not None:
+        for node in report["nodes"]:
+            node["message"] = variant.describe(node["message"])
     report["fittingNodes"] = sum(1 for verdict in verdicts if verdict.fits)
     return report
 
@@ -117,6 +128,9 @@ def render_text(report: dict[str, Any]) -> str:
     for claim in report["claims"]:
         state = "allocated" if claim["allocated"] else "to allocate"
         lines.append(f"  claim {claim['podClaimName']} -> {claim['claim']} ({state})")
+    for entry in report.get("extendedResources", []):
+        lines.append(f"  extended resource {entry['resource']} of container {entry['container']} -> request "
+                     f"{entry['request']} (device class {entry['deviceClass']})")
     for pool in report.get("driverLost", []):
         left = "grace period over" if pool.get("expired") else f"{pool.get('seconds_left', 0):.0f}s left"
         lines.append(

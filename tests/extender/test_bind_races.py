@@ -13,6 +13,7 @@ from allocator import FeatureGates, ResourceClaim
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
+from extender.extendedresources import Variant
 from extender.scheduling import BindFailed, Scheduler
 
 
@@ -31,11 +32,12 @@ class GatedWriter(ClaimWriter):
         super().__init__(None, cache)
         self.gates: dict[str, asyncio.Event] = {}
 
-    async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]]) -> None:
+    async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
+                   extended: Variant | None = None) -> None:
         gate = self.gates.get(pod["metadata"]["name"])
         if gate is not None:
             await gate.wait()
-        await super().bind(pod, node, claims)
+        await super().bind(pod, node, claims, extended)
 
 
 def make(objs: list[dict[str, Any]], **options: Any) -> tuple[Scheduler, GatedWriter, Clock]:
