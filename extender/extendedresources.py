@@ -183,7 +183,8 @@ class ExtendedResources:
         """The DeviceClass serving `resource`. Several classes naming the same extendedResourceName:
         the newest (creationTimestamp) wins, on a tie the smallest name, as upstream's
         ExtendedResourceCache decides. Unlike that cache we recompute from all classes whenever one
-        changes, so deleting the winner hands the name to the next class instead of dropping it."""
+        changes: deleting one class leaves the name with the best remaining one, where upstream's
+        incremental cache forgets the name until a class naming it is added or updated."""
         if self._mapping is None:
             self._mapping = self._build_mapping()
         name = self._mapping.get(resource)
