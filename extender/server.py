@@ -20,6 +20,7 @@ from aiohttp import web
 
 from extender import wire
 from extender.explain import ExplainError, explain_pod, render_text
+from extender.extendedresources import requested_names
 from extender.metrics import CONTENT_TYPE, Metrics
 from extender.podclaims import InvalidPodError, has_claims
 from extender.scheduling import BindFailed, Scheduler
@@ -55,7 +56,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 def _may_have_claims(pod: dict) -> bool:
     try:
-        return has_claims(pod)
+        # Before the DeviceClasses are listed, any extended resource may turn out to be backed by DRA.
+        return has_claims(pod) or bool(requested_names(pod))
     except InvalidPodError:
         return True  # the scheduler reports the malformed field once the cache is ready
 
