@@ -349,8 +349,13 @@ class Scheduler:
             plan.blocked = _blocked(f"extended resource claim {stale.key} of an earlier attempt is "
                                     "being removed", "stale extended claim", unresolvable=False)
             return
-        plan.extended = extended
-        variant = plan.extended_variant = extended.full
+        variant = extended.full
+        if variant.claim is not None and self._claim_in_flight_for_other(variant.claim, pod_uid(plan.pod)):
+            # A bind's write of unknown outcome (see bind): its devices stay counted until it settles.
+            plan.blocked = _blocked(f"the extended resource claim of pod {pod_key(plan.pod)} is in the "
+                                    "process of being allocated", "claim in flight")
+            return
+        plan.extended, plan.extended_variant = extended, variant
         if variant.claim is not None:
             plan.to_allocate.append(variant.claim)
 

@@ -20,6 +20,7 @@ from extender.extendedresources import (
     requested_names,
 )
 from extender.filtercache import FilterCache
+from extender.kubeapi import ApiError
 from extender.scheduling import BindFailed, Scheduler
 
 GPU = "example.com/gpu"
@@ -348,3 +349,22 @@ async def test_extended_explain_names_requests_by_container_and_resource() -> No
                                "(request container-1-request-0): needs 3 devices, 2 match")
     text = render_text(report)
     assert "extended resource example.com/gpu of container main -> request container-1-request-0" in text
+
+
+async def test_extended_pod_status_write_failing_undoes_the_created_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scheduler = make([extended_class(), *o.cluster(1, 2)[1:], gpu_pod("p")])
+    pod = pod_of(scheduler, "p")
+
+    async def refused(namespace: str, name: str, status: dict) -> None:
+        raise ApiError(422, "Invalid", "pods \"p\" is invalid")
+
+    monkeypatch.setattr(scheduler.writer._store, "patch_pod_status", refused)
+    assert (await scheduler.filter(pod, ["node-0"])).passed == ["node-0"]
+    with pytest.raises(BindFailed, match="extendedResourceClaimStatus: 422 Invalid"):
+        await scheduler.bind("default", "p", pod["metadata"]["uid"], "node-0")
+    assert special_claims(scheduler) == [] and list(scheduler.assume.in_flight()) == []
+    assert not pod_of(scheduler, "p")["spec"].get("nodeName")
+    monkeypatch.undo()
+    assert await schedule(scheduler, "p") == "node-0"
