@@ -471,25 +471,28 @@ class ClaimWriter:
         return problems, frozenset(unsettled)
 
     async def _delete_created(self, record: _Written) -> None:
-        for attempt in range(MAX_ATTEMPTS):
-            if attempt:
-                await asyncio.sleep(self._retry_delay)
+        """Delete a special claim, retrying on conflicts (the claim changed between read and write)."""
+        for _ in range(MAX_ATTEMPTS):
             try:
-                obj = await self._fresh_claim(record)
-            except BindError:
-                return  # already gone
-            try:
-                if FINALIZER in ((obj.get("metadata") or {}).get("finalizers") or []):
-                    await self._store.update_claim(_without_finalizer(obj))
-                await self._store.delete_claim(record.namespace, record.name, record.uid)
+                return await self._delete_once(record)
             except ApiError as err:
-                if err.conflict:
-                    continue
-                if err.not_found:
-                    return
-                raise
-            return
+                if not err.conflict:
+                    raise
+            await asyncio.sleep(self._retry_delay)
         raise BindError(f"still conflicting after {MAX_ATTEMPTS} attempts")
+
+    async def _delete_once(self, record: _Written) -> None:
+        try:
+            obj = await self._fresh_claim(record)
+        except BindError:
+            return  # already gone
+        if FINALIZER in ((obj.get("metadata") or {}).get("finalizers") or []):
+            await self._store.update_claim(_without_finalizer(obj))
+        try:
+            await self._store.delete_claim(record.namespace, record.name, record.uid)
+        except ApiError as err:
+            if not err.not_found:
+                raise
 
     async def _undo_claim(self, record: _Written, pod_uid: str) -> bool:
         """Undo one claim; False when a status write of unknown outcome may still be applied."""

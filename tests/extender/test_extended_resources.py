@@ -7,6 +7,7 @@ from typing import Any
 
 import dra_objects as o
 import pytest
+from test_scheduling import make, pod_of
 
 from allocator import FeatureGates
 from extender.assume import AssumeCache
@@ -66,19 +67,6 @@ def plugin_node(name: str, gpus: int) -> dict[str, Any]:
     raw = o.node(name)
     raw["status"] = {"allocatable": {GPU: str(gpus), "cpu": "8"}}
     return raw
-
-
-def make(objs: list[dict[str, Any]], **options: Any) -> Scheduler:
-    cache = ClusterCache.from_objects(objs, FeatureGates())
-    assume = AssumeCache()
-    assume.attach(cache)
-    return Scheduler(cache, assume, ClaimWriter(None, cache), **options)
-
-
-def pod_of(scheduler: Scheduler, name: str) -> dict:
-    pod = scheduler.cache.pod("default", name)
-    assert pod is not None
-    return pod
 
 
 def special_claims(scheduler: Scheduler) -> list[dict]:
