@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cachetools import LRUCache
+
 from allocator import Node, ResourceClaim
 from allocator.quantity import Quantity
 
@@ -36,6 +38,9 @@ IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
 IN_MEMORY_NAME = "<extended-resources>"
 _NATIVE_NAMESPACE = "kubernetes.io/"
 _QUOTA_PREFIX = "requests."
+# Pods whose mapping and variants are kept between filter, prioritize and bind (building the requests
+# and parsing the in-memory claim costs ~10x a claim pod's whole plan).
+MEMO_PODS = 4096
 
 
 def is_dra_extended_name(name: str) -> bool:
@@ -154,6 +159,10 @@ class ExtendedResources:
         self._mapping: dict[str, str] | None = None  # resource name -> class name, rebuilt on change
         self._special: dict[str, str] = {}  # pod uid -> "namespace/name" of its special claim
         self._special_pod: dict[str, str] = {}  # claim key -> pod uid (to unindex)
+        # pod uid -> (class generation, the pod's plan without its stale claim). Container resources of
+        # extended resources cannot change (in-place resize covers cpu and memory only).
+        self._generation = 0
+        self._memo: LRUCache[str, tuple[int, ExtendedPlan | None]] = LRUCache(maxsize=MEMO_PODS)
         for raw in cache.objects():
             self._on_change(str(raw.get("kind")), "ADDED", raw, None)
         cache.subscribe(self._on_change)
@@ -167,6 +176,7 @@ class ExtendedResources:
             else:
                 self._classes[name] = new
             self._mapping = None
+            self._generation += 1
         elif kind == "ResourceClaim":
             key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
             previous = self._special_pod.pop(key, None)
@@ -224,12 +234,20 @@ class ExtendedResources:
 
     def plan(self, pod: Mapping) -> ExtendedPlan | None:
         """The pod's mapped extended resources, or None when it asks for none."""
-        names = requested_names(pod)
-        classes = {name: cls for name in names if (cls := self.class_for(name)) is not None}
-        if not classes:
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        memo = self._memo.get(uid) if uid else None
+        if memo is not None and memo[0] == self._generation:
+            known = memo[1]
+        else:
+            names = requested_names(pod)
+            classes = {name: cls for name in names if (cls := self.class_for(name)) is not None}
+            unmapped = tuple(sorted(names - classes.keys()))
+            known = ExtendedPlan(pod, classes, unmapped, None) if classes else None
+            if uid:
+                self._memo[uid] = (self._generation, known)
+        if known is None:
             return None
-        unmapped = tuple(sorted(names - classes.keys()))
-        return ExtendedPlan(pod, classes, unmapped, self.stale_claim(pod))
+        return ExtendedPlan(known.pod, known.classes, known.unmapped, self.stale_claim(pod), known.variants)
 
 
 def special_claim_owner(claim_raw: Mapping) -> str | None:
