@@ -97,6 +97,8 @@ TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
 # the claims to show up before it answers "not created yet".
 DEFAULT_CLAIM_WAIT_S = 0.25
 CLAIM_POLL_S = 0.01
+# How long bind waits for a pod the cache does not know yet (see Scheduler._await_pod).
+BIND_POD_WAIT_S = 1.0
 # Memoised node fits for scoring (see Scheduler._placed_fit): a few entries per node and claim shape.
 MAX_FIT_MEMO = 20_000
 
@@ -791,7 +793,7 @@ class Scheduler:
 
     async def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
         """Allocate (re-checked against current state), reserve and bind. Raises BindFailed."""
-        pod = self.cache.pod(namespace, name)
+        pod = self.cache.pod(namespace, name) or await self._await_pod(namespace, name, uid)
         if pod is None:
             raise BindFailed(f"pod {namespace}/{name} is not known to dra-extender")
         if uid and pod_uid(pod) and pod_uid(pod) != uid:
@@ -832,6 +834,18 @@ class Scheduler:
             # The created claim, allocated, is in the cache now (the writer stores what it wrote): the
             # in-memory claim's entry, under a UID no watch event will ever confirm, has done its job.
             self._release(extended.claim)
+
+    async def _await_pod(self, namespace: str, name: str, uid: str) -> dict | None:
+        """The pod from the cache, polled for up to BIND_POD_WAIT_S: kube-scheduler may bind a pod that
+        our watch has not delivered yet. A pod with claims rarely gets here (filter waited for its
+        claims, and so for its cached copy), one asking only for extended resources often does, and a
+        refused bind costs it kube-scheduler's backoff (seconds)."""
+        for _ in range(round(BIND_POD_WAIT_S / CLAIM_POLL_S)):
+            await asyncio.sleep(CLAIM_POLL_S)
+            pod = self.cache.pod(namespace, name)
+            if pod is not None and (not uid or pod_uid(pod) == uid):
+                return pod
+        return None
 
     def _reserve_for_bind(self, pod: dict, node_name: str
                           ) -> tuple[list[tuple[ResourceClaim, dict | None]], Variant | None]:

@@ -3,6 +3,7 @@ the DeviceClass choice, and filter/bind/undo/stale claims through the scheduler 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import dra_objects as o
@@ -356,3 +357,15 @@ async def test_extended_pod_status_write_failing_undoes_the_created_claim(
     assert not pod_of(scheduler, "p")["spec"].get("nodeName")
     monkeypatch.undo()
     assert await schedule(scheduler, "p") == "node-0"
+
+
+async def test_extended_bind_waits_for_a_pod_the_watch_has_not_delivered_yet() -> None:
+    """kube-scheduler may bind a pod that filter judged from its own copy before our watch has it;
+    refusing would cost the pod kube-scheduler's backoff."""
+    scheduler = make([extended_class(), *o.cluster(1, 2)[1:]])
+    late = gpu_pod("p")
+    bind = asyncio.create_task(scheduler.bind("default", "p", late["metadata"]["uid"], "node-0"))
+    await asyncio.sleep(0.05)
+    scheduler.cache.apply("Pod", "ADDED", late)
+    await bind
+    assert pod_of(scheduler, "p")["spec"]["nodeName"] == "node-0" and len(special_claims(scheduler)) == 1
