@@ -871,7 +871,10 @@ class Scheduler:
                 if conflict:
                     self.metrics.bind_conflicts.inc()
                 self.metrics.bind_failures.labels(stage="recheck").inc()
-            raise BindFailed(f"pod {pod_key(pod)} no longer fits node {node_name}: {verdict.message}")
+            message = verdict.message
+            if plan.extended_variant is not None:
+                message = plan.extended_variant.describe(message)
+            raise BindFailed(f"pod {pod_key(pod)} no longer fits node {node_name}: {message}")
         writes: list[tuple[ResourceClaim, dict | None]] = [
             (claim, None) for claim in plan.allocated if not is_reserved_for(claim.raw, uid)
         ]
