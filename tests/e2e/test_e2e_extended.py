@@ -162,3 +162,34 @@ def test_extended_resource_forty_pods_race_for_thirty_devices(api: Api, namespac
         assert_devices_consistent(api, namespace, in_use=30, no_leaks=True)
     finally:
         driver.cleanup()
+
+
+def test_extended_resource_implicit_class_name_with_an_init_container(
+    api: Api, namespace: str, two_by_two: tuple[Driver, str]
+) -> None:
+    """deviceclass.resource.kubernetes.io/<class>: the init container reuses the main container's
+    devices; the API server accepts the mappings (they must name each container's own requests)."""
+    driver, _ = two_by_two
+    implicit = f"deviceclass.resource.kubernetes.io/{driver.device_class}"
+
+    def container(name: str, count: int) -> dict[str, Any]:
+        amount = {implicit: str(count)}
+        return {"name": name, "image": "registry.invalid/pause",
+                "resources": {"requests": amount, "limits": amount}}
+
+    api.create(f"/api/v1/namespaces/{namespace}/pods", {
+        "metadata": {"name": "staged"},
+        "spec": {"terminationGracePeriodSeconds": 0, "initContainers": [container("setup", 1)],
+                 "containers": [container("main", 2)]},
+    })
+    wait_for("pod bound",
+             lambda: api.get(f"/api/v1/namespaces/{namespace}/pods/staged")["spec"].get("nodeName"))
+    pod = api.get(f"/api/v1/namespaces/{namespace}/pods/staged")
+    (claim,) = special_claims(api, namespace)
+    assert [(r["name"], r["exactly"]["count"]) for r in claim["spec"]["devices"]["requests"]] == [
+        ("container-1-request-0", 2)]
+    assert len(allocated_devices(claim)) == 2
+    assert pod["status"]["extendedResourceClaimStatus"]["requestMappings"] == [
+        {"containerName": "main", "resourceName": implicit, "requestName": "container-1-request-0"},
+        {"containerName": "setup", "resourceName": implicit, "requestName": "container-1-request-0"},
+    ]
