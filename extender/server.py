@@ -21,6 +21,7 @@ from aiohttp import web
 from extender import wire
 from extender.explain import ExplainError, explain_pod, render_text
 from extender.metrics import CONTENT_TYPE, Metrics
+from extender.names import split_ref
 from extender.podclaims import InvalidPodError, has_claims
 from extender.scheduling import BindFailed, Scheduler
 
@@ -179,10 +180,10 @@ class ExtenderServer:
     # ---- debug --------------------------------------------------------------------------------
 
     async def explain(self, request: web.Request) -> web.Response:
-        target = request.query.get("pod", "")
-        namespace, _, name = target.rpartition("/")
-        if not namespace or not name:
-            raise wire.BadRequest("query parameter pod=NAMESPACE/NAME is required")
+        try:  # NAME alone is in the default namespace, as on the command line
+            namespace, name = split_ref(request.query.get("pod", ""))
+        except ValueError as error:
+            raise wire.BadRequest(f"query parameter pod: {error}") from None
         text_format = request.query.get("format", "json")
         if text_format not in ("json", "text"):
             raise wire.BadRequest(f"format must be json or text, got {text_format!r}")
