@@ -193,3 +193,12 @@ def test_monitoring_composes_with_every_overlay(tmp_path: Path, overlay: str) ->
     secret = tls["ca"]["secret"]["name"]
     [serving] = [d for d in docs if d["kind"] == "Certificate" and d["spec"]["secretName"] == secret]
     assert tls["serverName"] in serving["spec"]["dnsNames"]
+
+
+def test_helm_chart_carries_the_same_rules_and_dashboard() -> None:
+    """The chart cannot read files outside its folder, so it has copies; without helm at hand (the
+    chart-vs-kustomize comparison in test_helm_chart.py) this keeps them equal."""
+    chart_files = DEPLOY / "helm" / "dra-extender" / "files"
+    assert (chart_files / "dra-extender-dashboard.json").read_text() == DASHBOARD.read_text()
+    spec = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())["spec"]
+    assert yaml.safe_load((chart_files / "prometheusrule-spec.yaml").read_text()) == spec
