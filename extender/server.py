@@ -2,7 +2,8 @@
 
 Extender port (`{prefix}/filter`, `/prioritize`, `/bind`, `/preempt`): exactly kube-scheduler's JSON.
 Malformed bodies get HTTP 400 with a message; a scheduling problem is an answer, not an HTTP error.
-Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/healthz`, `/readyz`, `/metrics`.
+Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/debug/ui` (extender/devicemap.py),
+`/healthz`, `/readyz`, `/metrics`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from extender import wire
+from extender import devicemap, wire
 from extender.explain import ExplainError, explain_pod, render_text
 from extender.metrics import CONTENT_TYPE, Metrics
 from extender.names import split_ref
@@ -105,6 +106,7 @@ class ExtenderServer:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics_endpoint)
+        devicemap.register(app, self)
         return app
 
     async def start(self, host: str, extender_port: int, debug_port: int,
