@@ -291,6 +291,7 @@ def usage_banner(server: ExtenderServer, cache: Any, *, kubectl_template: bool =
     insecure = "-k " if extender.startswith("https") else ""
     lines = [
         f"dra-extender: extender verbs at {extender}/{{filter,prioritize,bind,preempt}}",
+        f"dra-extender: device map at {debug}/debug/ui",
         f"dra-extender: debug at {debug}/debug/explain?pod=NS/NAME, {debug}/debug/state, "
         f"{debug}/debug/snapshot, {debug}/metrics, {debug}/healthz, {debug}/readyz",
     ]
