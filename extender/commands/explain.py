@@ -34,7 +34,8 @@ def register(subparsers: Any) -> None:
             "dra-extender explain a100-job --snapshot examples/cluster",
             "dra-extender explain my-pod -n team-a --context prod -o yaml",
             "kubectl dra explain team-a/my-pod --node node-7 -o json",
-        ) + "\n  (0: fits at least one node, 1: fits none, 2: pod/node not found or cluster unreadable)",
+        ) + "\n  (0: fits at least one node, 1: fits none or cannot be scheduled yet, "
+        "2: pod/node not found or cluster unreadable)",
     )
     parser.add_argument("pod", metavar="[NAMESPACE/]NAME", help="the pod to explain")
     output.add_namespace_argument(parser, "pod")
@@ -74,6 +75,5 @@ async def _explain(args: argparse.Namespace, features: Any, namespace: str, name
     finally:
         await cluster.close()
     output.write(report, args.output, render_text)
-    if report["error"]:
-        return output.EXIT_ERROR
-    return output.EXIT_OK if report.get("fittingNodes") else output.EXIT_PROBLEMS
+    # A pod that cannot be scheduled yet (a claim missing, ...) is a finding, like one that fits nowhere.
+    return output.EXIT_OK if report.get("fittingNodes") and not report["error"] else output.EXIT_PROBLEMS

@@ -68,6 +68,19 @@ def test_explain_exit_codes(argv: list[str], code: int, capsys: pytest.CaptureFi
     capsys.readouterr()
 
 
+def test_explain_of_a_pod_whose_claim_is_missing_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    meta = {"name": "orphan", "namespace": "default", "uid": "u-1"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+           "spec": {"containers": [{"name": "c", "image": "x"}],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "nowhere"}]}}
+    shutil.copytree(EXAMPLES, tmp_path / "cluster")
+    (tmp_path / "cluster" / "orphan.yaml").write_text(yaml.safe_dump(pod))
+    assert main(["explain", "orphan", "--snapshot", str(tmp_path / "cluster")]) == 1
+    assert 'could not find ResourceClaim "default/nowhere"' in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("form", ["json", "yaml"])
 def test_explain_prints_the_same_document_in_json_and_yaml(
     form: str, capsys: pytest.CaptureFixture[str]
