@@ -13,8 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[fast,test]'
 	touch $(STAMP)
 
+# Extra `dra-extender serve` flags go in ARGS, e.g. `make run ARGS="--extender-port 9000 --debug-port 9001"`.
+ARGS ?=
 run: $(STAMP)
-	$(BIN)/dra-extender serve --snapshot examples/cluster
+	$(BIN)/dra-extender serve --snapshot examples/cluster $(ARGS)
 
 # kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and etcd for the end-to-end tests,
 # built from tests/e2e/go.mod once per machine (about 10 minutes on 2 cores), then reused.
