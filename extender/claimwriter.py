@@ -108,10 +108,16 @@ class _ApiStore:
         return created
 
     async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
-        gone = await self.client.delete(CLAIMS_PATH.format(namespace=namespace, name=name),
-                                        preconditions={"uid": uid})
-        if gone.get("kind") == "ResourceClaim":
-            self._remember(gone)
+        answer = await self.client.delete(CLAIMS_PATH.format(namespace=namespace, name=name),
+                                          preconditions={"uid": uid})
+        if answer.get("kind") == "ResourceClaim" and (answer.get("metadata") or {}).get("finalizers"):
+            self._remember(answer)  # someone else's finalizer holds it: still there, still allocated
+        else:
+            # Gone now (the answer is the last state, or a Status): the next filter must not wait for
+            # the watch to see the devices free and the pod without a stale claim.
+            last = self.cache.raw("ResourceClaim", f"{namespace}/{name}")
+            if last is not None and (last.get("metadata") or {}).get("uid") == uid:
+                self.cache.apply("ResourceClaim", "DELETED", last)
 
     async def patch_pod_status(self, namespace: str, name: str, status: dict) -> None:
         await self.client.patch(POD_STATUS_PATH.format(namespace=namespace, name=name), {"status": status})

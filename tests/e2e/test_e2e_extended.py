@@ -193,3 +193,37 @@ def test_extended_resource_implicit_class_name_with_an_init_container(
         {"containerName": "main", "resourceName": implicit, "requestName": "container-1-request-0"},
         {"containerName": "setup", "resourceName": implicit, "requestName": "container-1-request-0"},
     ]
+
+
+def test_extended_resource_stale_claim_of_an_earlier_attempt_is_deleted_and_replaced(
+    api: Api, namespace: str
+) -> None:
+    """A special claim left behind (say, the extender died mid-bind) is deleted by the pod's next
+    filter, which then allocates afresh."""
+    driver, resource = extended_driver(api, nodes=1, devices=2)
+    try:
+        create_extended_pod(api, namespace, "blocker", resource, 2)
+        wait_for("blocker bound",
+                 lambda: api.get(f"/api/v1/namespaces/{namespace}/pods/blocker")["spec"].get("nodeName"))
+        pod = create_extended_pod(api, namespace, "late", resource, 2)
+        stale = api.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaims", {
+            "metadata": {
+                "generateName": "late-extended-resources-",
+                "annotations": {ANNOTATION: "true"},
+                "finalizers": [FINALIZER],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "late",
+                                     "uid": pod["metadata"]["uid"], "controller": True}],
+            },
+            "spec": {"devices": {"requests": [{"name": "container-0-request-1", "exactly": {
+                "deviceClassName": driver.device_class, "allocationMode": "ExactCount", "count": 2}}]}},
+        })
+        api.delete(f"/api/v1/namespaces/{namespace}/pods/blocker", grace_period_seconds=0)
+        wait_for("late bound", lambda: api.get(f"/api/v1/namespaces/{namespace}/pods/late")["spec"].get(
+            "nodeName"), timeout_s=60)
+        names = {c["metadata"]["name"] for c in special_claims(api, namespace)}
+        assert stale["metadata"]["name"] not in names
+        status = api.get(f"/api/v1/namespaces/{namespace}/pods/late")["status"]["extendedResourceClaimStatus"]
+        assert status["resourceClaimName"] in names
+        assert_devices_consistent(api, namespace, in_use=2, no_leaks=True)
+    finally:
+        driver.cleanup()
