@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from allocator import FeatureGates
+from allocator import FeatureGates, cel
 from extender import controllers, eventloop
 from extender.podclaims import has_claims
 from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
@@ -326,20 +326,38 @@ async def print_banner_when_synced(server: ExtenderServer, cluster: Cluster) -> 
     print(usage_banner(server, cluster.cache, kubectl_template=cluster.client is not None), flush=True)
 
 
+def flag_problem(args: argparse.Namespace) -> str:
+    """Why this flag combination cannot run ("" when it can). TLS flags fail closed: half a TLS setup
+    never falls back to plain HTTP or to running without the webhook."""
+    if args.snapshot and (args.kubeconfig or args.context):
+        return "--snapshot cannot be combined with --kubeconfig or --context"
+    if bool(args.extender_tls_cert_file) != bool(args.extender_tls_private_key_file):
+        return "--extender-tls-cert-file and --extender-tls-private-key-file go together"
+    if args.extender_client_ca_file and not args.extender_tls_cert_file:
+        return ("--extender-client-ca-file needs --extender-tls-cert-file and "
+                "--extender-tls-private-key-file: client certificates are only checked over HTTPS, "
+                "and the extender would otherwise serve plain HTTP to anyone")
+    if bool(getattr(args, "tls_cert_file", None)) != bool(getattr(args, "tls_private_key_file", None)):
+        return ("--tls-cert-file and --tls-private-key-file go together (the admission webhook needs both; "
+                "leave both out to run without it)")
+    return ""
+
+
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
-    if args.snapshot and (args.kubeconfig or args.context):
-        print("error: --snapshot cannot be combined with --kubeconfig or --context", file=sys.stderr)
-        return 2
-    if bool(args.extender_tls_cert_file) != bool(args.extender_tls_private_key_file):
-        print(
-            "error: --extender-tls-cert-file and --extender-tls-private-key-file go together", file=sys.stderr
-        )
+    problem = flag_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
         features = parse_features(args.feature_gates)
     except ValueError as error:
         print(f"error: --feature-gates: {error}", file=sys.stderr)
+        return 2
+    try:
+        cel.default_engine()
+    except ValueError as error:  # otherwise /readyz says ok and every filter fails
+        print(f"error: {cel.BACKEND_ENV}: {error}", file=sys.stderr)
         return 2
     try:
         return eventloop.run(serve(args, features))
