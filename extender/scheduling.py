@@ -87,6 +87,7 @@ TIMEOUT = "timeout"  # NodeVerdict.reason of a node whose search did not finish 
 # Upstream's plugin's words for a node without devices for the pod; ours too where another node fits
 # (see _split), or where no reason could be given.
 CANNOT_ALLOCATE = "cannot allocate all claims"
+UNKNOWN_NODE = "node not known to dra-extender"
 TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
 # kube-scheduler tries a pod as soon as it is created, a moment before the resourceclaim controller
 # creates its template claims; the in-tree plugin's PreEnqueue keeps such a pod out of scheduling until
@@ -367,7 +368,8 @@ class Scheduler:
             return NodeVerdict(node_name, False, blocked.message, blocked.unresolvable, blocked.reason)
         node = self._node(node_name, node_objects)
         if node is None:
-            return NodeVerdict(node_name, False, f"node {node_name} is not known to dra-extender", True,
+            # The answer's key names the node: a request full of made-up names gets a compact answer.
+            return NodeVerdict(node_name, False, UNKNOWN_NODE, True,
                                "unknown node")
         for claim in plan.allocated:
             selector = (claim.allocation or {}).get("nodeSelector")

@@ -21,6 +21,12 @@ import orjson
 
 from allocator import FeatureGates, cel
 from extender import controllers, eventloop
+from extender.httpguard import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_REQUEST_BYTES,
+    HttpLimits,
+)
 from extender.podclaims import has_claims
 from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
 from extender.scoring import POLICIES
@@ -71,6 +77,28 @@ def register(subparsers: Any) -> None:
     net.add_argument(
         "--extender-client-ca-file",
         help="require extender clients (kube-scheduler) to present a certificate signed by this CA",
+    )
+    net.add_argument(
+        "--max-request-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help="largest filter, prioritize or preempt body accepted (413 beyond; bind takes at most 64 KiB). "
+        "The default fits a Pod and node names (nodeCacheCapable: true, as deploy/ configures); raise it "
+        f"only for full NodeLists (default {DEFAULT_MAX_REQUEST_BYTES})",
+    )
+    net.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="connections each port keeps open at once; more are closed at once (default "
+        f"{DEFAULT_MAX_CONNECTIONS}). Keep the ports' sum below the process's file-descriptor limit",
+    )
+    net.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        help="seconds a connection may stay open without sending a complete request, from when it opens "
+        f"or got its last answer (default {DEFAULT_IDLE_TIMEOUT_S:g})",
     )
     sched = parser.add_argument_group("scheduling")
     sched.add_argument(
@@ -150,6 +178,24 @@ def _port(value: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port must be 0-65535, got {port}")
     return port
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    return number
+
+
+def http_limits(args: argparse.Namespace) -> HttpLimits:
+    return HttpLimits(
+        max_request_bytes=getattr(args, "max_request_bytes", DEFAULT_MAX_REQUEST_BYTES),
+        max_connections=getattr(args, "max_connections", DEFAULT_MAX_CONNECTIONS),
+        idle_timeout_s=getattr(args, "idle_timeout", DEFAULT_IDLE_TIMEOUT_S),
+    )
 
 
 def _seconds(value: str) -> float:
@@ -377,7 +423,8 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
         log.error("cannot read the cluster: %s", error)
         return 1
     server = ExtenderServer(
-        build_scheduler(cluster, args), watch_health=cluster.watcher.health if cluster.watcher else None
+        build_scheduler(cluster, args), watch_health=cluster.watcher.health if cluster.watcher else None,
+        limits=http_limits(args),
     )
     webhook = None
     running = None
@@ -404,7 +451,8 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
             log.warning("webhook package not available: the webhook port is not opened")
         else:
             webhook = webhook_server.server_from_args(
-                args, cluster.cache, features=features, host=args.bind_address, port=args.webhook_port
+                args, cluster.cache, features=features, host=args.bind_address, port=args.webhook_port,
+                limits=http_limits(args),
             )
             if webhook is not None:  # otherwise server_from_args logged why the port stays closed
                 await webhook.start()

@@ -58,7 +58,7 @@ async def test_fit_and_one_line_reason_per_node() -> None:
     # No devices in use on node-0: preemption cannot help, so the node is unresolvable.
     assert result.unresolvable == {
         "node-0": "claim c: request gpu: needs 3 devices, 2 match",
-        "ghost": "node ghost is not known to dra-extender",
+        "ghost": "node not known to dra-extender",
     }
     assert result.failed == {} and result.error == ""
 

@@ -282,7 +282,8 @@ async def test_serve_against_an_api_server_via_kubeconfig(
                 assert response.status == 200
             pod = fake_api.get_object("Pod", "a100-job", "default")
             body = orjson.dumps({"Pod": pod, "NodeNames": ["node-1", "node-2", "node-3"], "Nodes": None})
-            async with session.post(extender + "/filter", data=body) as response:
+            async with session.post(extender + "/filter", data=body,
+                                    headers={"Content-Type": "application/json"}) as response:
                 assert (await response.json())["NodeNames"] == ["node-1"]
             async with session.get(debug + "/debug/state") as response:
                 state = await response.json()
