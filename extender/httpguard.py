@@ -83,9 +83,12 @@ class BodyReader:
             raise RequestRefused(413, problem)
         length = request.content_length
         large = length is None or length > LARGE_BODY_BYTES
+        # Waiting for a slot and reading share one budget.
+        deadline = asyncio.get_running_loop().time() + self.limits.body_timeout_s
         async with self._slot(large):
             try:
-                return await asyncio.wait_for(self._read_within(request), self.limits.body_timeout_s)
+                async with asyncio.timeout_at(deadline):
+                    return await self._read_within(request)
             except TimeoutError:
                 raise RequestRefused(408, f"request body not received within "
                                           f"{self.limits.body_timeout_s:g} s") from None

@@ -88,6 +88,7 @@ TIMEOUT = "timeout"  # NodeVerdict.reason of a node whose search did not finish 
 # (see _split), or where no reason could be given.
 CANNOT_ALLOCATE = "cannot allocate all claims"
 UNKNOWN_NODE = "node not known to dra-extender"
+NAMED_UNKNOWN_NODES = 100
 TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
 # kube-scheduler tries a pod as soon as it is created, a moment before the resourceclaim controller
 # creates its template claims; the in-tree plugin's PreEnqueue keeps such a pod out of scheduling until
@@ -830,14 +831,22 @@ def _split(verdicts: Mapping[str, NodeVerdict], brief: bool = False) -> FilterRe
     of hundreds of full nodes is CPU and bytes for nothing on every pod that gets scheduled; with no
     node left, every node says why. `dra-extender explain` and simulate always give the details."""
     result = FilterResult([], {}, {})
-    brief = brief and any(verdict.fits for verdict in verdicts.values())
+    unknown = 0
+    some_fit = any(verdict.fits for verdict in verdicts.values())
     for name, verdict in verdicts.items():
         if verdict.fits:
             result.passed.append(name)
+        elif verdict.reason == "unknown node" and brief:
+            # kube-scheduler counts a node its extender leaves out of every list as unschedulable and
+            # unresolvable, exactly what an unknown node is: naming a few is enough, so a request of
+            # made-up names cannot blow up into an answer several times its size.
+            unknown += 1
+            if unknown <= NAMED_UNKNOWN_NODES:
+                result.unresolvable[name] = verdict.message
         elif verdict.unresolvable:
-            result.unresolvable[name] = _said(verdict, brief)
+            result.unresolvable[name] = _said(verdict, brief and some_fit)
         else:
-            result.failed[name] = _said(verdict, brief)
+            result.failed[name] = _said(verdict, brief and some_fit)
     return result
 
 
