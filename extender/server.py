@@ -6,11 +6,15 @@ answered 200 with the problem in `Error` (which kube-scheduler logs); prioritize
 such field and get HTTP 400 with a message. A scheduling problem is an answer, not an HTTP error.
 Body sizes, slow and idle connections are bounded (extender.httpguard).
 Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/healthz`, `/readyz`, `/metrics`.
+The `/debug/` pages describe the cluster's pods and claims: unless `debug_from_anywhere`, they answer
+only connections from loopback (`kubectl port-forward` arrives there); kubelet's probes and
+Prometheus reach the rest from the pod network.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import ssl
 import time
@@ -33,6 +37,9 @@ log = logging.getLogger(__name__)
 DEFAULT_PREFIX = "/scheduler"
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
+DEBUG_LOOPBACK_ONLY = ("dra-extender: /debug/ pages answer only loopback connections "
+                       "(use kubectl port-forward, "
+                       "or start serve with --debug-from-anywhere)\n")
 NOT_SYNCED = "dra-extender: the cluster cache has not synced yet (initial lists in progress); try again"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -40,6 +47,23 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def _json(body: bytes, status: int = 200) -> web.Response:
     return web.Response(body=body, status=status, content_type="application/json")
+
+
+def _from_loopback(request: web.Request) -> bool:
+    try:
+        return ipaddress.ip_address((request.remote or "").split("%", 1)[0]).is_loopback
+    except ValueError:  # a unix socket or no peer address: not a network client
+        return request.remote is None
+
+
+def _debug_gate(from_anywhere: bool) -> Any:
+    @web.middleware
+    async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not from_anywhere and request.path.startswith("/debug/") and not _from_loopback(request):
+            return web.Response(status=403, text=DEBUG_LOOPBACK_ONLY)
+        return await handler(request)
+
+    return gate
 
 
 @web.middleware
@@ -73,7 +97,9 @@ class ExtenderServer:
         prefix: str = DEFAULT_PREFIX,
         watch_health: Callable[[], dict[str, Any]] | None = None,
         limits: HttpLimits | None = None,
+        debug_from_anywhere: bool = False,
     ) -> None:
+        self.debug_from_anywhere = debug_from_anywhere
         self.scheduler = scheduler
         self.limits = limits or HttpLimits()
         self.bodies = BodyReader(self.limits)
@@ -104,7 +130,7 @@ class ExtenderServer:
         return app
 
     def debug_app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors])
+        app = web.Application(middlewares=[_debug_gate(self.debug_from_anywhere), _errors])
         app.router.add_get("/debug/explain", self.explain)
         app.router.add_get("/debug/state", self.state)
         app.router.add_get("/debug/snapshot", self.snapshot)

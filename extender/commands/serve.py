@@ -100,6 +100,13 @@ def register(subparsers: Any) -> None:
         help="seconds a connection may stay open without sending a complete request, from when it opens "
         f"or got its last answer (default {DEFAULT_IDLE_TIMEOUT_S:g})",
     )
+    net.add_argument(
+        "--debug-from-anywhere",
+        action="store_true",
+        help="answer /debug/ pages (pods and claims of the cluster) on every address of the debug port; by "
+        "default only loopback connections (kubectl port-forward) get them. /healthz, /readyz and "
+        "/metrics answer everyone either way",
+    )
     sched = parser.add_argument_group("scheduling")
     sched.add_argument(
         "--scoring",
@@ -424,7 +431,7 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
         return 1
     server = ExtenderServer(
         build_scheduler(cluster, args), watch_health=cluster.watcher.health if cluster.watcher else None,
-        limits=http_limits(args),
+        limits=http_limits(args), debug_from_anywhere=getattr(args, "debug_from_anywhere", False),
     )
     webhook = None
     running = None
