@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,9 +58,9 @@ class HttpLimits:
         return MAX_BIND_BYTES if path.endswith("/bind") else self.max_request_bytes
 
 
-def too_large(limits: HttpLimits, request: web.BaseRequest) -> str:
+def too_large(body_limit: Callable[[str], int], request: web.BaseRequest) -> str:
     """Why the announced body is over the limit ("" when it is not, or has no Content-Length)."""
-    limit = limits.body_limit(request.path)
+    limit = body_limit(request.path)
     length = request.content_length
     if length is not None and length > limit:
         return f"request body of {length} bytes is over the limit of {limit} bytes for {request.path}"
@@ -78,7 +78,7 @@ class BodyReader:
         """The body, or RequestRefused (415 wrong type, 413 too large, 408 too slow, 503 busy)."""
         if request.content_type != "application/json":
             raise RequestRefused(415, f"Content-Type must be application/json, got {request.content_type!r}")
-        problem = too_large(self.limits, request)
+        problem = too_large(self.limits.body_limit, request)
         if problem:
             raise RequestRefused(413, problem)
         length = request.content_length
@@ -121,11 +121,12 @@ class BodyReader:
         return b"".join(chunks)
 
 
-def expect_handler(limits: HttpLimits) -> Any:
-    """aiohttp's `Expect: 100-continue` handling, but an oversized announced body gets 413 instead."""
+def expect_handler(body_limit: Callable[[str], int]) -> Any:
+    """aiohttp's `Expect: 100-continue` handling, but an oversized announced body (over
+    `body_limit(path)`) gets 413 instead."""
 
     async def handle(request: web.Request) -> web.StreamResponse | None:
-        problem = too_large(limits, request)
+        problem = too_large(body_limit, request)
         if problem:
             response = web.Response(status=413, text=f"{problem}\n")
             response.force_close()

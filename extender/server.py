@@ -123,7 +123,7 @@ class ExtenderServer:
 
     def extender_app(self) -> web.Application:
         app = web.Application(middlewares=[_errors], client_max_size=self.limits.max_request_bytes)
-        expect = expect_handler(self.limits)
+        expect = expect_handler(self.limits.body_limit)
         for verb, handler in (("filter", self.filter), ("prioritize", self.prioritize), ("bind", self.bind),
                               ("preempt", self.preempt)):
             app.router.add_post(f"{self.prefix}/{verb}", handler, expect_handler=expect)

@@ -9,7 +9,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from allocator import FeatureGates
-from extender.httpguard import HttpLimits, LimitedRunner
+from extender.httpguard import HttpLimits, LimitedRunner, expect_handler
 from extender.tls import ReloadingTLS
 from webhook.admission import AdmissionHandler, Webhook
 from webhook.cache_lookup import as_lookup
@@ -35,8 +35,9 @@ def build_app(handler: AdmissionHandler) -> web.Application:
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application(client_max_size=MAX_REVIEW_BYTES)
-    app.router.add_post("/webhook/mutate", endpoint("mutate"))
-    app.router.add_post("/webhook/validate", endpoint("validate"))
+    expect = expect_handler(lambda _: MAX_REVIEW_BYTES)
+    app.router.add_post("/webhook/mutate", endpoint("mutate"), expect_handler=expect)
+    app.router.add_post("/webhook/validate", endpoint("validate"), expect_handler=expect)
     app.router.add_get("/metrics", metrics)
     return app
 
