@@ -37,9 +37,8 @@ log = logging.getLogger(__name__)
 DEFAULT_PREFIX = "/scheduler"
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
-DEBUG_LOOPBACK_ONLY = ("dra-extender: /debug/ pages answer only loopback connections "
-                       "(use kubectl port-forward, "
-                       "or start serve with --debug-from-anywhere)\n")
+DEBUG_LOOPBACK_ONLY = ("dra-extender: /debug/ pages answer only loopback connections (use kubectl "
+                       "port-forward, or start serve with --debug-from-anywhere)\n")
 NOT_SYNCED = "dra-extender: the cluster cache has not synced yet (initial lists in progress); try again"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
