@@ -41,7 +41,8 @@ def rank_points(subrequest_ranks: Iterable[Mapping[str, int]]) -> int:
 
 
 def _annotated_policy(pod: Mapping) -> object:
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
     return annotations.get(SCORING_ANNOTATION) if isinstance(annotations, dict) else None
 
 
