@@ -5,10 +5,10 @@ kube-scheduler ignores the body of any answer but a 200, so a malformed filter o
 answered 200 with the problem in `Error` (which kube-scheduler logs); prioritize and preempt have no
 such field and get HTTP 400 with a message. A scheduling problem is an answer, not an HTTP error.
 Body sizes, slow and idle connections are bounded (extender.httpguard).
-Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/healthz`, `/readyz`, `/metrics`.
-The `/debug/` pages describe the cluster's pods and claims: unless `debug_from_anywhere`, they answer
-only connections from loopback (`kubectl port-forward` arrives there); kubelet's probes and
-Prometheus reach the rest from the pod network.
+Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/debug/ui` (extender/devicemap.py),
+`/healthz`, `/readyz`, `/metrics`. The `/debug/` pages describe the cluster's pods and claims: unless
+`debug_from_anywhere`, they answer only connections from loopback (`kubectl port-forward` arrives
+there); kubelet's probes and Prometheus reach the rest from the pod network.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ import orjson
 import yaml
 from aiohttp import web
 
-from extender import wire
+from extender import devicemap, wire
 from extender.explain import ExplainError, explain_pod, render_text
 from extender.httpguard import BodyReader, HttpLimits, LimitedRunner, RequestRefused, expect_handler
 from extender.metrics import CONTENT_TYPE, Metrics
+from extender.names import split_ref
 from extender.podclaims import has_claims
 from extender.scheduling import BindFailed, Scheduler
 
@@ -136,6 +137,7 @@ class ExtenderServer:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics_endpoint)
+        devicemap.register(app, self)
         return app
 
     async def start(self, host: str, extender_port: int, debug_port: int,
@@ -211,10 +213,10 @@ class ExtenderServer:
     # ---- debug --------------------------------------------------------------------------------
 
     async def explain(self, request: web.Request) -> web.Response:
-        target = request.query.get("pod", "")
-        namespace, _, name = target.rpartition("/")
-        if not namespace or not name:
-            raise wire.BadRequest("query parameter pod=NAMESPACE/NAME is required")
+        try:  # NAME alone is in the default namespace, as on the command line
+            namespace, name = split_ref(request.query.get("pod", ""))
+        except ValueError as error:
+            raise wire.BadRequest(f"query parameter pod: {error}") from None
         text_format = request.query.get("format", "json")
         if text_format not in ("json", "text"):
             raise wire.BadRequest(f"format must be json or text, got {text_format!r}")
