@@ -8,15 +8,14 @@ their cluster before applying a claim.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from allocator import InvalidObjectError, cel, parse_object
+from extender.commands import output
 from extender.objects_io import ObjectLoadError, load_objects
+from extender.scoring import scoring_annotation_problem
 
 MAX_LISTED_ERRORS = 3
 
@@ -69,9 +68,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="validate a directory of DRA objects and show which devices each class and request matches",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=output.examples(
+            "dra-extender check examples/cluster",
+            "dra-extender check my-claims.yaml snapshot/ -o json",
+        ) + "\n  (1: invalid objects, selectors that do not compile or fail at run time)",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="YAML/JSON files or directories of objects")
-    parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    output.add_output_argument(parser)
     parser.add_argument(
         "--list-type-attributes",
         action="store_true",
@@ -84,15 +87,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         raw_objects = load_objects(args.paths)
     except ObjectLoadError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return output.error(str(exc))
     options = cel.CompileOptions(consumable_capacity=True, list_type_attributes=args.list_type_attributes)
     report = build_report(raw_objects, options)
-    if args.output == "json":
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(render_text(report))
-    return 0 if report["ok"] else 1
+    output.write(report, args.output, render_text)
+    return output.EXIT_OK if report["ok"] else output.EXIT_PROBLEMS
 
 
 def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOptions) -> dict[str, Any]:
@@ -109,8 +108,13 @@ def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOpti
             invalid.append(str(exc))
             continue
         if parsed is None:
+            # Kinds the allocator does not model: templates are linted like the claims made from them.
             if kind in ("Pod", "ResourceClaimTemplate"):
                 counts[kind] = counts.get(kind, 0) + 1
+            if kind == "ResourceClaimTemplate":
+                claims.append(_claim_from_template(raw))
+            if kind == "Pod":
+                invalid.extend(_pod_problems(raw))
             continue
         counts[kind] = counts.get(kind, 0) + 1
         if kind == "DeviceClass":
@@ -119,8 +123,6 @@ def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOpti
             slices.append(raw)
         elif kind == "ResourceClaim":
             claims.append(raw)
-        if kind == "ResourceClaimTemplate":
-            claims.append(_claim_from_template(raw))
 
     devices, device_errors = _devices(slices)
     invalid.extend(device_errors)
@@ -138,6 +140,13 @@ def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOpti
         "deviceClasses": [r.to_dict() for r in class_reports],
         "requests": [r.to_dict() for r in request_reports],
     }
+
+
+def _pod_problems(raw: dict[str, Any]) -> list[str]:
+    """What our own annotations on a pod get wrong (the scheduler would fall back silently)."""
+    meta = raw.get("metadata") or {}
+    problem = scoring_annotation_problem(raw)
+    return [f"Pod {meta.get('namespace', '')}/{meta.get('name', '')}: {problem}"] if problem else []
 
 
 def spec_of(raw: dict[str, Any]) -> dict[str, Any]:

@@ -99,7 +99,12 @@ def test_serve_prints_working_curl_commands_and_stops_on_sigterm() -> None:
         (["serve", "--snapshot", "x", "--kubeconfig", "k"], "--snapshot cannot be combined"),
         (["serve", "--snapshot", "x", "--extender-tls-cert-file", "c"], "go together"),
         (["serve", "--snapshot", "x", "--feature-gates", "NoSuchGate=true"], "--feature-gates"),
-        (["explain", "no-namespace", "--snapshot", "x"], "NAMESPACE/NAME"),
+        (["serve", "--snapshot", "x", "--extender-client-ca-file", "ca.crt"], "plain HTTP"),
+        (["serve", "--snapshot", "x", "--tls-cert-file", "c"], "--tls-cert-file and --tls-private-key"),
+        (["serve", "--snapshot", "x", "--tls-private-key-file", "k"], "--tls-cert-file and --tls-"),
+        (["explain", "a/b/c", "--snapshot", "x"], "NAME or NAMESPACE/NAME"),
+        (["explain", "a/b", "-n", "c", "--snapshot", "x"], "names namespace 'a'"),
+        (["explain", "a100-job", "--snapshot", "no-such-dir"], "cannot read the cluster"),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(
@@ -109,9 +114,26 @@ def test_bad_flags_exit_2_with_a_message(
     assert message in capsys.readouterr().err
 
 
+def test_serve_refuses_an_unknown_cel_backend(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DRA_EXTENDER_CEL_BACKEND", "bogus")
+    assert main(["serve", "--snapshot", str(EXAMPLES), "--extender-port", "0", "--debug-port", "0"]) == 2
+    assert "DRA_EXTENDER_CEL_BACKEND" in capsys.readouterr().err
+
+
+def test_version_names_an_unknown_cel_backend_without_a_traceback() -> None:
+    result = subprocess.run([sys.executable, "-m", "extender.cli", "--version"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "DRA_EXTENDER_CEL_BACKEND": "bogus"})
+    assert result.returncode == 2
+    assert "DRA_EXTENDER_CEL_BACKEND" in result.stderr and "bogus" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_serve_reports_a_snapshot_it_cannot_read(tmp_path: Path) -> None:
     (tmp_path / "broken.yaml").write_text("kind: [unclosed\n")
-    assert main(["serve", "--snapshot", str(tmp_path), "--extender-port", "0", "--debug-port", "0"]) == 1
+    assert main(["serve", "--snapshot", str(tmp_path), "--extender-port", "0", "--debug-port", "0"]) == 2
 
 
 def test_explain_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -136,7 +158,7 @@ def test_explain_command(capsys: pytest.CaptureFixture[str]) -> None:
     )
     report = orjson.loads(capsys.readouterr().out)
     assert [node["node"] for node in report["nodes"]] == ["node-1"] and report["nodes"][0]["fits"]
-    assert main(["explain", "default/nobody", "--snapshot", str(EXAMPLES)]) == 1
+    assert main(["explain", "default/nobody", "--snapshot", str(EXAMPLES)]) == 2
     assert "pod default/nobody not found" in capsys.readouterr().err
 
 
@@ -164,7 +186,7 @@ def test_simulate_prints_the_node_table(tmp_path: Path, capsys: pytest.CaptureFi
     }
     (tmp_path / "pod.yaml").write_text(yaml.safe_dump_all([pod, claim]))
     assert (
-        main(["simulate", "-f", str(EXAMPLES), "--pod", str(tmp_path / "pod.yaml"), "--format", "json"]) == 0
+        main(["simulate", "-f", str(EXAMPLES), "--pod", str(tmp_path / "pod.yaml"), "--format", "json"]) == 1
     )
     rows = orjson.loads(capsys.readouterr().out)["nodes"]
     assert not any(row["fits"] for row in rows) and all("needs 20 devices" in row["reason"] for row in rows)
@@ -262,7 +284,8 @@ async def test_serve_against_an_api_server_via_kubeconfig(
                 assert response.status == 200
             pod = fake_api.get_object("Pod", "a100-job", "default")
             body = orjson.dumps({"Pod": pod, "NodeNames": ["node-1", "node-2", "node-3"], "Nodes": None})
-            async with session.post(extender + "/filter", data=body) as response:
+            async with session.post(extender + "/filter", data=body,
+                                    headers={"Content-Type": "application/json"}) as response:
                 assert (await response.json())["NodeNames"] == ["node-1"]
             async with session.get(debug + "/debug/state") as response:
                 state = await response.json()
