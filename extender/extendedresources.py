@@ -63,6 +63,8 @@ def container_requests(container: Mapping) -> dict[str, Any]:
     """The container's resource requests. A resource given only under limits counts with its limit, as
     the API server's defaulting makes it for extended resources (snapshots may carry undefaulted pods)."""
     resources = container.get("resources") or {}
+    if not isinstance(resources, dict):
+        return {}
     requests = resources.get("requests") or {}
     limits = resources.get("limits") or {}
     if not isinstance(requests, dict) or not isinstance(limits, dict):
@@ -73,8 +75,11 @@ def container_requests(container: Mapping) -> dict[str, Any]:
 def _containers(pod: Mapping) -> tuple[list[dict], int]:
     """Init containers then containers (upstream's container index order), and how many are init."""
     spec = pod.get("spec") or {}
-    init = [c for c in spec.get("initContainers") or [] if isinstance(c, dict)]
-    regular = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    if not isinstance(spec, dict):
+        return [], 0
+    lists = [spec.get("initContainers") or [], spec.get("containers") or []]
+    init, regular = ([c for c in items if isinstance(c, dict)] if isinstance(items, list) else []
+                     for items in lists)
     return init + regular, len(init)
 
 

@@ -1,7 +1,9 @@
-"""Validating rule for pods CREATE: refuse pods whose shared claim can never take another consumer."""
+"""Validating rule for pods CREATE: refuse pods whose shared claim can never take another consumer; warn
+about a scoring annotation the scheduler would ignore."""
 
 from __future__ import annotations
 
+from extender.scoring import scoring_annotation_problem
 from webhook.claim_status import effective_limit
 from webhook.lookup import ClusterLookup
 from webhook.review import AdmissionRequest, Decision, mapping, sequence, text
@@ -17,13 +19,15 @@ def validate_pod_create(
     entries = sequence(mapping(pod.get("spec"), "spec").get("resourceClaims"), "spec.resourceClaims")
     if not entries:
         return Decision()
+    scoring = scoring_annotation_problem(pod)
+    warnings: list[str] = [f"dra-extender: {scoring}"] if scoring else []
     if not lookup.ready:
         return Decision(
-            warnings=["dra-extender webhook: cluster view not synced yet, shared claims not checked"]
+            warnings=[*warnings,
+                      "dra-extender webhook: cluster view not synced yet, shared claims not checked"]
         )
     limit = effective_limit(reserved_for_limit)
     problems: list[str] = []
-    warnings: list[str] = []
     for i, entry in enumerate(entries):
         path = f"spec.resourceClaims[{i}].resourceClaimName"
         claim_name = text(mapping(entry, f"spec.resourceClaims[{i}]").get("resourceClaimName"), path)
