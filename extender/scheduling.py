@@ -932,13 +932,14 @@ class Scheduler:
         freed = self._claims_freed_by(victim_uids)
         node = self.cache.node(node_name)
         time_left = deadline - self.clock()
-        if not freed or node is None or not plan.to_allocate or time_left <= 0:
+        to_allocate = self._plan_on(plan, node_name).to_allocate  # a device plugin's node: its own
+        if not freed or node is None or not to_allocate or time_left <= 0:
             return False
         view = self._allocated_view(None).without(freed)
         allocator = Allocator(self.cache.inventory, view, self.cache.features,
                               deadline_s=min(self.node_deadline_s, time_left))
         try:
-            fits = allocator.allocate(node, plan.to_allocate).success
+            fits = allocator.allocate(node, to_allocate).success
         except (AllocationTimeout, NodeAllocationError, AllocationError):
             fits = False
         await asyncio.sleep(0)  # one search per candidate: let other requests in between

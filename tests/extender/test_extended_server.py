@@ -51,10 +51,16 @@ async def test_extended_filter_holds_devices_until_bind() -> None:
 
 
 async def test_extended_preempt_keeps_nodes_where_victims_free_devices() -> None:
-    used = o.allocate(o.claim("used", count=2), "node-0", ["gpu-0", "gpu-1"],
-                      [{"resource": "pods", "name": "victim", "uid": "v"}])
-    scheduler = make([extended_class(), *o.cluster(2, 2)[1:], used, gpu_pod("p")])
-    victims = {"node-0": {"Pods": [{"UID": "v"}]}, "node-1": {"Pods": []}}
+    """The victim on node-0 is itself an extended-resource pod: evicting it frees its special claim."""
+    victim = gpu_pod("victim")
+    uid = victim["metadata"]["uid"]
+    victim["spec"]["nodeName"] = "node-0"
+    used = o.allocate(o.claim("victim-extended-resources-abcde", count=2), "node-0", ["gpu-0", "gpu-1"],
+                      [{"resource": "pods", "name": "victim", "uid": uid}])
+    victim["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": "victim-extended-resources-abcde",
+                                                       "requestMappings": []}
+    scheduler = make([extended_class(), *o.cluster(2, 2)[1:], used, victim, gpu_pod("p")])
+    victims = {"node-0": {"Pods": [{"UID": uid}]}, "node-1": {"Pods": []}}
     kept = await scheduler.preempt(pod_of(scheduler, "p"), victims)
     assert set(kept) == {"node-0", "node-1"}  # node-1 fits already; evicting on node-0 frees 2 devices
     full = o.allocate(o.claim("other", count=2), "node-1", ["gpu-0", "gpu-1"],
