@@ -43,6 +43,14 @@ DEFAULT_KINDS = (
     WatchedKind("ResourceClaimTemplate", "/apis/resource.k8s.io/v1/resourceclaimtemplates"),
     WatchedKind("DeviceTaintRule", "/apis/resource.k8s.io/v1/devicetaintrules", optional=True),
 )
+# With the DRAWorkloadResourceClaims gate. Optional: a cluster that does not serve
+# scheduling.k8s.io/v1beta1 has no PodGroups, and pods naming one wait (their PodGroup is "not found").
+POD_GROUPS = WatchedKind("PodGroup", "/apis/scheduling.k8s.io/v1beta1/podgroups", optional=True)
+
+
+def watched_kinds(features: Any) -> tuple[WatchedKind, ...]:
+    """The kinds to list and watch with these feature gates."""
+    return (*DEFAULT_KINDS, POD_GROUPS) if features.enabled("DRAWorkloadResourceClaims") else DEFAULT_KINDS
 
 
 @dataclass

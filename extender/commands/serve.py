@@ -215,12 +215,12 @@ async def open_cluster(
         from extender.objects_io import load_objects
 
         return Cluster(ClusterCache.from_objects(load_objects([args.snapshot]), features))
-    from extender.informer import ClusterWatcher
+    from extender.informer import ClusterWatcher, watched_kinds
     from extender.kubeapi import KubeClient
 
     client = await KubeClient.connect(kubeconfig=args.kubeconfig, context=args.context)
     cache = ClusterCache(features)
-    watcher = ClusterWatcher(client, cache)
+    watcher = ClusterWatcher(client, cache, kinds=watched_kinds(features))
     await watcher.start()
     cluster = Cluster(cache, client, watcher)
     if wait_ready_s is not None and not await watcher.wait_ready(wait_ready_s):
