@@ -148,15 +148,6 @@ def reserved_for(claim_raw: Mapping) -> list[dict]:
     return list((claim_raw.get("status") or {}).get("reservedFor") or [])
 
 
-def is_reserved_for(claim_raw: Mapping, uid: str) -> bool:
-    return any(entry.get("uid") == uid for entry in reserved_for(claim_raw) if isinstance(entry, dict))
-
-
-def can_be_reserved_for(claim_raw: Mapping, uid: str) -> bool:
-    """False when another consumer would exceed the reservedFor limit (upstream: "resourceclaim in use")."""
-    return is_reserved_for(claim_raw, uid) or len(reserved_for(claim_raw)) < RESERVED_FOR_MAX
-
-
 def group_name_of(pod: Mapping) -> str | None:
     """`spec.schedulingGroup.podGroupName` (scheduling.k8s.io PodGroup), or None outside any group."""
     group = (pod.get("spec") or {}).get("schedulingGroup")

@@ -66,6 +66,7 @@ class AdmissionHandler:
         if reserved_for_limit < 1:
             raise ValueError(f"reserved_for_limit must be at least 1, got {reserved_for_limit}")
         compiler = compile_selector or cel_compiler(features or FeatureGates())
+        workload_claims = (features or FeatureGates()).enabled("DRAWorkloadResourceClaims")
         status_rule = Rule(lambda r: validate_claim_status(r, lookup, reserved_for_limit), fail_open=True)
         selector_rule = Rule(lambda r: validate_selectors(r, lookup, compiler), fail_open=True)
         taint_rule = Rule(lambda r: validate_taint_rule(r, lookup), fail_open=False)
@@ -75,7 +76,8 @@ class AdmissionHandler:
             ),
             ("validate", RESOURCE_GROUP, "resourceclaims/status", "UPDATE"): status_rule,
             ("validate", "", "pods", "CREATE"): Rule(
-                lambda r: validate_pod_create(r, lookup, reserved_for_limit), fail_open=True
+                lambda r: validate_pod_create(r, lookup, reserved_for_limit, workload_claims),
+                fail_open=True
             ),
             ("validate", RESOURCE_GROUP, "resourceclaims", "CREATE"): selector_rule,
             ("validate", RESOURCE_GROUP, "resourceclaimtemplates", "CREATE"): selector_rule,

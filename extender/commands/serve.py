@@ -397,7 +397,8 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
             )
         elif args.controllers:
             running = await controllers.start_from_args(
-                cluster.cache, cluster.client, args, registry=server.metrics.registry
+                cluster.cache, cluster.client, args, registry=server.metrics.registry,
+                workload_claims=features.enabled("DRAWorkloadResourceClaims"),
             )
             server.add_state("controllers", running.state)
             server.driver_lost = running.driver_lost
