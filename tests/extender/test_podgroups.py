@@ -13,6 +13,7 @@ from allocator import FeatureGates
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
+from extender.explain import explain_pod, render_text
 from extender.podclaims import RESERVED_FOR_MAX, ClaimsNotReady, resolve_pod_claims
 from extender.podgroups import OWNER_PREFIX, group_binding, reservable, reserved_for_pod
 from extender.scheduling import BindFailed, Scheduler
@@ -256,3 +257,16 @@ def test_podgroup_cache_indexes_members_and_rejects_malformed_groups() -> None:
         cache.stats()["invalidObjects"][0]["error"])
     cache.apply("Pod", "DELETED", cache.pod("default", "w0"))
     assert [pod["metadata"]["name"] for pod in cache.pods_in_group("default", "train")] == ["w1"]
+
+
+async def test_podgroup_explain_names_the_group_and_what_blocks_it() -> None:
+    scheduler = make(by_name_cluster(3, outsider=True))
+    await schedule(scheduler, "w0")
+    report = await explain_pod(scheduler, "default", "w1")
+    assert report["claims"][0]["sharedBy"] == {"podGroup": "default/train", "pods": 3}
+    text = render_text(report)
+    assert ("  claim gpus -> default/train-gpus (allocated, claim shared by PodGroup default/train, "
+            "3 pods)") in text
+    blocked = render_text(await explain_pod(scheduler, "default", "outsider"))
+    assert ("  blocked on every node: resourceclaim default/train-gpus is shared by PodGroup default/train: "
+            "the pod is not in that PodGroup (pod default/outsider)") in blocked
