@@ -14,6 +14,7 @@ from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.explain import explain_pod, render_text
+from extender.informer import DEFAULT_KINDS, POD_GROUPS, ClusterWatcher, watched_kinds
 from extender.podclaims import RESERVED_FOR_MAX, ClaimsNotReady, resolve_pod_claims
 from extender.podgroups import OWNER_PREFIX, group_binding, reservable, reserved_for_pod
 from extender.scheduling import BindFailed, Scheduler
@@ -270,3 +271,29 @@ async def test_podgroup_explain_names_the_group_and_what_blocks_it() -> None:
     blocked = render_text(await explain_pod(scheduler, "default", "outsider"))
     assert ("  blocked on every node: resourceclaim default/train-gpus is shared by PodGroup default/train: "
             "the pod is not in that PodGroup (pod default/outsider)") in blocked
+
+
+def test_podgroup_kind_is_watched_only_with_the_gate() -> None:
+    assert POD_GROUPS not in watched_kinds(FeatureGates())
+    assert watched_kinds(ON) == (*DEFAULT_KINDS, POD_GROUPS)
+    assert POD_GROUPS.path == "/apis/scheduling.k8s.io/v1beta1/podgroups" and POD_GROUPS.optional
+
+
+async def test_podgroup_watch_feeds_the_cache(fake_api, kube) -> None:
+    group = g.pod_group("train", claim_name="train-gpus")
+    fake_api.seed([group])
+    cache = ClusterCache(ON)
+    watcher = ClusterWatcher(kube, cache, kinds=watched_kinds(ON))
+    await watcher.start()
+    try:
+        assert await watcher.wait_ready(5)
+        watched = cache.pod_group("default", "train")
+        assert watched is not None and watched["spec"]["resourceClaims"] == group["spec"]["resourceClaims"]
+        fake_api.remove_object("PodGroup", "train", "default")
+        for _ in range(200):
+            if cache.pod_group("default", "train") is None:
+                break
+            await asyncio.sleep(0.01)
+        assert cache.pod_group("default", "train") is None
+    finally:
+        await watcher.stop()
