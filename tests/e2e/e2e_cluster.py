@@ -135,6 +135,9 @@ class ControlPlane:
     # "in-tree": kube-scheduler's own DynamicResources plugin and no extender (the benchmark's baseline).
     scheduler_mode: str = "extender"
     webhooks: bool = True
+    # Extra command-line flags per component name ("kube-apiserver", "kube-scheduler", ...), for the
+    # tests that need feature gates or API versions the shared control plane does not enable.
+    extra_args: dict[str, list[str]] = field(default_factory=dict)
     components: dict[str, Component] = field(default_factory=dict)
     api: Api | None = None
 
@@ -214,7 +217,7 @@ class ControlPlane:
     # ----- components -----
 
     def _component(self, name: str, args: list[str]) -> Component:
-        component = Component(name, args, self.logs / f"{name}.log")
+        component = Component(name, [*args, *self.extra_args.get(name, [])], self.logs / f"{name}.log")
         self.components[name] = component
         component.start()
         return component
