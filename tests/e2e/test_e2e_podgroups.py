@@ -157,7 +157,7 @@ def test_e2e_podgroup_deleted_group_frees_its_devices(
         # Every device is taken: a pod with its own claim waits.
         create_template(wapi, wnamespace, "own", claim_spec(driver.device_class, count=2))
         create_pod(wapi, wnamespace, "next", template="own")
-        wait_for_reason(wapi, wnamespace, "next", "cannot allocate all claims")
+        wait_for_reason(wapi, wnamespace, "next", "in use")
 
         # kube-controller-manager's resourceclaim controller drops the deleted PodGroup from
         # reservedFor and deallocates the claim; the waiting pod then gets the devices.
