@@ -27,7 +27,7 @@ from allocator import (
     ResourceSlice,
 )
 from extender.podclaims import group_name_of
-from extender.podgroups import check_pod_group
+from extender.podgroups import check_group_claims
 
 log = logging.getLogger(__name__)
 
@@ -399,7 +399,8 @@ class ClusterCache:
             self.inventory.upsert_taint_rule(rule)
             self._taint_rules[key] = rule
         elif kind == "PodGroup":
-            check_pod_group(raw)
+            _check_pod(raw)  # the same shape: a uid, and spec.resourceClaims a list when present
+            check_group_claims((raw.get("spec") or {}).get("resourceClaims") or [])
         # ResourceClaimTemplate: only stored raw.
 
     def _index_claim(self, key: str, claim: ResourceClaim) -> None:

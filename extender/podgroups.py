@@ -25,7 +25,6 @@ from extender.podclaims import ClaimsNotReady, claim_references, group_name_of, 
 
 GATE = "DRAWorkloadResourceClaims"
 API_GROUP = "scheduling.k8s.io"
-API_VERSION = "scheduling.k8s.io/v1beta1"
 RESOURCE = "podgroups"
 # In-flight owner prefix for allocations made for a PodGroup (see AssumeCache): group members share
 # them, every other pod sees the claim "in the process of being allocated".
@@ -44,24 +43,8 @@ def is_group_reference(entry: Any) -> bool:
             and entry.get("resource") == RESOURCE)
 
 
-def pod_reference(pod: Mapping[str, Any]) -> dict:
-    meta = pod.get("metadata") or {}
-    return {"resource": "pods", "name": meta.get("name"), "uid": meta.get("uid")}
-
-
-def check_pod_group(raw: Mapping[str, Any]) -> None:
-    """Raises ValueError naming the field when a PodGroup cannot be read (the cache then ignores it)."""
-    meta = raw.get("metadata") or {}
-    if not isinstance(meta.get("uid"), str) or not meta["uid"]:
-        raise ValueError("metadata.uid: required")
-    spec = raw.get("spec")
-    if spec is not None and not isinstance(spec, dict):
-        raise ValueError("spec: must be an object")
-    claims = (spec or {}).get("resourceClaims")
-    if claims is None:
-        return
-    if not isinstance(claims, list):
-        raise ValueError("spec.resourceClaims: must be a list")
+def check_group_claims(claims: list) -> None:
+    """Raises ValueError naming the field when a PodGroup's spec.resourceClaims (a list) cannot be read."""
     if len(claims) > MAX_GROUP_CLAIMS:
         raise ValueError(f"spec.resourceClaims: must have at most {MAX_GROUP_CLAIMS} items, "
                          f"has {len(claims)}")
@@ -86,7 +69,6 @@ class GroupBinding:
     name: str
     uid: str
     pod_claim_names: frozenset[str]  # the pod's spec.resourceClaims[].name entries that are the group's
-    members_hint: int = 0  # pods of the group known to the cache (for explain)
 
     @property
     def key(self) -> str:

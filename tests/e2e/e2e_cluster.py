@@ -9,6 +9,7 @@ would. Every component logs to <work dir>/logs/<name>.log.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import shutil
 import signal
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -562,6 +564,23 @@ class ControlPlane:
         for name, component in self.components.items():
             parts.append(f"----- {name} ({component.log_file}) -----\n{component.tail(lines)}")
         return "\n".join(parts)
+
+
+@contextlib.contextmanager
+def running(plane: ControlPlane, extender_flags: list[str]) -> Iterator[ControlPlane]:
+    """Start `plane` (printing the logs' tails if that fails), stop it afterwards, and fail if the API
+    server refused any of the extender's requests meanwhile: the run used the deployed RBAC, so a
+    refused call means a missing rule."""
+    try:
+        plane.start(extender_flags)
+    except BaseException:
+        print(plane.log_tails())
+        plane.stop()
+        raise
+    yield plane
+    plane.stop()
+    refused = plane.forbidden_requests()
+    assert not refused, "the API server refused the extender's requests:\n" + "\n".join(refused[:20])
 
 
 def extender_supports(flag: str) -> bool:

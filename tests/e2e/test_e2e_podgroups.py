@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Iterator
 
 import build_control_plane
 import pytest
-from e2e_api import Api, wait_for
-from e2e_cluster import ControlPlane
+from e2e_api import Api, temporary_namespace, wait_for
+from e2e_cluster import ControlPlane, running
 from e2e_objects import (
     RESOURCE,
+    Driver,
     allocated_devices,
     claim_spec,
     create_claim,
@@ -55,16 +55,8 @@ def workload_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Control
             "dra-extender": ["--feature-gates=DRAWorkloadResourceClaims=true"],
         },
     )
-    try:
-        plane.start(["--controllers=taint-eviction"])
-    except BaseException:
-        print(plane.log_tails())
-        plane.stop()
-        raise
-    yield plane
-    plane.stop()
-    refused = plane.forbidden_requests()
-    assert not refused, "the API server refused the extender's requests:\n" + "\n".join(refused[:20])
+    with running(plane, ["--controllers=taint-eviction"]):
+        yield plane
 
 
 @pytest.fixture
@@ -75,12 +67,16 @@ def wapi(workload_plane: ControlPlane) -> Api:
 
 @pytest.fixture
 def wnamespace(wapi: Api) -> Iterator[str]:
-    name = f"pg-{uuid.uuid4().hex[:8]}"
-    wapi.create("/api/v1/namespaces", {"metadata": {"name": name}})
-    yield name
-    for pod in wapi.items(f"/api/v1/namespaces/{name}/pods"):
-        wapi.delete(f"/api/v1/namespaces/{name}/pods/{pod['metadata']['name']}", grace_period_seconds=0)
-    wapi.delete(f"/api/v1/namespaces/{name}")
+    with temporary_namespace(wapi, "pg") as name:
+        yield name
+
+
+@pytest.fixture
+def one_node(wapi: Api) -> Iterator[Driver]:
+    """A driver with two devices on one node, removed afterwards."""
+    driver = create_driver(wapi, nodes=1, devices=2)
+    yield driver
+    driver.cleanup()
 
 
 def create_pod_group(api: Api, namespace: str, name: str, claim: str, min_count: int) -> dict:
@@ -98,6 +94,17 @@ def create_member(api: Api, namespace: str, name: str, group: str | None, claim:
     if group is not None:
         body["spec"]["schedulingGroup"] = {"podGroupName": group}
     return api.create(f"/api/v1/namespaces/{namespace}/pods", body)
+
+
+def bound_group(api: Api, namespace: str, device_class: str, devices: int, pods: int) -> dict:
+    """A claim "shared" for `devices` devices, a gang PodGroup "job" sharing it, `pods` pods of the group
+    scheduled; returns the PodGroup."""
+    create_claim(api, namespace, "shared", claim_spec(device_class, count=devices))
+    group = create_pod_group(api, namespace, "job", "shared", min_count=pods)
+    for i in range(pods):
+        create_member(api, namespace, f"m{i}", "job", "shared")
+    wait_for("the group bound", lambda: len(bound_pods(api, namespace)) == pods or None, timeout_s=60)
+    return group
 
 
 def group_ref(group: dict) -> dict:
@@ -145,53 +152,37 @@ def test_e2e_podgroup_pods_share_one_claim_and_outsiders_wait(
 
 
 def test_e2e_podgroup_deleted_group_frees_its_devices(
-    workload_plane: ControlPlane, wapi: Api, wnamespace: str
+    workload_plane: ControlPlane, wapi: Api, wnamespace: str, one_node: Driver
 ) -> None:
-    driver = create_driver(wapi, nodes=1, devices=2)
-    try:
-        create_claim(wapi, wnamespace, "shared", claim_spec(driver.device_class, count=2))
-        create_pod_group(wapi, wnamespace, "job", "shared", min_count=3)
-        for i in range(3):
-            create_member(wapi, wnamespace, f"j{i}", "job", "shared")
-        wait_for("the group bound", lambda: len(bound_pods(wapi, wnamespace)) == 3 or None, timeout_s=60)
-        # Every device is taken: a pod with its own claim waits.
-        create_template(wapi, wnamespace, "own", claim_spec(driver.device_class, count=2))
-        create_pod(wapi, wnamespace, "next", template="own")
-        wait_for_reason(wapi, wnamespace, "next", "in use")
+    bound_group(wapi, wnamespace, one_node.device_class, devices=2, pods=3)
+    # Every device is taken: a pod with its own claim waits.
+    create_template(wapi, wnamespace, "own", claim_spec(one_node.device_class, count=2))
+    create_pod(wapi, wnamespace, "next", template="own")
+    wait_for_reason(wapi, wnamespace, "next", "in use")
 
-        # kube-controller-manager's resourceclaim controller drops the deleted PodGroup from
-        # reservedFor and deallocates the claim; the waiting pod then gets the devices.
-        wapi.delete(f"{PODGROUPS.format(namespace=wnamespace)}/job")
-        wait_for("the shared claim deallocated",
-                 lambda: not wapi.get(claim_path(wnamespace, "shared"))["status"].get("allocation") or None,
-                 timeout_s=60)
-        wait_for("the waiting pod bound",
-                 lambda: wapi.get(f"/api/v1/namespaces/{wnamespace}/pods/next")["spec"].get("nodeName"),
-                 timeout_s=60)
-        assert not [entry for entry in workload_plane.debug_state()["inFlight"]
-                    if entry["claim"] == f"{wnamespace}/shared"]
-    finally:
-        driver.cleanup()
+    # kube-controller-manager's resourceclaim controller drops the deleted PodGroup from reservedFor
+    # and deallocates the claim; the waiting pod then gets the devices.
+    wapi.delete(f"{PODGROUPS.format(namespace=wnamespace)}/job")
+    wait_for("the shared claim deallocated",
+             lambda: not wapi.get(claim_path(wnamespace, "shared"))["status"].get("allocation") or None,
+             timeout_s=60)
+    wait_for("the waiting pod bound",
+             lambda: wapi.get(f"/api/v1/namespaces/{wnamespace}/pods/next")["spec"].get("nodeName"),
+             timeout_s=60)
+    assert not [entry for entry in workload_plane.debug_state()["inFlight"]
+                if entry["claim"] == f"{wnamespace}/shared"]
 
 
 def test_e2e_podgroup_device_taint_evicts_the_groups_pods(
-    workload_plane: ControlPlane, wapi: Api, wnamespace: str
+    workload_plane: ControlPlane, wapi: Api, wnamespace: str, one_node: Driver
 ) -> None:
-    driver = create_driver(wapi, nodes=1, devices=2)
-    try:
-        create_claim(wapi, wnamespace, "shared", claim_spec(driver.device_class, count=1))
-        create_pod_group(wapi, wnamespace, "job", "shared", min_count=3)
-        for i in range(3):
-            create_member(wapi, wnamespace, f"t{i}", "job", "shared")
-        wait_for("the group bound", lambda: len(bound_pods(wapi, wnamespace)) == 3 or None, timeout_s=60)
-        [(_, node, device)] = allocated_devices(wapi.get(claim_path(wnamespace, "shared")))
-        driver.set_taints(node, {device: [TAINT]})
+    bound_group(wapi, wnamespace, one_node.device_class, devices=1, pods=3)
+    [(_, node, device)] = allocated_devices(wapi.get(claim_path(wnamespace, "shared")))
+    one_node.set_taints(node, {device: [TAINT]})
 
-        def all_evicted() -> bool | None:
-            left = [p for p in wapi.items(f"/api/v1/namespaces/{wnamespace}/pods")
-                    if not p["metadata"].get("deletionTimestamp")]
-            return not left or None
+    def all_evicted() -> bool | None:
+        left = [p for p in wapi.items(f"/api/v1/namespaces/{wnamespace}/pods")
+                if not p["metadata"].get("deletionTimestamp")]
+        return not left or None
 
-        wait_for("every pod of the group evicted", all_evicted, timeout_s=30)
-    finally:
-        driver.cleanup()
+    wait_for("every pod of the group evicted", all_evicted, timeout_s=30)
