@@ -160,9 +160,16 @@ def test_e2e_podgroup_deleted_group_frees_its_devices(
     create_pod(wapi, wnamespace, "next", template="own")
     wait_for_reason(wapi, wnamespace, "next", "in use")
 
-    # kube-controller-manager's resourceclaim controller drops the deleted PodGroup from reservedFor
-    # and deallocates the claim; the waiting pod then gets the devices.
+    # The PodGroup carries the scheduling.k8s.io/podgroup-protection finalizer: it goes only once its
+    # pods are gone (a workload controller deletes them; no kubelet here, so they are force-deleted).
+    # Then kube-controller-manager's resourceclaim controller drops it from reservedFor and
+    # deallocates the claim, and the waiting pod gets the devices.
     wapi.delete(f"{PODGROUPS.format(namespace=wnamespace)}/job")
+    for i in range(3):
+        wapi.delete(f"/api/v1/namespaces/{wnamespace}/pods/m{i}", grace_period_seconds=0)
+    wait_for("the PodGroup gone",
+             lambda: wapi.get_or_none(f"{PODGROUPS.format(namespace=wnamespace)}/job") is None or None,
+             timeout_s=60)
     wait_for("the shared claim deallocated",
              lambda: not wapi.get(claim_path(wnamespace, "shared"))["status"].get("allocation") or None,
              timeout_s=60)
