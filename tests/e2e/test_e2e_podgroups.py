@@ -134,8 +134,9 @@ def test_e2e_podgroup_pods_share_one_claim_and_outsiders_wait(
                  lambda: len(bound_pods(wapi, wnamespace)) == GROUP_SIZE or None,
                  timeout_s=60 + GROUP_SIZE)
         elapsed = time.monotonic() - started
+        binds = workload_plane.debug_state()["binds"]
         print(f"{GROUP_SIZE} pods of one PodGroup created and bound in {elapsed:.1f} s "
-              f"({GROUP_SIZE / elapsed:.1f} pods/s, shared 2-core machine)")
+              f"({GROUP_SIZE / elapsed:.1f} pods/s, shared 2-core machine); extender binds: {binds}")
         claim = wapi.get(claim_path(wnamespace, "train-gpus"))
         assert claim["status"]["reservedFor"] == [group_ref(group)]
         devices = allocated_devices(claim)
