@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test e2e-control-plane
+.PHONY: run test e2e-control-plane browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,14 +13,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[fast,test]'
 	touch $(STAMP)
 
+# Extra `dra-extender serve` flags go in ARGS, e.g. `make run ARGS="--extender-port 9000 --debug-port 9001"`.
+ARGS ?=
 run: $(STAMP)
-	$(BIN)/dra-extender serve --snapshot examples/cluster
+	$(BIN)/dra-extender serve --snapshot examples/cluster $(ARGS)
 
 # kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and etcd for the end-to-end tests,
 # built from tests/e2e/go.mod once per machine (about 10 minutes on 2 cores), then reused.
 e2e-control-plane: $(STAMP)
 	$(BIN)/python tests/e2e/build_control_plane.py
 
-test: $(STAMP) e2e-control-plane
+# Debian's chromium for the device map's browser test: installed when missing and this user may
+# (root with apt-get, as on CI); otherwise that test skips and says how to install it.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "chromium is not installed: the device map's browser test will skip"
+
+test: $(STAMP) e2e-control-plane browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
