@@ -22,6 +22,7 @@ import aiohttp
 
 from extender.cache import ClusterCache
 from extender.kubeapi import ApiError, KubeClient
+from extender.podgroups import WORKLOAD_CLAIMS
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ POD_GROUPS = WatchedKind("PodGroup", "/apis/scheduling.k8s.io/v1beta1/podgroups"
 
 def watched_kinds(features: Any) -> tuple[WatchedKind, ...]:
     """The kinds to list and watch with these feature gates."""
-    return (*DEFAULT_KINDS, POD_GROUPS) if features.enabled("DRAWorkloadResourceClaims") else DEFAULT_KINDS
+    return (*DEFAULT_KINDS, POD_GROUPS) if features.enabled(WORKLOAD_CLAIMS) else DEFAULT_KINDS
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from extender.podclaims import ClaimsNotReady, claim_references, group_name_of, pod_key, pod_uid
 
-GATE = "DRAWorkloadResourceClaims"
+WORKLOAD_CLAIMS = "DRAWorkloadResourceClaims"  # the feature gate
 API_GROUP = "scheduling.k8s.io"
 RESOURCE = "podgroups"
 # In-flight owner prefix for allocations made for a PodGroup (see AssumeCache): group members share

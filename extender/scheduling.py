@@ -51,10 +51,8 @@ from extender.podclaims import (
     resolve_pod_claims,
 )
 from extender.podgroups import (
-    GATE as WORKLOAD_CLAIMS,
-)
-from extender.podgroups import (
     OWNER_PREFIX,
+    WORKLOAD_CLAIMS,
     GroupBinding,
     group_binding,
     outsider_problem,

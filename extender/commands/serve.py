@@ -23,6 +23,7 @@ from allocator import FeatureGates
 from extender import controllers, eventloop
 from extender.commands.output import EXIT_ERROR, examples
 from extender.podclaims import has_claims
+from extender.podgroups import WORKLOAD_CLAIMS
 from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
 from extender.scoring import POLICIES
 from extender.server import DEFAULT_PREFIX, ExtenderServer
@@ -405,7 +406,7 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
         elif args.controllers:
             running = await controllers.start_from_args(
                 cluster.cache, cluster.client, args, registry=server.metrics.registry,
-                workload_claims=features.enabled("DRAWorkloadResourceClaims"),
+                workload_claims=features.enabled(WORKLOAD_CLAIMS),
             )
             server.add_state("controllers", running.state)
             server.driver_lost = running.driver_lost
