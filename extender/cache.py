@@ -28,6 +28,7 @@ from allocator import (
 )
 from extender.podclaims import group_name_of
 from extender.podgroups import check_group_claims
+from extender.podtransform import slim_pod
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ class ClusterCache:
         roll that back. An equal copy with the same resourceVersion (the watch echoing that write, or
         an unchanged object in a re-list) is skipped without parsing it again; passing the stored
         object itself again re-indexes it. The cache owns `raw` from here on (its managedFields are
-        dropped).
+        dropped); a Pod is stored as `slim_pod(raw)`.
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -188,6 +189,8 @@ class ClusterCache:
             del meta["managedFields"]
         store = self._objects[kind]
         old = store.get(key)
+        if kind == "Pod" and raw is not old:
+            raw = slim_pod(raw)  # see extender.podtransform: no secrets and no bulk in the cache
         old_indexed = old is not None and key not in self._invalid[kind]
         if event_type == "DELETED":
             if old is None:

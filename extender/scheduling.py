@@ -34,7 +34,7 @@ from allocator import (
 )
 from allocator.errors import AllocationTimeout
 from extender.assume import AssumeCache
-from extender.cache import ClusterCache
+from extender.cache import ClusterCache, claim_names_of_pod
 from extender.claimwriter import BindError, ClaimWriter
 from extender.filtercache import ClaimRefs, ClaimsSignature, FilterCache, renames
 from extender.metrics import Metrics
@@ -96,6 +96,8 @@ TIMEOUT = "timeout"  # NodeVerdict.reason of a node whose search did not finish 
 # Upstream's plugin's words for a node without devices for the pod; ours too where another node fits
 # (see _split), or where no reason could be given.
 CANNOT_ALLOCATE = "cannot allocate all claims"
+UNKNOWN_NODE = "node not known to dra-extender"
+NAMED_UNKNOWN_NODES = 100
 TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
 # kube-scheduler tries a pod as soon as it is created, a moment before the resourceclaim controller
 # creates its template claims; the in-tree plugin's PreEnqueue keeps such a pod out of scheduling until
@@ -398,7 +400,8 @@ class Scheduler:
             return NodeVerdict(node_name, False, blocked.message, blocked.unresolvable, blocked.reason)
         node = self._node(node_name, node_objects)
         if node is None:
-            return NodeVerdict(node_name, False, f"node {node_name} is not known to dra-extender", True,
+            # The answer's key names the node: a request full of made-up names gets a compact answer.
+            return NodeVerdict(node_name, False, UNKNOWN_NODE, True,
                                "unknown node")
         allocations = [claim.allocation or {} for claim in plan.allocated]
         allocations += [allocation for _, allocation in plan.pending]
@@ -863,18 +866,57 @@ class Scheduler:
         """
         if not has_claims(pod):
             return dict(victims)
+        deadline = self.clock() + self.filter_deadline_s
         try:
-            verdicts = await self.check_nodes(self.plan(pod), victims,
-                                              deadline=self.clock() + self.filter_deadline_s)
+            plan = self.plan(pod)
+            verdicts = await self.check_nodes(plan, victims, deadline=deadline)
         except SchedulingError:
             return {}
-        # A node whose check timed out is not known to help: evicting pods there could be for nothing.
-        return {
-            node: node_victims
-            for node, node_victims in victims.items()
-            if verdicts[node].fits
-            or (node_victims.get("Pods") and not verdicts[node].unresolvable and not verdicts[node].timed_out)
-        }
+        kept = {}
+        for node, node_victims in victims.items():
+            verdict = verdicts[node]
+            # A node whose check timed out is not known to help: evicting pods there could be for nothing.
+            if verdict.fits or (not verdict.unresolvable and not verdict.timed_out
+                                and await self._eviction_frees_enough(plan, node, node_victims, deadline)):
+                kept[node] = node_victims
+        return kept
+
+    async def _eviction_frees_enough(self, plan: PodPlan, node_name: str, node_victims: dict,
+                                     deadline: float) -> bool:
+        """Would the pod fit `node_name` once the victims are gone? Only claims whose every consumer is a
+        victim (a known pod) lose their devices; victims holding none of those count for nothing."""
+        victim_uids = {str(victim.get("UID")) for victim in node_victims.get("Pods") or ()}
+        freed = self._claims_freed_by(victim_uids)
+        node = self.cache.node(node_name)
+        time_left = deadline - self.clock()
+        if not freed or node is None or not plan.to_allocate or time_left <= 0:
+            return False
+        view = self._allocated_view(None).without(freed)
+        allocator = Allocator(self.cache.inventory, view, self.cache.features,
+                              deadline_s=min(self.node_deadline_s, time_left))
+        try:
+            fits = allocator.allocate(node, plan.to_allocate).success
+        except (AllocationTimeout, NodeAllocationError, AllocationError):
+            fits = False
+        await asyncio.sleep(0)  # one search per candidate: let other requests in between
+        return fits
+
+    def _claims_freed_by(self, victim_uids: set[str]) -> set[str]:
+        """UIDs of the allocated claims of the victim pods that only victims use."""
+        freed = set()
+        for uid in victim_uids:
+            victim = self.cache.pod_by_uid(uid)
+            if victim is None:
+                continue
+            namespace = str((victim.get("metadata") or {}).get("namespace") or "")
+            for name in claim_names_of_pod(victim):
+                claim = self.cache.claim(namespace, name)
+                if claim is None or claim.allocation is None:
+                    continue
+                users = {str(entry.get("uid")) for entry in claim.reserved_for if isinstance(entry, dict)}
+                if users <= victim_uids:
+                    freed.add(claim.uid or claim.key)
+        return freed
 
 
 def _group_owner(plan: PodPlan, claim: ResourceClaim) -> str | None:
@@ -925,14 +967,22 @@ def _split(verdicts: Mapping[str, NodeVerdict], brief: bool = False) -> FilterRe
     of hundreds of full nodes is CPU and bytes for nothing on every pod that gets scheduled; with no
     node left, every node says why. `dra-extender explain` and simulate always give the details."""
     result = FilterResult([], {}, {})
-    brief = brief and any(verdict.fits for verdict in verdicts.values())
+    unknown = 0
+    some_fit = any(verdict.fits for verdict in verdicts.values())
     for name, verdict in verdicts.items():
         if verdict.fits:
             result.passed.append(name)
+        elif verdict.reason == "unknown node" and brief:
+            # kube-scheduler counts a node its extender leaves out of every list as unschedulable and
+            # unresolvable, exactly what an unknown node is: naming a few is enough, so a request of
+            # made-up names cannot blow up into an answer several times its size.
+            unknown += 1
+            if unknown <= NAMED_UNKNOWN_NODES:
+                result.unresolvable[name] = verdict.message
         elif verdict.unresolvable:
-            result.unresolvable[name] = _said(verdict, brief)
+            result.unresolvable[name] = _said(verdict, brief and some_fit)
         else:
-            result.failed[name] = _said(verdict, brief)
+            result.failed[name] = _said(verdict, brief and some_fit)
     return result
 
 

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 Webhook = Literal["mutate", "validate"]
 RESOURCE_GROUP = "resource.k8s.io"
+# The metric label of every resource no rule handles.
+OTHER_RESOURCE = "other"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,7 @@ class AdmissionHandler:
             ("validate", RESOURCE_GROUP, "devicetaintrules", "CREATE"): taint_rule,
             ("validate", RESOURCE_GROUP, "devicetaintrules", "UPDATE"): taint_rule,
         }
+        self._labelled_resources = {(group, resource) for _, group, resource, _ in self._rules}
 
     def handle(self, webhook: Webhook, body: bytes) -> tuple[int, bytes]:
         started = time.perf_counter()
@@ -102,10 +105,18 @@ class AdmissionHandler:
         try:
             decision, outcome = self._decide(webhook, request)
         except MalformedReview as err:
-            metrics.DECISIONS.labels(webhook, request.operation, request.resource_key, "malformed").inc()
+            resource = self._resource_label(request)
+            metrics.DECISIONS.labels(webhook, request.operation, resource, "malformed").inc()
             return 400, orjson.dumps({"error": f"malformed AdmissionReview (uid {request.uid}): {err}"})
-        metrics.DECISIONS.labels(webhook, request.operation, request.resource_key, outcome).inc()
+        metrics.DECISIONS.labels(webhook, request.operation, self._resource_label(request), outcome).inc()
         return 200, review_response(request.uid, decision)
+
+    def _resource_label(self, request: AdmissionRequest) -> str:
+        """The resource for the metric label, from a closed set: a review names whatever resource its
+        sender likes, and every new label value is a time series kept until the process exits."""
+        if (request.group, request.resource_key) in self._labelled_resources:
+            return request.resource_key
+        return OTHER_RESOURCE
 
     def _decide(self, webhook: Webhook, request: AdmissionRequest) -> tuple[Decision, str]:
         rule = self._rules.get((webhook, request.group, request.resource_key, request.operation))

@@ -1,4 +1,5 @@
-"""Validating rule for pods CREATE: refuse pods whose shared claim can never take another consumer.
+"""Validating rule for pods CREATE: refuse pods whose shared claim can never take another consumer; warn
+about a scoring annotation the scheduler would ignore.
 
 With DRAWorkloadResourceClaims a pod of a PodGroup that the claim is reserved for does not add itself
 (the PodGroup is the consumer), so the limit does not apply to it."""
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from extender.podclaims import group_name_of
 from extender.podgroups import is_group_reference
+from extender.scoring import scoring_annotation_problem
 from webhook.claim_status import effective_limit
 from webhook.lookup import ClusterLookup
 from webhook.review import AdmissionRequest, Decision, mapping, sequence, text
@@ -22,14 +24,16 @@ def validate_pod_create(
     entries = sequence(mapping(pod.get("spec"), "spec").get("resourceClaims"), "spec.resourceClaims")
     if not entries:
         return Decision()
+    scoring = scoring_annotation_problem(pod)
+    warnings: list[str] = [f"dra-extender: {scoring}"] if scoring else []
     if not lookup.ready:
         return Decision(
-            warnings=["dra-extender webhook: cluster view not synced yet, shared claims not checked"]
+            warnings=[*warnings,
+                      "dra-extender webhook: cluster view not synced yet, shared claims not checked"]
         )
     limit = effective_limit(reserved_for_limit)
     group = group_name_of(pod) if workload_claims else None
     problems: list[str] = []
-    warnings: list[str] = []
     for i, entry in enumerate(entries):
         path = f"spec.resourceClaims[{i}].resourceClaimName"
         claim_name = text(mapping(entry, f"spec.resourceClaims[{i}]").get("resourceClaimName"), path)
