@@ -13,14 +13,25 @@ other's objects. Needs the binaries of tests/e2e/build_control_plane.py (built i
     python bench/e2e_throughput.py --nodes 50 --pods 250 --json  # a quick run
     python bench/e2e_throughput.py --repeats 2 --json          # both orders; medians (the machine drifts)
 
-`--shape ExtendedResource_25Classes` runs upstream scheduler_perf's extended-resource workload instead
-(dra/extendedresource, Explicit_25classes_5000pods_500nodes): 25 DeviceClasses selecting the same
-devices, each with `extendedResourceName: example.com/gpu-<i>`, and pods with no claim that ask for
-`example.com/gpu-<index mod 25>: 1`. The report then also compares the claims both set-ups made
-(`claim_shapes`: per claim its requests, counts, annotation, controlling owner and devices): the
-side-by-side check that dra-extender builds them as the in-tree plugin does.
+With --shared-podgroups: upstream scheduler_perf's SharedPodGroupResourceClaimTemplate instead
+(test/integration/scheduler_perf/dra/workloadresourceclaims, KEP-5729): PodGroups (basic policy) whose
+pods all name one ResourceClaimTemplate in an entry equal to the PodGroup's, so each group shares one
+generated claim reserved for the PodGroup; one network-attached one-device pool per PodGroup. Both
+shapes in one invocation, each on both set-ups, with DRAWorkloadResourceClaims and GenericWorkload on
+every component: 1 PodGroup of 1,000 pods on 10 nodes and 100 PodGroups of 50 pods on 50 nodes
+(--shape NODES:GROUPS:PODS replaces them, e.g. a quick run: --shape 2:1:20 --shape 2:4:20).
 
-    python bench/e2e_throughput.py --shape ExtendedResource_25Classes --nodes 10 --pods 20 --json
+    python bench/e2e_throughput.py --shared-podgroups --json
+
+With --workload ExtendedResource_25Classes: upstream scheduler_perf's extended-resource workload
+instead of the claim templates (dra/extendedresource, Explicit_25classes_5000pods_500nodes): 25
+DeviceClasses selecting the same devices, each with `extendedResourceName: example.com/gpu-<i>`, and
+pods with no claim that ask for `example.com/gpu-<index mod 25>: 1`, in the same phases on both
+set-ups. The report then also compares the claims both set-ups made (`claim_shapes`: per claim its
+requests, counts, annotation, controlling owner, finalizers and devices): the side-by-side check that
+dra-extender builds them as the in-tree plugin does.
+
+    python bench/e2e_throughput.py --workload ExtendedResource_25Classes --nodes 10 --pods 20 --json
 """
 
 from __future__ import annotations
@@ -48,14 +59,21 @@ sys.path.insert(0, str(E2E_DIR))
 import build_control_plane  # noqa: E402
 from e2e_api import Api  # noqa: E402
 from e2e_cluster import ControlPlane  # noqa: E402
-from e2e_objects import RESOURCE, claim_spec, create_driver, create_template, pod_body  # noqa: E402
+from e2e_objects import (  # noqa: E402
+    RESOURCE,
+    claim_spec,
+    create_driver,
+    create_node,
+    create_template,
+    pod_body,
+)
 
 DEVICES_PER_NODE = 10
 NAMESPACE = "bench"
 CREATE_WORKERS = 8
 CLAIM_TEMPLATE = "SchedulingWithResourceClaimTemplate"
 EXTENDED_25 = "ExtendedResource_25Classes"
-SHAPES = (CLAIM_TEMPLATE, EXTENDED_25)
+WORKLOADS = (CLAIM_TEMPLATE, EXTENDED_25)
 EXTENDED_CLASSES = 25
 EXTENDED_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 
@@ -79,8 +97,8 @@ def _extended_pod(name: str, index: int) -> dict[str, Any]:
     }
 
 
-def _set_up_shape(api: Api, shape: str, driver_class: str, driver_name: str) -> PodBody:
-    if shape == CLAIM_TEMPLATE:
+def _set_up_workload(api: Api, workload: str, driver_class: str, driver_name: str) -> PodBody:
+    if workload == CLAIM_TEMPLATE:
         create_template(api, NAMESPACE, "one-device", claim_spec(driver_class))
         return _template_pod
     for index in range(EXTENDED_CLASSES):
@@ -179,7 +197,7 @@ class BindWatch:
                 self._cond.wait(min(left, 1.0))
 
 
-def _create_pods(api: Api, names: list[str], body: PodBody) -> dict[str, float]:
+def _create_pods(api: Api, names: list[str], body: PodBody = _template_pod) -> dict[str, float]:
     created: dict[str, float] = {}
 
     def create(index: int) -> None:
@@ -272,7 +290,7 @@ def _progress(mode: str, what: str) -> None:
 
 
 def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path,
-              shape: str = CLAIM_TEMPLATE) -> dict[str, Any]:
+              workload: str = CLAIM_TEMPLATE) -> dict[str, Any]:
     plane = ControlPlane(build_control_plane.ensure_built(), work, scheduler_mode=mode, webhooks=False)
     plane.start([])
     try:
@@ -280,7 +298,7 @@ def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path,
         assert api is not None
         api.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
         driver = create_driver(api, nodes=nodes, devices=DEVICES_PER_NODE)
-        body = _set_up_shape(api, shape, driver.device_class, driver.name)
+        body = _set_up_workload(api, workload, driver.device_class, driver.name)
         watch = BindWatch(api)
         watch.start()
         time.sleep(0.5)
@@ -289,7 +307,7 @@ def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path,
         _progress(mode, f"{pods} initial pods")
         _create_pods(api, initial, body)
         watch.wait_bound(set(initial), timeout_s=900)
-        claim_shapes = _claim_shapes(api) if shape == EXTENDED_25 else {}
+        claim_shapes = _claim_shapes(api) if workload == EXTENDED_25 else {}
 
         measured = [f"measured-{i:05d}" for i in range(pods)]
         _progress(mode, f"{pods} measured pods")
@@ -321,6 +339,145 @@ def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path,
         plane.stop()
 
 
+WORKLOAD_GATES = "--feature-gates=DRAWorkloadResourceClaims=true,GenericWorkload=true"
+PODGROUP_SHAPES = ((10, 1, 1000), (50, 100, 5000))  # (nodes, PodGroups, pods), as upstream's workloads
+# The PodGroup's claim entry and its pods' entry: equal in every field, so the pods share its claim.
+GROUP_CLAIM = {"name": "resource", "resourceClaimTemplateName": "test-claim-template"}
+
+
+def _workload_plane(mode: str, work: Path) -> ControlPlane:
+    return ControlPlane(
+        build_control_plane.ensure_built(), work, scheduler_mode=mode, webhooks=False,
+        extra_args={
+            "kube-apiserver": [WORKLOAD_GATES, "--runtime-config=scheduling.k8s.io/v1beta1=true"],
+            "kube-controller-manager": [WORKLOAD_GATES],
+            "kube-scheduler": [WORKLOAD_GATES],
+            "dra-extender": ["--feature-gates=DRAWorkloadResourceClaims=true"],
+        },
+    )
+
+
+def _podgroup_objects(api: Api, nodes: int, groups: int) -> None:
+    """Nodes labelled node-with-dra, one network-attached one-device slice per PodGroup, the class,
+    the template and the PodGroups (upstream's templates, same names)."""
+    driver = "test-driver.cdi.k8s.io"
+    for index in range(nodes):
+        name = f"dra-node-{index}"
+        create_node(api, name)
+        api.patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {"node-with-dra": "true"}}})
+    every_dra_node = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "node-with-dra", "operator": "In", "values": ["true"]}]}]}
+    for index in range(groups):
+        api.create("/apis/resource.k8s.io/v1/resourceslices", {
+            "metadata": {"name": f"resourceslice-podgroup-{index}"},
+            "spec": {"pool": {"name": f"resourceslice-{index}", "generation": 1, "resourceSliceCount": 1},
+                     "driver": driver, "nodeSelector": every_dra_node, "devices": [{"name": "device"}]},
+        })
+    api.create("/apis/resource.k8s.io/v1/deviceclasses", {
+        "metadata": {"name": "test-class"},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+    })
+    create_template(api, NAMESPACE, "test-claim-template", {"devices": {"requests": [
+        {"name": "req-0", "exactly": {"deviceClassName": "test-class"}}]}})
+    for index in range(groups):
+        api.create(f"/apis/scheduling.k8s.io/v1beta1/namespaces/{NAMESPACE}/podgroups", {
+            "metadata": {"name": f"test-dra-{index}"},
+            "spec": {"resourceClaims": [GROUP_CLAIM], "schedulingPolicy": {"basic": {}}},
+        })
+
+
+def _podgroup_pod(name: str, group: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1",
+                            "resources": {"claims": [{"name": "resource"}]}}],
+            "resourceClaims": [GROUP_CLAIM],
+            "schedulingGroup": {"podGroupName": f"test-dra-{group}"},
+        },
+    }
+
+
+def _reserved_for_shapes(api: Api) -> dict[str, int]:
+    """How the claims are reserved: "podgroups:1" = reserved for one PodGroup only; counts of claims."""
+    shapes: dict[str, int] = {}
+    for claim in api.items(f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"):
+        entries = (claim.get("status") or {}).get("reservedFor") or []
+        kinds = sorted({entry["resource"] for entry in entries})
+        shape = ",".join(f"{kind}:{sum(1 for e in entries if e['resource'] == kind)}" for kind in kinds)
+        shapes[shape or "none"] = shapes.get(shape or "none", 0) + 1
+    return shapes
+
+
+def run_podgroup_setup(mode: str, nodes: int, groups: int, pods: int, work: Path) -> dict[str, Any]:
+    plane = _workload_plane(mode, work)
+    plane.start([])
+    try:
+        api = plane.api
+        assert api is not None
+        api.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        _podgroup_objects(api, nodes, groups)
+        watch = BindWatch(api)
+        watch.start()
+        time.sleep(0.5)
+        names = [f"test-dra-{i:05d}" for i in range(pods)]
+        created: dict[str, float] = {}
+
+        def create(index: int) -> None:
+            api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", _podgroup_pod(names[index], index % groups))
+            created[names[index]] = time.monotonic()
+
+        _progress(mode, f"{groups} PodGroup(s), {pods} pods on {nodes} nodes")
+        cpu_before = _cpu_seconds(plane)
+        with ThreadPoolExecutor(CREATE_WORKERS) as pool:
+            list(pool.map(create, range(pods)))
+        watch.wait_bound(set(names), timeout_s=900)
+        cpu = _cpu_ms_per_pod(cpu_before, _cpu_seconds(plane), pods)
+        pods_per_s, p99 = _measure(created, watch.bound_at)
+        watch.stop()
+        return {"pods_per_s": pods_per_s, "p99_s": p99, "cpu_ms_per_pod": cpu,
+                "reserved_for": _reserved_for_shapes(api)}
+    finally:
+        plane.stop()
+
+
+def run_shared_podgroups(shapes: list[tuple[int, int, int]], extender_first: bool) -> dict[str, Any]:
+    order = ["extender", "in-tree"] if extender_first else ["in-tree", "extender"]
+    report: dict[str, Any] = {"workload": "SharedPodGroupResourceClaimTemplate", "order": order, "shapes": []}
+    with tempfile.TemporaryDirectory(prefix="e2e-throughput-podgroups-") as tmp:
+        for nodes, groups, pods in shapes:
+            results = {
+                mode: run_podgroup_setup(mode, nodes, groups, pods, Path(tmp) / f"{mode}-{nodes}-{groups}")
+                for mode in order
+            }
+            in_tree, extender = results["in-tree"], results["extender"]
+            report["shapes"].append({
+                "nodes": nodes, "podgroups": groups, "pods": pods,
+                "in_tree_pods_per_s": round(in_tree["pods_per_s"], 1),
+                "extender_pods_per_s": round(extender["pods_per_s"], 1),
+                "ratio": round(extender["pods_per_s"] / in_tree["pods_per_s"], 3),
+                "in_tree_p99_s": round(in_tree["p99_s"], 3),
+                "extender_p99_s": round(extender["p99_s"], 3),
+                "cpu_ms_per_pod": {"in_tree": in_tree["cpu_ms_per_pod"],
+                                   "extender": extender["cpu_ms_per_pod"]},
+                # Both set-ups must reserve every claim the same way (each for its one PodGroup).
+                "reserved_for": {"in_tree": in_tree["reserved_for"], "extender": extender["reserved_for"]},
+                "same_reserved_for": in_tree["reserved_for"] == extender["reserved_for"],
+            })
+    return report
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    try:
+        nodes, groups, pods = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NODES:PODGROUPS:PODS, e.g. 10:1:1000") from None
+    if min(nodes, groups, pods) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every number must be at least 1")
+    return nodes, groups, pods
+
+
 def _report(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """The issue's keys (medians over the runs), each run's ratios, and CPU per pod by component."""
 
@@ -330,11 +487,12 @@ def _report(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     def ratio(key: str) -> float:
         return round(statistics.median([run["extender"][key] / run["in-tree"][key] for run in runs]), 3)
 
+    shapes = {mode: runs[0][mode]["claim_shapes"] for mode in ("in-tree", "extender")}
+
     def cpu(mode: str, key: str) -> dict[str, float]:
         names = runs[0][mode][key].keys()
         return {name: round(statistics.median([run[mode][key][name] for run in runs]), 1) for name in names}
 
-    shapes = {mode: runs[0][mode]["claim_shapes"] for mode in ("in-tree", "extender")}
     return {
         "in_tree_pods_per_s": median("in-tree", "pods_per_s", 1),
         "extender_pods_per_s": median("extender", "pods_per_s", 1),
@@ -366,7 +524,7 @@ def _report(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
             "in_tree": cpu("in-tree", "steady_cpu_ms_per_pod"),
             "extender": cpu("extender", "steady_cpu_ms_per_pod"),
         },
-        # The initial pods' claims of the first run, counted by shape, per set-up (extended shape only).
+        # The initial pods' claims of the first run, counted by shape, per set-up (extended workload).
         "claim_shapes": {"same": shapes["in-tree"] == shapes["extender"], **shapes},
     }
 
@@ -395,10 +553,22 @@ def main() -> int:
         "drifts by tens of percent over minutes); figures are medians of the runs, ratios the medians "
         "of each run's own ratio",
     )
-    parser.add_argument("--shape", choices=SHAPES, default=CLAIM_TEMPLATE,
-                        help=f"the workload (default {CLAIM_TEMPLATE})")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--workload", choices=WORKLOADS, default=CLAIM_TEMPLATE,
+                        help=f"the workload of the default run (default {CLAIM_TEMPLATE}; see above)")
+    parser.add_argument("--shared-podgroups", action="store_true",
+                        help="run upstream's SharedPodGroupResourceClaimTemplate shapes instead (see above)")
+    parser.add_argument("--shape", type=_shape, action="append", metavar="NODES:PODGROUPS:PODS",
+                        help="with --shared-podgroups: a shape to run instead of upstream's two (repeatable)")
     args = parser.parse_args()
+    if args.shape and not args.shared_podgroups:
+        parser.error("--shape goes with --shared-podgroups")
+    if args.shared_podgroups and args.workload != CLAIM_TEMPLATE:
+        parser.error("--workload and --shared-podgroups choose different runs: pick one")
+    if args.shared_podgroups:
+        podgroup_report = run_shared_podgroups(args.shape or list(PODGROUP_SHAPES), args.extender_first)
+        print(orjson.dumps(podgroup_report).decode() if args.json else podgroup_report)
+        return 0
     pods = args.pods or args.nodes * DEVICES_PER_NODE // 2
     if pods * 2 > args.nodes * DEVICES_PER_NODE:
         parser.error(f"--pods {pods}: twice that must fit on {args.nodes * DEVICES_PER_NODE} devices")
@@ -416,13 +586,13 @@ def main() -> int:
             for mode in order:
                 _progress(mode, f"{args.nodes} nodes, {pods} + {pods} pods (run {index + 1}) ...")
                 results[mode] = run_setup(mode, args.nodes, pods, steady, Path(tmp) / f"{mode}-{index}",
-                                          args.shape)
+                                          args.workload)
                 _progress(mode, str(results[mode]))
             runs.append(results)
     report = _report(runs)
     report.update(
         nodes=args.nodes, devices_per_node=DEVICES_PER_NODE, pods=pods, repeats=args.repeats, order=orders,
-        shape=args.shape,
+        workload=args.workload,
     )
     if args.json:
         print(orjson.dumps(report).decode())

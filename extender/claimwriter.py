@@ -23,6 +23,7 @@ import datetime
 import logging
 import secrets
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -257,6 +258,8 @@ class _Written:
     # resourceVersion precondition of a status write whose outcome is unknown (timed out, connection
     # lost, 5xx): the API server may still apply it for as long as the claim keeps that version.
     pending_write_rv: str | None = None
+    # The reservedFor entry this bind adds when it is not the pod (a PodGroup, extender.podgroups).
+    consumer: dict | None = None
     # The in-memory special claim's UID when this bind created the claim (undo deletes it).
     created_from: str | None = None
 
@@ -284,12 +287,15 @@ class ClaimWriter:
         self.undone = 0        # binds whose partial writes were rolled back
 
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
-                   extended: Variant | None = None) -> None:
+                   consumers: Mapping[str, dict] | None = None, extended: Variant | None = None) -> None:
         """Write allocations and reservations for `pod`'s claims, then bind it to `node`.
 
         `claims`: each claim with the allocation to write, or None when it is already allocated and
-        only needs the reservation. `extended`: the pod's special claim variant; its in-memory claim,
-        one of `claims`, is created first. Raises BindError; on error nothing this call wrote remains.
+        only needs the reservation. `consumers`: by claim UID, the reservedFor entry to add instead of
+        the pod (a PodGroup's). `extended`: the pod's special claim variant; its in-memory claim, one of
+        `claims`, is created first. Raises BindError; on error nothing this call wrote remains, except a
+        PodGroup's reservation on a claim this bind did not allocate (other pods of the group may
+        already count on it, as upstream's Unreserve keeps it too).
         """
         meta = pod.get("metadata") or {}
         namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
@@ -299,7 +305,8 @@ class ClaimWriter:
         try:
             created_name = None
             for claim, allocation in claims:
-                record = _Written(claim.namespace, claim.name, claim.uid)
+                record = _Written(claim.namespace, claim.name, claim.uid,
+                                  consumer=(consumers or {}).get(claim.uid))
                 written.append(record)
                 if extended is not None and claim is extended.claim:
                     claim = await self._create(claim, record)
@@ -363,7 +370,8 @@ class ClaimWriter:
             if meta.get("deletionTimestamp"):
                 raise BindError(f"ResourceClaim {record.key} got deleted in the meantime")
             reserved = list(status.get("reservedFor") or [])
-            already_reserved = any(entry.get("uid") == pod_uid for entry in reserved)
+            consumer = record.consumer or {"resource": "pods", "name": pod_name, "uid": pod_uid}
+            already_reserved = any(entry.get("uid") == consumer["uid"] for entry in reserved)
             new_status = dict(status)
             if allocation is not None:
                 if status.get("allocation") is not None:
@@ -385,8 +393,7 @@ class ClaimWriter:
             elif already_reserved:
                 return
             if not already_reserved:
-                new_status["reservedFor"] = [*reserved, {"resource": "pods", "name": pod_name,
-                                                         "uid": pod_uid}]
+                new_status["reservedFor"] = [*reserved, consumer]
             record.reserved = True
             base_rv = (obj.get("metadata") or {}).get("resourceVersion")
             try:
@@ -521,7 +528,7 @@ class ClaimWriter:
                 # request whose client gave up). Keep everything as is and let the watch tell.
                 return False
             reserved = list(status.get("reservedFor") or [])
-            remaining = [entry for entry in reserved if entry.get("uid") != pod_uid]
+            remaining = [entry for entry in reserved if entry.get("uid") != _undone_consumer(record, pod_uid)]
             new_status = dict(status)
             if remaining:
                 new_status["reservedFor"] = remaining
@@ -546,6 +553,14 @@ class ClaimWriter:
                 raise
             return True
         raise BindError(f"still conflicting after {MAX_ATTEMPTS} attempts")
+
+
+def _undone_consumer(record: _Written, pod_uid: str) -> str | None:
+    """The reservedFor UID undo removes: the pod's, or a PodGroup's only together with the allocation
+    this bind wrote for it (no other pod of the group can be using that one yet)."""
+    if record.consumer is None:
+        return pod_uid
+    return str(record.consumer.get("uid")) if record.allocation is not None else None
 
 
 def _with_finalizer(obj: dict) -> dict:
