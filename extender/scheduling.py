@@ -384,7 +384,8 @@ class Scheduler:
                                     "being removed", "stale extended claim", unresolvable=False)
             return
         variant = extended.full
-        if variant.claim is not None and self._claim_in_flight_for_other(variant.claim, pod_uid(plan.pod)):
+        in_flight = self.assume.pending(variant.claim.uid) if variant.claim is not None else None
+        if in_flight is not None and in_flight.pod_uid != pod_uid(plan.pod):
             # A bind's write of unknown outcome (see bind): its devices stay counted until it settles.
             plan.blocked = _blocked(f"the extended resource claim of pod {pod_key(plan.pod)} is in the "
                                     "process of being allocated", "claim in flight")
