@@ -27,6 +27,7 @@ from aiohttp import web
 
 from extender import devicemap, wire
 from extender.explain import ExplainError, explain_pod, render_text
+from extender.extendedresources import requested_names
 from extender.httpguard import BodyReader, HttpLimits, LimitedRunner, RequestRefused, expect_handler
 from extender.metrics import CONTENT_TYPE, Metrics
 from extender.names import split_ref
@@ -172,7 +173,8 @@ class ExtenderServer:
     async def filter(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         args = wire.parse_extender_args(await self.bodies.read(request), "filter")
-        if self._not_synced() and has_claims(args.pod):
+        # Before the DeviceClasses are listed, any extended resource may turn out to be backed by DRA.
+        if self._not_synced() and (has_claims(args.pod) or requested_names(args.pod)):
             body = wire.encode_filter_result(args, [], {}, {}, NOT_SYNCED)
             return _json(body)
         result = await self.scheduler.filter(args.pod, args.node_names, args.node_objects, brief=True)
