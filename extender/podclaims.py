@@ -17,14 +17,6 @@ from typing import Any, Protocol
 RESERVED_FOR_MAX = 256
 
 
-class ClaimLike(Protocol):
-    raw: dict
-    name: str
-    namespace: str
-    uid: str
-    deleting: bool
-
-
 class ClaimLookup(Protocol):
     def claim(self, namespace: str, name: str) -> Any: ...
 

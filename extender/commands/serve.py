@@ -34,13 +34,9 @@ from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
 from extender.scoring import POLICIES
 from extender.server import DEFAULT_PREFIX, ExtenderServer
 from extender.tls import ReloadingTLS
+from webhook import server as webhook_server
 
 log = logging.getLogger("dra-extender")
-
-try:  # the webhook ships in the same distribution; tolerate a tree where it is not there yet
-    from webhook import server as webhook_server
-except ImportError:  # pragma: no cover - only in partial checkouts
-    webhook_server = None  # type: ignore[assignment]
 
 
 def register(subparsers: Any) -> None:
@@ -159,8 +155,7 @@ def register(subparsers: Any) -> None:
         f"retries the pod after its backoff (default {DEFAULT_FILTER_TIMEOUT_S:g})",
     )
     add_logging_arguments(parser)
-    if webhook_server is not None:
-        webhook_server.add_arguments(parser)
+    webhook_server.add_arguments(parser)
     controllers.add_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -462,15 +457,12 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
         )
         if extender_tls:
             extender_tls.start()
-        if webhook_server is None:
-            log.warning("webhook package not available: the webhook port is not opened")
-        else:
-            webhook = webhook_server.server_from_args(
-                args, cluster.cache, features=features, host=args.bind_address, port=args.webhook_port,
-                limits=http_limits(args),
-            )
-            if webhook is not None:  # otherwise server_from_args logged why the port stays closed
-                await webhook.start()
+        webhook = webhook_server.server_from_args(
+            args, cluster.cache, features=features, host=args.bind_address, port=args.webhook_port,
+            limits=http_limits(args),
+        )
+        if webhook is not None:  # otherwise server_from_args logged why the port stays closed
+            await webhook.start()
         if args.controllers and cluster.client is None:
             log.warning(
                 "--controllers %s need an API server: not started in snapshot mode",
