@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import orjson
 
 from allocator import AllocationOutcome, Node, ResourceClaim
+from extender.assume import AssumeCache
+from extender.cache import ClusterCache
 
 PoolId = tuple[str, str]
 # Claims as (key, uid) each, in order.
@@ -44,7 +45,7 @@ def allocation_pools(allocation: dict | None) -> frozenset[PoolId]:
 
 
 class FilterCache:
-    def __init__(self, cache: Any, assume: Any, *, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(self, cache: ClusterCache, assume: AssumeCache, *, max_entries: int = MAX_ENTRIES) -> None:
         self.cache = cache
         self.assume = assume
         # (spec, node key) -> the outcome, the claims it was computed for, and whether a failure can

@@ -13,9 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-# Upstream's limit on status.reservedFor (resourceapi.ResourceClaimReservedForMaxSize).
-RESERVED_FOR_MAX = 256
-
 
 class ClaimLookup(Protocol):
     def claim(self, namespace: str, name: str) -> Any: ...

@@ -30,6 +30,7 @@ from extender.httpguard import (
 )
 from extender.podclaims import has_claims
 from extender.podgroups import WORKLOAD_CLAIMS
+from extender.rules import parse_positive_duration
 from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
 from extender.scoring import POLICIES
 from extender.server import DEFAULT_PREFIX, ExtenderServer
@@ -98,7 +99,7 @@ def register(subparsers: Any) -> None:
     )
     net.add_argument(
         "--idle-timeout",
-        type=_seconds,
+        type=parse_positive_duration,
         default=DEFAULT_IDLE_TIMEOUT_S,
         help="seconds a connection may stay open without sending a complete request, from when it opens "
         f"or got its last answer (default {DEFAULT_IDLE_TIMEOUT_S:g})",
@@ -132,13 +133,14 @@ def register(subparsers: Any) -> None:
     )
     sched.add_argument(
         "--hold-timeout",
-        type=_seconds,
+        type=parse_positive_duration,
         default=30.0,
-        help="seconds a filter hold lasts without a bind (default 30)",
+        help="how long a filter hold lasts without a bind (plain seconds or a Go duration such as 90s, 5m; "
+        "default 30)",
     )
     sched.add_argument(
         "--node-timeout",
-        type=_seconds,
+        type=parse_positive_duration,
         default=DEFAULT_NODE_TIMEOUT_S,
         help="seconds one node's device search may run (filter, bind, explain); a node that takes longer "
         "is 'timed out', not 'does not fit'. The search holds the event loop meanwhile "
@@ -146,7 +148,7 @@ def register(subparsers: Any) -> None:
     )
     sched.add_argument(
         "--filter-timeout",
-        type=_seconds,
+        type=parse_positive_duration,
         default=DEFAULT_FILTER_TIMEOUT_S,
         help="seconds one filter (and prioritize, preempt) may spend on all its nodes together; nodes not "
         "checked by then count as timed out. Keep it below kube-scheduler's extender httpTimeout (5 s "
@@ -205,16 +207,6 @@ def http_limits(args: argparse.Namespace) -> HttpLimits:
         max_connections=getattr(args, "max_connections", DEFAULT_MAX_CONNECTIONS),
         idle_timeout_s=getattr(args, "idle_timeout", DEFAULT_IDLE_TIMEOUT_S),
     )
-
-
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value.removesuffix("s"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration in seconds: {value!r}") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
-    return seconds
 
 
 class _JsonFormatter(logging.Formatter):

@@ -5,13 +5,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from extender.podclaims import (
-    RESERVED_FOR_MAX,
     ClaimsNotReady,
     InvalidPodError,
     has_claims,
     resolve_pod_claims,
 )
 from extender.podgroups import reservable
+from extender.rules import RESERVED_FOR_MAX
 
 
 @dataclass

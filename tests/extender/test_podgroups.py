@@ -15,8 +15,9 @@ from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.explain import explain_pod, render_text
 from extender.informer import DEFAULT_KINDS, POD_GROUPS, ClusterWatcher, watched_kinds
-from extender.podclaims import RESERVED_FOR_MAX, ClaimsNotReady, resolve_pod_claims
+from extender.podclaims import ClaimsNotReady, resolve_pod_claims
 from extender.podgroups import OWNER_PREFIX, group_binding, reservable, reserved_for_pod
+from extender.rules import RESERVED_FOR_MAX
 from extender.scheduling import BindFailed, Scheduler
 
 NODES = ["node-0", "node-1", "node-2"]
@@ -55,7 +56,7 @@ async def schedule(scheduler: Scheduler, name: str) -> str:
 
 def test_podgroup_member_resolves_group_claim_and_binding() -> None:
     scheduler = make(by_name_cluster(1))
-    plan = scheduler.plan(current(scheduler, "w0"))
+    plan = scheduler.planner.plan(current(scheduler, "w0"))
     assert plan.blocked is None and plan.group is not None
     assert (plan.group.key, plan.group.pod_claim_names) == ("default/train", frozenset({g.GROUP_CLAIM}))
     assert plan.group.reference() == g.group_reference(current(scheduler, "train", "PodGroup"))
@@ -75,7 +76,7 @@ def test_podgroup_entry_must_match_in_every_field() -> None:
     o.allocate(current(scheduler, "train-gpus", "ResourceClaim"), "node-0", ["gpu-0", "gpu-1"],
                [g.group_reference(current(scheduler, "train", "PodGroup"))])
     scheduler.cache.apply("ResourceClaim", "MODIFIED", current(scheduler, "train-gpus", "ResourceClaim"))
-    blocked = scheduler.plan(current(scheduler, "w0")).blocked
+    blocked = scheduler.planner.plan(current(scheduler, "w0")).blocked
     assert blocked is not None and "does not match the PodGroup's entry" in blocked.message
 
 
@@ -84,12 +85,12 @@ def test_podgroup_template_claim_is_owned_by_the_group() -> None:
     claim = g.owned_by_group(o.claim("train-gpus-x7k2p", count=1), group)
     pod = g.member("w0", "train", template="gpu-template", generated="train-gpus-x7k2p")
     scheduler = make([*o.cluster(1, 2), group, claim, pod])
-    plan = scheduler.plan(current(scheduler, "w0"))
+    plan = scheduler.planner.plan(current(scheduler, "w0"))
     assert plan.blocked is None and plan.group is not None
     assert plan.group.pod_claim_names == frozenset({g.GROUP_CLAIM})
     # Gate off: the claim's owner is not the pod, exactly upstream's refusal.
     off = make([*o.cluster(1, 2), group, claim, pod], FeatureGates())
-    blocked = off.plan(current(off, "w0")).blocked
+    blocked = off.planner.plan(current(off, "w0")).blocked
     assert blocked is not None and blocked.message.endswith("(Pod is not owner)")
     # A pod of another group naming the generated claim through its own status: refused like upstream.
     stranger = g.member("s0", "other", template="gpu-template", generated="train-gpus-x7k2p")
@@ -100,7 +101,7 @@ def test_podgroup_template_claim_is_owned_by_the_group() -> None:
 def test_podgroup_missing_group_blocks_with_upstream_words() -> None:
     pod = g.member("w0", "train", claim_name="train-gpus")
     scheduler = make([*o.cluster(1, 2), o.claim("train-gpus"), pod])
-    blocked = scheduler.plan(current(scheduler, "w0")).blocked
+    blocked = scheduler.planner.plan(current(scheduler, "w0")).blocked
     assert blocked is not None and blocked.message == 'podgroup.scheduling.k8s.io "train" not found'
 
 

@@ -369,3 +369,12 @@ def test_filter_timeout_must_be_a_positive_duration(value: str, capsys: pytest.C
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(["serve", "--snapshot", "x", "--filter-timeout", value])
     assert exit_info.value.code == 2 and "--filter-timeout" in capsys.readouterr().err
+
+
+def test_every_duration_flag_takes_go_durations_and_plain_seconds() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["serve", "--snapshot", "x", "--hold-timeout", "5m",
+                              "--driver-loss-grace-period", "5m", "--idle-timeout", "1m30s",
+                              "--node-timeout", "250ms", "--filter-timeout", "3"])
+    assert (args.hold_timeout, args.driver_loss_grace_period, args.idle_timeout) == (300.0, 300.0, 90.0)
+    assert (args.node_timeout, args.filter_timeout) == (0.25, 3.0)
