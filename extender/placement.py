@@ -44,7 +44,7 @@ class NodeScorer:
         filter_cache = self.filter_cache
         if placed and filter_cache is not None and plan.signature is not None and (
                 plan.cache_epoch == filter_cache.epoch):
-            memo_spec = plan.signature[0]
+            memo_spec = plan.signature.spec
         fits: dict[str, NodeFit] = {}
         node_of = self.cache.node
         for verdict in fitting:
