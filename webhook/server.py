@@ -87,9 +87,8 @@ class WebhookServer:
             await runner.cleanup()
             raise
         self._runner = runner
-        server = site._server  # aiohttp exposes no public accessor for the bound port (port 0 in tests)
-        if self.port == 0 and server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        if self.port == 0 and runner.addresses:  # port 0 (tests): the port the system chose
+            self.port = runner.addresses[0][1]
         self.tls.start()
         log.info(
             "admission webhook listening on https://%s:%d (/webhook/mutate, /webhook/validate)",
