@@ -32,7 +32,7 @@ class Hold(NamedTuple):
 
 
 class FilterHolds:
-    def __init__(self, assume: AssumeCache, planner: Planner, checker: NodeChecker, scorer: NodeScorer, *,
+    def __init__(self, assume: AssumeCache, *, planner: Planner, checker: NodeChecker, scorer: NodeScorer,
                  ttl_s: float) -> None:
         self.assume = assume
         self.planner = planner
@@ -41,14 +41,14 @@ class FilterHolds:
         self.ttl_s = ttl_s
         self._holds: dict[str, Hold] = {}  # by pod UID
 
-    def hold_best(self, pod: dict, plan: PodPlan, verdicts: dict[str, NodeVerdict], *, brief: bool,
+    def hold_best(self, pod: dict, *, plan: PodPlan, verdicts: dict[str, NodeVerdict], brief: bool,
                   pod_holds: bool) -> FilterResult:
         """Pick the best node now and keep its devices in flight until bind: the pod's own claims when
         `pod_holds`, the plan's PodGroup's shared claims always (for the group)."""
         fitting = [v for v in verdicts.values() if v.fits]
         if not fitting:
             return answer(verdicts, brief=brief)
-        scores = self.scorer.scores(pod, fitting, plan)
+        scores = self.scorer.scores(pod, fitting=fitting, plan=plan)
         best = fitting[0]  # the first of the best-scored nodes, in kube-scheduler's order
         for verdict in fitting[1:]:
             if scores.get(verdict.node, 0) > scores.get(best.node, 0):

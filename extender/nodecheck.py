@@ -106,7 +106,8 @@ class NodeChecker:
         if use_cache and plan.signature is not None and filter_cache is not None:
             node_key, cached, computed_for = filter_cache.get(plan.signature, node)
             if cached is not None:
-                return cached_verdict(node_name, cached, computed_for, plan.signature.claims)
+                return cached_verdict(node_name, cached, computed_for=computed_for,
+                                      claims=plan.signature.claims)
         allocator = self.planner.allocator_for(plan)
         allocator.deadline_s = self.node_deadline_s if time_left_s is None else min(
             self.node_deadline_s, time_left_s)
@@ -201,5 +202,6 @@ class NodeChecker:
         if plan.extended is not None:  # device-plugin nodes have a plan (and cache entries) of their own
             nodes = [node for node in nodes if self.planner.for_node(plan, node) is plan]
         for node, outcome, computed_for in filter_cache.hits_for(signature, nodes):
-            verdicts[node.name] = cached_verdict(node.name, outcome, computed_for, signature.claims)
+            verdicts[node.name] = cached_verdict(node.name, outcome, computed_for=computed_for,
+                                                 claims=signature.claims)
         return verdicts

@@ -36,7 +36,7 @@ class NodeScorer:
     def memoised_fits(self) -> int:
         return len(self._fit_memo)
 
-    def scores(self, pod: dict, fitting: list[NodeVerdict], plan: PodPlan) -> dict[str, int]:
+    def scores(self, pod: dict, *, fitting: list[NodeVerdict], plan: PodPlan) -> dict[str, int]:
         """Scores of the nodes the pod fits, under the pod's placement policy."""
         policy = policy_for(pod, self.default_policy)
         placed = policy != "none" and bool(plan.to_allocate)
@@ -56,10 +56,10 @@ class NodeScorer:
                 fits[verdict.node] = NodeFit(rank_points(outcome.subrequest_ranks), 0, 0,
                                              allocated_devices(outcome))
             else:
-                fits[verdict.node] = self._placed_fit(node, outcome, plan, memo_spec)
+                fits[verdict.node] = self._placed_fit(node, outcome, plan=plan, memo_spec=memo_spec)
         return node_scores(policy, fits)
 
-    def _placed_fit(self, node: Node, outcome: AllocationOutcome, plan: PodPlan,
+    def _placed_fit(self, node: Node, outcome: AllocationOutcome, *, plan: PodPlan,
                     memo_spec: bytes | None) -> NodeFit:
         """The node's fit with its placement: how many devices the node sees in the pools `outcome`
         takes devices from (placement looks at those), and how many of them the plan's view has in use.

@@ -163,7 +163,8 @@ class Planner:
                     return plan
             if claim.allocation is not None:
                 consumer_uid = group.uid if group is not None else uid
-                if not reservable(claim.raw, pod, consumer_uid, workload_claims, RESERVED_FOR_MAX):
+                if not reservable(claim.raw, pod, consumer_uid=consumer_uid, accept_group=workload_claims,
+                                  limit=RESERVED_FOR_MAX):
                     plan.blocked = blocked("resourceclaim in use", Reason.CLAIM_IN_USE)
                     return plan
                 plan.allocated.append(claim)

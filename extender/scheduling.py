@@ -115,7 +115,8 @@ class Scheduler:
         self.checker = NodeChecker(cache, self.planner, filter_cache=filter_cache,
                                    node_deadline_s=node_deadline_s, clock=clock)
         self.scorer = NodeScorer(cache, self.planner, filter_cache=filter_cache, default_policy=scoring)
-        self.holds = FilterHolds(assume, self.planner, self.checker, self.scorer, ttl_s=hold_ttl_s)
+        self.holds = FilterHolds(assume, planner=self.planner, checker=self.checker, scorer=self.scorer,
+                                 ttl_s=hold_ttl_s)
         # Pods whose bind is writing. Their in-flight entries belong to that bind: nothing else may
         # replace or release them (the devices would look free while the write may still land).
         self._binding: set[str] = set()
@@ -181,7 +182,7 @@ class Scheduler:
             await self._remove_stale_claim(pod)
             plan = self.planner.plan(pod)
             if plan.claims_missing:
-                pod, plan = await self._await_claims(pod, plan, deadline)
+                pod, plan = await self._await_claims(pod, plan, deadline=deadline)
             verdicts = await self.checker.check_all(plan, node_names, node_objects=node_objects,
                                                     use_cache=True, deadline=deadline)
             if self._claims_changed(plan):
@@ -199,7 +200,7 @@ class Scheduler:
             self._count_outcome(reason, count)
         self.checker.remember(uid, verdicts)
         if plan.to_allocate and (holding or plan.allocates_for_group()):
-            result = self.holds.hold_best(pod, plan, verdicts, brief=brief, pod_holds=holding)
+            result = self.holds.hold_best(pod, plan=plan, verdicts=verdicts, brief=brief, pod_holds=holding)
         else:
             self.holds.extend_group_holds(plan)
             result = answer(verdicts, brief=brief)
@@ -222,7 +223,7 @@ class Scheduler:
         except BindError as error:
             log.warning("could not remove extended resource claim %s: %s", stale.key, error)
 
-    async def _await_claims(self, pod: dict, plan: PodPlan, deadline: float) -> tuple[dict, PodPlan]:
+    async def _await_claims(self, pod: dict, plan: PodPlan, *, deadline: float) -> tuple[dict, PodPlan]:
         """Poll for up to `claim_wait_s` (and at most half of what is left of the filter's budget)
         until the pod's claims exist: its cached copy gets the generated claim names (the request's
         copy never will) and the claims reach the cache."""
@@ -259,7 +260,7 @@ class Scheduler:
         except SchedulingError:
             return dict.fromkeys(node_names, 0)
         verdicts = [checked[name] for name in node_names]
-        scores = self.scorer.scores(pod, [v for v in verdicts if v.fits], plan)
+        scores = self.scorer.scores(pod, fitting=[v for v in verdicts if v.fits], plan=plan)
         return {name: scores.get(name, 0) for name in node_names}
 
     # ---- bind ---------------------------------------------------------------------------------
@@ -367,7 +368,8 @@ class Scheduler:
             raise BindFailed(f"pod {pod_key(pod)} no longer fits node {node_name}: {message}")
         workload_claims = self.cache.features.enabled(WORKLOAD_CLAIMS)
         writes: list[ClaimWrite] = [
-            (claim, None) for claim in plan.allocated if not reserved_for_pod(claim.raw, pod, workload_claims)
+            (claim, None) for claim in plan.allocated
+            if not reserved_for_pod(claim.raw, pod, accept_group=workload_claims)
         ]
         allocations = verdict.outcome.allocations if verdict.outcome is not None else []
         for claim, allocation in zip(plan.to_allocate, allocations, strict=True):

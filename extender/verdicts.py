@@ -137,7 +137,7 @@ def outcome_verdict(node_name: str, outcome: AllocationOutcome) -> NodeVerdict:
                        unresolvable=unresolvable(outcome), reason=Reason.DEVICES, outcome=outcome)
 
 
-def cached_verdict(node_name: str, outcome: AllocationOutcome, computed_for: ClaimRefs | None,
+def cached_verdict(node_name: str, outcome: AllocationOutcome, *, computed_for: ClaimRefs | None,
                    claims: ClaimRefs) -> NodeVerdict:
     """A verdict from the filter cache; a failure worked out for other claims is renamed to `claims`
     only when read."""

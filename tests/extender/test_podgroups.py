@@ -238,12 +238,14 @@ def test_podgroup_reservation_rules() -> None:
     group_entry = {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "train", "uid": "g1"}
     full = {"status": {"reservedFor": [{"resource": "pods", "name": f"p{i}", "uid": f"u{i}"}
                                        for i in range(RESERVED_FOR_MAX - 1)] + [group_entry]}}
-    assert reserved_for_pod(full, pod, True) and not reserved_for_pod(full, pod, False)
-    assert reservable(full, pod, "g1", True, RESERVED_FOR_MAX)
-    assert not reservable(full, pod, pod["metadata"]["uid"], False, RESERVED_FOR_MAX)
+    assert reserved_for_pod(full, pod, accept_group=True)
+    assert not reserved_for_pod(full, pod, accept_group=False)
+    assert reservable(full, pod, consumer_uid="g1", accept_group=True, limit=RESERVED_FOR_MAX)
+    assert not reservable(full, pod, consumer_uid=pod["metadata"]["uid"], accept_group=False,
+                          limit=RESERVED_FOR_MAX)
     # Same name in another group's namespace is still matched by name only, as upstream does.
     other = g.member("w1", "eval", claim_name="c")
-    assert not reserved_for_pod(full, other, True)
+    assert not reserved_for_pod(full, other, accept_group=True)
 
 
 def test_podgroup_cache_indexes_members_and_rejects_malformed_groups() -> None:
