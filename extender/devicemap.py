@@ -322,7 +322,8 @@ def render_page(device_map: DeviceMap, *, page: int, per_page: int, node_filter:
 
 def _int_query(request: web.Request, name: str, default: int, maximum: int) -> int:
     text = request.query.get(name) or str(default)
-    value = int(text) if text.isdigit() and len(text) < 12 else 0
+    # isascii: str.isdigit() is also true of "²" and other digits int() refuses.
+    value = int(text) if text.isascii() and text.isdigit() and len(text) < 12 else 0
     if not 1 <= value <= maximum:
         raise wire.BadRequest(f"query parameter {name}: must be a number from 1 to {maximum}, got {text!r}")
     return value

@@ -125,7 +125,8 @@ async def test_pages_by_node() -> None:
     assert 'href="/debug/ui?per_page=1&amp;page=3"' in page
     _, page, _ = await fetch(server, "/debug/ui?node=node-3")
     assert re.findall(r'data-node="([^"]+)"', page) == ["node-3"]
-    for bad in ("page=0", "page=x", "per_page=100000"):
+    # "²" and "٣" are str.isdigit() but not int(): a 400 as well, not a 500.
+    for bad in ("page=0", "page=x", "per_page=100000", "page=%C2%B2", "per_page=%D9%A3"):
         status, text, _ = await fetch(server, f"/debug/ui?{bad}")
         assert status == 400 and "query parameter" in text, bad
 
