@@ -6,6 +6,7 @@ A leaf module: it imports nothing from extender/ or webhook/, so both may use it
 from __future__ import annotations
 
 import argparse
+import math
 import re
 
 # Upstream's limit on a ResourceClaim's status.reservedFor (ResourceClaimReservedForMaxSize in the API).
@@ -29,6 +30,8 @@ def parse_duration(text: str) -> float:
                 f"invalid duration {text!r} (examples: 300, 90s, 5m, 1h30m)"
             ) from None
         seconds = sum(float(number) * _UNIT[unit] for number, unit in parts)
+    if not math.isfinite(seconds):  # float() also reads "nan" and "inf"
+        raise argparse.ArgumentTypeError(f"duration must be finite: {text!r}")
     if seconds < 0:
         raise argparse.ArgumentTypeError(f"duration must not be negative: {text!r}")
     return seconds

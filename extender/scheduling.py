@@ -273,11 +273,13 @@ class Scheduler:
         if uid and pod_uid(pod) and pod_uid(pod) != uid:
             raise BindFailed(f"pod {namespace}/{name} has UID {pod_uid(pod)}, not {uid}")
         uid = pod_uid(pod)
+        # Waits before the check below: from that check to `_binding.add` nothing may await, or a
+        # retried request for the same pod would pass the check too and bind it a second time.
+        await self._await_group_writes(pod)
         if uid in self._binding:
             # kube-scheduler gave up on the earlier bind and retried; that bind still writes.
             raise BindFailed(f"pod {pod_key(pod)} is already being bound by an earlier request")
         self.bind_attempts += 1
-        await self._await_group_writes(pod)
         writes, consumers, extended = (self._reserve_for_bind(pod, node_name) if self.planner.needs_dra(pod)
                                        else ([], {}, None))
         self.holds.handed_to_bind(uid)

@@ -52,9 +52,12 @@ def _json(body: bytes, status: int = 200) -> web.Response:
 
 def _from_loopback(request: web.Request) -> bool:
     try:
-        return ipaddress.ip_address((request.remote or "").split("%", 1)[0]).is_loopback
+        address = ipaddress.ip_address((request.remote or "").split("%", 1)[0])
     except ValueError:  # a unix socket or no peer address: not a network client
         return request.remote is None
+    # Listening on "::", an IPv4 peer arrives as ::ffff:a.b.c.d (not is_loopback before Python 3.13).
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return (mapped or address).is_loopback
 
 
 def _debug_gate(from_anywhere: bool) -> Any:
