@@ -108,8 +108,8 @@ class FilterHolds:
         for share in plan.pending:
             self.assume.extend(share.claim.uid, self.ttl_s)
 
-    def any(self) -> bool:
-        return bool(self._holds)
+    def is_empty(self) -> bool:
+        return not self._holds
 
     def _alive(self, hold: Hold) -> bool:
         for held in hold.claims:

@@ -155,7 +155,7 @@ class Scheduler:
             self.metrics.filter_outcomes.labels(reason=reason).inc(count)
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
-        if kind == "Pod" and event_type == "DELETED" and self.holds.any():
+        if kind == "Pod" and event_type == "DELETED" and not self.holds.is_empty():
             self.holds.release(pod_uid(new))  # a deleted pod's held devices are free at once
         elif kind == "PodGroup" and event_type == "DELETED":
             meta = new.get("metadata") or {}
