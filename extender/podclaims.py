@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
+
+from allocator import ResourceClaim
 
 
 class ClaimLookup(Protocol):
-    def claim(self, namespace: str, name: str) -> Any: ...
+    def claim(self, namespace: str, name: str) -> ResourceClaim | None: ...
 
 
 class ClaimsNotReady(Exception):
@@ -33,7 +35,7 @@ class InvalidPodError(ValueError):
 @dataclass(frozen=True)
 class PodClaim:
     pod_claim_name: str  # spec.resourceClaims[].name
-    claim: Any  # allocator.ResourceClaim
+    claim: ResourceClaim
 
 
 def pod_key(pod: Mapping) -> str:
