@@ -369,3 +369,23 @@ def test_filter_timeout_must_be_a_positive_duration(value: str, capsys: pytest.C
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(["serve", "--snapshot", "x", "--filter-timeout", value])
     assert exit_info.value.code == 2 and "--filter-timeout" in capsys.readouterr().err
+
+
+def test_banner_of_a_large_cluster_names_a_few_nodes_and_says_how_to_ask_about_more() -> None:
+    from types import SimpleNamespace
+
+    from extender.cache import ClusterCache
+    from extender.commands.serve import BANNER_NODES, usage_banner
+
+    example = [obj for obj in load_objects([Path(__file__).resolve().parents[2] / "examples" / "cluster"])
+               if obj["kind"] != "Node"]
+    nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{index:04d}"}}
+             for index in range(5000)]
+    cache = ClusterCache.from_objects(example + nodes, FeatureGates())
+    server = SimpleNamespace(urls={"extender": "http://127.0.0.1:8888/scheduler",
+                                   "debug": "http://127.0.0.1:8889"})
+    banner = usage_banner(server, cache)  # type: ignore[arg-type]
+    assert len(banner) < 10_000
+    filter_line = next(line for line in banner.splitlines() if "/scheduler/filter" in line)
+    assert orjson.loads(shlex.split(filter_line)[-1])["NodeNames"] == ["node-0000", "node-0001", "node-0002"]
+    assert f"asks about {BANNER_NODES} of the 5000 nodes" in banner and "-d @FILE" in banner
