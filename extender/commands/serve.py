@@ -301,8 +301,19 @@ def tune_gc_after_sync() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+# The initial lists allocate millions of objects that all stay alive: collecting while they arrive
+# only walks a growing heap again and again, with nothing to free. The collector is off until the
+# cache is synced, but for at most this long (an API server that never answers must not leave it off).
+SYNC_GC_PAUSE_S = 120.0
+
+
 async def _tune_gc_when_ready(cluster: Cluster) -> None:
     if cluster.watcher is not None:
+        gc.disable()
+        try:
+            await cluster.watcher.wait_ready(SYNC_GC_PAUSE_S)
+        finally:
+            gc.enable()
         await cluster.watcher.wait_ready()
     tune_gc_after_sync()
 

@@ -389,3 +389,39 @@ def test_banner_of_a_large_cluster_names_a_few_nodes_and_says_how_to_ask_about_m
     filter_line = next(line for line in banner.splitlines() if "/scheduler/filter" in line)
     assert orjson.loads(shlex.split(filter_line)[-1])["NodeNames"] == ["node-0000", "node-0001", "node-0002"]
     assert f"asks about {BANNER_NODES} of the 5000 nodes" in banner and "-d @FILE" in banner
+
+
+async def test_the_collector_is_off_while_the_cache_syncs_and_for_at_most_the_pause(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from extender.commands import serve as serve_command
+
+    class Watcher:
+        def __init__(self) -> None:
+            self.synced = asyncio.Event()
+
+        async def wait_ready(self, timeout_s: float | None = None) -> bool:
+            try:
+                await asyncio.wait_for(self.synced.wait(), timeout_s)
+            except TimeoutError:
+                return False
+            return True
+
+    tuned: list[bool] = []
+    monkeypatch.setattr(serve_command, "tune_gc_after_sync", lambda: tuned.append(gc.isenabled()))
+    assert gc.isenabled()
+    watcher = Watcher()
+    task = asyncio.create_task(serve_command._tune_gc_when_ready(serve_command.Cluster(None, None, watcher)))
+    await asyncio.sleep(0.01)
+    assert not gc.isenabled()
+    watcher.synced.set()
+    await task
+    assert gc.isenabled() and tuned == [True]
+
+    monkeypatch.setattr(serve_command, "SYNC_GC_PAUSE_S", 0.01)   # an API server that never answers
+    never = Watcher()
+    task = asyncio.create_task(serve_command._tune_gc_when_ready(serve_command.Cluster(None, None, never)))
+    await asyncio.sleep(0.1)
+    assert gc.isenabled() and not task.done()
+    task.cancel()
