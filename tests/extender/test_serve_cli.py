@@ -425,3 +425,27 @@ async def test_the_collector_is_off_while_the_cache_syncs_and_for_at_most_the_pa
     await asyncio.sleep(0.1)
     assert gc.isenabled() and not task.done()
     task.cancel()
+
+
+async def test_node_views_warmed_after_the_sync_are_the_ones_filters_use(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from allocator import inventory as inventory_module
+    from extender.cache import ClusterCache
+    from extender.commands import serve as serve_command
+
+    built: list[str] = []
+    gather = inventory_module.gather_pools
+
+    def counting_gather(node: Any, *args: Any) -> Any:
+        built.append(node.name)
+        return gather(node, *args)
+
+    monkeypatch.setattr(inventory_module, "gather_pools", counting_gather)
+    monkeypatch.setattr(serve_command, "WARM_BATCH", 2)   # several turns of the event loop
+    example = Path(__file__).resolve().parents[2] / "examples" / "cluster"
+    cache = ClusterCache.from_objects(load_objects([example]), FeatureGates())
+    await serve_command.warm_node_views(cache)
+    assert sorted(built) == cache.node_names() == ["node-1", "node-2", "node-3"]
+    for name in cache.node_names():
+        cache.inventory.node_pools(cache.node(name), cache.features)
+    assert len(built) == 3
