@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import gc
 import logging
 import shlex
@@ -295,10 +296,22 @@ GC_THRESHOLDS = (20_000, 20, 20)
 
 
 def tune_gc_after_sync() -> None:
-    """Move everything alive now (the synced cache) out of the collector's sight and collect less often."""
+    """Move everything alive now (the synced cache) out of the collector's sight and collect less often;
+    give the memory the initial lists left free back to the system."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    return_free_memory()
+
+
+def return_free_memory() -> None:
+    """Ask the C allocator to return its free pages (glibc's malloc_trim; elsewhere nothing happens).
+    Decoding the initial lists leaves part of the heap free but held (tens of MB at 5,000 nodes)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 # The initial lists allocate millions of objects that all stay alive: collecting while they arrive
