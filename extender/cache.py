@@ -26,6 +26,8 @@ from allocator import (
     ResourceClaim,
     ResourceSlice,
 )
+from extender.podclaims import group_name_of
+from extender.podgroups import check_group_claims
 from extender.podtransform import slim_pod
 from extender.sharing import ObjectSharer
 
@@ -40,6 +42,8 @@ KINDS: dict[str, tuple[str, bool]] = {
     "ResourceClaim": ("resource.k8s.io/v1", True),
     "ResourceClaimTemplate": ("resource.k8s.io/v1", True),
     "DeviceTaintRule": ("resource.k8s.io/v1", False),
+    # Watched only with the DRAWorkloadResourceClaims gate (see extender.podgroups).
+    "PodGroup": ("scheduling.k8s.io/v1beta1", True),
 }
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
 # Bounded so a flood of broken objects cannot grow /debug/state without limit.
@@ -69,6 +73,7 @@ def claim_names_of_pod(pod: dict) -> list[str]:
 
     Template-based entries resolve through status.resourceClaimStatuses; an entry not recorded there yet
     (claim not created) or recorded with a null name (intentionally not created) contributes nothing.
+    The claim for extended resources comes from status.extendedResourceClaimStatus.
     """
     spec = pod.get("spec") or {}
     statuses = {
@@ -85,6 +90,11 @@ def claim_names_of_pod(pod: dict) -> list[str]:
             name = statuses.get(entry.get("name"))
         if isinstance(name, str) and name:
             names.append(name)
+    # The special claim of extended resources backed by DRA (extendedresources.py).
+    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus")
+    name = extended.get("resourceClaimName") if isinstance(extended, dict) else None
+    if isinstance(name, str) and name:
+        names.append(name)
     return names
 
 
@@ -121,6 +131,7 @@ class ClusterCache:
         self._node_names: list[str] | None = []
         self._pod_keys_by_uid: dict[str, str] = {}
         self._pods_by_claim: dict[str, set[str]] = {}   # "ns/claim" -> pod keys
+        self._pods_by_group: dict[str, set[str]] = {}   # "ns/podgroup" -> pod keys
         self._claims: dict[str, ResourceClaim] = {}
         self._claim_keys_by_uid: dict[str, str] = {}
         # Invalid claims whose status.allocation is still counted: key -> (uid it is recorded under, reading).
@@ -293,6 +304,14 @@ class ClusterCache:
         pods = self._objects["Pod"]
         return [pods[key] for key in sorted(self._pods_by_claim.get(f"{namespace}/{claim_name}", ()))]
 
+    def pod_group(self, namespace: str, name: str) -> dict | None:
+        return self._valid_raw("PodGroup", f"{namespace}/{name}")
+
+    def pods_in_group(self, namespace: str, group_name: str) -> list[dict]:
+        """Pods whose spec.schedulingGroup names this PodGroup (whether or not it exists)."""
+        pods = self._objects["Pod"]
+        return [pods[key] for key in sorted(self._pods_by_group.get(f"{namespace}/{group_name}", ()))]
+
     def device_class(self, name: str) -> DeviceClass | None:
         return self.inventory.device_class(name)
 
@@ -394,6 +413,9 @@ class ClusterCache:
             namespace = raw["metadata"]["namespace"]
             for claim_name in claim_names_of_pod(raw):
                 self._pods_by_claim.setdefault(f"{namespace}/{claim_name}", set()).add(key)
+            group = group_name_of(raw)
+            if group is not None:
+                self._pods_by_group.setdefault(f"{namespace}/{group}", set()).add(key)
         elif kind == "ResourceClaim":
             self._index_claim(key, ResourceClaim.from_api(raw))
         elif kind == "ResourceSlice":
@@ -404,6 +426,9 @@ class ClusterCache:
             rule = DeviceTaintRule.from_api(raw)
             self.inventory.upsert_taint_rule(rule)
             self._taint_rules[key] = rule
+        elif kind == "PodGroup":
+            _check_pod(raw)  # the same shape: a uid, and spec.resourceClaims a list when present
+            check_group_claims((raw.get("spec") or {}).get("resourceClaims") or [])
         # ResourceClaimTemplate: only stored raw.
 
     def _index_claim(self, key: str, claim: ResourceClaim) -> None:
@@ -453,6 +478,12 @@ class ClusterCache:
                 users.discard(key)
                 if not users:
                     del self._pods_by_claim[claim_key]
+        group = group_name_of(old)
+        members = self._pods_by_group.get(f"{namespace}/{group}") if group is not None else None
+        if members is not None:
+            members.discard(key)
+            if not members:
+                del self._pods_by_group[f"{namespace}/{group}"]
 
 
 def _allocated_id(claim: ResourceClaim) -> str:

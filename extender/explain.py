@@ -73,6 +73,7 @@ async def explain_pod(
         report["driverLost"] = driver_lost
     try:
         plan = scheduler.plan(pod)
+        group = plan.group
         for entry in plan.claims:
             claim = entry.claim
             report["claims"].append(
@@ -83,6 +84,21 @@ async def explain_pod(
                     "reservedFor": len(claim.reserved_for),
                 }
             )
+            if group is not None and entry.pod_claim_name in group.pod_claim_names:
+                report["claims"][-1]["sharedBy"] = {
+                    "podGroup": group.key,
+                    "pods": len(scheduler.cache.pods_in_group(group.namespace, group.name)),
+                }
+        if plan.blocked is not None:
+            report["blocked"] = plan.blocked.message
+        variant = plan.extended_variant
+        if variant is not None and plan.extended is not None:
+            classes = plan.extended.classes
+            report["extendedResources"] = [
+                {"container": m["containerName"], "resource": m["resourceName"], "request": m["requestName"],
+                 "deviceClass": classes[m["resourceName"]]}
+                for m in variant.mappings
+            ]
         to_allocate = [claim.key for claim in plan.to_allocate]
         checked = await scheduler.check_nodes(plan, node_names, use_cache=False)
         verdicts = [checked[node] for node in node_names]
@@ -90,6 +106,9 @@ async def explain_pod(
         report["error"] = str(error)
         return report
     report["nodes"] = [_node_report(verdict, to_allocate) for verdict in verdicts]
+    if variant is not None:
+        for node in report["nodes"]:
+            node["message"] = variant.describe(node["message"])
     report["fittingNodes"] = sum(1 for verdict in verdicts if verdict.fits)
     return report
 
@@ -114,9 +133,17 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"pod {report['pod']}: error: {report['error']}")
     else:
         lines.append(f"pod {report['pod']}: fits {report.get('fittingNodes', 0)} of {total} node(s)")
+    if report.get("blocked"):
+        lines.append(f"  blocked on every node: {report['blocked']}")
     for claim in report["claims"]:
         state = "allocated" if claim["allocated"] else "to allocate"
+        shared = claim.get("sharedBy")
+        if shared:
+            state += f", claim shared by PodGroup {shared['podGroup']}, {shared['pods']} pods"
         lines.append(f"  claim {claim['podClaimName']} -> {claim['claim']} ({state})")
+    for entry in report.get("extendedResources", []):
+        lines.append(f"  extended resource {entry['resource']} of container {entry['container']} -> request "
+                     f"{entry['request']} (device class {entry['deviceClass']})")
     for pool in report.get("driverLost", []):
         left = "grace period over" if pool.get("expired") else f"{pool.get('seconds_left', 0):.0f}s left"
         lines.append(

@@ -15,6 +15,7 @@ from typing import Literal
 import orjson
 
 from allocator import FeatureGates
+from extender.podgroups import WORKLOAD_CLAIMS
 from webhook import metrics
 from webhook.claim_status import validate_claim_status
 from webhook.lookup import ClusterLookup
@@ -68,6 +69,7 @@ class AdmissionHandler:
         if reserved_for_limit < 1:
             raise ValueError(f"reserved_for_limit must be at least 1, got {reserved_for_limit}")
         compiler = compile_selector or cel_compiler(features or FeatureGates())
+        workload_claims = (features or FeatureGates()).enabled(WORKLOAD_CLAIMS)
         status_rule = Rule(lambda r: validate_claim_status(r, lookup, reserved_for_limit), fail_open=True)
         selector_rule = Rule(lambda r: validate_selectors(r, lookup, compiler), fail_open=True)
         taint_rule = Rule(lambda r: validate_taint_rule(r, lookup), fail_open=False)
@@ -77,7 +79,8 @@ class AdmissionHandler:
             ),
             ("validate", RESOURCE_GROUP, "resourceclaims/status", "UPDATE"): status_rule,
             ("validate", "", "pods", "CREATE"): Rule(
-                lambda r: validate_pod_create(r, lookup, reserved_for_limit), fail_open=True
+                lambda r: validate_pod_create(r, lookup, reserved_for_limit, workload_claims),
+                fail_open=True
             ),
             ("validate", RESOURCE_GROUP, "resourceclaims", "CREATE"): selector_rule,
             ("validate", RESOURCE_GROUP, "resourceclaimtemplates", "CREATE"): selector_rule,

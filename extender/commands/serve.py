@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import gc
 import logging
+import math
 import shlex
 import signal
 import sys
@@ -30,6 +31,7 @@ from extender.httpguard import (
     HttpLimits,
 )
 from extender.podclaims import has_claims
+from extender.podgroups import WORKLOAD_CLAIMS
 from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
 from extender.scoring import POLICIES
 from extender.server import DEFAULT_PREFIX, ExtenderServer
@@ -217,8 +219,8 @@ def _seconds(value: str) -> float:
         seconds = float(value.removesuffix("s"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a duration in seconds: {value!r}") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:  # float() also reads "nan" and "inf"
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
     return seconds
 
 
@@ -275,12 +277,12 @@ async def open_cluster(
         from extender.objects_io import load_objects
 
         return Cluster(ClusterCache.from_objects(load_objects([args.snapshot]), features))
-    from extender.informer import ClusterWatcher
+    from extender.informer import ClusterWatcher, watched_kinds
     from extender.kubeapi import KubeClient
 
     client = await KubeClient.connect(kubeconfig=args.kubeconfig, context=args.context)
     cache = ClusterCache(features)
-    watcher = ClusterWatcher(client, cache)
+    watcher = ClusterWatcher(client, cache, kinds=watched_kinds(features))
     await watcher.start()
     cluster = Cluster(cache, client, watcher)
     if wait_ready_s is not None and not await watcher.wait_ready(wait_ready_s):
@@ -543,7 +545,8 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
             )
         elif args.controllers:
             running = await controllers.start_from_args(
-                cluster.cache, cluster.client, args, registry=server.metrics.registry
+                cluster.cache, cluster.client, args, registry=server.metrics.registry,
+                workload_claims=features.enabled(WORKLOAD_CLAIMS),
             )
             server.add_state("controllers", running.state)
             server.driver_lost = running.driver_lost

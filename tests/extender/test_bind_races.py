@@ -4,6 +4,7 @@ outcome is unknown, shared claims. No device may ever end up in two claims."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import dra_objects as o
@@ -13,6 +14,7 @@ from allocator import FeatureGates, ResourceClaim
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
+from extender.extendedresources import Variant
 from extender.scheduling import BindFailed, Scheduler
 
 
@@ -31,11 +33,12 @@ class GatedWriter(ClaimWriter):
         super().__init__(None, cache)
         self.gates: dict[str, asyncio.Event] = {}
 
-    async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]]) -> None:
+    async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
+                   consumers: Mapping[str, dict] | None = None, extended: Variant | None = None) -> None:
         gate = self.gates.get(pod["metadata"]["name"])
         if gate is not None:
             await gate.wait()
-        await super().bind(pod, node, claims)
+        await super().bind(pod, node, claims, consumers, extended)
 
 
 def make(objs: list[dict[str, Any]], **options: Any) -> tuple[Scheduler, GatedWriter, Clock]:
