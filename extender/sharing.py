@@ -30,15 +30,7 @@ class ObjectSharer:
 
     def string(self, value: Any) -> Any:
         """The shared str equal to `value`; anything else comes back unchanged."""
-        if not isinstance(value, str):
-            return value
-        found = self._strings.get(value)
-        if found is not None:
-            return found
-        if len(self._strings) >= self.max_entries:
-            self._strings.clear()
-        self._strings[value] = value
-        return value
+        return self._shared(self._strings, value, value) if isinstance(value, str) else value
 
     def value(self, value: Any) -> Any:
         """The shared JSON value equal to `value` (equal as JSON: 1, 1.0 and true stay apart)."""
@@ -46,12 +38,15 @@ class ObjectSharer:
             key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
         except TypeError:   # not JSON (a snapshot's YAML can hold anything): kept as it is
             return value
-        found = self._values.get(key)
+        return self._shared(self._values, key, value)
+
+    def _shared(self, table: dict[str, Any], key: str, value: Any) -> Any:
+        found = table.get(key)
         if found is not None:
             return found
-        if len(self._values) >= self.max_entries:
-            self._values.clear()
-        self._values[key] = value
+        if len(table) >= self.max_entries:
+            table.clear()
+        table[key] = value
         return value
 
     def _common(self, raw: dict) -> dict:
