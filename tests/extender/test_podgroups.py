@@ -199,11 +199,11 @@ async def test_podgroup_retried_bind_waiting_for_the_group_write_is_refused_not_
     binds = 0
     bind_pod = scheduler.writer.bind
 
-    async def counted(*args: Any) -> None:
+    async def counted(*args: Any, **kwargs: Any) -> None:
         nonlocal binds
         binds += 1
         await asyncio.sleep(0.01)  # a slow API server: the retry arrives meanwhile
-        await bind_pod(*args)
+        await bind_pod(*args, **kwargs)
 
     scheduler.writer.bind = counted  # type: ignore[method-assign]
     first = asyncio.create_task(scheduler.bind("default", "w1", "", node))
