@@ -29,6 +29,7 @@ from allocator import (
 from extender.podclaims import group_name_of
 from extender.podgroups import check_group_claims
 from extender.podtransform import slim_pod
+from extender.sharing import ObjectSharer
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,9 @@ class ClusterCache:
         self._nodes: dict[str, Node] = {}
         self._node_names: list[str] | None = []
         self._pod_keys_by_uid: dict[str, str] = {}
-        self._pods_by_claim: dict[str, set[str]] = {}   # "ns/claim" -> pod keys
+        # "ns/claim" -> the key of the one pod using it (the usual case; a set costs 216 bytes a claim)
+        # or a set of pod keys when several do.
+        self._pods_by_claim: dict[str, str | set[str]] = {}
         self._pods_by_group: dict[str, set[str]] = {}   # "ns/podgroup" -> pod keys
         self._claims: dict[str, ResourceClaim] = {}
         self._claim_keys_by_uid: dict[str, str] = {}
@@ -139,6 +142,7 @@ class ClusterCache:
         self._subscribers: list[Subscriber] = []
         self._ignored = 0
         self._unnamed_invalid = 0   # objects without a usable name cannot be stored at all
+        self._sharer = ObjectSharer()
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -170,7 +174,8 @@ class ClusterCache:
         roll that back. An equal copy with the same resourceVersion (the watch echoing that write, or
         an unchanged object in a re-list) is skipped without parsing it again; passing the stored
         object itself again re-indexes it. The cache owns `raw` from here on (its managedFields are
-        dropped); a Pod is stored as `slim_pod(raw)`.
+        dropped); a Pod is stored as `slim_pod(raw)`, and Pods, ResourceSlices and ResourceClaims as
+        copies whose parts equal to other stored objects' are shared with them (`_stored_form`).
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -195,8 +200,8 @@ class ClusterCache:
             del meta["managedFields"]
         store = self._objects[kind]
         old = store.get(key)
-        if kind == "Pod" and raw is not old:
-            raw = slim_pod(raw)  # see extender.podtransform: no secrets and no bulk in the cache
+        if raw is not old:
+            raw = self._stored_form(kind, raw)
         old_indexed = old is not None and key not in self._invalid[kind]
         if event_type == "DELETED":
             if old is None:
@@ -235,6 +240,17 @@ class ClusterCache:
                 callback(kind, event_type, raw, old)
             except Exception:
                 log.exception("cache subscriber failed on %s %s %s", event_type, kind, key)
+
+    def _stored_form(self, kind: str, raw: dict) -> dict:
+        """What the cache keeps of a new object: a Pod slimmed (see extender.podtransform: no secrets
+        and no bulk), and the parts equal to other objects' shared (see extender.sharing)."""
+        if kind == "Pod":
+            return self._sharer.pod(slim_pod(raw))
+        if kind == "ResourceSlice":
+            return self._sharer.resource_slice(raw)
+        if kind == "ResourceClaim":
+            return self._sharer.resource_claim(raw)
+        return raw
 
     def replace(self, kind: str, items: Iterable[dict]) -> None:
         """Make `items` the complete contents of `kind` (after a re-list): missing objects are deleted."""
@@ -288,7 +304,8 @@ class ClusterCache:
 
     def pods_referencing_claim(self, namespace: str, claim_name: str) -> list[dict]:
         pods = self._objects["Pod"]
-        return [pods[key] for key in sorted(self._pods_by_claim.get(f"{namespace}/{claim_name}", ()))]
+        users = self._pods_by_claim.get(f"{namespace}/{claim_name}", ())
+        return [pods[key] for key in sorted((users,) if isinstance(users, str) else users)]
 
     def pod_group(self, namespace: str, name: str) -> dict | None:
         return self._valid_raw("PodGroup", f"{namespace}/{name}")
@@ -398,7 +415,14 @@ class ClusterCache:
             self._pod_keys_by_uid[raw["metadata"]["uid"]] = key
             namespace = raw["metadata"]["namespace"]
             for claim_name in claim_names_of_pod(raw):
-                self._pods_by_claim.setdefault(f"{namespace}/{claim_name}", set()).add(key)
+                claim_key = f"{namespace}/{claim_name}"
+                users = self._pods_by_claim.get(claim_key)
+                if users is None or users == key:
+                    self._pods_by_claim[claim_key] = key
+                elif isinstance(users, str):
+                    self._pods_by_claim[claim_key] = {users, key}
+                else:
+                    users.add(key)
             group = group_name_of(raw)
             if group is not None:
                 self._pods_by_group.setdefault(f"{namespace}/{group}", set()).add(key)
@@ -460,10 +484,12 @@ class ClusterCache:
         for claim_name in claim_names_of_pod(old):
             claim_key = f"{namespace}/{claim_name}"
             users = self._pods_by_claim.get(claim_key)
-            if users is not None:
+            if users == key:
+                del self._pods_by_claim[claim_key]
+            elif isinstance(users, set):
                 users.discard(key)
-                if not users:
-                    del self._pods_by_claim[claim_key]
+                if len(users) == 1:
+                    self._pods_by_claim[claim_key] = users.pop()
         group = group_name_of(old)
         members = self._pods_by_group.get(f"{namespace}/{group}") if group is not None else None
         if members is not None:

@@ -33,7 +33,7 @@ PoolId = tuple[str, str]
 # Claims as (key, uid) each, in order.
 ClaimRefs = tuple[tuple[str, str], ...]
 # What an outcome depends on (the claims' namespace and specs), and which claims it was computed for.
-ClaimsSignature = tuple[bytes, ClaimRefs]
+ClaimsSignature = tuple[str, ClaimRefs]
 # About 1.5 KB per outcome: ~30 MB at most, room for 40 claim shapes on 500 nodes.
 MAX_ENTRIES = 20_000
 
@@ -103,7 +103,7 @@ class FilterCache:
     def claims_signature(claims: Sequence[ResourceClaim]) -> ClaimsSignature:
         spec = orjson.dumps(
             [[claim.namespace, claim.raw.get("spec")] for claim in claims], option=orjson.OPT_SORT_KEYS
-        )
+        ).decode()  # a compact str: orjson's bytes keep their whole write buffer alive in every key
         return spec, tuple((claim.key, claim.uid) for claim in claims)
 
     def node_key(self, node: Node) -> tuple[int, ...]:

@@ -347,3 +347,22 @@ def test_managed_fields_are_dropped_so_writes_back_keep_the_servers(cache: Clust
     stored = cache.raw("ResourceClaim", "ns/tracked")
     assert stored is not None and "managedFields" not in stored["metadata"]
     assert stored["metadata"]["uid"] == "uid-tracked"
+
+
+def test_pods_sharing_a_claim_are_all_found_as_they_come_and_go() -> None:
+    cache = ClusterCache(FeatureGates())
+    shared = [{"name": "gpu", "resourceClaimName": "shared"}]
+    for name in ("b", "a", "c"):
+        cache.apply("Pod", "ADDED", pod(name, f"uid-{name}", claims=shared))
+
+    def users() -> list[str]:
+        return [p["metadata"]["name"] for p in cache.pods_referencing_claim("ns", "shared")]
+
+    assert users() == ["a", "b", "c"]
+    cache.apply("Pod", "DELETED", pod("b", "uid-b", claims=shared))
+    assert users() == ["a", "c"]
+    cache.apply("Pod", "DELETED", pod("a", "uid-a", claims=shared))
+    cache.apply("Pod", "MODIFIED", pod("c", "uid-c", claims=shared, rv="5"))
+    assert users() == ["c"]
+    cache.apply("Pod", "DELETED", pod("c", "uid-c", claims=shared))
+    assert users() == [] and not cache._pods_by_claim
