@@ -21,6 +21,11 @@ server of the tests, run in a child process so that its copies of the objects do
 
     python bench/scale_bench.py --json --nodes 5000
     python bench/scale_bench.py --json --curve 500,5000,20000   # one object per size, and the growth
+
+Where the memory and the time go, in this process (the same watcher, cache and scheduler as serve):
+
+    python bench/scale_bench.py --nodes 5000 --profile-memory   # tracemalloc, top lines after sync
+    python bench/scale_bench.py --nodes 5000 --profile-cpu      # cProfile of sync, then a cold filter
 """
 
 from __future__ import annotations
@@ -295,8 +300,8 @@ def deep_size(obj: Any, seen: set[int]) -> int:
     return size
 
 
-async def bytes_per_object(url: str) -> dict[str, int]:
-    """Sync a ClusterCache in this process through the real watcher; deep size of a stored object per kind."""
+async def synced_cluster(url: str) -> tuple[Any, Any, Any]:
+    """A ClusterCache synced through the real watcher, as serve builds it: (client, watcher, cache)."""
     from allocator import FeatureGates
     from extender.cache import ClusterCache
     from extender.informer import ClusterWatcher
@@ -306,9 +311,15 @@ async def bytes_per_object(url: str) -> dict[str, int]:
     cache = ClusterCache(FeatureGates())
     watcher = ClusterWatcher(client, cache)
     await watcher.start()
+    if not await watcher.wait_ready(600):
+        raise RuntimeError("the in-process cache did not sync")
+    return client, watcher, cache
+
+
+async def bytes_per_object(url: str) -> dict[str, int]:
+    """Sync a ClusterCache in this process through the real watcher; deep size of a stored object per kind."""
+    client, watcher, cache = await synced_cluster(url)
     try:
-        if not await watcher.wait_ready(300):
-            raise RuntimeError("the in-process cache did not sync")
         by_kind: dict[str, list[dict[str, Any]]] = {}
         for raw in cache.objects():
             by_kind.setdefault(raw["kind"], []).append(raw)
@@ -322,8 +333,86 @@ async def bytes_per_object(url: str) -> dict[str, int]:
         await client.close()
 
 
+def top_stats(stats: list[Any], limit: int) -> list[dict[str, Any]]:
+    return [{"where": f"{Path(stat.traceback[0].filename).name}:{stat.traceback[0].lineno}",
+             "mb": round(stat.size / 2**20, 2), "blocks": stat.count} for stat in stats[:limit]]
+
+
+async def profile_memory(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    """What the synced cache holds, by the source line that allocated it (tracemalloc)."""
+    import tracemalloc
+
+    gc.collect()
+    tracemalloc.start(1)
+    client, watcher, _ = await synced_cluster(url)
+    try:
+        gc.collect()
+        snapshot = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__)])
+        total = sum(stat.size for stat in snapshot.statistics("filename"))
+        return {"traced_mb_after_sync": round(total / 2**20, 1),
+                "by_file": top_stats(snapshot.statistics("filename"), args.profile_top),
+                "by_line": top_stats(snapshot.statistics("lineno"), args.profile_top)}
+    finally:
+        tracemalloc.stop()
+        await watcher.stop()
+        await client.close()
+
+
+async def profile_cpu(args: argparse.Namespace, url: str, nodes: int) -> dict[str, Any]:
+    """cProfile of the sync, then (once the node views are warmed, as serve does) of one cold filter
+    over every node (printed to stderr)."""
+    import cProfile
+    import io
+    import pstats
+
+    from extender.commands.serve import Cluster, build_scheduler, tune_gc_after_sync, warm_node_views
+
+    def report(profile: cProfile.Profile, title: str) -> None:
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(args.profile_top)
+        print(f"==== {title}\n{out.getvalue()}", file=sys.stderr)
+
+    profile = cProfile.Profile()
+    started = time.perf_counter()
+    profile.enable()
+    client, watcher, cache = await synced_cluster(url)
+    tune_gc_after_sync()
+    profile.disable()
+    sync_s = time.perf_counter() - started
+    report(profile, f"sync ({sync_s:.2f} s)")
+    started = time.perf_counter()
+    await warm_node_views(cache)   # as serve does once synced
+    warm_views_s = time.perf_counter() - started
+    try:
+        cluster = Cluster(cache, client, watcher)
+        scheduler = build_scheduler(cluster, argparse.Namespace())
+        pod = cache.pod("default", "probe-0")
+        names = cache.node_names()
+        profile = cProfile.Profile()
+        started = time.perf_counter()
+        profile.enable()
+        result = await scheduler.filter(pod, names)
+        profile.disable()
+        cold_ms = (time.perf_counter() - started) * 1000
+        report(profile, f"cold full filter ({cold_ms:.0f} ms)")
+        started = time.perf_counter()
+        await scheduler.filter(pod, names)
+        warm_ms = (time.perf_counter() - started) * 1000
+        return {"nodes": nodes, "sync_s": round(sync_s, 2), "warm_node_views_s": round(warm_views_s, 2),
+                "cold_full_filter_ms": round(cold_ms, 1),
+                "warm_full_filter_ms": round(warm_ms, 2), "feasible": len(result.passed)}
+    finally:
+        await watcher.stop()
+        await client.close()
+
+
 async def run_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
     with fake_api_process(args, nodes) as url:
+        if args.profile_memory:
+            return {"nodes": nodes, **await profile_memory(args, url)}
+        if args.profile_cpu:
+            return await profile_cpu(args, url, nodes)
         result: dict[str, Any] = {"nodes": nodes, "devices_per_node": args.devices,
                                   "pods": nodes * PODS_PER_NODE + args.probes + args.cycles,
                                   "allocated_claims": nodes * PODS_PER_NODE // 2}
@@ -361,6 +450,11 @@ def main() -> int:
     parser.add_argument("--skip-object-sizes", action="store_true",
                         help="do not sync a second cache in this process to size objects")
     parser.add_argument("--json", action="store_true", help="print JSON only")
+    parser.add_argument("--profile-memory", action="store_true",
+                        help="instead of the figures: sync here under tracemalloc, print the top lines")
+    parser.add_argument("--profile-cpu", action="store_true",
+                        help="instead of the figures: cProfile the sync and a cold full filter here")
+    parser.add_argument("--profile-top", type=int, default=30, help="lines per profile (default 30)")
     parser.add_argument("--fake-api-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fake_api_child:

@@ -29,6 +29,7 @@ from allocator import (
 from extender.podclaims import group_name_of
 from extender.podgroups import check_group_claims
 from extender.podtransform import slim_pod
+from extender.sharing import ObjectSharer
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,7 @@ class ClusterCache:
         self._subscribers: list[Subscriber] = []
         self._ignored = 0
         self._unnamed_invalid = 0   # objects without a usable name cannot be stored at all
+        self._sharer = ObjectSharer()
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -169,7 +171,8 @@ class ClusterCache:
         roll that back. An equal copy with the same resourceVersion (the watch echoing that write, or
         an unchanged object in a re-list) is skipped without parsing it again; passing the stored
         object itself again re-indexes it. The cache owns `raw` from here on (its managedFields are
-        dropped); a Pod is stored as `slim_pod(raw)`.
+        dropped); a Pod is stored as `slim_pod(raw)`, and Pods, ResourceSlices and ResourceClaims as
+        copies whose parts equal to other stored objects' are shared with them (`_stored_form`).
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -194,8 +197,8 @@ class ClusterCache:
             del meta["managedFields"]
         store = self._objects[kind]
         old = store.get(key)
-        if kind == "Pod" and raw is not old:
-            raw = slim_pod(raw)  # see extender.podtransform: no secrets and no bulk in the cache
+        if raw is not old:
+            raw = self._stored_form(kind, raw)
         old_indexed = old is not None and key not in self._invalid[kind]
         if event_type == "DELETED":
             if old is None:
@@ -234,6 +237,17 @@ class ClusterCache:
                 callback(kind, event_type, raw, old)
             except Exception:
                 log.exception("cache subscriber failed on %s %s %s", event_type, kind, key)
+
+    def _stored_form(self, kind: str, raw: dict) -> dict:
+        """What the cache keeps of a new object: a Pod slimmed (see extender.podtransform: no secrets
+        and no bulk), and the parts equal to other objects' shared (see extender.sharing)."""
+        if kind == "Pod":
+            return self._sharer.pod(slim_pod(raw))
+        if kind == "ResourceSlice":
+            return self._sharer.resource_slice(raw)
+        if kind == "ResourceClaim":
+            return self._sharer.resource_claim(raw)
+        return raw
 
     def replace(self, kind: str, items: Iterable[dict]) -> None:
         """Make `items` the complete contents of `kind` (after a re-list): missing objects are deleted."""

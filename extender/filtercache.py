@@ -37,7 +37,7 @@ ClaimRefs = tuple[tuple[str, str], ...]
 
 
 class ClaimsSignature(NamedTuple):
-    spec: bytes  # what an outcome depends on: the claims' namespace and specs
+    spec: str  # what an outcome depends on: the claims' namespace and specs
     claims: ClaimRefs  # which claims an outcome is computed for
 
 
@@ -117,7 +117,7 @@ class FilterCache:
     def claims_signature(claims: Sequence[ResourceClaim]) -> ClaimsSignature:
         spec = orjson.dumps(
             [[claim.namespace, claim.raw.get("spec")] for claim in claims], option=orjson.OPT_SORT_KEYS
-        )
+        ).decode()  # a compact str: orjson's bytes keep their whole write buffer alive in every key
         return ClaimsSignature(spec, tuple((claim.key, claim.uid) for claim in claims))
 
     def node_key(self, node: Node) -> tuple[int, ...]:

@@ -60,7 +60,7 @@ class NodeScorer:
         return node_scores(policy, fits)
 
     def _placed_fit(self, node: Node, outcome: AllocationOutcome, *, plan: PodPlan,
-                    memo_spec: bytes | None) -> NodeFit:
+                    memo_spec: str | None) -> NodeFit:
         """The node's fit with its placement: how many devices the node sees in the pools `outcome`
         takes devices from (placement looks at those), and how many of them the plan's view has in use.
 

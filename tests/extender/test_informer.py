@@ -190,3 +190,14 @@ async def test_unexpected_errors_restart_from_a_fresh_list(fake_api: FakeApiServ
     assert cache.node_names() == ["n1"]
     health = watcher.health()["kinds"]["Node"]
     assert health["errors"] == 1 and health["lastError"] == "RuntimeError: bug"
+
+
+def test_a_list_response_lets_go_of_each_item_once_the_cache_has_it() -> None:
+    from extender.informer import _handed_over
+
+    items = [{"a": 1}, {"b": 2}]
+    handed = []
+    for item in _handed_over(items):
+        assert items[len(handed)] is None   # the list no longer holds the item being handed over
+        handed.append(item)
+    assert handed == [{"a": 1}, {"b": 2}] and items == [None, None]

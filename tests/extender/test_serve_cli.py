@@ -380,3 +380,83 @@ def test_every_duration_flag_takes_go_durations_and_plain_seconds() -> None:
                               "--node-timeout", "250ms", "--filter-timeout", "3"])
     assert (args.hold_timeout, args.driver_loss_grace_period, args.idle_timeout) == (300.0, 300.0, 90.0)
     assert (args.node_timeout, args.filter_timeout) == (0.25, 3.0)
+
+
+def test_banner_of_a_large_cluster_names_a_few_nodes_and_says_how_to_ask_about_more() -> None:
+    from types import SimpleNamespace
+
+    from extender.cache import ClusterCache
+    from extender.commands.serve import BANNER_NODES, usage_banner
+
+    example = [obj for obj in load_objects([Path(__file__).resolve().parents[2] / "examples" / "cluster"])
+               if obj["kind"] != "Node"]
+    nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{index:04d}"}}
+             for index in range(5000)]
+    cache = ClusterCache.from_objects(example + nodes, FeatureGates())
+    server = SimpleNamespace(urls={"extender": "http://127.0.0.1:8888/scheduler",
+                                   "debug": "http://127.0.0.1:8889"})
+    banner = usage_banner(server, cache)  # type: ignore[arg-type]
+    assert len(banner) < 10_000
+    filter_line = next(line for line in banner.splitlines() if "/scheduler/filter" in line)
+    assert orjson.loads(shlex.split(filter_line)[-1])["NodeNames"] == ["node-0000", "node-0001", "node-0002"]
+    assert f"asks about {BANNER_NODES} of the 5000 nodes" in banner and "-d @FILE" in banner
+
+
+async def test_the_collector_is_off_while_the_cache_syncs_and_for_at_most_the_pause(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from extender.commands import serve as serve_command
+
+    class Watcher:
+        def __init__(self) -> None:
+            self.synced = asyncio.Event()
+
+        async def wait_ready(self, timeout_s: float | None = None) -> bool:
+            try:
+                await asyncio.wait_for(self.synced.wait(), timeout_s)
+            except TimeoutError:
+                return False
+            return True
+
+    tuned: list[bool] = []
+    monkeypatch.setattr(serve_command, "tune_gc_after_sync", lambda: tuned.append(gc.isenabled()))
+    assert gc.isenabled()
+    watcher = Watcher()
+    task = asyncio.create_task(serve_command._tune_gc_when_ready(serve_command.Cluster(None, None, watcher)))
+    await asyncio.sleep(0.01)
+    assert not gc.isenabled()
+    watcher.synced.set()
+    await task
+    assert gc.isenabled() and tuned == [True]
+
+    monkeypatch.setattr(serve_command, "SYNC_GC_PAUSE_S", 0.01)   # an API server that never answers
+    never = Watcher()
+    task = asyncio.create_task(serve_command._tune_gc_when_ready(serve_command.Cluster(None, None, never)))
+    await asyncio.sleep(0.1)
+    assert gc.isenabled() and not task.done()
+    task.cancel()
+
+
+async def test_node_views_warmed_after_the_sync_are_the_ones_filters_use(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from allocator import inventory as inventory_module
+    from extender.cache import ClusterCache
+    from extender.commands import serve as serve_command
+
+    built: list[str] = []
+    gather = inventory_module.gather_pools
+
+    def counting_gather(node: Any, *args: Any) -> Any:
+        built.append(node.name)
+        return gather(node, *args)
+
+    monkeypatch.setattr(inventory_module, "gather_pools", counting_gather)
+    monkeypatch.setattr(serve_command, "WARM_BATCH", 2)   # several turns of the event loop
+    example = Path(__file__).resolve().parents[2] / "examples" / "cluster"
+    cache = ClusterCache.from_objects(load_objects([example]), FeatureGates())
+    await serve_command.warm_node_views(cache)
+    assert sorted(built) == cache.node_names() == ["node-1", "node-2", "node-3"]
+    for name in cache.node_names():
+        cache.inventory.node_pools(cache.node(name), cache.features)
+    assert len(built) == 3

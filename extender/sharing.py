@@ -1,0 +1,111 @@
+"""Equal parts of the cache's stored objects kept once.
+
+A large cluster repeats the same small values everywhere: every GPU of one model carries the same
+attribute values and capacity, every claim made for one kind of workload the same spec, every object on
+a node that node's name, every object of a kind the same apiVersion. The JSON decoder makes a fresh
+copy of each. `ObjectSharer` rewrites a ResourceSlice, ResourceClaim or Pod the cache takes (the cache
+owns what it is given) so that its parts equal to other stored objects' are the very same objects.
+
+Shared parts must never be edited in place. That already holds for the cache: stored objects are
+replaced, never changed (ClaimWriter and the controllers build new dicts for what they write).
+
+The tables are bounded and emptied when full, so a stream of unique values (device UUIDs, say) cannot
+grow them without limit; sharing then starts over with the objects that follow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+MAX_ENTRIES = 100_000
+
+
+class ObjectSharer:
+    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
+        self.max_entries = max_entries
+        self._strings: dict[str, str] = {}
+        self._values: dict[str, Any] = {}   # canonical JSON text -> the shared value
+
+    def string(self, value: Any) -> Any:
+        """The shared str equal to `value`; anything else comes back unchanged."""
+        return self._shared(self._strings, value, value) if isinstance(value, str) else value
+
+    def value(self, value: Any) -> Any:
+        """The shared JSON value equal to `value` (equal as JSON: 1, 1.0 and true stay apart)."""
+        try:
+            key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        except TypeError:   # not JSON (a snapshot's YAML can hold anything): kept as it is
+            return value
+        return self._shared(self._values, key, value)
+
+    def _shared(self, table: dict[str, Any], key: str, value: Any) -> Any:
+        found = table.get(key)
+        if found is not None:
+            return found
+        if len(table) >= self.max_entries:
+            table.clear()
+        table[key] = value
+        return value
+
+    def _common(self, raw: dict) -> dict:
+        for key in ("apiVersion", "kind"):
+            if key in raw:
+                raw[key] = self.string(raw[key])
+        meta = raw.get("metadata")
+        if isinstance(meta, dict) and "namespace" in meta:
+            meta["namespace"] = self.string(meta["namespace"])
+        return raw
+
+    def _share_strings(self, obj: Any, keys: tuple[str, ...]) -> None:
+        if isinstance(obj, dict):
+            for key in keys:
+                if key in obj:
+                    obj[key] = self.string(obj[key])
+
+    def resource_slice(self, raw: dict) -> dict:
+        self._common(raw)
+        spec = raw.get("spec")
+        if not isinstance(spec, dict):
+            return raw
+        self._share_strings(spec, ("driver", "nodeName"))
+        self._share_strings(spec.get("pool"), ("name",))
+        for device in spec.get("devices") if isinstance(spec.get("devices"), list) else ():
+            if not isinstance(device, dict):
+                continue
+            self._share_strings(device, ("name",))
+            attributes = device.get("attributes")
+            if isinstance(attributes, dict):
+                device["attributes"] = {self.string(name): self.value(value)
+                                        for name, value in attributes.items()}
+            if "capacity" in device:
+                device["capacity"] = self.value(device["capacity"])
+        return raw
+
+    def resource_claim(self, raw: dict) -> dict:
+        self._common(raw)
+        if "spec" in raw:
+            raw["spec"] = self.value(raw["spec"])
+        status = raw.get("status")
+        allocation = status.get("allocation") if isinstance(status, dict) else None
+        if not isinstance(allocation, dict):
+            return raw
+        if "nodeSelector" in allocation:
+            allocation["nodeSelector"] = self.value(allocation["nodeSelector"])
+        devices = allocation.get("devices")
+        results = devices.get("results") if isinstance(devices, dict) else None
+        for result in results if isinstance(results, list) else ():
+            self._share_strings(result, ("request", "driver", "pool", "device"))
+        return raw
+
+    def pod(self, raw: dict) -> dict:
+        self._common(raw)
+        spec = raw.get("spec")
+        if isinstance(spec, dict):
+            self._share_strings(spec, ("nodeName", "schedulerName", "priorityClassName", "preemptionPolicy"))
+            for key in ("tolerations", "containers", "initContainers"):
+                if key in spec:
+                    spec[key] = self.value(spec[key])
+        self._share_strings(raw.get("status"), ("phase",))
+        return raw
