@@ -281,8 +281,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             one, stall_one = await bench.filter_latency("filter-one", args.iterations, args.warmup)
             five, stall_five = await bench.filter_latency("filter-five", args.iterations, args.warmup)
             if args.filter_holds_devices:
-                scheduler.release_hold(cache.pod("default", "filter-one")["metadata"]["uid"])
-                scheduler.release_hold(cache.pod("default", "filter-five")["metadata"]["uid"])
+                scheduler.holds.release(cache.pod("default", "filter-one")["metadata"]["uid"])
+                scheduler.holds.release(cache.pod("default", "filter-five")["metadata"]["uid"])
             binds_per_s, bind_failures = await bench.bind_throughput(
                 args.bind_pods, args.devices, args.concurrency
             )
@@ -318,7 +318,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "race_bind_attempts": attempts,
             "race_unschedulable": unschedulable,
             "filter_holds_devices": args.filter_holds_devices,
-            "filter_cache": scheduler.filter_cache.stats() if scheduler.filter_cache else None,
+            "filter_cache": scheduler.describe_state()["filterCache"],
         },
     }
 

@@ -81,11 +81,6 @@ class AssumeCache:
             del self._entries[uid]
         return len(owned)
 
-    def confirm_from_watch(self, claim: ResourceClaim) -> None:
-        """The cache now holds `claim`; once it carries an allocation the entry is no longer needed."""
-        if claim.allocation is not None:
-            self._entries.pop(claim.uid, None)
-
     def pending(self, claim_uid: str) -> InFlight | None:
         entry = self._entries.get(claim_uid)
         if entry is not None and entry.expired(self._clock()):

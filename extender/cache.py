@@ -130,9 +130,6 @@ class ClusterCache:
         self._nodes: dict[str, Node] = {}
         self._node_names: list[str] | None = []
         self._pod_keys_by_uid: dict[str, str] = {}
-        # "ns/claim" -> the key of the one pod using it (the usual case; a set costs 216 bytes a claim)
-        # or a set of pod keys when several do.
-        self._pods_by_claim: dict[str, str | set[str]] = {}
         self._pods_by_group: dict[str, set[str]] = {}   # "ns/podgroup" -> pod keys
         self._claims: dict[str, ResourceClaim] = {}
         self._claim_keys_by_uid: dict[str, str] = {}
@@ -299,14 +296,6 @@ class ClusterCache:
         key = self._claim_keys_by_uid.get(uid)
         return self._claims.get(key) if key is not None else None
 
-    def claim_template(self, namespace: str, name: str) -> dict | None:
-        return self._valid_raw("ResourceClaimTemplate", f"{namespace}/{name}")
-
-    def pods_referencing_claim(self, namespace: str, claim_name: str) -> list[dict]:
-        pods = self._objects["Pod"]
-        users = self._pods_by_claim.get(f"{namespace}/{claim_name}", ())
-        return [pods[key] for key in sorted((users,) if isinstance(users, str) else users)]
-
     def pod_group(self, namespace: str, name: str) -> dict | None:
         return self._valid_raw("PodGroup", f"{namespace}/{name}")
 
@@ -413,19 +402,9 @@ class ClusterCache:
             if old is not None:
                 self._unindex_pod(key, old)
             self._pod_keys_by_uid[raw["metadata"]["uid"]] = key
-            namespace = raw["metadata"]["namespace"]
-            for claim_name in claim_names_of_pod(raw):
-                claim_key = f"{namespace}/{claim_name}"
-                users = self._pods_by_claim.get(claim_key)
-                if users is None or users == key:
-                    self._pods_by_claim[claim_key] = key
-                elif isinstance(users, str):
-                    self._pods_by_claim[claim_key] = {users, key}
-                else:
-                    users.add(key)
             group = group_name_of(raw)
             if group is not None:
-                self._pods_by_group.setdefault(f"{namespace}/{group}", set()).add(key)
+                self._pods_by_group.setdefault(f"{raw['metadata']['namespace']}/{group}", set()).add(key)
         elif kind == "ResourceClaim":
             self._index_claim(key, ResourceClaim.from_api(raw))
         elif kind == "ResourceSlice":
@@ -481,15 +460,6 @@ class ClusterCache:
         if self._pod_keys_by_uid.get(meta.get("uid")) == key:
             del self._pod_keys_by_uid[meta["uid"]]
         namespace = meta.get("namespace")
-        for claim_name in claim_names_of_pod(old):
-            claim_key = f"{namespace}/{claim_name}"
-            users = self._pods_by_claim.get(claim_key)
-            if users == key:
-                del self._pods_by_claim[claim_key]
-            elif isinstance(users, set):
-                users.discard(key)
-                if len(users) == 1:
-                    self._pods_by_claim[claim_key] = users.pop()
         group = group_name_of(old)
         members = self._pods_by_group.get(f"{namespace}/{group}") if group is not None else None
         if members is not None:

@@ -33,12 +33,12 @@ from allocator import ResourceClaim
 from extender.cache import ClusterCache
 from extender.extendedresources import Variant, creation_body
 from extender.kubeapi import ApiError, KubeClient
+from extender.rules import RESERVED_FOR_MAX
 
 log = logging.getLogger(__name__)
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
 MAX_ATTEMPTS = 5
-RESERVED_FOR_MAX = 256
 CLAIMS_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
 CLAIMS_COLLECTION = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
 POD_STATUS_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/status"

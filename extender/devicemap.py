@@ -136,7 +136,7 @@ class ClusterView:
 def take_view(server: Any) -> ClusterView:
     cache = server.cache
     pods = cache.valid_objects("Pod")
-    in_flight = server.scheduler.assume.describe()
+    in_flight = server.scheduler.in_flight()
     wanted = {entry.get("podUID") for entry in in_flight}
     names = {}
     for pod in pods:

@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from extender.planning import SchedulingError
 from extender.podclaims import pod_key
-from extender.scheduling import NodeVerdict, Scheduler, SchedulingError
+from extender.scheduling import Scheduler
+from extender.verdicts import NodeVerdict
 
 
 class ExplainError(LookupError):
@@ -72,7 +74,7 @@ async def explain_pod(
     if driver_lost:
         report["driverLost"] = driver_lost
     try:
-        plan = scheduler.plan(pod)
+        plan = scheduler.planner.plan(pod)
         group = plan.group
         for entry in plan.claims:
             claim = entry.claim
@@ -100,7 +102,7 @@ async def explain_pod(
                 for m in variant.mappings
             ]
         to_allocate = [claim.key for claim in plan.to_allocate]
-        checked = await scheduler.check_nodes(plan, node_names, use_cache=False)
+        checked = await scheduler.checker.check_all(plan, node_names, use_cache=False)
         verdicts = [checked[node] for node in node_names]
     except SchedulingError as error:
         report["error"] = str(error)

@@ -23,17 +23,31 @@ from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import NamedTuple
 
 import orjson
 
 from allocator import AllocationOutcome, Node, ResourceClaim
+from extender.assume import AssumeCache
+from extender.cache import ClusterCache
 
 PoolId = tuple[str, str]
 # Claims as (key, uid) each, in order.
 ClaimRefs = tuple[tuple[str, str], ...]
-# What an outcome depends on (the claims' namespace and specs), and which claims it was computed for.
-ClaimsSignature = tuple[str, ClaimRefs]
+
+
+class ClaimsSignature(NamedTuple):
+    spec: str  # what an outcome depends on: the claims' namespace and specs
+    claims: ClaimRefs  # which claims an outcome is computed for
+
+
+class _NodeMemo(NamedTuple):
+    labels_key: tuple
+    inventory_version: int
+    token: int
+    pool_ids: tuple[PoolId, ...]
+
+
 # About 1.5 KB per outcome: ~30 MB at most, room for 40 claim shapes on 500 nodes.
 MAX_ENTRIES = 20_000
 
@@ -44,7 +58,7 @@ def allocation_pools(allocation: dict | None) -> frozenset[PoolId]:
 
 
 class FilterCache:
-    def __init__(self, cache: Any, assume: Any, *, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(self, cache: ClusterCache, assume: AssumeCache, *, max_entries: int = MAX_ENTRIES) -> None:
         self.cache = cache
         self.assume = assume
         # (spec, node key) -> the outcome, the claims it was computed for, and whether a failure can
@@ -60,7 +74,7 @@ class FilterCache:
         self.epoch = 0  # moves with every bump: outcomes computed from an older view are not stored
         # node name -> (labels key, inventory version, token, pool ids) for node_key. A token is never
         # reused, so a key made for other labels or an older inventory can never match.
-        self._node_memo: dict[str, tuple[tuple, int, int, tuple[PoolId, ...]]] = {}
+        self._node_memo: dict[str, _NodeMemo] = {}
         self._last_token = 0
         self.hits = 0
         self.misses = 0
@@ -104,7 +118,7 @@ class FilterCache:
         spec = orjson.dumps(
             [[claim.namespace, claim.raw.get("spec")] for claim in claims], option=orjson.OPT_SORT_KEYS
         ).decode()  # a compact str: orjson's bytes keep their whole write buffer alive in every key
-        return spec, tuple((claim.key, claim.uid) for claim in claims)
+        return ClaimsSignature(spec, tuple((claim.key, claim.uid) for claim in claims))
 
     def node_key(self, node: Node) -> tuple[int, ...]:
         """What the outcome of any claims on `node` depends on besides the claims, as of now: a token
@@ -114,18 +128,18 @@ class FilterCache:
         labels and looking up the node's pools on every call."""
         inventory = self.cache.inventory
         memo = self._node_memo.get(node.name)
-        if memo is None or memo[1] != inventory.version or not (
-                memo[0] is node.labels_key or memo[0] == node.labels_key):
+        if memo is None or memo.inventory_version != inventory.version or not (
+                memo.labels_key is node.labels_key or memo.labels_key == node.labels_key):
             self._last_token += 1
             pool_ids = inventory.node_pools(node, self.cache.features).pool_ids
-            memo = (node.labels_key, inventory.version, self._last_token, pool_ids)
+            memo = _NodeMemo(node.labels_key, inventory.version, self._last_token, pool_ids)
             if len(self._node_memo) >= MAX_ENTRIES:
                 self._node_memo.clear()
             self._node_memo[node.name] = memo
-        pool_ids, versions = memo[3], self._pool_versions
+        pool_ids, versions = memo.pool_ids, self._pool_versions
         if len(pool_ids) == 1:  # a node with its own pool: the usual case, kept cheap
-            return memo[2], versions[pool_ids[0]]
-        return (memo[2], *[versions[pool] for pool in pool_ids])
+            return memo.token, versions[pool_ids[0]]
+        return (memo.token, *[versions[pool] for pool in pool_ids])
 
     def get(
         self, signature: ClaimsSignature, node: Node
@@ -158,12 +172,12 @@ class FilterCache:
     def _usable(
         self, signature: ClaimsSignature, node_key: tuple
     ) -> tuple[AllocationOutcome, ClaimRefs | None] | None:
-        key = (signature[0], node_key)
+        key = (signature.spec, node_key)
         entry = self._entries.get(key)
         if entry is None:
             return None
         outcome, claims, carries = entry
-        own = outcome.success or claims == signature[1]
+        own = outcome.success or claims == signature.claims
         if not own and not carries:
             return None
         self._entries.move_to_end(key)
@@ -171,8 +185,8 @@ class FilterCache:
 
     def put(self, signature: ClaimsSignature, node_key: tuple, outcome: AllocationOutcome) -> None:
         """Store a fresh outcome (call it before anything changes: a failure's reasons are read here)."""
-        key = (signature[0], node_key)
-        claims = signature[1]
+        key = (signature.spec, node_key)
+        claims = signature.claims
         carries = outcome.success or outcome.for_claims(renames(claims, claims)) is not None
         self._entries[key] = (outcome, claims, carries)
         self._entries.move_to_end(key)

@@ -11,22 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-# Upstream's limit on status.reservedFor (resourceapi.ResourceClaimReservedForMaxSize).
-RESERVED_FOR_MAX = 256
-
-
-class ClaimLike(Protocol):
-    raw: dict
-    name: str
-    namespace: str
-    uid: str
-    deleting: bool
+from allocator import ResourceClaim
 
 
 class ClaimLookup(Protocol):
-    def claim(self, namespace: str, name: str) -> Any: ...
+    def claim(self, namespace: str, name: str) -> ResourceClaim | None: ...
 
 
 class ClaimsNotReady(Exception):
@@ -44,7 +35,7 @@ class InvalidPodError(ValueError):
 @dataclass(frozen=True)
 class PodClaim:
     pod_claim_name: str  # spec.resourceClaims[].name
-    claim: Any  # allocator.ResourceClaim
+    claim: ResourceClaim
 
 
 def pod_key(pod: Mapping) -> str:

@@ -106,7 +106,7 @@ def group_binding(pod: Mapping[str, Any], lookup: PodGroupLookup) -> GroupBindin
     return GroupBinding(namespace, group_name, str(meta.get("uid") or ""), shared)
 
 
-def reserved_for_pod(claim_raw: Mapping[str, Any], pod: Mapping[str, Any], accept_group: bool) -> bool:
+def reserved_for_pod(claim_raw: Mapping[str, Any], pod: Mapping[str, Any], *, accept_group: bool) -> bool:
     """The claim lists the pod, or (with the gate) the pod's PodGroup, as a consumer.
 
     A pod does not know its PodGroup's UID; like upstream, a group entry matches by name (the claim
@@ -160,10 +160,10 @@ def outsider_problem(claim: Any, pod: Mapping[str, Any], binding: GroupBinding |
             f"(pod {pod_key(pod)})")
 
 
-def reservable(claim_raw: Mapping[str, Any], pod: Mapping[str, Any], consumer_uid: str | None,
+def reservable(claim_raw: Mapping[str, Any], pod: Mapping[str, Any], *, consumer_uid: str | None,
                accept_group: bool, limit: int) -> bool:
     """Can the consumer be added to (or is it already in) the claim's reservedFor?"""
-    if reserved_for_pod(claim_raw, pod, accept_group):
+    if reserved_for_pod(claim_raw, pod, accept_group=accept_group):
         return True
     reserved = (claim_raw.get("status") or {}).get("reservedFor") or []
     already = any(isinstance(e, dict) and e.get("uid") == consumer_uid for e in reserved)

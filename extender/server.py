@@ -29,7 +29,7 @@ from extender import devicemap, wire
 from extender.explain import ExplainError, explain_pod, render_text
 from extender.extendedresources import requested_names
 from extender.httpguard import BodyReader, HttpLimits, LimitedRunner, RequestRefused, expect_handler
-from extender.metrics import CONTENT_TYPE, Metrics
+from extender.metrics import CONTENT_TYPE
 from extender.names import split_ref
 from extender.podclaims import has_claims
 from extender.scheduling import BindFailed, Scheduler
@@ -97,7 +97,6 @@ class ExtenderServer:
         self,
         scheduler: Scheduler,
         *,
-        metrics: Metrics | None = None,
         prefix: str = DEFAULT_PREFIX,
         watch_health: Callable[[], dict[str, Any]] | None = None,
         limits: HttpLimits | None = None,
@@ -108,8 +107,7 @@ class ExtenderServer:
         self.limits = limits or HttpLimits()
         self.bodies = BodyReader(self.limits)
         self.cache = scheduler.cache
-        self.metrics = metrics or Metrics()
-        scheduler.metrics = self.metrics
+        self.metrics = scheduler.metrics  # the scheduler counts filter outcomes and bind failures there
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
         self.watch_health = watch_health
         self.metrics.watch_state(self._gauges)
@@ -240,10 +238,7 @@ class ExtenderServer:
         body = {
             "cache": self.cache.stats(),
             "pools": self.cache.inventory.describe_pools(),
-            "inFlight": self.scheduler.assume.describe(),
-            "binds": {"attempts": scheduler.bind_attempts, "conflicts": scheduler.bind_conflicts,
-                      "conflictRate": scheduler.bind_conflict_rate},
-            "filterCache": scheduler.filter_cache.stats() if scheduler.filter_cache else None,
+            **scheduler.describe_state(),
             "watch": self.watch_health() if self.watch_health else {"mode": "snapshot"},
         }
         body.update({name: provider() for name, provider in self._extra_state.items()})
@@ -277,8 +272,7 @@ class ExtenderServer:
             if isinstance(info, dict) and "restarts" in info
         }
         return {
-            "in_flight": len(self.scheduler.assume),
+            **self.scheduler.gauges(),
             "objects": self.cache.stats().get("objects", {}),
             "watch_restarts": restarts,
-            "write_conflicts": getattr(self.scheduler.writer, "conflicts", 0),
         }

@@ -1,4 +1,4 @@
-"""Answers the webhook's ClusterLookup questions from the extender's ClusterCache (contract D)."""
+"""Answers the webhook's ClusterLookup questions (webhook/lookup.py) from the extender's ClusterCache."""
 
 from __future__ import annotations
 

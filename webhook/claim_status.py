@@ -7,16 +7,16 @@ controller that cleans it up would be locked out.
 
 from __future__ import annotations
 
+from extender.rules import RESERVED_FOR_MAX
 from webhook.claims import pod_references_claim, request_target
 from webhook.lookup import ClusterLookup
 from webhook.review import AdmissionRequest, Decision, mapping, sequence, summarize_problems, text
 
-RESERVED_FOR_MAX_SIZE = 256  # ResourceClaimReservedForMaxSize in the API
 REQUIRED_ENTRY_FIELDS = ("resource", "name", "uid")
 
 
 def effective_limit(configured: int) -> int:
-    return min(RESERVED_FOR_MAX_SIZE, configured)
+    return min(RESERVED_FOR_MAX, configured)
 
 
 def validate_claim_status(
@@ -39,7 +39,7 @@ def validate_claim_status(
 
     limit = effective_limit(reserved_for_limit)
     if len(reserved) > limit and len(reserved) > len(old_reserved):
-        origin = "the API maximum" if limit == RESERVED_FOR_MAX_SIZE else "the cluster's --reserved-for-limit"
+        origin = "the API maximum" if limit == RESERVED_FOR_MAX else "the cluster's --reserved-for-limit"
         problems.append(f"status.reservedFor: {len(reserved)} entries exceed the limit of {limit} ({origin})")
 
     seen: set[str] = set()

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the admission webhook (default registry, served by the extender's /metrics)."""
+"""Prometheus metrics of the admission webhook (default registry, served on the webhook port's /metrics,
+see webhook/server.py; the extender's debug port renders only its own registry)."""
 
 from __future__ import annotations
 

@@ -10,10 +10,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from allocator import FeatureGates
 from extender.httpguard import HttpLimits, LimitedRunner, expect_handler
+from extender.rules import RESERVED_FOR_MAX
 from extender.tls import ReloadingTLS
 from webhook.admission import AdmissionHandler, Webhook
 from webhook.cache_lookup import as_lookup
-from webhook.claim_status import RESERVED_FOR_MAX_SIZE
 from webhook.metrics import CERT_RELOADS
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class WebhookServer:
         key_file: str,
         host: str,
         port: int,
-        reserved_for_limit: int = RESERVED_FOR_MAX_SIZE,
+        reserved_for_limit: int = RESERVED_FOR_MAX,
         features: FeatureGates,
         cert_poll_interval_s: float = 1.0,
         limits: HttpLimits | None = None,
@@ -87,9 +87,8 @@ class WebhookServer:
             await runner.cleanup()
             raise
         self._runner = runner
-        server = site._server  # aiohttp exposes no public accessor for the bound port (port 0 in tests)
-        if self.port == 0 and server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+        if self.port == 0 and runner.addresses:  # port 0 (tests): the port the system chose
+            self.port = runner.addresses[0][1]
         self.tls.start()
         log.info(
             "admission webhook listening on https://%s:%d (/webhook/mutate, /webhook/validate)",
@@ -116,9 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--reserved-for-limit",
         type=_reserved_for_limit,
-        default=RESERVED_FOR_MAX_SIZE,
-        help=f"most consumers one ResourceClaim may be reserved for (1-{RESERVED_FOR_MAX_SIZE}, "
-        f"default {RESERVED_FOR_MAX_SIZE})",
+        default=RESERVED_FOR_MAX,
+        help=f"most consumers one ResourceClaim may be reserved for (1-{RESERVED_FOR_MAX}, "
+        f"default {RESERVED_FOR_MAX})",
     )
 
 
@@ -127,8 +126,8 @@ def _reserved_for_limit(value: str) -> int:
         limit = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-    if not 1 <= limit <= RESERVED_FOR_MAX_SIZE:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {RESERVED_FOR_MAX_SIZE}, got {limit}")
+    if not 1 <= limit <= RESERVED_FOR_MAX:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {RESERVED_FOR_MAX}, got {limit}")
     return limit
 
 

@@ -12,7 +12,6 @@ import contextlib
 import ctypes
 import gc
 import logging
-import math
 import shlex
 import signal
 import sys
@@ -32,17 +31,14 @@ from extender.httpguard import (
 )
 from extender.podclaims import has_claims
 from extender.podgroups import WORKLOAD_CLAIMS
+from extender.rules import parse_positive_duration
 from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
 from extender.scoring import POLICIES
 from extender.server import DEFAULT_PREFIX, ExtenderServer
 from extender.tls import ReloadingTLS
+from webhook import server as webhook_server
 
 log = logging.getLogger("dra-extender")
-
-try:  # the webhook ships in the same distribution; tolerate a tree where it is not there yet
-    from webhook import server as webhook_server
-except ImportError:  # pragma: no cover - only in partial checkouts
-    webhook_server = None  # type: ignore[assignment]
 
 
 def register(subparsers: Any) -> None:
@@ -104,7 +100,7 @@ def register(subparsers: Any) -> None:
     )
     net.add_argument(
         "--idle-timeout",
-        type=_seconds,
+        type=parse_positive_duration,
         default=DEFAULT_IDLE_TIMEOUT_S,
         help="seconds a connection may stay open without sending a complete request, from when it opens "
         f"or got its last answer (default {DEFAULT_IDLE_TIMEOUT_S:g})",
@@ -138,13 +134,14 @@ def register(subparsers: Any) -> None:
     )
     sched.add_argument(
         "--hold-timeout",
-        type=_seconds,
+        type=parse_positive_duration,
         default=30.0,
-        help="seconds a filter hold lasts without a bind (default 30)",
+        help="how long a filter hold lasts without a bind (plain seconds or a Go duration such as 90s, 5m; "
+        "default 30)",
     )
     sched.add_argument(
         "--node-timeout",
-        type=_seconds,
+        type=parse_positive_duration,
         default=DEFAULT_NODE_TIMEOUT_S,
         help="seconds one node's device search may run (filter, bind, explain); a node that takes longer "
         "is 'timed out', not 'does not fit'. The search holds the event loop meanwhile "
@@ -152,7 +149,7 @@ def register(subparsers: Any) -> None:
     )
     sched.add_argument(
         "--filter-timeout",
-        type=_seconds,
+        type=parse_positive_duration,
         default=DEFAULT_FILTER_TIMEOUT_S,
         help="seconds one filter (and prioritize, preempt) may spend on all its nodes together; nodes not "
         "checked by then count as timed out. Keep it below kube-scheduler's extender httpTimeout (5 s "
@@ -161,8 +158,7 @@ def register(subparsers: Any) -> None:
         f"retries the pod after its backoff (default {DEFAULT_FILTER_TIMEOUT_S:g})",
     )
     add_logging_arguments(parser)
-    if webhook_server is not None:
-        webhook_server.add_arguments(parser)
+    webhook_server.add_arguments(parser)
     controllers.add_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -212,16 +208,6 @@ def http_limits(args: argparse.Namespace) -> HttpLimits:
         max_connections=getattr(args, "max_connections", DEFAULT_MAX_CONNECTIONS),
         idle_timeout_s=getattr(args, "idle_timeout", DEFAULT_IDLE_TIMEOUT_S),
     )
-
-
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value.removesuffix("s"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a duration in seconds: {value!r}") from None
-    if not math.isfinite(seconds) or seconds <= 0:  # float() also reads "nan" and "inf"
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
-    return seconds
 
 
 class _JsonFormatter(logging.Formatter):
@@ -529,15 +515,12 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
         )
         if extender_tls:
             extender_tls.start()
-        if webhook_server is None:
-            log.warning("webhook package not available: the webhook port is not opened")
-        else:
-            webhook = webhook_server.server_from_args(
-                args, cluster.cache, features=features, host=args.bind_address, port=args.webhook_port,
-                limits=http_limits(args),
-            )
-            if webhook is not None:  # otherwise server_from_args logged why the port stays closed
-                await webhook.start()
+        webhook = webhook_server.server_from_args(
+            args, cluster.cache, features=features, host=args.bind_address, port=args.webhook_port,
+            limits=http_limits(args),
+        )
+        if webhook is not None:  # otherwise server_from_args logged why the port stays closed
+            await webhook.start()
         if args.controllers and cluster.client is None:
             log.warning(
                 "--controllers %s need an API server: not started in snapshot mode",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import socket
 import uuid
 from collections.abc import Iterable
@@ -33,6 +32,7 @@ from extender.controllers.metrics import ControllerMetrics
 from extender.controllers.pools import PoolIndex
 from extender.controllers.taint_eviction import RuleRef, TaintEvictionController
 from extender.controllers.workqueue import RateLimiter, WorkQueue
+from extender.rules import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -63,27 +63,6 @@ def parse_names(text: str) -> tuple[str, ...]:
         return check_names(text.split(","))
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
-_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def parse_duration(text: str) -> float:
-    """Go-style duration ("5m", "90s", "1h30m") or plain seconds, to seconds."""
-    text = text.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        parts = _DURATION.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            raise argparse.ArgumentTypeError(
-                f"invalid duration {text!r} (examples: 300, 90s, 5m, 1h30m)"
-            ) from None
-        seconds = sum(float(n) * _UNIT[u] for n, u in parts)
-    if seconds < 0:
-        raise argparse.ArgumentTypeError(f"duration must not be negative: {text!r}")
-    return seconds
 
 
 def _positive_int(text: str) -> int:

@@ -234,7 +234,8 @@ class TaintEvictionController:
         evictions = []
         for key in pod_claim_keys(pod, self._claims, groups=self._groups):
             eviction = self._claim_eviction.get(key)
-            if eviction is not None and reserved_for_pod(self._claims.get(key) or {}, pod, self._groups):
+            claim = self._claims.get(key) or {}
+            if eviction is not None and reserved_for_pod(claim, pod, accept_group=self._groups):
                 evictions.append(eviction)
         return Eviction.combine(evictions)
 
@@ -313,7 +314,7 @@ class TaintEvictionController:
                     and not (pod.get("metadata") or {}).get("deletionTimestamp")
                     and not self._evictor.was_evicted(ref.uid)
                     and key in pod_claim_keys(pod, self._claims, groups=self._groups)
-                    and reserved_for_pod(claim, pod, self._groups)
+                    and reserved_for_pod(claim, pod, accept_group=self._groups)
                 ):
                     pods.add(ref)
         return pods, len({ref.namespace for ref in pods}), allocated

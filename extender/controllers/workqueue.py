@@ -149,11 +149,6 @@ class WorkQueue(Generic[K]):
     def in_flight(self) -> int:
         return len(self._running)
 
-    def due_at(self, key: K) -> float | None:
-        if key in self._ready:
-            return self._clock.now()
-        return self._due.get(key, self._rerun.get(key))
-
     def memory_entries(self) -> int:
         """Everything the queue holds, stale heap entries included: bounded by a small multiple of keys."""
         return len(self._heap) + len(self._due) + len(self._ready) + len(self._running) + len(self._rerun)

@@ -1,4 +1,4 @@
-"""Runs every ported case of upstream's allocator table against our Allocator (contract C).
+"""Runs every ported case of upstream's allocator table against our Allocator.
 
 Upstream runs each case with exactly the listed features on (everything else off); we do the same
 through FeatureGates. Upstream's claims have no namespace; ours live in "default", so "default/"

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from fakeapi import FakeApiServer
+from fakeclock import FakeClock
 from prometheus_client import CollectorRegistry
 
 from allocator import FeatureGates
 from extender.cache import ClusterCache
 from extender.controllers import Controllers, start_controllers
-from extender.controllers.clock import FakeClock
 from extender.kubeapi import KubeClient
 
 KINDS = {"Pod", "ResourceClaim", "ResourceSlice", "DeviceTaintRule"}

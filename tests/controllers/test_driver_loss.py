@@ -7,7 +7,8 @@ from ctrl_objects import claim, consumer, device_class, node, pending_claim, pod
 
 from allocator import Allocator, FeatureGates, ResourceClaim
 from extender.cache import ClusterCache
-from extender.controllers import ControllerOptions, add_arguments, parse_duration
+from extender.controllers import ControllerOptions, add_arguments
+from extender.rules import parse_duration
 
 LOST = "dra_extender_driver_lost_devices"
 

@@ -4,8 +4,9 @@ import asyncio
 import itertools
 
 import pytest
+from fakeclock import FakeClock
 
-from extender.controllers.clock import FakeClock, RealClock
+from extender.controllers.clock import RealClock
 from extender.controllers.workqueue import RateLimiter, WorkQueue
 
 

@@ -72,10 +72,12 @@ def test_a_claim_in_flight_for_another_pod_is_refused(cache: ClusterCache) -> No
 
 def test_confirmation_from_the_watch(cache: ClusterCache) -> None:
     assume = AssumeCache()
-    assume.reserve(ResourceClaim.from_api(raw_claim("a")), allocation("gpu-0"), "pod-1")
-    assume.confirm_from_watch(ResourceClaim.from_api(raw_claim("a", rv="2")))
+    assume.attach(cache)
+    cache.apply("ResourceClaim", "ADDED", raw_claim("a"))
+    assume.reserve(cache.claim("ns", "a"), allocation("gpu-0"), "pod-1")
+    cache.apply("ResourceClaim", "MODIFIED", raw_claim("a", rv="2"))
     assert len(assume) == 1, "a claim update without allocation confirms nothing"
-    assume.confirm_from_watch(ResourceClaim.from_api(raw_claim("a", rv="3", allocation=allocation("gpu-0"))))
+    cache.apply("ResourceClaim", "MODIFIED", raw_claim("a", rv="3", allocation=allocation("gpu-0")))
     assert len(assume) == 0
 
 

@@ -292,7 +292,7 @@ async def test_holds_of_pods_that_never_bind_are_forgotten() -> None:
     assert (await scheduler.filter(pod_of(scheduler, "p"), ["node-0", "node-1"])).passed
     clock.now += 10  # p was deleted, or went to another scheduler: its hold expires
     assert (await scheduler.filter(pod_of(scheduler, "q"), ["node-0", "node-1"])).passed
-    assert scheduler.holding() == {uid(scheduler, "q")}
+    assert scheduler.holds.holding() == {uid(scheduler, "q")}
 
 
 async def test_a_deleted_pod_frees_its_hold_at_once() -> None:
@@ -301,7 +301,7 @@ async def test_a_deleted_pod_frees_its_hold_at_once() -> None:
     assert (await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])).passed == ["node-0"]
     assert (await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])).passed == []
     scheduler.cache.apply("Pod", "DELETED", pod_of(scheduler, "p"))
-    assert len(scheduler.assume) == 0 and scheduler.holding() == set()
+    assert len(scheduler.assume) == 0 and scheduler.holds.holding() == set()
     assert (await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])).passed == ["node-0"]
 
 

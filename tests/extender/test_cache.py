@@ -60,8 +60,8 @@ def test_snapshot_of_the_example_cluster(cache: ClusterCache) -> None:
     assert cache.node("node-2") is not None and cache.node("node-2").name == "node-2"
     assert cache.node("nope") is None
     assert cache.device_class("gpu.example.com") is not None
-    assert cache.claim_template("default", "one-gpu")["metadata"]["uid"]
-    assert cache.claim_template("default", "two-gpus") is None
+    assert cache.raw("ResourceClaimTemplate", "default/one-gpu")["metadata"]["uid"]
+    assert cache.raw("ResourceClaimTemplate", "default/two-gpus") is None
     training = cache.claim("default", "training")
     assert training is not None and training.allocation is not None
     assert cache.claim_by_uid(training.uid) is training
@@ -70,8 +70,8 @@ def test_snapshot_of_the_example_cluster(cache: ClusterCache) -> None:
     worker = cache.pod("default", "worker")
     assert cache.pod_by_uid(worker["metadata"]["uid"]) is worker
     # template claim resolved through status.resourceClaimStatuses
-    assert names(cache.pods_referencing_claim("default", "worker-gpu-k8f2x")) == ["worker"]
-    assert names(cache.pods_referencing_claim("default", "single-gpu")) == ["inference"]
+    assert claim_names_of_pod(worker) == ["worker-gpu-k8f2x"]
+    assert claim_names_of_pod(cache.pod("default", "inference")) == ["single-gpu"]
     stats = cache.stats()
     assert stats["objects"]["ResourceClaim"] == 8 and stats["allocatedClaims"] == 1 and stats["invalid"] == {}
     assert stats["objects"]["PodGroup"] == 1
@@ -135,21 +135,20 @@ def test_older_resource_version_is_ignored() -> None:
     assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-0") == "ns/a"
 
 
-def test_pods_by_claim_follow_pod_updates() -> None:
+def test_pods_follow_pod_updates() -> None:
     cache = ClusterCache(FeatureGates())
     template_ref = [{"name": "gpu", "resourceClaimTemplateName": "t"},
                     {"name": "shared", "resourceClaimName": "s"}]
     cache.apply("Pod", "ADDED", pod("p", "p1", claims=template_ref))
-    assert cache.pods_referencing_claim("ns", "s")[0]["metadata"]["name"] == "p"
-    assert cache.pods_referencing_claim("ns", "p-gpu-abcde") == []
+    assert claim_names_of_pod(cache.pod_by_uid("p1")) == ["s"]
     cache.apply("Pod", "MODIFIED", pod("p", "p1", claims=template_ref, rv="2",
                                        statuses=[{"name": "gpu", "resourceClaimName": "p-gpu-abcde"}]))
-    assert [p["metadata"]["uid"] for p in cache.pods_referencing_claim("ns", "p-gpu-abcde")] == ["p1"]
+    assert claim_names_of_pod(cache.pod_by_uid("p1")) == ["p-gpu-abcde", "s"]
     cache.apply("Pod", "ADDED", pod("q", "q1", claims=[{"name": "shared", "resourceClaimName": "s"}]))
-    assert names(cache.pods_referencing_claim("ns", "s")) == ["p", "q"]
+    assert cache.pod_by_uid("q1")["metadata"]["name"] == "q"
     cache.apply("Pod", "DELETED", pod("p", "p1", claims=template_ref, rv="3"))
-    assert cache.pods_referencing_claim("ns", "p-gpu-abcde") == []
-    assert names(cache.pods_referencing_claim("ns", "s")) == ["q"]
+    assert cache.pod("ns", "p") is None
+    assert cache.pod_by_uid("q1")["metadata"]["name"] == "q"
     assert cache.pod_by_uid("p1") is None
 
 
@@ -347,22 +346,3 @@ def test_managed_fields_are_dropped_so_writes_back_keep_the_servers(cache: Clust
     stored = cache.raw("ResourceClaim", "ns/tracked")
     assert stored is not None and "managedFields" not in stored["metadata"]
     assert stored["metadata"]["uid"] == "uid-tracked"
-
-
-def test_pods_sharing_a_claim_are_all_found_as_they_come_and_go() -> None:
-    cache = ClusterCache(FeatureGates())
-    shared = [{"name": "gpu", "resourceClaimName": "shared"}]
-    for name in ("b", "a", "c"):
-        cache.apply("Pod", "ADDED", pod(name, f"uid-{name}", claims=shared))
-
-    def users() -> list[str]:
-        return [p["metadata"]["name"] for p in cache.pods_referencing_claim("ns", "shared")]
-
-    assert users() == ["a", "b", "c"]
-    cache.apply("Pod", "DELETED", pod("b", "uid-b", claims=shared))
-    assert users() == ["a", "c"]
-    cache.apply("Pod", "DELETED", pod("a", "uid-a", claims=shared))
-    cache.apply("Pod", "MODIFIED", pod("c", "uid-c", claims=shared, rv="5"))
-    assert users() == ["c"]
-    cache.apply("Pod", "DELETED", pod("c", "uid-c", claims=shared))
-    assert users() == [] and not cache._pods_by_claim

@@ -170,7 +170,7 @@ def test_extended_class_choice_newest_wins_then_smallest_name_and_implicit_names
         extended_class("new-a", created="2026-02-01T00:00:00Z"),
         extended_class("plain", resource=None),
     ])
-    extended = scheduler.extended
+    extended = scheduler.planner.extended
     assert extended.class_for(GPU) == "new-a"
     assert extended.class_for(IMPLICIT_PREFIX + "plain") == "plain"
     assert extended.class_for(IMPLICIT_PREFIX + "old") == "old"
@@ -190,7 +190,7 @@ async def test_extended_class_added_later_moves_the_filter_answer() -> None:
     pod = pod_of(scheduler, "p")
     # No class maps the resource: not ours to judge (NodeResourcesFit rejects it).
     assert (await scheduler.filter(pod, ["node-0"])).passed == ["node-0"]
-    assert not scheduler.needs_dra(pod)
+    assert not scheduler.planner.needs_dra(pod)
     only_one = "device.attributes['gpu.example.com'].index > 0"
     cache.apply("DeviceClass", "ADDED", extended_class(expression=only_one))
     result = await scheduler.filter(pod, ["node-0"])
@@ -294,7 +294,7 @@ async def test_extended_unmapped_resource_on_a_node_without_it_does_not_fit() ->
 async def test_extended_zero_quantity_pod_is_not_ours() -> None:
     scheduler = make([extended_class(), *o.cluster(1, 0)[1:], gpu_pod("p", 0)])
     pod = pod_of(scheduler, "p")
-    assert not scheduler.needs_dra(pod)
+    assert not scheduler.planner.needs_dra(pod)
     assert (await scheduler.filter(pod, ["node-0"])).passed == ["node-0"]
 
 
@@ -318,7 +318,7 @@ async def test_extended_stale_claim_of_an_earlier_attempt_is_removed_by_filter()
                        ["gpu-0", "gpu-1"], [{"resource": "pods", "name": "p", "uid": pod["metadata"]["uid"]}])
     stale["metadata"]["annotations"] = {EXTENDED_CLAIM_ANNOTATION: "true"}
     scheduler = make([extended_class(), *o.cluster(1, 2)[1:], pod, stale])
-    plan = scheduler.plan(pod_of(scheduler, "p"))
+    plan = scheduler.planner.plan(pod_of(scheduler, "p"))
     assert plan.blocked is not None and "of an earlier attempt is being removed" in plan.blocked.message
     assert await schedule(scheduler, "p") == "node-0"
     (claim,) = special_claims(scheduler)

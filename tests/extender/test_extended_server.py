@@ -47,7 +47,7 @@ async def test_extended_filter_holds_devices_until_bind() -> None:
     assert second.passed and second.passed != first.passed, "p's devices are held"
     await scheduler.bind("default", "p", pod_of(scheduler, "p")["metadata"]["uid"], first.passed[0])
     assert len(special_claims(scheduler)) == 1
-    assert scheduler.holding() == {pod_of(scheduler, "q")["metadata"]["uid"]}
+    assert scheduler.holds.holding() == {pod_of(scheduler, "q")["metadata"]["uid"]}
 
 
 async def test_extended_preempt_keeps_nodes_where_victims_free_devices() -> None:

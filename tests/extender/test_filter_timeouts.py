@@ -14,12 +14,13 @@ import pytest
 
 from allocator import AllocationOutcome, Allocator, FeatureGates, Node, ResourceClaim
 from allocator.errors import AllocationTimeout
-from extender import scheduling
+from extender import planning, scheduling
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.filtercache import FilterCache
-from extender.scheduling import TIMED_OUT_MESSAGE, Scheduler
+from extender.scheduling import Scheduler
+from extender.verdicts import TIMED_OUT_MESSAGE
 
 
 class SlowNodes:
@@ -46,6 +47,7 @@ def slow_nodes(monkeypatch: pytest.MonkeyPatch) -> SlowNodes:
                 raise AllocationTimeout(TIMED_OUT_MESSAGE)
             return super().allocate(node, claims)
 
+    monkeypatch.setattr(planning, "Allocator", SteppedAllocator)
     monkeypatch.setattr(scheduling, "Allocator", SteppedAllocator)
     return state
 

@@ -11,7 +11,8 @@ from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.filtercache import FilterCache
-from extender.scheduling import CANNOT_ALLOCATE, BindFailed, Scheduler
+from extender.scheduling import BindFailed, Scheduler
+from extender.verdicts import CANNOT_ALLOCATE
 
 NODES = ["node-0", "node-1", "node-2"]
 
@@ -65,7 +66,7 @@ async def test_in_flight_holds_invalidate_their_pools() -> None:
     assert len(held) == 1
     result = await scheduler.filter(pod(scheduler, "p1"), NODES)
     assert held[0] not in result.passed and result.passed  # the held node is full for p1
-    scheduler.release_hold(pod(scheduler, "p0")["metadata"]["uid"])
+    scheduler.holds.release(pod(scheduler, "p0")["metadata"]["uid"])
     result = await scheduler.filter(pod(scheduler, "p2"), NODES)
     # p1 holds one node now; the node p0 released is free again.
     assert held[0] in result.passed

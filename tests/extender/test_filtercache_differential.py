@@ -289,7 +289,7 @@ class World:
             assert (brief.passed, brief.failed, brief.unresolvable, brief.error) == (
                 brief_without.passed, brief_without.failed, brief_without.unresolvable, brief_without.error
             ), f"pod {name} after step {step} ({op}), brief"
-            # Scoring memoises node fits under the same node keys (Scheduler._placed_fit).
+            # Scoring memoises node fits under the same node keys (NodeScorer._placed_fit).
             assert await self.cached.prioritize(pod, NODES) == await self.fresh.prioritize(pod, NODES), (
                 f"scores of pod {name} after step {step} ({op})")
 
@@ -303,4 +303,5 @@ async def test_cached_filter_equals_uncached_filter(seed: int) -> None:
         await world.compare(op, step)
     stats = world.cached.filter_cache.stats()
     assert stats["hits"] > 0, "the sequence must exercise cache hits, or it proves nothing"
-    assert world.cached._fit_memo, "scoring must have memoised node fits, or the scores prove nothing"
+    assert world.cached.scorer.memoised_fits(), (
+        "scoring must have memoised node fits, or the scores prove nothing")

@@ -16,8 +16,8 @@ from test_server import EXAMPLES, JSON, PAYLOADS, build_server
 from extender import wire
 from extender.httpguard import LARGE_BODY_BYTES, LARGE_BODY_SLOTS, MAX_BIND_BYTES, HttpLimits
 from extender.objects_io import load_objects
-from extender.scheduling import NAMED_UNKNOWN_NODES
 from extender.server import ExtenderServer
+from extender.verdicts import NAMED_UNKNOWN_NODES
 
 
 @pytest.fixture

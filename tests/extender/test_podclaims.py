@@ -5,13 +5,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from extender.podclaims import (
-    RESERVED_FOR_MAX,
     ClaimsNotReady,
     InvalidPodError,
     has_claims,
     resolve_pod_claims,
 )
 from extender.podgroups import reservable
+from extender.rules import RESERVED_FOR_MAX
 
 
 @dataclass
@@ -107,6 +107,7 @@ def test_reservation_limit() -> None:
                                        for i in range(RESERVED_FOR_MAX)]}}
     newcomer = {"metadata": {"uid": "new"}, "spec": {}}
     member = {"metadata": {"uid": "u7"}, "spec": {}}
-    assert not reservable(full, newcomer, "new", False, RESERVED_FOR_MAX)
-    assert reservable(full, member, "u7", False, RESERVED_FOR_MAX)
-    assert reservable({"status": {}}, newcomer, "new", False, RESERVED_FOR_MAX)
+    assert not reservable(full, newcomer, consumer_uid="new", accept_group=False, limit=RESERVED_FOR_MAX)
+    assert reservable(full, member, consumer_uid="u7", accept_group=False, limit=RESERVED_FOR_MAX)
+    assert reservable({"status": {}}, newcomer, consumer_uid="new", accept_group=False,
+                      limit=RESERVED_FOR_MAX)

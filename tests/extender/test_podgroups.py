@@ -15,8 +15,9 @@ from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.explain import explain_pod, render_text
 from extender.informer import DEFAULT_KINDS, POD_GROUPS, ClusterWatcher, watched_kinds
-from extender.podclaims import RESERVED_FOR_MAX, ClaimsNotReady, resolve_pod_claims
+from extender.podclaims import ClaimsNotReady, resolve_pod_claims
 from extender.podgroups import OWNER_PREFIX, group_binding, reservable, reserved_for_pod
+from extender.rules import RESERVED_FOR_MAX
 from extender.scheduling import BindFailed, Scheduler
 
 NODES = ["node-0", "node-1", "node-2"]
@@ -55,7 +56,7 @@ async def schedule(scheduler: Scheduler, name: str) -> str:
 
 def test_podgroup_member_resolves_group_claim_and_binding() -> None:
     scheduler = make(by_name_cluster(1))
-    plan = scheduler.plan(current(scheduler, "w0"))
+    plan = scheduler.planner.plan(current(scheduler, "w0"))
     assert plan.blocked is None and plan.group is not None
     assert (plan.group.key, plan.group.pod_claim_names) == ("default/train", frozenset({g.GROUP_CLAIM}))
     assert plan.group.reference() == g.group_reference(current(scheduler, "train", "PodGroup"))
@@ -75,7 +76,7 @@ def test_podgroup_entry_must_match_in_every_field() -> None:
     o.allocate(current(scheduler, "train-gpus", "ResourceClaim"), "node-0", ["gpu-0", "gpu-1"],
                [g.group_reference(current(scheduler, "train", "PodGroup"))])
     scheduler.cache.apply("ResourceClaim", "MODIFIED", current(scheduler, "train-gpus", "ResourceClaim"))
-    blocked = scheduler.plan(current(scheduler, "w0")).blocked
+    blocked = scheduler.planner.plan(current(scheduler, "w0")).blocked
     assert blocked is not None and "does not match the PodGroup's entry" in blocked.message
 
 
@@ -84,12 +85,12 @@ def test_podgroup_template_claim_is_owned_by_the_group() -> None:
     claim = g.owned_by_group(o.claim("train-gpus-x7k2p", count=1), group)
     pod = g.member("w0", "train", template="gpu-template", generated="train-gpus-x7k2p")
     scheduler = make([*o.cluster(1, 2), group, claim, pod])
-    plan = scheduler.plan(current(scheduler, "w0"))
+    plan = scheduler.planner.plan(current(scheduler, "w0"))
     assert plan.blocked is None and plan.group is not None
     assert plan.group.pod_claim_names == frozenset({g.GROUP_CLAIM})
     # Gate off: the claim's owner is not the pod, exactly upstream's refusal.
     off = make([*o.cluster(1, 2), group, claim, pod], FeatureGates())
-    blocked = off.plan(current(off, "w0")).blocked
+    blocked = off.planner.plan(current(off, "w0")).blocked
     assert blocked is not None and blocked.message.endswith("(Pod is not owner)")
     # A pod of another group naming the generated claim through its own status: refused like upstream.
     stranger = g.member("s0", "other", template="gpu-template", generated="train-gpus-x7k2p")
@@ -100,7 +101,7 @@ def test_podgroup_template_claim_is_owned_by_the_group() -> None:
 def test_podgroup_missing_group_blocks_with_upstream_words() -> None:
     pod = g.member("w0", "train", claim_name="train-gpus")
     scheduler = make([*o.cluster(1, 2), o.claim("train-gpus"), pod])
-    blocked = scheduler.plan(current(scheduler, "w0")).blocked
+    blocked = scheduler.planner.plan(current(scheduler, "w0")).blocked
     assert blocked is not None and blocked.message == 'podgroup.scheduling.k8s.io "train" not found'
 
 
@@ -266,12 +267,14 @@ def test_podgroup_reservation_rules() -> None:
     group_entry = {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "train", "uid": "g1"}
     full = {"status": {"reservedFor": [{"resource": "pods", "name": f"p{i}", "uid": f"u{i}"}
                                        for i in range(RESERVED_FOR_MAX - 1)] + [group_entry]}}
-    assert reserved_for_pod(full, pod, True) and not reserved_for_pod(full, pod, False)
-    assert reservable(full, pod, "g1", True, RESERVED_FOR_MAX)
-    assert not reservable(full, pod, pod["metadata"]["uid"], False, RESERVED_FOR_MAX)
+    assert reserved_for_pod(full, pod, accept_group=True)
+    assert not reserved_for_pod(full, pod, accept_group=False)
+    assert reservable(full, pod, consumer_uid="g1", accept_group=True, limit=RESERVED_FOR_MAX)
+    assert not reservable(full, pod, consumer_uid=pod["metadata"]["uid"], accept_group=False,
+                          limit=RESERVED_FOR_MAX)
     # Same name in another group's namespace is still matched by name only, as upstream does.
     other = g.member("w1", "eval", claim_name="c")
-    assert not reserved_for_pod(full, other, True)
+    assert not reserved_for_pod(full, other, accept_group=True)
 
 
 def test_podgroup_cache_indexes_members_and_rejects_malformed_groups() -> None:

@@ -11,7 +11,7 @@ from allocator import FeatureGates, ResourceClaim
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
-from extender.podclaims import RESERVED_FOR_MAX
+from extender.rules import RESERVED_FOR_MAX
 from extender.scheduling import BindFailed, Scheduler
 
 NODES = ["node-0", "node-1", "node-2"]
@@ -269,7 +269,7 @@ async def test_first_available_needs_its_feature_gate(gates: str) -> None:
 
 def test_claim_objects_are_the_allocator_model() -> None:
     scheduler = make([*o.cluster(1, 1), o.claim("c"), o.pod("p", ["c"])])
-    plan = scheduler.plan(pod_of(scheduler, "p"))
+    plan = scheduler.planner.plan(pod_of(scheduler, "p"))
     assert isinstance(plan.to_allocate[0], ResourceClaim) and plan.blocked is None
 
 

@@ -373,6 +373,15 @@ def test_durations_must_be_finite_and_positive(flag: str, value: str,
     assert exit_info.value.code == 2 and flag in capsys.readouterr().err
 
 
+def test_every_duration_flag_takes_go_durations_and_plain_seconds() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["serve", "--snapshot", "x", "--hold-timeout", "5m",
+                              "--driver-loss-grace-period", "5m", "--idle-timeout", "1m30s",
+                              "--node-timeout", "250ms", "--filter-timeout", "3"])
+    assert (args.hold_timeout, args.driver_loss_grace_period, args.idle_timeout) == (300.0, 300.0, 90.0)
+    assert (args.node_timeout, args.filter_timeout) == (0.25, 3.0)
+
+
 def test_banner_of_a_large_cluster_names_a_few_nodes_and_says_how_to_ask_about_more() -> None:
     from types import SimpleNamespace
 

@@ -21,9 +21,10 @@ from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.objects_io import load_objects
-from extender.scheduling import CANNOT_ALLOCATE, Scheduler
+from extender.scheduling import Scheduler
 from extender.server import ExtenderServer
 from extender.tls import ReloadingTLS
+from extender.verdicts import CANNOT_ALLOCATE
 
 PAYLOADS = Path(__file__).parent / "payloads"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"

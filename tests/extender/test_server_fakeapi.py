@@ -18,8 +18,9 @@ from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.informer import ClusterWatcher
 from extender.kubeapi import KubeClient
-from extender.scheduling import CANNOT_ALLOCATE, Scheduler
+from extender.scheduling import Scheduler
 from extender.server import ExtenderServer
+from extender.verdicts import CANNOT_ALLOCATE
 
 
 class Stack:

@@ -1,4 +1,4 @@
-"""The webhook reading the cluster through the extender's ClusterCache (contract D)."""
+"""The webhook reading the cluster through the extender's ClusterCache."""
 
 from __future__ import annotations
 

@@ -1,0 +1,207 @@
+"""Does the pod fit a node? Verdicts for one plan on many nodes, with the caches that make them cheap.
+
+The in-tree plugin's Filter per node. Every node check goes through `NodeChecker`: filter, prioritize,
+preempt and explain through `check_all` (yielding to other requests), bind and the filter hold through
+`check` (synchronous, so the caller can reserve the outcome before anything else runs). Outcomes come
+from the FilterCache while the node's pools are unchanged; prioritize reuses the verdicts of the same
+pod's filter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from cachetools import TTLCache
+
+from allocator import (
+    AllocationError,
+    AllocationOutcome,
+    InvalidObjectError,
+    Node,
+    NodeAllocationError,
+    node_matches_selector,
+)
+from allocator.errors import AllocationTimeout
+from extender.cache import ClusterCache
+from extender.filtercache import FilterCache
+from extender.planning import Planner, PodPlan, SchedulingError
+from extender.verdicts import UNKNOWN_NODE, NodeVerdict, Reason, cached_verdict, outcome_verdict, timed_out
+
+# How long one check of many nodes may run on the event loop before it lets other requests in.
+YIELD_AFTER_S = 0.005
+# Nodes looked up in the filter cache in one go (well under YIELD_AFTER_S of work), before searching
+# the misses one by one.
+HIT_BATCH = 512
+# How long, and for how many pods, prioritize may reuse the verdicts of the same pod's filter.
+# kube-scheduler calls prioritize right after filter, so a few pods suffice (each entry holds a
+# verdict per node).
+RESULT_TTL_S = 30.0
+RESULT_PODS = 64
+
+
+class NodeChecker:
+    def __init__(self, cache: ClusterCache, planner: Planner, *, filter_cache: FilterCache | None,
+                 node_deadline_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.cache = cache
+        self.planner = planner
+        self.filter_cache = filter_cache
+        self.node_deadline_s = node_deadline_s
+        self.clock = clock
+        self._filtered: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS,
+                                                                         ttl=RESULT_TTL_S)
+
+    def remember(self, pod_uid: str, verdicts: dict[str, NodeVerdict]) -> None:
+        """Keep a filter's verdicts for the same pod's prioritize (`check_all(reuse_for=...)`)."""
+        if pod_uid:
+            self._filtered[pod_uid] = verdicts
+
+    def _node(self, name: str, node_objects: Mapping[str, dict] | None) -> Node | None:
+        if node_objects is not None and name in node_objects:
+            try:
+                return Node.from_api(node_objects[name])
+            except InvalidObjectError:
+                return None
+        return self.cache.node(name)
+
+    def check(
+        self,
+        plan: PodPlan,
+        node_name: str,
+        *,
+        use_cache: bool,
+        node_objects: Mapping[str, dict] | None = None,
+        time_left_s: float | None = None,
+    ) -> NodeVerdict:
+        """Does the pod fit this node? Raises SchedulingError for real errors.
+
+        `use_cache`: reuse outcomes from the FilterCache (filter, prioritize, preempt); bind, the filter
+        hold and explain compute afresh. `time_left_s` shortens the search below `node_deadline_s`
+        (what is left of a multi-node check's budget)."""
+        if plan.blocked is not None:
+            return plan.blocked.on(node_name)
+        node = self._node(node_name, node_objects)
+        if node is None:
+            # The answer's key names the node: a request full of made-up names gets a compact answer.
+            return NodeVerdict(node_name, fits=False, message=UNKNOWN_NODE, unresolvable=True,
+                               reason=Reason.UNKNOWN_NODE)
+        if plan.extended is not None:
+            on_node = self.planner.for_node(plan, node)
+            if isinstance(on_node, str):
+                return NodeVerdict(node_name, fits=False, message=on_node, unresolvable=True,
+                                   reason=Reason.EXTENDED_RESOURCE)
+            plan = on_node
+        allocations = [claim.allocation or {} for claim in plan.allocated]
+        allocations += [share.allocation for share in plan.pending]
+        for allocation in allocations:
+            selector = allocation.get("nodeSelector")
+            if selector and not node_matches_selector(node, selector):
+                return NodeVerdict(node_name, fits=False, message="resourceclaim not available on the node",
+                                   unresolvable=True, reason=Reason.CLAIM_ON_OTHER_NODE)
+        if not plan.to_allocate:
+            return NodeVerdict(node_name, fits=True)
+        node_key = None
+        filter_cache = self.filter_cache
+        if use_cache and plan.signature is not None and filter_cache is not None:
+            node_key, cached, computed_for = filter_cache.get(plan.signature, node)
+            if cached is not None:
+                return cached_verdict(node_name, cached, computed_for=computed_for,
+                                      claims=plan.signature.claims)
+        allocator = self.planner.allocator_for(plan)
+        allocator.deadline_s = self.node_deadline_s if time_left_s is None else min(
+            self.node_deadline_s, time_left_s)
+        try:
+            outcome = allocator.allocate(node, plan.to_allocate)
+        except AllocationTimeout:
+            # Never cached (returns before cache.put): the next filter searches this node again.
+            return timed_out(node_name)
+        except NodeAllocationError as error:
+            outcome = error.outcome if isinstance(error.outcome, AllocationOutcome) else None
+            return NodeVerdict(node_name, fits=False, message=str(error), unresolvable=True,
+                               reason=Reason.NODE_ERROR, outcome=outcome)
+        except AllocationError as error:
+            raise SchedulingError(str(error)) from None
+        if node_key is not None and filter_cache is not None and filter_cache.epoch == plan.cache_epoch:
+            assert plan.signature is not None
+            filter_cache.put(plan.signature, node_key, outcome)
+        return outcome_verdict(node_name, outcome)
+
+    async def check_all(
+        self,
+        plan: PodPlan,
+        node_names: Iterable[str],
+        *,
+        use_cache: bool,
+        node_objects: Mapping[str, dict] | None = None,
+        deadline: float | None = None,
+        reuse_for: str | None = None,
+    ) -> dict[str, NodeVerdict]:
+        """Verdicts for `node_names`, letting other requests run every YIELD_AFTER_S of work.
+
+        Every multi-node check (filter, prioritize, preempt, explain) goes through here, so none of
+        them holds the event loop for long. One node's allocation is never interrupted, so a single
+        hard search can still hold the loop for up to `node_deadline_s`. After a yield the plan's view
+        may be stale (a fits verdict then costs a failed bind, never a double allocation: bind
+        re-checks); the filter cache notices the changes and stops storing outcomes computed from
+        that view.
+
+        `deadline` (on `clock`) bounds the whole check: each node's search gets at most what is left,
+        and nodes reached after it are timed out without being searched. Nodes the filter cache has an
+        outcome for are answered from it whatever the deadline: that costs no search. `reuse_for`: the
+        pod UID whose remembered filter verdicts answer the nodes they cover (prioritize)."""
+        names = list(node_names)
+        reused = (self._filtered.get(reuse_for) or {}) if reuse_for else {}
+        verdicts: dict[str, NodeVerdict] = {}
+        started = self.clock()
+        missing = [name for name in names if name not in reused]
+        for first in range(0, len(missing), HIT_BATCH):
+            batch = missing[first:first + HIT_BATCH]
+            hits = self._cached_verdicts(plan, batch, node_objects) if use_cache else {}
+            for index, name in enumerate(batch):
+                hit = hits.get(name)
+                if hit is not None:
+                    verdicts[name] = hit
+                    continue
+                time_left = None if deadline is None else deadline - self.clock()
+                if time_left is not None and time_left <= 0:
+                    verdicts[name] = timed_out(name)
+                    continue
+                verdicts[name] = self.check(plan, name, node_objects=node_objects, use_cache=use_cache,
+                                            time_left_s=time_left)
+                if self.clock() - started > YIELD_AFTER_S:
+                    started = await self._yield(plan)
+                    if use_cache:  # what changed during the yield: the rest of the batch again
+                        hits = self._cached_verdicts(plan, batch[index + 1:], node_objects)
+            if self.clock() - started > YIELD_AFTER_S:
+                started = await self._yield(plan)
+        if not reused:
+            return verdicts
+        return {name: reused.get(name) or verdicts[name] for name in names}
+
+    async def _yield(self, plan: PodPlan) -> float:
+        """Let other requests run; returns the clock when this check resumes."""
+        await asyncio.sleep(0)
+        if self.filter_cache is not None and plan.signature is not None:
+            self.filter_cache.sync_in_flight()
+        return self.clock()
+
+    def _cached_verdicts(self, plan: PodPlan, names: list[str],
+                         node_objects: Mapping[str, dict] | None) -> dict[str, NodeVerdict]:
+        """The verdicts the filter cache already has for `names`, in one pass (what `check` would
+        answer for them, without its per-node overhead: most of a filter's nodes are hits). Only for
+        the usual plan, claims to allocate and nothing else to check per node; with anything else
+        every node goes through `check`."""
+        filter_cache = self.filter_cache
+        signature = plan.signature
+        if (filter_cache is None or signature is None or plan.blocked is not None or plan.allocated
+                or plan.pending or node_objects is not None):
+            return {}
+        verdicts: dict[str, NodeVerdict] = {}
+        nodes = [node for node in map(self.cache.node, names) if node is not None]
+        if plan.extended is not None:  # device-plugin nodes have a plan (and cache entries) of their own
+            nodes = [node for node in nodes if self.planner.for_node(plan, node) is plan]
+        for node, outcome, computed_for in filter_cache.hits_for(signature, nodes):
+            verdicts[node.name] = cached_verdict(node.name, outcome, computed_for=computed_for,
+                                                 claims=signature.claims)
+        return verdicts

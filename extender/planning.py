@@ -1,0 +1,278 @@
+"""Everything about one pod that does not depend on the node: its claims, resolved and pre-checked.
+
+The Planner plays the part of the in-tree DynamicResources plugin's PreEnqueue and PreFilter: it resolves
+the pod's claims, blocks the pod for every node when a claim is not ready, in use, in flight for someone
+else or asks for a missing class, and adds the special claim for extended resources backed by DRA.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from allocator import AllocatedState, Allocator, InvalidObjectError, Node, ResourceClaim
+from extender.assume import AssumeCache
+from extender.cache import ClusterCache
+from extender.extendedresources import ExtendedPlan, ExtendedResources, Variant
+from extender.filtercache import ClaimsSignature, FilterCache
+from extender.podclaims import (
+    ClaimNotCreated,
+    ClaimsNotReady,
+    InvalidPodError,
+    PodClaim,
+    has_claims,
+    pod_key,
+    pod_uid,
+    resolve_pod_claims,
+)
+from extender.podgroups import WORKLOAD_CLAIMS, GroupBinding, group_binding, outsider_problem, reservable
+from extender.rules import RESERVED_FOR_MAX
+from extender.verdicts import NodeVerdict, Reason, blocked
+
+
+class SchedulingError(Exception):
+    """A real error (invalid claim, CEL runtime error): kube-scheduler retries the pod."""
+
+
+class PendingShare(NamedTuple):
+    """A PodGroup's claim whose allocation another pod of the group has in flight."""
+
+    claim: ResourceClaim
+    allocation: dict
+
+
+@dataclass
+class PodPlan:
+    """Everything about one pod that does not depend on the node."""
+
+    pod: dict
+    claims: list[PodClaim] = field(default_factory=list)
+    to_allocate: list[ResourceClaim] = field(default_factory=list)
+    allocated: list[ResourceClaim] = field(default_factory=list)  # allocated, still to check per node
+    # A PodGroup's claims whose allocation another pod of the group has in flight: shared, not
+    # allocated again (upstream's fix for gang cycles, kubernetes#137617); checked per node like
+    # allocated claims.
+    pending: list[PendingShare] = field(default_factory=list)
+    group: GroupBinding | None = None  # the pod's PodGroup, when some of its claims are the group's
+    blocked: NodeVerdict | None = None  # a verdict for every node (claims not ready, ...)
+    claims_missing: bool = False  # blocked because a claim does not exist (yet)
+    # Built on first use by Planner.allocator_for: most filters are answered from the filter cache
+    # and never need them.
+    allocator: Allocator | None = None
+    view: AllocatedState | None = None
+    rebinding_uid: str | None = None  # at bind: the pod whose own in-flight entries the view leaves out
+    rebinding_group: str | None = None  # ... and the PodGroup owner key whose entries it leaves out
+    # FilterCache key part for the claims to allocate, and the cache epoch when the plan was made (the
+    # view, made later, reads through to the allocated state, which has not changed while the epoch has
+    # not moved).
+    signature: ClaimsSignature | None = None
+    cache_epoch: int = -1
+    # Extended resources backed by DRA (extendedresources.py): the pod's mapped resources, and the
+    # special claim variant in to_allocate (the one for nodes without a device plugin for them, or the
+    # node's own in a plan made by Planner.for_node).
+    extended: ExtendedPlan | None = None
+    extended_variant: Variant | None = None
+    variant_plans: dict[tuple[str, ...], PodPlan] = field(default_factory=dict)
+
+    def group_owner(self, claim: ResourceClaim) -> str | None:
+        """The in-flight owner of `claim` when it is the plan's PodGroup's shared claim."""
+        group = self.group
+        if group is None:
+            return None
+        shared = any(entry.claim.uid == claim.uid and entry.pod_claim_name in group.pod_claim_names
+                     for entry in self.claims)
+        return group.owner if shared else None
+
+    def allocates_for_group(self) -> bool:
+        return any(self.group_owner(claim) is not None for claim in self.to_allocate)
+
+
+class Planner:
+    def __init__(self, cache: ClusterCache, assume: AssumeCache, *, filter_cache: FilterCache | None,
+                 node_deadline_s: float) -> None:
+        self.cache = cache
+        self.assume = assume
+        self.filter_cache = filter_cache
+        self.node_deadline_s = node_deadline_s
+        self.extended = ExtendedResources(cache)
+
+    def claim(self, namespace: str, name: str) -> ResourceClaim | None:
+        """The cached claim (the ClaimLookup of resolve_pod_claims); an invalid one is a SchedulingError."""
+        claim = self.cache.claim(namespace, name)
+        if claim is None:
+            raw = self.cache.raw("ResourceClaim", f"{namespace}/{name}")
+            if raw is not None:
+                try:
+                    ResourceClaim.from_api(raw)
+                except InvalidObjectError as error:
+                    raise SchedulingError(f"invalid claim: {error}") from None
+        return claim
+
+    def needs_dra(self, pod: dict) -> bool:
+        """Does the pod use claims or extended resources that a DeviceClass maps?"""
+        return has_claims(pod) or self.extended.requested(pod)
+
+    def _class_problem(self, claim: ResourceClaim) -> NodeVerdict | None:
+        for request in claim.requests:
+            if request.exactly is not None:
+                name = request.exactly.device_class_name
+                if self.cache.device_class(name) is None:
+                    return blocked(f"request {request.name}: device class {name} does not exist",
+                                   Reason.CLASS_MISSING, unresolvable=False)
+                continue
+            if not self.cache.features.enabled("DRAPrioritizedList"):
+                return blocked(
+                    f"resource claim {claim.key}, request {request.name}: has subrequests, but the "
+                    "DRAPrioritizedList feature is disabled", Reason.FEATURE_DISABLED)
+            for sub in request.first_available:
+                if self.cache.device_class(sub.device_class_name) is None:
+                    return blocked(
+                        f"request {request.name}/{sub.name}: device class {sub.device_class_name} "
+                        "does not exist",
+                        Reason.CLASS_MISSING, unresolvable=False)
+        return None
+
+    def plan(self, pod: dict, *, rebinding: bool = False) -> PodPlan:
+        """Resolve and pre-check the pod's claims. Raises SchedulingError for real errors."""
+        plan = PodPlan(pod)
+        uid = pod_uid(pod)
+        workload_claims = self.cache.features.enabled(WORKLOAD_CLAIMS)
+        try:
+            plan.claims = resolve_pod_claims(pod, self, accept_group_owner=workload_claims)
+            if workload_claims and plan.claims:
+                plan.group = group_binding(pod, self.cache)
+        except ClaimsNotReady as not_ready:
+            plan.blocked = blocked(str(not_ready), Reason.CLAIMS_NOT_READY)
+            plan.claims_missing = isinstance(not_ready, ClaimNotCreated)
+            return plan
+        except InvalidPodError as invalid:
+            raise SchedulingError(str(invalid)) from None
+        seen: set[str] = set()
+        for entry in plan.claims:
+            claim = entry.claim
+            if claim.uid in seen:  # the same claim referenced twice by the pod
+                continue
+            seen.add(claim.uid)
+            shared = plan.group is not None and entry.pod_claim_name in plan.group.pod_claim_names
+            group = plan.group if shared else None
+            if workload_claims:
+                problem = outsider_problem(claim, pod, plan.group, entry.pod_claim_name)
+                if problem is not None:
+                    plan.blocked = blocked(problem, Reason.CLAIM_OF_A_PODGROUP)
+                    return plan
+            if claim.allocation is not None:
+                consumer_uid = group.uid if group is not None else uid
+                if not reservable(claim.raw, pod, consumer_uid=consumer_uid, accept_group=workload_claims,
+                                  limit=RESERVED_FOR_MAX):
+                    plan.blocked = blocked("resourceclaim in use", Reason.CLAIM_IN_USE)
+                    return plan
+                plan.allocated.append(claim)
+                continue
+            in_flight = self.assume.pending(claim.uid)
+            if in_flight is not None and in_flight.pod_uid != (group.owner if group is not None else uid):
+                plan.blocked = blocked(f"resource claim {claim.key} is in the process of being allocated",
+                                       Reason.CLAIM_IN_FLIGHT)
+                return plan
+            if in_flight is not None and group is not None and not rebinding:
+                plan.pending.append(PendingShare(claim, in_flight.allocation))
+                continue
+            problem = self._class_problem(claim)
+            if problem is not None:
+                plan.blocked = problem
+                return plan
+            plan.to_allocate.append(claim)
+        self._plan_extended(plan)
+        if plan.blocked is not None:
+            return plan
+        if plan.to_allocate:
+            if self.filter_cache is not None and not rebinding:
+                self.filter_cache.sync_in_flight()
+                plan.signature = self.filter_cache.claims_signature(plan.to_allocate)
+                plan.cache_epoch = self.filter_cache.epoch
+            plan.rebinding_uid = uid if rebinding else None
+            plan.rebinding_group = plan.group.owner if rebinding and plan.group is not None else None
+        return plan
+
+    def _plan_extended(self, plan: PodPlan) -> None:
+        """Add the pod's special claim (extended resources backed by DRA) to the claims to allocate."""
+        extended = self.extended.plan(plan.pod)
+        if extended is None:
+            return
+        stale = extended.stale
+        if stale is not None:
+            if (plan.pod.get("spec") or {}).get("nodeName") and stale.allocation is not None:
+                plan.allocated.append(stale)  # a bound pod: its special claim is in place
+                return
+            # Upstream's brute force too: a claim from an earlier attempt is removed (filter does it,
+            # see Scheduler._remove_stale_claim), never re-checked; until then the pod waits.
+            plan.blocked = blocked(f"extended resource claim {stale.key} of an earlier attempt is "
+                                   "being removed", Reason.STALE_EXTENDED_CLAIM, unresolvable=False)
+            return
+        variant = extended.full
+        in_flight = self.assume.pending(variant.claim.uid) if variant.claim is not None else None
+        if in_flight is not None and in_flight.pod_uid != pod_uid(plan.pod):
+            # A bind's write of unknown outcome (see Scheduler.bind): its devices stay counted until it
+            # settles.
+            plan.blocked = blocked(f"the extended resource claim of pod {pod_key(plan.pod)} is in the "
+                                   "process of being allocated", Reason.CLAIM_IN_FLIGHT)
+            return
+        plan.extended, plan.extended_variant = extended, variant
+        if variant.claim is not None:
+            plan.to_allocate.append(variant.claim)
+
+    def for_node(self, plan: PodPlan, node: Node) -> PodPlan | str:
+        """The plan on `node`: the same one unless a device plugin on the node serves some of the
+        pod's extended resources (then the special claim asks only for the rest), or a message why the
+        pod cannot fit the node."""
+        extended = plan.extended
+        if extended is None or plan.extended_variant is None:
+            return plan
+        served = extended.on_node(node)
+        if isinstance(served, str):
+            return served
+        if served == plan.extended_variant.resources:
+            return plan
+        node_plan = plan.variant_plans.get(served)
+        if node_plan is None:
+            variant = extended.variant(served)
+            own = plan.extended_variant.claim
+            to_allocate = [claim for claim in plan.to_allocate if claim is not own]
+            if variant.claim is not None:
+                to_allocate.append(variant.claim)
+            signature = plan.signature
+            if signature is not None and self.filter_cache is not None:
+                signature = self.filter_cache.claims_signature(to_allocate) if to_allocate else None
+            node_plan = dataclasses.replace(plan, to_allocate=to_allocate, extended_variant=variant,
+                                            signature=signature, allocator=None, view=None,
+                                            variant_plans={})
+            plan.variant_plans[served] = node_plan
+        return node_plan
+
+    def on(self, plan: PodPlan, node_name: str) -> PodPlan:
+        """for_node by name, for bind, holds and preempt (a node check says why a node does not fit)."""
+        node = self.cache.node(node_name)
+        on_node = self.for_node(plan, node) if node is not None else plan
+        return plan if isinstance(on_node, str) else on_node
+
+    def allocator_for(self, plan: PodPlan) -> Allocator:
+        """The plan's allocator over the devices in use now, made on first use."""
+        if plan.allocator is None:
+            plan.view = self.allocated_view(own_pod_uid=plan.rebinding_uid, own_group=plan.rebinding_group)
+            plan.allocator = Allocator(self.cache.inventory, plan.view, self.cache.features,
+                                       deadline_s=self.node_deadline_s)
+        return plan.allocator
+
+    def allocated_view(self, *, own_pod_uid: str | None = None,
+                       own_group: str | None = None) -> AllocatedState:
+        """Allocated devices plus everything in flight; at bind, minus the binding pod's own entries
+        (a filter hold or an earlier attempt) and its PodGroup's (a hold by a pod of the group), which
+        this bind replaces."""
+        if own_pod_uid is None:
+            return self.assume.allocated_view(self.cache)
+        others = []
+        for claim_uid, claim, allocation in self.assume.in_flight():
+            entry = self.assume.pending(claim_uid)
+            if entry is not None and entry.pod_uid not in (own_pod_uid, own_group):
+                others.append((claim_uid, claim, allocation))
+        return self.cache.allocated.with_in_flight(others)

@@ -1,0 +1,211 @@
+"""Whether a pod fits a node, and the filter answer made from those verdicts.
+
+Vocabulary for the extender side: every verdict carries a `Reason` (also the filter outcome metric's
+label), and the answer to kube-scheduler is built here only (`answer`), whether or not filter holds
+devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import NamedTuple
+
+from allocator import AllocationOutcome
+from extender.filtercache import ClaimRefs, renames
+
+
+class Reason(StrEnum):
+    """Why a node got its verdict (the metric label of filter outcomes)."""
+
+    FITS = "fits"
+    DEVICES = "devices"  # the allocator found no devices on the node
+    TIMEOUT = "timeout"  # the node's search did not finish in time: not known whether the pod fits
+    UNKNOWN_NODE = "unknown node"
+    NODE_ERROR = "node error"
+    CLAIM_ON_OTHER_NODE = "claim on other node"
+    EXTENDED_RESOURCE = "extended resource"
+    HELD_ELSEWHERE = "held elsewhere"  # --filter-holds-devices chose another node
+    # Verdicts for every node, from the pod's claims (PodPlan.blocked):
+    CLAIMS_NOT_READY = "claims not ready"
+    CLAIM_OF_A_PODGROUP = "claim of a PodGroup"
+    CLAIM_IN_USE = "claim in use"
+    CLAIM_IN_FLIGHT = "claim in flight"
+    CLASS_MISSING = "class missing"
+    FEATURE_DISABLED = "feature disabled"
+    STALE_EXTENDED_CLAIM = "stale extended claim"
+    ERROR = "error"  # a real error (SchedulingError): the whole filter failed
+
+
+# Allocator rejections that evicting pods could undo: kube-scheduler may try preemption for these nodes.
+PREEMPTION_MAY_HELP = frozenset({"in use", "counters", "capacity"})
+# Verdicts of bind's re-check that mean another pod got there first.
+CONFLICT_REASONS = frozenset({Reason.DEVICES, Reason.CLAIM_IN_FLIGHT, Reason.CLAIM_IN_USE,
+                              Reason.CLAIM_ON_OTHER_NODE})
+# Upstream's plugin's words for a node without devices for the pod; ours too where another node fits
+# (see split), or where no reason could be given.
+CANNOT_ALLOCATE = "cannot allocate all claims"
+UNKNOWN_NODE = "node not known to dra-extender"
+NAMED_UNKNOWN_NODES = 100
+TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
+
+
+class CarriedFailure(NamedTuple):
+    """A failure the filter cache carried over from other claims with the same specs."""
+
+    outcome: AllocationOutcome
+    computed_for: ClaimRefs  # the claims the outcome names
+    claims: ClaimRefs  # the claims to name instead
+
+
+class NodeVerdict:
+    """Whether the pod fits one node, and why not.
+
+    A carried failure is renamed (message and outcome) only when read: a filter where another node fits
+    never reads it (see split)."""
+
+    __slots__ = ("_carried", "_message", "_outcome", "fits", "node", "reason", "unresolvable")
+
+    def __init__(self, node: str, *, fits: bool, message: str = "", unresolvable: bool = False,
+                 reason: Reason = Reason.FITS, outcome: AllocationOutcome | None = None,
+                 carried: CarriedFailure | None = None) -> None:
+        self.node = node
+        self.fits = fits
+        self._message = message
+        self.unresolvable = unresolvable
+        self.reason = reason
+        self._outcome = outcome
+        self._carried = carried
+
+    def _rename(self) -> None:
+        assert self._carried is not None
+        outcome, old, new = self._carried
+        renamed = outcome.for_claims(renames(old, new))
+        assert renamed is not None, "the filter cache only carries over failures that can be renamed"
+        self._outcome, self._message, self._carried = renamed, failure_message(renamed), None
+
+    @property
+    def message(self) -> str:
+        if self._carried is not None:
+            self._rename()
+        return self._message
+
+    @property
+    def outcome(self) -> AllocationOutcome | None:
+        if self._carried is not None:
+            self._rename()
+        return self._outcome
+
+    @property
+    def timed_out(self) -> bool:
+        """Not known whether the pod fits: the search ran out of time."""
+        return self.reason == Reason.TIMEOUT
+
+    def on(self, node: str) -> NodeVerdict:
+        """This verdict (one for every node: the pod's claims decide) for `node`."""
+        return NodeVerdict(node, fits=self.fits, message=self.message, unresolvable=self.unresolvable,
+                           reason=self.reason)
+
+    def __repr__(self) -> str:
+        return (f"NodeVerdict({self.node!r}, fits={self.fits}, reason={self.reason!r}, "
+                f"message={self.message!r})")
+
+
+@dataclass
+class FilterResult:
+    passed: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+    error: str = ""
+
+
+def blocked(message: str, reason: Reason, *, unresolvable: bool = True) -> NodeVerdict:
+    """A verdict for every node (the pod's claims are not ready, ...); `on` names the node."""
+    return NodeVerdict("", fits=False, message=message, unresolvable=unresolvable, reason=reason)
+
+
+def timed_out(node_name: str) -> NodeVerdict:
+    # Resolvable: a timeout says nothing about the node, a later attempt may find the pod fits there.
+    return NodeVerdict(node_name, fits=False, message=TIMED_OUT_MESSAGE, reason=Reason.TIMEOUT)
+
+
+def outcome_verdict(node_name: str, outcome: AllocationOutcome) -> NodeVerdict:
+    if outcome.success:
+        return NodeVerdict(node_name, fits=True, outcome=outcome)
+    return NodeVerdict(node_name, fits=False, message=failure_message(outcome),
+                       unresolvable=unresolvable(outcome), reason=Reason.DEVICES, outcome=outcome)
+
+
+def cached_verdict(node_name: str, outcome: AllocationOutcome, *, computed_for: ClaimRefs | None,
+                   claims: ClaimRefs) -> NodeVerdict:
+    """A verdict from the filter cache; a failure worked out for other claims is renamed to `claims`
+    only when read."""
+    if computed_for is None:
+        return outcome_verdict(node_name, outcome)
+    return NodeVerdict(node_name, fits=False, unresolvable=unresolvable(outcome), reason=Reason.DEVICES,
+                       carried=CarriedFailure(outcome, computed_for, claims))
+
+
+def allocated_devices(outcome: AllocationOutcome | None) -> int:
+    if outcome is None:
+        return 0
+    return sum(len((a.get("devices") or {}).get("results") or []) for a in outcome.allocations)
+
+
+def answer(verdicts: Mapping[str, NodeVerdict], *, brief: bool = False) -> FilterResult:
+    """The filter answer, with timed-out nodes treated as "not known", not as "does not fit".
+
+    Reporting a timeout as unresolvable (what upstream's plugin first did) parks the pod in
+    kube-scheduler's unschedulable queue until a cluster event or up to 5 minutes, although only the
+    machine was busy. Following upstream PR #137607, a timeout that leaves no node for the pod is an
+    Error: kube-scheduler then retries the pod after its backoff (seconds). We deliberately differ from
+    upstream when another node fits: there a node's Error aborts the whole attempt; here the pod goes to
+    a node known to fit and the timed-out nodes are only resolvable failures.
+    """
+    timed_out_count = sum(1 for verdict in verdicts.values() if verdict.timed_out)
+    if timed_out_count and not any(verdict.fits for verdict in verdicts.values()):
+        return FilterResult([], {}, {}, f"{TIMED_OUT_MESSAGE} on {timed_out_count} of {len(verdicts)} "
+                                        "node(s) and no other node fits")
+    return split(verdicts, brief=brief)
+
+
+def split(verdicts: Mapping[str, NodeVerdict], *, brief: bool = False) -> FilterResult:
+    """The answer's three lists.
+
+    `brief` (the answer to kube-scheduler): where some node fits, nodes without devices for the pod
+    say only CANNOT_ALLOCATE, as upstream's plugin does. kube-scheduler shows the failures' messages
+    only when no node is left (in the FailedScheduling event), so working out and sending why for each
+    of hundreds of full nodes is CPU and bytes for nothing on every pod that gets scheduled; with no
+    node left, every node says why. `dra-extender explain` and simulate always give the details."""
+    result = FilterResult([], {}, {})
+    unknown = 0
+    some_fit = any(verdict.fits for verdict in verdicts.values())
+    for name, verdict in verdicts.items():
+        if verdict.fits:
+            result.passed.append(name)
+        elif verdict.reason == Reason.UNKNOWN_NODE and brief:
+            # kube-scheduler counts a node its extender leaves out of every list as unschedulable and
+            # unresolvable, exactly what an unknown node is: naming a few is enough, so a request of
+            # made-up names cannot blow up into an answer several times its size.
+            unknown += 1
+            if unknown <= NAMED_UNKNOWN_NODES:
+                result.unresolvable[name] = verdict.message
+        elif verdict.unresolvable:
+            result.unresolvable[name] = _said(verdict, brief=brief and some_fit)
+        else:
+            result.failed[name] = _said(verdict, brief=brief and some_fit)
+    return result
+
+
+def _said(verdict: NodeVerdict, *, brief: bool) -> str:
+    return CANNOT_ALLOCATE if brief and verdict.reason == Reason.DEVICES else verdict.message
+
+
+def failure_message(outcome: AllocationOutcome) -> str:
+    return outcome.summary() or CANNOT_ALLOCATE
+
+
+def unresolvable(outcome: AllocationOutcome) -> bool:
+    """Could evicting pods free what the node lacks? If not, preemption need not try the node."""
+    return PREEMPTION_MAY_HELP.isdisjoint(outcome.rejection_keys())
