@@ -30,6 +30,10 @@ from allocator.taints import untolerated
 
 MAX_RESULTS_PER_CLAIM = 32  # AllocationResultsMaxSize
 FAIL, OK, MAX_SIZE = 0, 1, 2
+# Upstream (1.37) compiles selectors in the allocator with the environment for stored expressions,
+# which declares every device field whatever the feature gates (allowMultipleAllocations, list-type
+# attributes and includes()); only validation of new objects follows the gates.
+STORED_EXPRESSIONS = cel.CompileOptions(consumable_capacity=True, list_type_attributes=True)
 SHARED = 2  # eligibility of a shareable device: depends on what is allocated in this attempt
 _DEADLINE_CHECK_INTERVAL = 64
 _MAX_SHARED_CHECKS = 256  # per node view
@@ -185,8 +189,7 @@ class _Search:
         self.allocating_shares: dict[tuple[str, str, str], int] = {}
         self.available_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
         self.consumed_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
-        self._compile_options: Any = None
-        self._options_key = (self.consumable, self.list_attributes)
+        self._options_key = STORED_EXPRESSIONS
         self._switch_key = allocator._switches
         self._allocated_mask: int | None = None
         self._groups: dict[str, dict[tuple[str, Any], int]] = {}
@@ -365,19 +368,14 @@ class _Search:
             for entry in pool.entries:
                 if not self._is_selectable(ci, rd, entry):
                     continue
-                if self.consumable and not self._capacity_fits(rd, entry, False):
+                # Static capacity only (1.37.1): a matching device whose capacity is used up still
+                # counts for "all", so the request fails instead of quietly taking fewer devices.
+                if self.consumable and not self._capacity_fits(rd, entry, in_use=False):
                     continue
                 devices.append(entry)
         return devices
 
     # --- selection ------------------------------------------------------------------------------------
-    def _options(self) -> Any:
-        if self._compile_options is None:
-            self._compile_options = cel.CompileOptions(
-                consumable_capacity=self.consumable, list_type_attributes=self.list_attributes
-            )
-        return self._compile_options
-
     def _compile(self, ci: int, rd: RequestData, for_class: bool) -> list[Any]:
         owner_object = rd.device_class if for_class else rd.request
         cached = owner_object.compiled.get(self._options_key)
@@ -387,7 +385,7 @@ class _Search:
         programs = []
         for i, expression in enumerate(expressions):
             try:
-                programs.append(cel.compile(expression or "", self._options()))
+                programs.append(cel.compile(expression or "", STORED_EXPRESSIONS))
             except cel.CELError as exc:
                 owner = self._selector_owner(ci, rd, for_class)
                 raise AllocationError(f"{owner}: selector #{i}: CEL compile error: {exc}") from None
@@ -415,9 +413,6 @@ class _Search:
             ) from None
         for i, program in enumerate(programs):
             try:
-                if entry.device.has_list_attributes and not self.list_attributes:
-                    # Upstream's CEL input conversion rejects list values while the gate is off.
-                    raise cel.CELRuntimeError("unsupported attribute value")
                 if not program.matches(device):
                     return False
             except cel.CELError as exc:
@@ -453,7 +448,9 @@ class _Search:
         rd.eligible[entry.index] = result
         return result
 
-    def _capacity_fits(self, rd: RequestData, entry: DeviceEntry, multiple_possible: bool = True) -> bool:
+    def _capacity_fits(self, rd: RequestData, entry: DeviceEntry, in_use: bool = True) -> bool:
+        """Whether the request fits the device's capacity, minus what is allocated and being allocated
+        unless ``in_use`` is off."""
         device, driver = entry.device, entry.key[0]
         if cap.undefined_requests(rd.capacity_requests, device, driver):
             return False
@@ -463,8 +460,8 @@ class _Search:
             device,
             driver,
             multiple,
-            self.allocated.capacity.get(entry.key),
-            self.allocating_capacity.get(entry.key) if multiple_possible else None,
+            self.allocated.capacity.get(entry.key) if in_use else None,
+            self.allocating_capacity.get(entry.key) if in_use else None,
         )
 
     # --- counters -------------------------------------------------------------------------------------
@@ -661,6 +658,7 @@ class _Search:
             if self.prune:
                 # Cheap bound first; the full one (selectable free devices) once the search has backtracked.
                 if rd.num_devices - di > len(self.candidates) - start:
+                    self._evaluate_remaining(ci, rd, start)
                     return FAIL
                 if self.backtracked and self._hopeless(ci, ri, rd, di, start):
                     return FAIL
@@ -669,6 +667,23 @@ class _Search:
         # The result-size signal stops at a claim boundary: another choice for an earlier claim may let
         # a later claim pick a subrequest that needs fewer devices.
         return FAIL if crossed_claim and status == MAX_SIZE else status
+
+    def _evaluate_remaining(self, ci: int, rd: RequestData, start: int) -> None:
+        """Before pruning a slot that cannot be filled, check the candidates upstream's loop would still
+        look at, so a failing selector is the same hard error as there (pruning must not hide it).
+        The in-use test is the one _try_candidates inlines for speed."""
+        eligible, allocating = rd.eligible, self.allocating
+        for entry in self.candidates[start:]:
+            key = entry.key
+            if rd.admin:
+                if ci in allocating.get(key, ()):
+                    continue
+            elif key in self.allocated.devices or allocating.get(key) or (
+                key in self.allocated.capacity and not self._shareable(entry)
+            ):
+                continue
+            if eligible[entry.index] is None:
+                self._eligible(ci, rd, entry)
 
     def _first_available(self, ci: int, ri: int, rds: list[RequestData]) -> int:
         """Try the subrequests in order; MAX_SIZE only if every one of them hit the result limit."""

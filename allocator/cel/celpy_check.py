@@ -363,6 +363,8 @@ class Checker:
         if name == "_?_:_":
             if not unifies(types[0], BOOL) or not unifies(types[1], types[2]):
                 raise mismatch
+            if DYN in (types[1], types[2]):
+                return DYN  # as cel-go: a dynamic branch makes the whole conditional dynamic
             return _join(types[1], types[2])
         if name == "-_":
             if types[0] not in (DYN, INT, DOUBLE, DURATION):
