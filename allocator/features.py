@@ -15,6 +15,7 @@ DEFAULT_GATES: Mapping[str, bool] = {
     "DRADeviceBindingConditions": True,  # beta 1.36
     "DRAResourceClaimDeviceStatus": True,  # GA 1.37
     "DRAListTypeAttributes": False,  # alpha
+    "DRAFractionalCapacityRange": True,  # beta 1.37: capacity ranges in milli units
 }
 
 

@@ -133,6 +133,7 @@ class Allocator:
         consumable = gates.enabled("DRAConsumableCapacity")
         binding_and_status = gates.binding_and_status
         list_attributes = gates.enabled("DRAListTypeAttributes")
+        fractional = gates.enabled("DRAFractionalCapacityRange")
         self._switches = (
             gates.enabled("DRAAdminAccess"),
             gates.enabled("DRAPrioritizedList"),
@@ -142,7 +143,8 @@ class Allocator:
             binding_and_status,
             list_attributes,
             # Upstream's "stable" variant (chosen when none of these is on) has no distinctAttribute.
-            consumable or binding_and_status or list_attributes,
+            consumable or binding_and_status or list_attributes or fractional,
+            fractional,
         )
 
     def allocate(self, node: Node, claims: Sequence[ResourceClaim]) -> AllocationOutcome:
@@ -173,6 +175,7 @@ class _Search:
             self.binding_and_status,
             self.list_attributes,
             self.distinct_supported,
+            self.fractional,
         ) = allocator._switches
         self.steps = 0
         self.backtracked = False
@@ -280,12 +283,14 @@ class _Search:
                     rds = [self._request_data(ci, ref, sub, request.name) for sub in request.first_available]
                 claim_requests.append(rds)
                 flags.append(request.exactly is None)
-                min_devices += min(rd.num_devices for rd in rds)
-            if min_devices > MAX_RESULTS_PER_CLAIM:
-                raise AllocationError(
-                    f"claim {ref}: number of requested devices {min_devices} exceeds the claim limit of "
-                    f"{MAX_RESULTS_PER_CLAIM}"
-                )
+                # Checked request by request (1.37.1), so the error names the request that overflows.
+                fewest = min(rd.num_devices for rd in rds)
+                if fewest > MAX_RESULTS_PER_CLAIM - min_devices:
+                    raise AllocationError(
+                        f"claim {ref}, request {request.name}: adding {fewest} devices exceeds the claim "
+                        f"limit of {MAX_RESULTS_PER_CLAIM}, with {min_devices} already accounted for"
+                    )
+                min_devices += fewest
             constraints: list[Constraint] = []
             for i, constraint in enumerate(claim.constraints):
                 if constraint.match_attribute:
@@ -370,7 +375,7 @@ class _Search:
                     continue
                 # Static capacity only (1.37.1): a matching device whose capacity is used up still
                 # counts for "all", so the request fails instead of quietly taking fewer devices.
-                if self.consumable and not self._capacity_fits(rd, entry, in_use=False):
+                if self.consumable and not self._capacity_fits(ci, rd, entry, in_use=False):
                     continue
                 devices.append(entry)
         return devices
@@ -444,25 +449,32 @@ class _Search:
         elif rd.capacity_requests is None and not entry.device.has_request_policies:
             result = 1  # an exclusive device takes its whole capacity, which always fits
         else:
-            result = 1 if self._capacity_fits(rd, entry) else 0
+            result = 1 if self._capacity_fits(ci, rd, entry) else 0
         rd.eligible[entry.index] = result
         return result
 
-    def _capacity_fits(self, rd: RequestData, entry: DeviceEntry, in_use: bool = True) -> bool:
+    def _capacity_fits(self, ci: int, rd: RequestData, entry: DeviceEntry, in_use: bool = True) -> bool:
         """Whether the request fits the device's capacity, minus what is allocated and being allocated
-        unless ``in_use`` is off."""
+        unless ``in_use`` is off. A request the range arithmetic cannot represent is a hard error."""
         device, driver = entry.device, entry.key[0]
         if cap.undefined_requests(rd.capacity_requests, device, driver):
             return False
         multiple = device.allow_multiple_allocations
-        return cap.fits(
-            rd.capacity_requests,
-            device,
-            driver,
-            multiple,
-            self.allocated.capacity.get(entry.key) if in_use else None,
-            self.allocating_capacity.get(entry.key) if in_use else None,
-        )
+        try:
+            return cap.fits(
+                rd.capacity_requests,
+                device,
+                driver,
+                multiple,
+                self.allocated.capacity.get(entry.key) if in_use else None,
+                self.allocating_capacity.get(entry.key) if in_use else None,
+                self.fractional,
+            )
+        except cap.CapacityError as exc:
+            raise AllocationError(
+                f"claim {claim_ref(self.claims[ci])}, request {rd.full_name}: checking capacity for device "
+                f"{'/'.join(entry.key)}: {exc}"
+            ) from None
 
     # --- counters -------------------------------------------------------------------------------------
     def _pool_counters(self, pool: Pool) -> dict[str, dict[str, Quantity]]:
@@ -545,7 +557,7 @@ class _Search:
         if self.taints_on and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
             self._release(chosen)
             return None
-        if multiple and not self._capacity_fits(rd, entry):
+        if multiple and not self._capacity_fits(ci, rd, entry):
             self._release(chosen)
             return None
         constraints = self.constraints[ci]
@@ -561,7 +573,7 @@ class _Search:
                     )
                 return None
         if multiple:
-            consumed = cap.consumed_capacity(rd.capacity_requests, device, key[0])
+            consumed = cap.consumed_capacity(rd.capacity_requests, device, key[0], self.fractional)
             chosen.consumed = consumed
             chosen.share_id = str(uuid.uuid4())
             totals = dict(self.allocating_capacity.get(key, {}))
@@ -726,7 +738,7 @@ class _Search:
             ok = eligible[index]
             if ok is None:
                 ok = self._eligible(ci, rd, entry)
-            if not ok or (ok == SHARED and not self._capacity_fits(rd, entry)):
+            if not ok or (ok == SHARED and not self._capacity_fits(ci, rd, entry)):
                 continue
             if skip_equivalent and entry.equivalence in tried:
                 continue

@@ -51,6 +51,7 @@ VARIED_GATES = (
     "DRAConsumableCapacity",
     "DRADeviceBindingConditions",
     "DRAListTypeAttributes",
+    "DRAFractionalCapacityRange",
 )
 
 
@@ -92,6 +93,9 @@ def devices_for_pool(
                             range_policy(memory),
                             range_policy(memory, step=None, maximum=None, minimum="1", default="1"),
                             values_policy(memory, "2", "4"),
+                            # fractional ranges: milli arithmetic with DRAFractionalCapacityRange
+                            range_policy(memory, default="500m", minimum="500m", step="250m", maximum="3"),
+                            range_policy(memory, default="1", minimum="100m", step="1500m", maximum=None),
                         ]
                     )
                 )
@@ -197,7 +201,7 @@ def exact_body(draw: st.DrawFn, gates: dict[str, bool], used: set[str], name: st
         tolerations.append(toleration("k", draw(st.sampled_from(["NoSchedule", "NoExecute"]))))
     capacity = None
     if gates["DRAConsumableCapacity"] and draw(st.integers(0, 3)) == 0:
-        capacity = {"memory": draw(st.sampled_from(["1", "2", "3"]))}
+        capacity = {"memory": draw(st.sampled_from(["1", "2", "3", "300m", "1.1", "2500m"]))}
     if subrequest:
         return sub(name, cls, count, *selectors, mode=mode, tolerations=tolerations, capacity=capacity)
     admin = None
@@ -257,7 +261,7 @@ def allocated_claims(draw: st.DrawFn, slices: list[Obj], gates: dict[str, bool],
         result: Obj = {"request": "r", "driver": driver, "pool": pool, "device": dev["name"]}
         if dev.get("allowMultipleAllocations") and draw(st.booleans()):
             result["shareID"] = f"00000000-0000-0000-0000-00000000000{index}"
-            result["consumedCapacity"] = {"memory": draw(st.sampled_from(["1", "2"]))}
+            result["consumedCapacity"] = {"memory": draw(st.sampled_from(["1", "2", "750m"]))}
         elif draw(st.integers(0, 4)) == 0:
             result["adminAccess"] = True
         used.add("allocated devices")
