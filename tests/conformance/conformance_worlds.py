@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "allocator"))
 
 from upstream_cases.builders import (
     ALL_NODES,
+    PER_DEVICE,
     Version,
     attribute,
     cel,
@@ -139,7 +140,9 @@ def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[s
     with counters in a slice of their own when partitionable devices are on."""
     driver = draw(st.sampled_from(DRIVERS))
     pool = f"pool-{index}"
-    where = draw(st.sampled_from([NODE, NODE, NODE, NODE, OTHER_NODE, ALL_NODES, "selector"]))
+    where = draw(st.sampled_from([NODE, NODE, NODE, NODE, OTHER_NODE, ALL_NODES, "selector", PER_DEVICE]))
+    if where == PER_DEVICE and not gates["DRAPartitionableDevices"]:
+        where = NODE
     if where == "selector":
         where_obj: str | Obj = label_selector("region", draw(st.sampled_from(["region-1", "region-2"])))
         used.add("node selectors")
@@ -157,6 +160,14 @@ def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[s
         )
     for part in range(draw(st.integers(1, 2))):
         devs = draw(devices_for_pool(f"{pool}-{part}-", gates, used, counter_sets))
+        if where == PER_DEVICE:  # each device says where it is: this node, another one, or everywhere
+            for dev in devs:
+                placement = draw(st.sampled_from(["nodeName", "nodeName", "other", "allNodes"]))
+                if placement == "allNodes":
+                    dev["allNodes"] = True
+                else:
+                    dev["nodeName"] = NODE if placement == "nodeName" else OTHER_NODE
+            used.add("per-device node selection")
         slices.append(resource_slice(f"{pool}-{part}", where_obj, pool, driver, *devs))
     count = len(slices)
     if draw(st.integers(0, 9)) == 0:
