@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test e2e-control-plane conformance-upstream
+.PHONY: run test e2e-control-plane conformance-upstream browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,8 +13,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[fast,test]'
 	touch $(STAMP)
 
+# Extra `dra-extender serve` flags go in ARGS, e.g. `make run ARGS="--extender-port 9000 --debug-port 9001"`.
+ARGS ?=
 run: $(STAMP)
-	$(BIN)/dra-extender serve --snapshot examples/cluster
+	$(BIN)/dra-extender serve --snapshot examples/cluster $(ARGS)
 
 # kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and etcd for the end-to-end tests,
 # built from tests/e2e/go.mod once per machine (about 10 minutes on 2 cores), then reused.
@@ -26,6 +28,13 @@ e2e-control-plane: $(STAMP)
 conformance-upstream: $(STAMP)
 	$(BIN)/python tests/conformance/upstream_runner.py
 
-test: $(STAMP) e2e-control-plane conformance-upstream
+# Debian's chromium for the device map's browser test: installed when missing and this user may
+# (root with apt-get, as on CI); otherwise that test skips and says how to install it.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "chromium is not installed: the device map's browser test will skip"
+
+test: $(STAMP) e2e-control-plane conformance-upstream browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest

@@ -282,6 +282,11 @@ class ClusterCache:
     def taint_rules(self) -> list[DeviceTaintRule]:
         return list(self._taint_rules.values())
 
+    def valid_objects(self, kind: str) -> list[dict]:
+        """The valid stored objects of `kind` (a fresh list; stored objects are replaced, never edited)."""
+        invalid = self._invalid[kind]
+        return [raw for key, raw in self._objects[kind].items() if key not in invalid]
+
     def raw(self, kind: str, key: str) -> dict | None:
         """The stored object of `kind` under `key` ("name" or "namespace/name"), valid or not."""
         return self._objects.get(kind, {}).get(key)

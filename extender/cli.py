@@ -18,10 +18,17 @@ SUBCOMMAND_MODULES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+KUBECTL_PLUGIN_PROG = "kubectl dra"
+
+
+def build_parser(prog: str = "dra-extender") -> argparse.ArgumentParser:
+    from extender.commands.output import EXIT_CODES_HELP
+
     parser = argparse.ArgumentParser(
-        prog="dra-extender",
+        prog=prog,
         description="Kubernetes DRA scheduling from outside kube-scheduler.",
+        epilog=f"Each command has examples in its --help.\n\n{EXIT_CODES_HELP}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--version", action="store_true", help="print the version, CEL backend and event loop, then exit"
@@ -45,8 +52,8 @@ def version_text() -> str:
     return f"dra-extender {own} (CEL backend: {cel.default_engine().name}, event loop: {eventloop.name()})"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, prog: str = "dra-extender") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.version:
         print(version_text())
@@ -55,6 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     return int(args.func(args))
+
+
+def kubectl_plugin_main() -> int:
+    """`kubectl-dra` on PATH makes `kubectl dra ...` run this (kubectl's plugin convention)."""
+    return main(prog=KUBECTL_PLUGIN_PROG)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ async def explain_pod(
                     "reservedFor": len(claim.reserved_for),
                 }
             )
-        to_allocate = [claim.name for claim in plan.to_allocate]
+        to_allocate = [claim.key for claim in plan.to_allocate]
         checked = await scheduler.check_nodes(plan, node_names, use_cache=False)
         verdicts = [checked[node] for node in node_names]
     except SchedulingError as error:

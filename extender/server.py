@@ -2,7 +2,8 @@
 
 Extender port (`{prefix}/filter`, `/prioritize`, `/bind`, `/preempt`): exactly kube-scheduler's JSON.
 Malformed bodies get HTTP 400 with a message; a scheduling problem is an answer, not an HTTP error.
-Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/healthz`, `/readyz`, `/metrics`.
+Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/debug/ui` (extender/devicemap.py),
+`/healthz`, `/readyz`, `/metrics`.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import orjson
 import yaml
 from aiohttp import web
 
-from extender import wire
+from extender import devicemap, wire
 from extender.explain import ExplainError, explain_pod, render_text
 from extender.metrics import CONTENT_TYPE, Metrics
+from extender.names import split_ref
 from extender.podclaims import InvalidPodError, has_claims
 from extender.scheduling import BindFailed, Scheduler
 
@@ -104,6 +106,7 @@ class ExtenderServer:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics_endpoint)
+        devicemap.register(app, self)
         return app
 
     async def start(self, host: str, extender_port: int, debug_port: int,
@@ -179,10 +182,10 @@ class ExtenderServer:
     # ---- debug --------------------------------------------------------------------------------
 
     async def explain(self, request: web.Request) -> web.Response:
-        target = request.query.get("pod", "")
-        namespace, _, name = target.rpartition("/")
-        if not namespace or not name:
-            raise wire.BadRequest("query parameter pod=NAMESPACE/NAME is required")
+        try:  # NAME alone is in the default namespace, as on the command line
+            namespace, name = split_ref(request.query.get("pod", ""))
+        except ValueError as error:
+            raise wire.BadRequest(f"query parameter pod: {error}") from None
         text_format = request.query.get("format", "json")
         if text_format not in ("json", "text"):
             raise wire.BadRequest(f"format must be json or text, got {text_format!r}")

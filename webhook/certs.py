@@ -1,4 +1,5 @@
-"""A private CA and serving certificates for the webhook (clusters without cert-manager, and tests).
+"""A private CA, serving certificates for the webhook and extender, and client certificates for
+kube-scheduler (clusters without cert-manager, and tests).
 
 ECDSA P-256 keys: small, and the TLS handshake is several times cheaper than with RSA-2048.
 """
@@ -78,6 +79,32 @@ def generate_ca(common_name: str = "dra-extender-webhook-ca", *, days: int = 365
     return KeyPair(certificate, key)
 
 
+def _leaf(ca: KeyPair, common_name: str, usage: x509.ObjectIdentifier, names: list[x509.GeneralName],
+          days: int) -> KeyPair:
+    key = ec.generate_private_key(ec.SECP256R1())
+    not_before, not_after = _validity(days)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca.certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+    )
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    certificate = (
+        builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False
+        )
+        .sign(ca.key, hashes.SHA256())
+    )
+    return KeyPair(certificate, key)
+
+
 def generate_serving_cert(
     ca: KeyPair, dns_names: Sequence[str], ip_addresses: Sequence[str] = (), *, days: int = 365
 ) -> KeyPair:
@@ -87,27 +114,25 @@ def generate_serving_cert(
         ips = [ipaddress.ip_address(ip) for ip in ip_addresses]
     except ValueError as err:
         raise ValueError(f"invalid IP address for the serving certificate: {err}") from None
-    key = ec.generate_private_key(ec.SECP256R1())
-    not_before, not_after = _validity(days)
     names: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     names += [x509.IPAddress(ip) for ip in ips]
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0] if dns_names else str(ips[0]))])
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca.certificate.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False
-        )
-        .sign(ca.key, hashes.SHA256())
-    )
+    common_name = dns_names[0] if dns_names else str(ips[0])
+    return _leaf(ca, common_name, ExtendedKeyUsageOID.SERVER_AUTH, names, days)
+
+
+def generate_client_cert(ca: KeyPair, common_name: str, *, days: int = 365) -> KeyPair:
+    """A clientAuth certificate, e.g. for kube-scheduler calling the extender over mutual TLS."""
+    if not common_name:
+        raise ValueError("a client certificate needs a common name")
+    return _leaf(ca, common_name, ExtendedKeyUsageOID.CLIENT_AUTH, [], days)
+
+
+def load_ca(directory: Path) -> KeyPair:
+    """The CA that `write_serving_files` left in `directory` (ca.crt and ca.key)."""
+    certificate = x509.load_pem_x509_certificate((directory / CA_CERT_FILE).read_bytes())
+    key = serialization.load_pem_private_key((directory / CA_KEY_FILE).read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{directory / CA_KEY_FILE}: not an ECDSA key")
     return KeyPair(certificate, key)
 
 

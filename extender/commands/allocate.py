@@ -11,9 +11,6 @@ import argparse
 import sys
 from typing import Any
 
-import orjson
-import yaml
-
 from allocator import (
     AllocatedState,
     AllocationError,
@@ -24,11 +21,9 @@ from allocator import (
     Reason,
 )
 from allocator.outcome import AllocationOutcome
+from extender.commands import output
+from extender.names import split_ref
 from extender.objects_io import ObjectLoadError, Snapshot, load_snapshot
-
-EXIT_FITS = 0
-EXIT_UNSCHEDULABLE = 1
-EXIT_ERROR = 2
 
 
 class UsageError(ValueError):
@@ -41,6 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="allocate ResourceClaims for a node from objects in YAML/JSON files",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=output.examples(
+            "dra-extender allocate -f examples/cluster --node node-1 --claim a100-80gb",
+            "dra-extender allocate -f objects.yaml --node n3 --claim team-a/big --claim team-a/small -o yaml",
+            "kubectl get resourceslices,deviceclasses,resourceclaims -A -o yaml | "
+            "dra-extender allocate -f - --node n1 --claim x -n team-a",
+        ),
     )
     parser.add_argument(
         "-f",
@@ -57,30 +58,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="claims",
         action="append",
         required=True,
-        metavar="NS/NAME",
+        metavar="[NAMESPACE/]NAME",
         help="a ResourceClaim to allocate (repeatable; allocated together, in this order)",
     )
+    output.add_namespace_argument(parser, "claim")
     parser.add_argument(
         "--feature-gates",
         default="",
         metavar="NAME=true|false,...",
         help="override the Kubernetes 1.37 feature-gate defaults",
     )
-    parser.add_argument("-o", "--output", choices=("json", "yaml", "text"), default="text")
+    output.add_output_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        code, document = allocate(args.files, args.node, args.claims, args.feature_gates)
+        code, document = allocate(args.files, args.node, args.claims, args.feature_gates, args.namespace)
     except (ObjectLoadError, UsageError, ValueError, AllocationError) as exc:
-        code, document = EXIT_ERROR, {"error": str(exc)}
+        code, document = output.EXIT_ERROR, {"error": str(exc)}
     write(document, args.output)
     return code
 
 
 def allocate(
-    files: list[str], node_name: str, claim_keys: list[str], gates_text: str
+    files: list[str], node_name: str, claim_keys: list[str], gates_text: str, namespace: str | None = None
 ) -> tuple[int, dict[str, Any]]:
     """The exit code and the document to print. Hard errors are raised."""
     gates = FeatureGates.parse(gates_text)
@@ -88,7 +90,7 @@ def allocate(
     node = snapshot.node(node_name)
     if node is None:
         raise UsageError(f"node {node_name!r} is not among the objects")
-    claims = [_claim_to_allocate(snapshot, key) for key in claim_keys]
+    claims = [_claim_to_allocate(snapshot, key, namespace) for key in claim_keys]
 
     inventory = Inventory()
     for device_class in snapshot.classes:
@@ -107,10 +109,10 @@ def allocate(
     except NodeAllocationError as exc:
         # Upstream treats this as "does not fit on this node", not as an error for the pod.
         reasons = exc.outcome.reasons if isinstance(exc.outcome, AllocationOutcome) else []
-        return EXIT_UNSCHEDULABLE, _unschedulable(node_name, reasons, str(exc))
+        return output.EXIT_PROBLEMS, _unschedulable(node_name, reasons, str(exc))
     if not outcome.success:
-        return EXIT_UNSCHEDULABLE, _unschedulable(node_name, outcome.reasons, outcome.summary())
-    return EXIT_FITS, {
+        return output.EXIT_PROBLEMS, _unschedulable(node_name, outcome.reasons, outcome.summary())
+    return output.EXIT_OK, {
         "node": node_name,
         "claims": [
             {"namespace": claim.namespace, "name": claim.name, "allocation": allocation}
@@ -119,10 +121,11 @@ def allocate(
     }
 
 
-def _claim_to_allocate(snapshot: Snapshot, key: str) -> Any:
-    namespace, sep, name = key.partition("/")
-    if not sep or not namespace or not name or "/" in name:
-        raise UsageError(f"--claim {key!r}: expected NAMESPACE/NAME")
+def _claim_to_allocate(snapshot: Snapshot, ref: str, namespace: str | None) -> Any:
+    try:
+        key = "/".join(split_ref(ref, namespace))
+    except ValueError as error:
+        raise UsageError(f"--claim: {error}") from None
     claim = snapshot.claim(key)
     if claim is None:
         raise UsageError(f"ResourceClaim {key} is not among the objects")
@@ -139,15 +142,11 @@ def _unschedulable(node_name: str, reasons: list[Reason], summary: str) -> dict[
     }
 
 
-def write(document: dict[str, Any], output: str) -> None:
-    if output == "json":
-        sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
-    elif output == "yaml":
-        sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
-    elif "error" in document:
+def write(document: dict[str, Any], form: str) -> None:
+    if form == "text" and "error" in document:
         print(f"error: {document['error']}", file=sys.stderr)
     else:
-        sys.stdout.write(render_text(document))
+        output.write(document, form, render_text)
 
 
 def render_text(document: dict[str, Any]) -> str:

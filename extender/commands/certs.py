@@ -1,4 +1,5 @@
-"""`dra-extender certs`: a CA and a webhook serving certificate, for clusters without cert-manager."""
+"""`dra-extender certs`: a CA and a webhook serving certificate, or (`--client`) a client certificate
+from that CA, for clusters without cert-manager."""
 
 from __future__ import annotations
 
@@ -8,38 +9,60 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from extender.commands import output
 from webhook import certs
+
+CLIENT_CERT_FILE = "client.crt"
+CLIENT_KEY_FILE = "client.key"
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "certs",
-        help="generate a CA and a serving certificate for the admission webhook",
+        help="generate a CA and a serving certificate for the admission webhook, or a client certificate",
         description=(
             "Writes ca.crt, ca.key, tls.crt and tls.key to --out. The certificate is valid for "
             "<service>.<namespace>.svc (and the shorter and longer forms of that name). Prints the base64 "
-            "CA bundle to put in the webhook configurations' clientConfig.caBundle."
+            "CA bundle to put in the webhook configurations' clientConfig.caBundle.\n\n"
+            "With --client: writes client.crt and client.key (a clientAuth certificate named --name, signed "
+            "by the CA in --out, which is created first when --out has none) for kube-scheduler's mutual "
+            "TLS to the extender (docs/operations.md)."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=output.examples(
+            "dra-extender certs --service dra-extender-webhook -n dra-extender --out certs/",
+            "dra-extender certs --client --name kube-scheduler --out certs/",
+            "dra-extender certs --service dra-extender-webhook -n dra-extender --out certs/ -o json",
         ),
     )
-    parser.add_argument("--service", required=True, help="name of the Service in front of the webhook")
-    parser.add_argument("--namespace", required=True, help="namespace of that Service")
+    parser.add_argument("--service", help="name of the Service in front of the webhook (serving certificate)")
+    parser.add_argument("-n", "--namespace", help="namespace of that Service")
     parser.add_argument("--out", required=True, type=Path, help="directory to write the PEM files to")
     parser.add_argument(
         "--ip", action="append", default=[], help="also valid for this IP address (repeatable)"
     )
-    parser.add_argument("--days", type=int, default=365, help="serving certificate validity (default 365)")
+    parser.add_argument(
+        "--client", action="store_true", help="issue a clientAuth certificate instead"
+    )
+    parser.add_argument("--name", default="kube-scheduler", help="common name of the --client certificate")
+    parser.add_argument("--days", type=int, default=365, help="certificate validity (default 365)")
     parser.add_argument("--force", action="store_true", help="overwrite existing files in --out")
+    output.add_output_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.client:
+        if args.service or args.ip:
+            return output.error("--client issues a client certificate: --service and --ip do not apply")
+        return _client(args)
+    if not args.service or not args.namespace:
+        return output.error("a serving certificate needs --service and --namespace (or pass --client)")
     out: Path = args.out
     names = (certs.CA_CERT_FILE, certs.CA_KEY_FILE, certs.CERT_FILE, certs.KEY_FILE)
-    existing = [name for name in names if (out / name).exists()]
-    if existing and not args.force:
-        held = ", ".join(existing)
-        print(f"error: {out} already holds {held}; pass --force to replace them", file=sys.stderr)
-        return 1
+    refused = _refuse_overwrite(out, names, args.force)
+    if refused:
+        return refused
     try:
         ca = certs.generate_ca(f"dra-extender webhook CA ({args.service}.{args.namespace})")
         serving = certs.generate_serving_cert(
@@ -47,8 +70,48 @@ def run(args: argparse.Namespace) -> int:
         )
         certs.write_serving_files(out, ca, serving)
     except (ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    print(f"wrote {', '.join(str(out / name) for name in names)}", file=sys.stderr)
-    print(base64.b64encode(ca.certificate_pem()).decode("ascii"))
-    return 0
+        return output.error(str(err))
+    _report(out, names, ca, args.output)
+    return output.EXIT_OK
+
+
+def _client(args: argparse.Namespace) -> int:
+    out: Path = args.out
+    names = (CLIENT_CERT_FILE, CLIENT_KEY_FILE)
+    refused = _refuse_overwrite(out, names, args.force)
+    if refused:
+        return refused
+    written = list(names)
+    try:
+        if (out / certs.CA_CERT_FILE).exists() or (out / certs.CA_KEY_FILE).exists():
+            ca = certs.load_ca(out)
+        else:
+            ca = certs.generate_ca("dra-extender CA")
+            out.mkdir(parents=True, exist_ok=True)
+            certs.write_pem(out / certs.CA_CERT_FILE, ca.certificate_pem())
+            certs.write_pem(out / certs.CA_KEY_FILE, ca.key_pem(), private=True)
+            written = [certs.CA_CERT_FILE, certs.CA_KEY_FILE, *names]
+        client = certs.generate_client_cert(ca, args.name, days=args.days)
+        certs.write_pem(out / CLIENT_KEY_FILE, client.key_pem(), private=True)
+        certs.write_pem(out / CLIENT_CERT_FILE, client.certificate_pem())
+    except (ValueError, OSError) as err:
+        return output.error(str(err))
+    _report(out, written, ca, args.output)
+    return output.EXIT_OK
+
+
+def _refuse_overwrite(out: Path, names: tuple[str, ...], force: bool) -> int:
+    existing = [name for name in names if (out / name).exists()]
+    if existing and not force:
+        return output.error(f"{out} already holds {', '.join(existing)}; pass --force to replace them")
+    return output.EXIT_OK
+
+
+def _report(out: Path, names: list[str] | tuple[str, ...], ca: certs.KeyPair, form: str) -> None:
+    document = {
+        "files": [str(out / name) for name in names],
+        "caBundle": base64.b64encode(ca.certificate_pem()).decode("ascii"),
+    }
+    if form == "text":
+        print(f"wrote {', '.join(document['files'])}", file=sys.stderr)
+    output.write(document, form, lambda doc: doc["caBundle"] + "\n")

@@ -8,14 +8,12 @@ their cluster before applying a claim.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from allocator import InvalidObjectError, cel, parse_object
+from extender.commands import output
 from extender.objects_io import ObjectLoadError, load_objects
 
 MAX_LISTED_ERRORS = 3
@@ -69,9 +67,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="validate a directory of DRA objects and show which devices each class and request matches",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=output.examples(
+            "dra-extender check examples/cluster",
+            "dra-extender check my-claims.yaml snapshot/ -o json",
+        ) + "\n  (1: invalid objects, selectors that do not compile or fail at run time)",
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="YAML/JSON files or directories of objects")
-    parser.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    output.add_output_argument(parser)
     parser.add_argument(
         "--list-type-attributes",
         action="store_true",
@@ -84,15 +86,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         raw_objects = load_objects(args.paths)
     except ObjectLoadError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return output.error(str(exc))
     options = cel.CompileOptions(consumable_capacity=True, list_type_attributes=args.list_type_attributes)
     report = build_report(raw_objects, options)
-    if args.output == "json":
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(render_text(report))
-    return 0 if report["ok"] else 1
+    output.write(report, args.output, render_text)
+    return output.EXIT_OK if report["ok"] else output.EXIT_PROBLEMS
 
 
 def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOptions) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""`dra-extender explain NS/NAME`: why a pod fits each node or not, from a snapshot or a live cluster.
+"""`dra-extender explain [NAMESPACE/]NAME`: why a pod fits each node or not, from a snapshot or a cluster.
 
 The same report as GET /debug/explain, computed locally: per node, fits or not; per claim and
 request, how many devices were candidates and which step rejected the rest.
@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from typing import Any
 
-import orjson
-
+from extender.commands import output
 from extender.commands.serve import (
     add_logging_arguments,
     add_source_arguments,
@@ -21,6 +19,7 @@ from extender.commands.serve import (
     open_cluster,
     parse_features,
 )
+from extender.names import split_ref
 
 SYNC_TIMEOUT_S = 60.0
 
@@ -31,12 +30,19 @@ def register(subparsers: Any) -> None:
         help="explain why a pod fits each node or not",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=output.examples(
+            "dra-extender explain a100-job --snapshot examples/cluster",
+            "dra-extender explain my-pod -n team-a --context prod -o yaml",
+            "kubectl dra explain team-a/my-pod --node node-7 -o json",
+        ) + "\n  (0: fits at least one node, 1: fits none or cannot be scheduled yet, "
+        "2: pod/node not found or cluster unreadable)",
     )
-    parser.add_argument("pod", metavar="NAMESPACE/NAME", help="the pod to explain")
+    parser.add_argument("pod", metavar="[NAMESPACE/]NAME", help="the pod to explain")
+    output.add_namespace_argument(parser, "pod")
     parser.add_argument(
         "--node", action="append", default=None, help="only this node (repeatable); default: every node"
     )
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    output.add_output_argument(parser)
     add_source_arguments(parser)
     add_logging_arguments(parser)
     parser.set_defaults(func=run, log_level="warning")
@@ -44,15 +50,14 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
-    namespace, _, name = args.pod.rpartition("/")
-    if not namespace or not name:
-        print(f"error: pod must be NAMESPACE/NAME, got {args.pod!r}", file=sys.stderr)
-        return 2
+    try:
+        namespace, name = split_ref(args.pod, args.namespace)
+    except ValueError as error:
+        return output.error(f"pod: {error}")
     try:
         features = parse_features(args.feature_gates)
     except ValueError as error:
-        print(f"error: --feature-gates: {error}", file=sys.stderr)
-        return 2
+        return output.error(f"--feature-gates: {error}")
     return asyncio.run(_explain(args, features, namespace, name))
 
 
@@ -62,17 +67,13 @@ async def _explain(args: argparse.Namespace, features: Any, namespace: str, name
     try:
         cluster = await open_cluster(args, features, wait_ready_s=SYNC_TIMEOUT_S)
     except Exception as error:
-        print(f"error: cannot read the cluster: {error}", file=sys.stderr)
-        return 1
+        return output.error(f"cannot read the cluster: {error}")
     try:
         report = await explain_pod(build_scheduler(cluster, args), namespace, name, args.node)
     except ExplainError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        return output.error(str(error))
     finally:
         await cluster.close()
-    if args.format == "json":
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
-    else:
-        sys.stdout.write(render_text(report))
-    return 0
+    output.write(report, args.output, render_text)
+    # A pod that cannot be scheduled yet (a claim missing, ...) is a finding, like one that fits nowhere.
+    return output.EXIT_OK if report.get("fittingNodes") and not report["error"] else output.EXIT_PROBLEMS

@@ -21,6 +21,7 @@ import orjson
 
 from allocator import FeatureGates
 from extender import controllers, eventloop
+from extender.commands.output import EXIT_ERROR, examples
 from extender.podclaims import has_claims
 from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
 from extender.scoring import POLICIES
@@ -41,6 +42,11 @@ def register(subparsers: Any) -> None:
         help="run the scheduler extender (filter, prioritize, bind, preempt) and its debug endpoints",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=examples(
+            "dra-extender serve --snapshot examples/cluster --extender-port 9000 --debug-port 9001",
+            "dra-extender serve --kubeconfig ~/.kube/config --context prod --log-level debug",
+            "dra-extender serve --bind-address 0.0.0.0 --controllers=taint-eviction --leader-elect",
+        ) + "\n  (serve: 0 stopped by a signal, 2 bad flags or could not start)",
     )
     add_source_arguments(parser)
     net = parser.add_argument_group("network")
@@ -285,6 +291,7 @@ def usage_banner(server: ExtenderServer, cache: Any, *, kubectl_template: bool =
     insecure = "-k " if extender.startswith("https") else ""
     lines = [
         f"dra-extender: extender verbs at {extender}/{{filter,prioritize,bind,preempt}}",
+        f"dra-extender: device map at {debug}/debug/ui",
         f"dra-extender: debug at {debug}/debug/explain?pod=NS/NAME, {debug}/debug/state, "
         f"{debug}/debug/snapshot, {debug}/metrics, {debug}/healthz, {debug}/readyz",
     ]
@@ -357,7 +364,7 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
         cluster = await open_cluster(args, features, wait_ready_s=None)
     except Exception as error:
         log.error("cannot read the cluster: %s", error)
-        return 1
+        return EXIT_ERROR
     server = ExtenderServer(
         build_scheduler(cluster, args), watch_health=cluster.watcher.health if cluster.watcher else None
     )
@@ -407,7 +414,7 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
         return 0
     except Exception as error:  # bad certificate, port in use, ...: say it in one line
         log.error("cannot start: %s", error)
-        return 1
+        return EXIT_ERROR
     finally:
         gc_task.cancel()
         if banner_task is not None:

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from typing import Any
 
-import orjson
-
+from extender.commands import output
 from extender.commands.serve import add_logging_arguments, configure_logging, parse_features
 from extender.scoring import POLICIES
 
@@ -23,6 +21,10 @@ def register(subparsers: Any) -> None:
         help="filter and prioritize one pod against a snapshot",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=output.examples(
+            "dra-extender simulate -f examples/cluster --pod my-pod.yaml",
+            "dra-extender simulate -f snapshot.yaml --pod pod-and-claims.yaml --scoring spread -o json",
+        ) + "\n  (0: fits at least one node, 1: fits none, 2: bad input)",
     )
     parser.add_argument(
         "-f",
@@ -37,7 +39,7 @@ def register(subparsers: Any) -> None:
         "--scoring", choices=POLICIES, default="binpack", help="placement policy (default binpack)"
     )
     parser.add_argument("--feature-gates", default="", help="Name=true|false overrides of the 1.37 defaults")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    output.add_output_argument(parser)
     add_logging_arguments(parser)
     parser.set_defaults(func=run, log_level="warning")
 
@@ -56,12 +58,10 @@ def run(args: argparse.Namespace) -> int:
         snapshot = load_objects([args.snapshot])
         extra = load_objects([args.pod])
     except (ObjectLoadError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return output.error(str(error))
     pods = [raw for raw in extra if raw.get("kind") == "Pod"]
     if len(pods) != 1:
-        print(f"error: {args.pod} must contain exactly one Pod, found {len(pods)}", file=sys.stderr)
-        return 2
+        return output.error(f"{args.pod} must contain exactly one Pod, found {len(pods)}")
     replaced = {_key(raw) for raw in extra}
     objects = [raw for raw in snapshot if _key(raw) not in replaced] + extra
     return asyncio.run(_simulate(args, features, objects, pods[0]))
@@ -75,14 +75,12 @@ async def _simulate(args: argparse.Namespace, features: Any, objects: list[dict]
     _, namespace, name = _key(pod_raw)
     pod = cache.pod(namespace, name)
     if pod is None:
-        print(f"error: pod {namespace}/{name} is invalid: {cache.stats()['invalidObjects']}", file=sys.stderr)
-        return 2
+        return output.error(f"pod {namespace}/{name} is invalid: {cache.stats()['invalidObjects']}")
     scheduler = build_scheduler(Cluster(cache), args)
     nodes = args.node or cache.node_names()
     result = await scheduler.filter(pod, nodes)
     if result.error:
-        print(f"error: {result.error}", file=sys.stderr)
-        return 1
+        return output.error(result.error)
     scores = await scheduler.prioritize(pod, result.passed) if result.passed else {}
     rows = []
     for node in nodes:
@@ -97,17 +95,12 @@ async def _simulate(args: argparse.Namespace, features: Any, objects: list[dict]
             }
         )
     rows.sort(key=lambda row: (not row["fits"], -(row["score"] or 0), row["node"]))
-    if args.format == "json":
-        sys.stdout.write(
-            orjson.dumps({"pod": f"{namespace}/{name}", "nodes": rows}, option=orjson.OPT_INDENT_2).decode()
-            + "\n"
-        )
-    else:
-        sys.stdout.write(render_table(f"{namespace}/{name}", rows))
-    return 0
+    output.write({"pod": f"{namespace}/{name}", "nodes": rows}, args.output, render_table)
+    return output.EXIT_OK if result.passed else output.EXIT_PROBLEMS
 
 
-def render_table(pod: str, rows: list[dict]) -> str:
+def render_table(document: dict) -> str:
+    pod, rows = document["pod"], document["nodes"]
     width = max([4, *(len(row["node"]) for row in rows)])
     fitting = sum(1 for row in rows if row["fits"])
     lines = [f"pod {pod}: fits {fitting} of {len(rows)} node(s)", f"{'NODE':<{width}}  FITS  SCORE  REASON"]

@@ -147,7 +147,8 @@ def test_allocated_claims_in_the_input_are_the_allocated_state(
     [
         (["--node", "node-b", "--claim", "default/one"], "node 'node-b' is not among the objects"),
         (["--node", "node-a", "--claim", "default/missing"], "ResourceClaim default/missing is not among"),
-        (["--node", "node-a", "--claim", "one"], "expected NAMESPACE/NAME"),
+        (["--node", "node-a", "--claim", "default/one/x"], "expected NAME or NAMESPACE/NAME"),
+        (["--node", "node-a", "--claim", "other/one", "-n", "default"], "names namespace 'other'"),
         (["--node", "node-a", "--claim", "default/one", "--feature-gates", "NoSuchGate=true"], "NoSuchGate"),
         (["--node", "node-a", "--claim", "default/one", "--feature-gates", "DRAAdminAccess=maybe"], "maybe"),
     ],

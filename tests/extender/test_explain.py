@@ -68,7 +68,7 @@ async def test_text_rendering() -> None:
     assert text.splitlines()[0] == "pod default/p: fits 1 of 2 node(s)"
     assert "node-0: does not fit (unschedulable): claim want: request gpu: needs 2 devices" in text
     assert "rejected: in use 2 (default/busy: 2)" in text
-    assert "claim want, request gpu: gpu.example.com/node-1/gpu-2" in text
+    assert "claim default/want, request gpu: gpu.example.com/node-1/gpu-2" in text
 
 
 async def test_request_selector_rejections_are_counted() -> None:

@@ -99,7 +99,9 @@ def test_serve_prints_working_curl_commands_and_stops_on_sigterm() -> None:
         (["serve", "--snapshot", "x", "--kubeconfig", "k"], "--snapshot cannot be combined"),
         (["serve", "--snapshot", "x", "--extender-tls-cert-file", "c"], "go together"),
         (["serve", "--snapshot", "x", "--feature-gates", "NoSuchGate=true"], "--feature-gates"),
-        (["explain", "no-namespace", "--snapshot", "x"], "NAMESPACE/NAME"),
+        (["explain", "a/b/c", "--snapshot", "x"], "NAME or NAMESPACE/NAME"),
+        (["explain", "a/b", "-n", "c", "--snapshot", "x"], "names namespace 'a'"),
+        (["explain", "a100-job", "--snapshot", "no-such-dir"], "cannot read the cluster"),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(
@@ -111,7 +113,7 @@ def test_bad_flags_exit_2_with_a_message(
 
 def test_serve_reports_a_snapshot_it_cannot_read(tmp_path: Path) -> None:
     (tmp_path / "broken.yaml").write_text("kind: [unclosed\n")
-    assert main(["serve", "--snapshot", str(tmp_path), "--extender-port", "0", "--debug-port", "0"]) == 1
+    assert main(["serve", "--snapshot", str(tmp_path), "--extender-port", "0", "--debug-port", "0"]) == 2
 
 
 def test_explain_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -136,7 +138,7 @@ def test_explain_command(capsys: pytest.CaptureFixture[str]) -> None:
     )
     report = orjson.loads(capsys.readouterr().out)
     assert [node["node"] for node in report["nodes"]] == ["node-1"] and report["nodes"][0]["fits"]
-    assert main(["explain", "default/nobody", "--snapshot", str(EXAMPLES)]) == 1
+    assert main(["explain", "default/nobody", "--snapshot", str(EXAMPLES)]) == 2
     assert "pod default/nobody not found" in capsys.readouterr().err
 
 
@@ -164,7 +166,7 @@ def test_simulate_prints_the_node_table(tmp_path: Path, capsys: pytest.CaptureFi
     }
     (tmp_path / "pod.yaml").write_text(yaml.safe_dump_all([pod, claim]))
     assert (
-        main(["simulate", "-f", str(EXAMPLES), "--pod", str(tmp_path / "pod.yaml"), "--format", "json"]) == 0
+        main(["simulate", "-f", str(EXAMPLES), "--pod", str(tmp_path / "pod.yaml"), "--format", "json"]) == 1
     )
     rows = orjson.loads(capsys.readouterr().out)["nodes"]
     assert not any(row["fits"] for row in rows) and all("needs 20 devices" in row["reason"] for row in rows)

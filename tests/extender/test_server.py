@@ -213,6 +213,10 @@ async def test_debug_explain_json_and_text(example: ExtenderServer) -> None:
     assert (await get(debug + "/debug/explain?pod=default/nobody"))[0] == 404
     assert (await get(debug + "/debug/explain?pod=default/inference&node=ghost"))[0] == 404
     assert (await get(debug + "/debug/explain"))[0] == 400
+    assert (await get(debug + "/debug/explain?pod=a/b/c"))[0] == 400
+    # A name without a namespace means the default namespace, as on the command line.
+    status, text = await get(debug + "/debug/explain?pod=inference&node=node-1&format=text")
+    assert status == 200 and text.startswith("pod default/inference: fits")
     assert (await get(debug + "/debug/explain?pod=default/inference&format=xml"))[0] == 400
 
 

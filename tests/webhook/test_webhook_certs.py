@@ -43,7 +43,7 @@ def test_certs_command_refuses_to_overwrite_without_force(
     args = ["certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path)]
     assert main(args) == 0
     first = (tmp_path / certs.CERT_FILE).read_bytes()
-    assert main(args) == 1
+    assert main(args) == 2
     assert "pass --force" in capsys.readouterr().err
     assert (tmp_path / certs.CERT_FILE).read_bytes() == first
     assert main([*args, "--force"]) == 0
@@ -52,9 +52,73 @@ def test_certs_command_refuses_to_overwrite_without_force(
 
 def test_certs_command_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path), "--ip", "300.1.1.1"]
-    assert main(args) == 1
+    assert main(args) == 2
     assert "invalid IP address" in capsys.readouterr().err
-    assert main(["certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path), "--days", "0"]) == 1
+    assert main(["certs", "--service", "s", "--namespace", "n", "--out", str(tmp_path), "--days", "0"]) == 2
+    assert main(["certs", "--service", "s", "--out", str(tmp_path)]) == 2
+    assert "--service and --namespace" in capsys.readouterr().err
+    assert main(["certs", "--client", "--service", "s", "--out", str(tmp_path)]) == 2
+    assert "do not apply" in capsys.readouterr().err
+
+
+def test_certs_command_prints_json_and_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import orjson
+    import yaml
+
+    assert main(["certs", "--service", "s", "-n", "n", "--out", str(tmp_path / "a"), "-o", "json"]) == 0
+    document = orjson.loads(capsys.readouterr().out)
+    assert base64.b64decode(document["caBundle"]) == (tmp_path / "a" / certs.CA_CERT_FILE).read_bytes()
+    assert str(tmp_path / "a" / certs.CERT_FILE) in document["files"]
+    assert main(["certs", "--client", "--out", str(tmp_path / "a"), "--format", "yaml"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["caBundle"] == document["caBundle"]
+
+
+async def test_client_certificate_passes_the_extenders_mutual_tls(tmp_path: Path) -> None:
+    """The operations.md mTLS set-up: the extender's server context (built as `serve` builds it, with
+    --extender-client-ca-file) accepts `certs --client`'s certificate and refuses a serving one."""
+    import asyncio
+
+    from extender.tls import build_context
+
+    out = tmp_path / "tls"
+    assert main(["certs", "--service", "dra-extender", "-n", "dra-extender", "--out", str(out), "--ip",
+                 "127.0.0.1"]) == 0
+    ca_before = (out / certs.CA_CERT_FILE).read_bytes()
+    assert main(["certs", "--client", "--name", "kube-scheduler", "--out", str(out)]) == 0
+    assert (out / certs.CA_CERT_FILE).read_bytes() == ca_before  # the existing CA signs it
+    client = load(out / "client.crt")
+    client.verify_directly_issued_by(load(out / certs.CA_CERT_FILE))
+    usage = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert (out / "client.key").stat().st_mode & 0o777 == 0o600
+
+    server_context = build_context(str(out / certs.CERT_FILE), str(out / certs.KEY_FILE),
+                                   client_ca_file=str(out / certs.CA_CERT_FILE))
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"hello")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=server_context)
+    port = server.sockets[0].getsockname()[1]
+
+    async def connect(cert: str, key: str) -> bytes:
+        context = ssl.create_default_context(cafile=str(out / certs.CA_CERT_FILE))
+        context.load_cert_chain(out / cert, out / key)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+            try:
+                return await reader.read()
+            finally:
+                writer.close()
+        except (ssl.SSLError, ConnectionError):  # TLS 1.3: the refusal may come after the client's handshake
+            return b"refused"
+
+    async with server:
+        assert await connect("client.crt", "client.key") == b"hello"
+        # The serving certificate is serverAuth only: a server that checks client usage refuses it.
+        assert await connect(certs.CERT_FILE, certs.KEY_FILE) in (b"", b"refused")
 
 
 def test_serving_cert_with_ip_address() -> None:
