@@ -70,23 +70,6 @@ class Tally:
         }
 
 
-def _quiet(max_examples: int, seed_value: int) -> Any:
-    """Hypothesis as a plain generator: no shrinking, no example database, no deadline."""
-
-    def wrap(test: Any) -> Any:
-        return seed(seed_value)(
-            settings(
-                max_examples=max_examples,
-                phases=[Phase.generate],
-                database=None,
-                deadline=None,
-                suppress_health_check=list(HealthCheck),
-            )(test)
-        )
-
-    return wrap
-
-
 def check_world(ask: Any, world: dict[str, Any], tally: Tally) -> None:
     theirs = run_upstream(ask, world)
     tally.worlds += 1
@@ -127,24 +110,26 @@ def check_question(ask: Any, question: dict[str, Any], tally: Tally) -> None:
         )
 
 
+def _for_each(strategy: Any, count: int, seed_value: int, check: Any) -> None:
+    """Call ``check`` on ``count`` values drawn by hypothesis (no shrinking, no database, no deadline)."""
+    settings_ = settings(
+        max_examples=count,
+        phases=[Phase.generate],
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    seed(seed_value)(settings_(given(strategy)(check)))()
+
+
 def run_campaign(upstream: Upstream, n_worlds: int, n_cel: int, seed_value: int) -> Tally:
     tally = Tally()
     if n_worlds:
-
-        @_quiet(n_worlds, seed_value)
-        @given(worlds())
-        def each_world(world: dict[str, Any]) -> None:
-            check_world(upstream.ask, world, tally)
-
-        each_world()
+        _for_each(worlds(), n_worlds, seed_value, lambda world: check_world(upstream.ask, world, tally))
     if n_cel:
-
-        @_quiet(n_cel, seed_value)
-        @given(questions())
-        def each_question(question: dict[str, Any]) -> None:
-            check_question(upstream.ask, question, tally)
-
-        each_question()
+        _for_each(
+            questions(), n_cel, seed_value, lambda question: check_question(upstream.ask, question, tally)
+        )
     return tally
 
 

@@ -63,6 +63,33 @@ def fractional_case(name: str, gates: frozenset[str], amount: str, consumed: str
     )
 
 
+def subrequest_config_case(name: str, names: tuple[str, ...], kept: bool) -> Case:
+    """req-0 picks its first subrequest, req-1 is plain; one claim config names ``names``, and the
+    result keeps that list unless it covers every request."""
+    return Case(
+        name,
+        features=features(PRIORITIZED),
+        claims=[
+            claim(
+                "claim-0",
+                first_available("req-0", sub("subReq-0", CLASS_A), sub("subReq-1", CLASS_B)),
+                request("req-1", CLASS_A, 1),
+                config=[claim_config(DRIVER_A, "scoped", *names)],
+            )
+        ],
+        classes=CLASSES,
+        slices=[slice_of(2)],
+        expect=[
+            allocation(
+                local(),
+                result("req-0/subReq-0", DRIVER_A, "pool-1", "device-0"),
+                result("req-1", DRIVER_A, "pool-1", "device-1"),
+                config=[from_claim(DRIVER_A, "scoped", *(names if kept else ()))],
+            )
+        ],
+    )
+
+
 CASES = [
     Case(
         "exact-count-total-overflows-claim-limit",
@@ -139,50 +166,12 @@ CASES = [
             )
         ],
     ),
-    Case(
-        "claim-config-scoped-to-subrequests-of-one-request",
-        features=features(PRIORITIZED),
-        claims=[
-            claim(
-                "claim-0",
-                first_available("req-0", sub("subReq-0", CLASS_A), sub("subReq-1", CLASS_B)),
-                request("req-1", CLASS_A, 1),
-                config=[claim_config(DRIVER_A, "scoped", "req-0/subReq-0", "req-0/subReq-1")],
-            )
-        ],
-        classes=CLASSES,
-        slices=[slice_of(2)],
-        expect=[
-            allocation(
-                local(),
-                result("req-0/subReq-0", DRIVER_A, "pool-1", "device-0"),
-                result("req-1", DRIVER_A, "pool-1", "device-1"),
-                config=[from_claim(DRIVER_A, "scoped", "req-0/subReq-0", "req-0/subReq-1")],
-            )
-        ],
+    subrequest_config_case(
+        "claim-config-scoped-to-subrequests-of-one-request", ("req-0/subReq-0", "req-0/subReq-1"), True
     ),
-    Case(
-        # Covers req-0 through its chosen subrequest and req-1 by name: every request, so it names none.
-        "claim-config-covering-all-requests-is-cleared",
-        features=features(PRIORITIZED),
-        claims=[
-            claim(
-                "claim-0",
-                first_available("req-0", sub("subReq-0", CLASS_A), sub("subReq-1", CLASS_B)),
-                request("req-1", CLASS_A, 1),
-                config=[claim_config(DRIVER_A, "all", "req-0/subReq-0", "req-1")],
-            )
-        ],
-        classes=CLASSES,
-        slices=[slice_of(2)],
-        expect=[
-            allocation(
-                local(),
-                result("req-0/subReq-0", DRIVER_A, "pool-1", "device-0"),
-                result("req-1", DRIVER_A, "pool-1", "device-1"),
-                config=[from_claim(DRIVER_A, "all")],
-            )
-        ],
+    # Covers req-0 through its chosen subrequest and req-1 by name: every request, so it names none.
+    subrequest_config_case(
+        "claim-config-covering-all-requests-is-cleared", ("req-0/subReq-0", "req-1"), False
     ),
     # Without the gate the range arithmetic is in whole units (200m and 100m round up to 1).
     fractional_case("consumable-capacity-fractional-range-gate-disabled", features(CAPACITY), "200m", "1"),
