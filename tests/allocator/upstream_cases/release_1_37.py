@@ -20,6 +20,7 @@ from .builders import (
     device,
     device_class,
     devices,
+    distinct,
     features,
     first_available,
     from_claim,
@@ -87,6 +88,42 @@ def subrequest_config_case(name: str, names: tuple[str, ...], kept: bool) -> Cas
                 config=[from_claim(DRIVER_A, "scoped", *(names if kept else ()))],
             )
         ],
+    )
+
+
+def distinct_case(
+    name: str,
+    attribute: str,
+    values: list[object | None],
+    wanted: list[int] | None,
+    counts: tuple[int, ...] = (3,),
+) -> Case:
+    """Devices device-1.. with ``values`` of ``attribute`` (None: unset) under one distinctAttribute
+    constraint over every request (req-0 wants counts[0], req-1 counts[1], ...); ``wanted`` lists the
+    devices expected in order (by number), None for "does not fit"."""
+    devs = [
+        device(f"device-{i}", attrs=None if v is None else {attribute: v}) for i, v in enumerate(values, 1)
+    ]
+    names = [f"req-{i}" for i in range(len(counts))]
+    requests_in_order = [req for req, n in zip(names, counts, strict=True) for _ in range(n)]
+    expected = [
+        result(req, DRIVER_A, "pool-1", f"device-{number}")
+        for req, number in zip(requests_in_order, wanted or [], strict=False)
+    ]
+    constraint = distinct(f"{DRIVER_A}/{attribute}", *(names if len(names) > 1 else ()))
+    return Case(
+        name,
+        features=features(CAPACITY),
+        claims=[
+            claim(
+                "claim-0",
+                *(request(r, CLASS_A, n) for r, n in zip(names, counts, strict=True)),
+                constraints=[constraint],
+            )
+        ],
+        classes=CLASSES,
+        slices=[resource_slice("slice-1", NODE_1, "pool-1", DRIVER_A, *devs)],
+        expect=None if wanted is None else [allocation(local(), *expected)],
     )
 
 
@@ -181,5 +218,38 @@ CASES = [
         features(CAPACITY, FRACTIONAL),
         "250m",
         "300m",
+    ),
+    # distinctAttribute over all devices of one request, and across requests (1.37.1 tests what
+    # our DistinctAttribute always did, upstream #140438).
+    distinct_case(
+        "distinct-constraint-single-request-count-3-not-distinct",
+        "stringAttribute",
+        ["value1", "value2", "value1"],
+        None,
+    ),
+    distinct_case(
+        "distinct-constraint-single-request-count-3-all-distinct",
+        "stringAttribute",
+        ["value1", "value2", "value3"],
+        [1, 2, 3],
+    ),
+    distinct_case(
+        "distinct-constraint-two-requests-with-count-not-distinct",
+        "stringAttribute",
+        ["value1", "value2", "value1"],
+        None,
+        counts=(2, 1),
+    ),
+    distinct_case(
+        "distinct-constraint-single-request-multiple-devices-attribute-not-set",
+        "numa",
+        [None, None, None],
+        None,
+    ),
+    distinct_case(
+        "distinct-constraint-single-request-not-enough-distinct-values", "numa", [1, 2, 2, 2], None
+    ),
+    distinct_case(
+        "distinct-constraint-single-request-multiple-devices-attribute-set", "numa", [1, 2, 1, 3], [1, 2, 4]
     ),
 ]
