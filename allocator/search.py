@@ -42,6 +42,10 @@ _MAX_SHARED_CHECKS = 256  # per node view
 class _Hopeless(Exception):
     """A claim cannot be satisfied whatever earlier claims choose: the whole search fails."""
 
+    def __init__(self, claim_index: int) -> None:
+        super().__init__(claim_index)
+        self.claim_index = claim_index
+
 
 class RequestData:
     """One ``exactly`` request or one subrequest, prepared for the search."""
@@ -208,9 +212,10 @@ class _Search:
             sys.setrecursionlimit(2 * depth + 1000)  # two frames per search step along the current path
         try:
             status = self._step(0, 0, 0, 0, False, 0)
-        except _Hopeless:
+        except _Hopeless as hopeless:
             status = FAIL
             self._abandon_attempt()
+            self._evaluate_earlier_claims(hopeless.claim_index)
         if status == OK:
             allocations = [
                 build_allocation(
@@ -639,7 +644,7 @@ class _Search:
                 # Earlier claims only ever take devices away, so a claim that fails on its own always fails.
                 self._checked_alone.add(ci)
                 if self._hopeless_alone(ci):
-                    raise _Hopeless
+                    raise _Hopeless(ci)
             if ri >= len(claim_requests):
                 ci, ri, si, di, in_sub, start = ci + 1, 0, 0, 0, False, 0
                 crossed_claim = True
@@ -673,6 +678,7 @@ class _Search:
                     self._evaluate_remaining(ci, rd, start)
                     return FAIL
                 if self.backtracked and self._hopeless(ci, ri, rd, di, start):
+                    self._evaluate_remaining(ci, rd, start)
                     return FAIL
             status = self._try_candidates(ci, ri, si, di, in_sub, start, rd)
             break
@@ -696,6 +702,16 @@ class _Search:
                 continue
             if eligible[entry.index] is None:
                 self._eligible(ci, rd, entry)
+
+    def _evaluate_earlier_claims(self, hopeless: int) -> None:
+        """Upstream's search, having no such shortcut, would have tried every choice of the claims
+        before a hopeless one: check their selectors on every free device, so a failing selector is
+        the same hard error as there."""
+        for ci in range(hopeless):
+            for rds in self.requests[ci]:
+                for rd in rds:
+                    if rd.all_devices is None:
+                        self._evaluate_remaining(ci, rd, 0)
 
     def _first_available(self, ci: int, ri: int, rds: list[RequestData]) -> int:
         """Try the subrequests in order; MAX_SIZE only if every one of them hit the result limit."""

@@ -15,6 +15,7 @@ import argparse
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,14 +123,29 @@ def _for_each(strategy: Any, count: int, seed_value: int, check: Any) -> None:
     seed(seed_value)(settings_(given(strategy)(check)))()
 
 
-def run_campaign(upstream: Upstream, n_worlds: int, n_cel: int, seed_value: int) -> Tally:
+def run_campaign(
+    upstream: Upstream,
+    n_worlds: int,
+    n_cel: int,
+    seed_value: int,
+    after_each: Callable[[Tally], None] | None = None,
+) -> Tally:
     tally = Tally()
+
+    def world(value: dict[str, Any]) -> None:
+        check_world(upstream.ask, value, tally)
+        if after_each is not None:
+            after_each(tally)
+
+    def question(value: dict[str, Any]) -> None:
+        check_question(upstream.ask, value, tally)
+        if after_each is not None:
+            after_each(tally)
+
     if n_worlds:
-        _for_each(worlds(), n_worlds, seed_value, lambda world: check_world(upstream.ask, world, tally))
+        _for_each(worlds(), n_worlds, seed_value, world)
     if n_cel:
-        _for_each(
-            questions(), n_cel, seed_value, lambda question: check_question(upstream.ask, question, tally)
-        )
+        _for_each(questions(), n_cel, seed_value, question)
     return tally
 
 
@@ -141,6 +157,11 @@ def main() -> int:
     parser.add_argument("--cel", type=int, default=1000, help="random CEL questions (default 1000)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--examples", type=int, default=5, help="unexplained divergences to include")
+    parser.add_argument(
+        "--progress",
+        type=Path,
+        help="rewrite this file with the report so far every 200 worlds or questions (for long campaigns)",
+    )
     args = parser.parse_args()
     try:
         upstream = Upstream()
@@ -148,8 +169,15 @@ def main() -> int:
         print(orjson.dumps({"skipped": str(missing)}).decode())
         return 0
     started = time.monotonic()
+
+    def progress(tally: Tally) -> None:
+        if args.progress is not None and (tally.worlds + tally.cel_questions) % 200 == 0:
+            partial = args.progress.with_suffix(".tmp")
+            partial.write_bytes(orjson.dumps(tally.report(time.monotonic() - started, args.examples)))
+            partial.replace(args.progress)
+
     with upstream:
-        tally = run_campaign(upstream, args.worlds, args.cel, args.seed)
+        tally = run_campaign(upstream, args.worlds, args.cel, args.seed, progress)
     report = tally.report(time.monotonic() - started, args.examples)
     print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     return 0
