@@ -201,6 +201,7 @@ class _Search:
         self._allocated_mask: int | None = None
         self._groups: dict[str, dict[tuple[str, Any], int]] = {}
         self._checked_alone: set[int] = set()
+        self._no_shortcuts: set[int] = set()  # claims the bounds below must not cut short
 
     # --- entry point ----------------------------------------------------------------------------------
     def run(self) -> AllocationOutcome:
@@ -316,6 +317,10 @@ class _Search:
             self.first_available.append(flags)
             self.selected_sub.append([0] * len(claim_requests))
             self.constraints.append(constraints)
+            if constraints and any(rd.all_devices for rds in claim_requests for rd in rds):
+                # Upstream reports a constraint that rejects one of "all" devices as a hard error when
+                # its search gets there: no shortcut may skip this claim's attempt.
+                self._no_shortcuts.add(ci)
 
     def _request_data(self, ci: int, ref: str, request: ExactRequest, parent_name: str | None) -> RequestData:
         for i, selector in enumerate(request.selectors):
@@ -640,7 +645,8 @@ class _Search:
                 return OK
             claim_requests = self.requests[ci]
             entering_claim = ri == 0 and di == 0 and not in_sub
-            if entering_claim and self.prune and self.backtracked and ci not in self._checked_alone:
+            if (entering_claim and self.prune and self.backtracked and ci not in self._checked_alone
+                    and ci not in self._no_shortcuts):
                 # Earlier claims only ever take devices away, so a claim that fails on its own always fails.
                 self._checked_alone.add(ci)
                 if self._hopeless_alone(ci):
@@ -677,7 +683,8 @@ class _Search:
                 if rd.num_devices - di > len(self.candidates) - start:
                     self._evaluate_remaining(ci, rd, start)
                     return FAIL
-                if self.backtracked and self._hopeless(ci, ri, rd, di, start):
+                if (self.backtracked and ci not in self._no_shortcuts
+                        and self._hopeless(ci, ri, rd, di, start)):
                     self._evaluate_remaining(ci, rd, start)
                     return FAIL
             status = self._try_candidates(ci, ri, si, di, in_sub, start, rd)
