@@ -14,6 +14,10 @@ that claim against the released Go code. Deliberate differences, each commented 
 - the search prunes hopeless branches (never changing the answer), so its ``steps`` can be lower
   than upstream's allocateOne count; ``Allocator(..., prune=False)`` reproduces upstream's count.
 
+Open CEL differences from cel-go found by the differential campaigns (stricter static typing in cel-go,
+``x in []``, milli sums and asInteger, cost estimates) are listed one by one, with the reason, in
+tests/conformance/differential.py (KNOWN_CEL_DIFFERENCES).
+
 Upstream bugs we used to fix on our own are fixed in 1.37.1 too (distinctAttribute #140438,
 counters rollback #140436, list intersection restored on backtracking #140326).
 """
