@@ -567,9 +567,6 @@ class _Search:
         if self.taints_on and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
             self._release(chosen)
             return None
-        if multiple and not self._capacity_fits(ci, rd, entry):
-            self._release(chosen)
-            return None
         constraints = self.constraints[ci]
         for i, constraint in enumerate(constraints):
             if not constraint.add(device, key[0], rd.base_name, rd.sub_name):
@@ -582,6 +579,13 @@ class _Search:
                         f"{key[0]}/{key[1]}/{key[2]} because a claim constraint would not be satisfied"
                     )
                 return None
+        # Remaining capacity is checked after the constraints, as upstream (1.37.1) does: for "all"
+        # devices a constraint failure is then the hard error even on a device that is also full.
+        if multiple and not self._capacity_fits(ci, rd, entry):
+            for constraint in reversed(constraints):
+                constraint.remove(rd.base_name, rd.sub_name)
+            self._release(chosen)
+            return None
         if multiple:
             consumed = cap.consumed_capacity(rd.capacity_requests, device, key[0], self.fractional)
             chosen.consumed = consumed
