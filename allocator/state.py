@@ -214,6 +214,18 @@ class AllocatedState:
             copy._add(uid, _claim_use(claim.key, allocation, []))
         return copy
 
+    def without(self, uids: Iterable[str]) -> AllocatedState:
+        """A copy in which the claims recorded under `uids` hold no devices (what evicting their users
+        would free); this state is not changed."""
+        copy = AllocatedState()
+        copy._claims = dict(self._claims)
+        copy.devices = dict(self.devices)
+        copy._shares = dict(self._shares)
+        copy.capacity = dict(self.capacity)
+        for uid in uids:
+            copy.remove_claim(uid)
+        return copy
+
     def is_allocated(self, key: DeviceKey) -> bool:
         """In use exclusively, or holding shared allocations (upstream's IsDeviceAllocated)."""
         return key in self.devices or key in self._shares

@@ -12,6 +12,16 @@ other's objects. Needs the binaries of tests/e2e/build_control_plane.py (built i
     python bench/e2e_throughput.py --json                      # 500 nodes, 2,500 + 2,500 pods
     python bench/e2e_throughput.py --nodes 50 --pods 250 --json  # a quick run
     python bench/e2e_throughput.py --repeats 2 --json          # both orders; medians (the machine drifts)
+
+With --shared-podgroups: upstream scheduler_perf's SharedPodGroupResourceClaimTemplate instead
+(test/integration/scheduler_perf/dra/workloadresourceclaims, KEP-5729): PodGroups (basic policy) whose
+pods all name one ResourceClaimTemplate in an entry equal to the PodGroup's, so each group shares one
+generated claim reserved for the PodGroup; one network-attached one-device pool per PodGroup. Both
+shapes in one invocation, each on both set-ups, with DRAWorkloadResourceClaims and GenericWorkload on
+every component: 1 PodGroup of 1,000 pods on 10 nodes and 100 PodGroups of 50 pods on 50 nodes
+(--shape NODES:GROUPS:PODS replaces them, e.g. a quick run: --shape 2:1:20 --shape 2:4:20).
+
+    python bench/e2e_throughput.py --shared-podgroups --json
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ sys.path.insert(0, str(E2E_DIR))
 import build_control_plane  # noqa: E402
 from e2e_api import Api  # noqa: E402
 from e2e_cluster import ControlPlane  # noqa: E402
-from e2e_objects import claim_spec, create_driver, create_template, pod_body  # noqa: E402
+from e2e_objects import claim_spec, create_driver, create_node, create_template, pod_body  # noqa: E402
 
 DEVICES_PER_NODE = 10
 NAMESPACE = "bench"
@@ -250,6 +260,145 @@ def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path) -> dict
         plane.stop()
 
 
+WORKLOAD_GATES = "--feature-gates=DRAWorkloadResourceClaims=true,GenericWorkload=true"
+PODGROUP_SHAPES = ((10, 1, 1000), (50, 100, 5000))  # (nodes, PodGroups, pods), as upstream's workloads
+# The PodGroup's claim entry and its pods' entry: equal in every field, so the pods share its claim.
+GROUP_CLAIM = {"name": "resource", "resourceClaimTemplateName": "test-claim-template"}
+
+
+def _workload_plane(mode: str, work: Path) -> ControlPlane:
+    return ControlPlane(
+        build_control_plane.ensure_built(), work, scheduler_mode=mode, webhooks=False,
+        extra_args={
+            "kube-apiserver": [WORKLOAD_GATES, "--runtime-config=scheduling.k8s.io/v1beta1=true"],
+            "kube-controller-manager": [WORKLOAD_GATES],
+            "kube-scheduler": [WORKLOAD_GATES],
+            "dra-extender": ["--feature-gates=DRAWorkloadResourceClaims=true"],
+        },
+    )
+
+
+def _podgroup_objects(api: Api, nodes: int, groups: int) -> None:
+    """Nodes labelled node-with-dra, one network-attached one-device slice per PodGroup, the class,
+    the template and the PodGroups (upstream's templates, same names)."""
+    driver = "test-driver.cdi.k8s.io"
+    for index in range(nodes):
+        name = f"dra-node-{index}"
+        create_node(api, name)
+        api.patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {"node-with-dra": "true"}}})
+    every_dra_node = {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "node-with-dra", "operator": "In", "values": ["true"]}]}]}
+    for index in range(groups):
+        api.create("/apis/resource.k8s.io/v1/resourceslices", {
+            "metadata": {"name": f"resourceslice-podgroup-{index}"},
+            "spec": {"pool": {"name": f"resourceslice-{index}", "generation": 1, "resourceSliceCount": 1},
+                     "driver": driver, "nodeSelector": every_dra_node, "devices": [{"name": "device"}]},
+        })
+    api.create("/apis/resource.k8s.io/v1/deviceclasses", {
+        "metadata": {"name": "test-class"},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+    })
+    create_template(api, NAMESPACE, "test-claim-template", {"devices": {"requests": [
+        {"name": "req-0", "exactly": {"deviceClassName": "test-class"}}]}})
+    for index in range(groups):
+        api.create(f"/apis/scheduling.k8s.io/v1beta1/namespaces/{NAMESPACE}/podgroups", {
+            "metadata": {"name": f"test-dra-{index}"},
+            "spec": {"resourceClaims": [GROUP_CLAIM], "schedulingPolicy": {"basic": {}}},
+        })
+
+
+def _podgroup_pod(name: str, group: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10.1",
+                            "resources": {"claims": [{"name": "resource"}]}}],
+            "resourceClaims": [GROUP_CLAIM],
+            "schedulingGroup": {"podGroupName": f"test-dra-{group}"},
+        },
+    }
+
+
+def _reserved_for_shapes(api: Api) -> dict[str, int]:
+    """How the claims are reserved: "podgroups:1" = reserved for one PodGroup only; counts of claims."""
+    shapes: dict[str, int] = {}
+    for claim in api.items(f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims"):
+        entries = (claim.get("status") or {}).get("reservedFor") or []
+        kinds = sorted({entry["resource"] for entry in entries})
+        shape = ",".join(f"{kind}:{sum(1 for e in entries if e['resource'] == kind)}" for kind in kinds)
+        shapes[shape or "none"] = shapes.get(shape or "none", 0) + 1
+    return shapes
+
+
+def run_podgroup_setup(mode: str, nodes: int, groups: int, pods: int, work: Path) -> dict[str, Any]:
+    plane = _workload_plane(mode, work)
+    plane.start([])
+    try:
+        api = plane.api
+        assert api is not None
+        api.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        _podgroup_objects(api, nodes, groups)
+        watch = BindWatch(api)
+        watch.start()
+        time.sleep(0.5)
+        names = [f"test-dra-{i:05d}" for i in range(pods)]
+        created: dict[str, float] = {}
+
+        def create(index: int) -> None:
+            api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", _podgroup_pod(names[index], index % groups))
+            created[names[index]] = time.monotonic()
+
+        _progress(mode, f"{groups} PodGroup(s), {pods} pods on {nodes} nodes")
+        cpu_before = _cpu_seconds(plane)
+        with ThreadPoolExecutor(CREATE_WORKERS) as pool:
+            list(pool.map(create, range(pods)))
+        watch.wait_bound(set(names), timeout_s=900)
+        cpu = _cpu_ms_per_pod(cpu_before, _cpu_seconds(plane), pods)
+        pods_per_s, p99 = _measure(created, watch.bound_at)
+        watch.stop()
+        return {"pods_per_s": pods_per_s, "p99_s": p99, "cpu_ms_per_pod": cpu,
+                "reserved_for": _reserved_for_shapes(api)}
+    finally:
+        plane.stop()
+
+
+def run_shared_podgroups(shapes: list[tuple[int, int, int]], extender_first: bool) -> dict[str, Any]:
+    order = ["extender", "in-tree"] if extender_first else ["in-tree", "extender"]
+    report: dict[str, Any] = {"workload": "SharedPodGroupResourceClaimTemplate", "order": order, "shapes": []}
+    with tempfile.TemporaryDirectory(prefix="e2e-throughput-podgroups-") as tmp:
+        for nodes, groups, pods in shapes:
+            results = {
+                mode: run_podgroup_setup(mode, nodes, groups, pods, Path(tmp) / f"{mode}-{nodes}-{groups}")
+                for mode in order
+            }
+            in_tree, extender = results["in-tree"], results["extender"]
+            report["shapes"].append({
+                "nodes": nodes, "podgroups": groups, "pods": pods,
+                "in_tree_pods_per_s": round(in_tree["pods_per_s"], 1),
+                "extender_pods_per_s": round(extender["pods_per_s"], 1),
+                "ratio": round(extender["pods_per_s"] / in_tree["pods_per_s"], 3),
+                "in_tree_p99_s": round(in_tree["p99_s"], 3),
+                "extender_p99_s": round(extender["p99_s"], 3),
+                "cpu_ms_per_pod": {"in_tree": in_tree["cpu_ms_per_pod"],
+                                   "extender": extender["cpu_ms_per_pod"]},
+                # Both set-ups must reserve every claim the same way (each for its one PodGroup).
+                "reserved_for": {"in_tree": in_tree["reserved_for"], "extender": extender["reserved_for"]},
+                "same_reserved_for": in_tree["reserved_for"] == extender["reserved_for"],
+            })
+    return report
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    try:
+        nodes, groups, pods = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NODES:PODGROUPS:PODS, e.g. 10:1:1000") from None
+    if min(nodes, groups, pods) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every number must be at least 1")
+    return nodes, groups, pods
+
+
 def _report(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """The issue's keys (medians over the runs), each run's ratios, and CPU per pod by component."""
 
@@ -322,7 +471,17 @@ def main() -> int:
         "of each run's own ratio",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--shared-podgroups", action="store_true",
+                        help="run upstream's SharedPodGroupResourceClaimTemplate shapes instead (see above)")
+    parser.add_argument("--shape", type=_shape, action="append", metavar="NODES:PODGROUPS:PODS",
+                        help="with --shared-podgroups: a shape to run instead of upstream's two (repeatable)")
     args = parser.parse_args()
+    if args.shape and not args.shared_podgroups:
+        parser.error("--shape goes with --shared-podgroups")
+    if args.shared_podgroups:
+        podgroup_report = run_shared_podgroups(args.shape or list(PODGROUP_SHAPES), args.extender_first)
+        print(orjson.dumps(podgroup_report).decode() if args.json else podgroup_report)
+        return 0
     pods = args.pods or args.nodes * DEVICES_PER_NODE // 2
     if pods * 2 > args.nodes * DEVICES_PER_NODE:
         parser.error(f"--pods {pods}: twice that must fit on {args.nodes * DEVICES_PER_NODE} devices")

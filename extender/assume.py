@@ -34,7 +34,7 @@ class AlreadyInFlight(ValueError):
 class InFlight:
     claim: ResourceClaim
     allocation: dict
-    pod_uid: str
+    pod_uid: str  # the owner: a pod's UID, or "podgroup:<uid>" for a PodGroup's shared claim
     expires_at: float | None
 
     def expired(self, now: float) -> bool:
@@ -66,6 +66,20 @@ class AssumeCache:
         entry = self._entries.get(claim_uid)
         if entry is not None and (allocation is None or entry.allocation is allocation):
             del self._entries[claim_uid]
+
+    def extend(self, claim_uid: str, ttl_s: float) -> None:
+        """Push back the expiry of an entry that has one (a hold still in use); others are left alone."""
+        entry = self._entries.get(claim_uid)
+        if entry is not None and entry.expires_at is not None:
+            self._entries[claim_uid] = InFlight(entry.claim, entry.allocation, entry.pod_uid,
+                                                max(entry.expires_at, self._clock() + ttl_s))
+
+    def release_owned_by(self, owner: str) -> int:
+        """Drop every entry `owner` (a pod UID, or a PodGroup's owner key) holds; returns how many."""
+        owned = [uid for uid, entry in self._entries.items() if entry.pod_uid == owner]
+        for uid in owned:
+            del self._entries[uid]
+        return len(owned)
 
     def confirm_from_watch(self, claim: ResourceClaim) -> None:
         """The cache now holds `claim`; once it carries an allocation the entry is no longer needed."""

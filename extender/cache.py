@@ -26,6 +26,9 @@ from allocator import (
     ResourceClaim,
     ResourceSlice,
 )
+from extender.podclaims import group_name_of
+from extender.podgroups import check_group_claims
+from extender.podtransform import slim_pod
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,8 @@ KINDS: dict[str, tuple[str, bool]] = {
     "ResourceClaim": ("resource.k8s.io/v1", True),
     "ResourceClaimTemplate": ("resource.k8s.io/v1", True),
     "DeviceTaintRule": ("resource.k8s.io/v1", False),
+    # Watched only with the DRAWorkloadResourceClaims gate (see extender.podgroups).
+    "PodGroup": ("scheduling.k8s.io/v1beta1", True),
 }
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
 # Bounded so a flood of broken objects cannot grow /debug/state without limit.
@@ -119,6 +124,7 @@ class ClusterCache:
         self._node_names: list[str] | None = []
         self._pod_keys_by_uid: dict[str, str] = {}
         self._pods_by_claim: dict[str, set[str]] = {}   # "ns/claim" -> pod keys
+        self._pods_by_group: dict[str, set[str]] = {}   # "ns/podgroup" -> pod keys
         self._claims: dict[str, ResourceClaim] = {}
         self._claim_keys_by_uid: dict[str, str] = {}
         # Invalid claims whose status.allocation is still counted: key -> (uid it is recorded under, reading).
@@ -158,7 +164,7 @@ class ClusterCache:
         roll that back. An equal copy with the same resourceVersion (the watch echoing that write, or
         an unchanged object in a re-list) is skipped without parsing it again; passing the stored
         object itself again re-indexes it. The cache owns `raw` from here on (its managedFields are
-        dropped).
+        dropped); a Pod is stored as `slim_pod(raw)`.
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -183,6 +189,8 @@ class ClusterCache:
             del meta["managedFields"]
         store = self._objects[kind]
         old = store.get(key)
+        if kind == "Pod" and raw is not old:
+            raw = slim_pod(raw)  # see extender.podtransform: no secrets and no bulk in the cache
         old_indexed = old is not None and key not in self._invalid[kind]
         if event_type == "DELETED":
             if old is None:
@@ -275,6 +283,14 @@ class ClusterCache:
     def pods_referencing_claim(self, namespace: str, claim_name: str) -> list[dict]:
         pods = self._objects["Pod"]
         return [pods[key] for key in sorted(self._pods_by_claim.get(f"{namespace}/{claim_name}", ()))]
+
+    def pod_group(self, namespace: str, name: str) -> dict | None:
+        return self._valid_raw("PodGroup", f"{namespace}/{name}")
+
+    def pods_in_group(self, namespace: str, group_name: str) -> list[dict]:
+        """Pods whose spec.schedulingGroup names this PodGroup (whether or not it exists)."""
+        pods = self._objects["Pod"]
+        return [pods[key] for key in sorted(self._pods_by_group.get(f"{namespace}/{group_name}", ()))]
 
     def device_class(self, name: str) -> DeviceClass | None:
         return self.inventory.device_class(name)
@@ -377,6 +393,9 @@ class ClusterCache:
             namespace = raw["metadata"]["namespace"]
             for claim_name in claim_names_of_pod(raw):
                 self._pods_by_claim.setdefault(f"{namespace}/{claim_name}", set()).add(key)
+            group = group_name_of(raw)
+            if group is not None:
+                self._pods_by_group.setdefault(f"{namespace}/{group}", set()).add(key)
         elif kind == "ResourceClaim":
             self._index_claim(key, ResourceClaim.from_api(raw))
         elif kind == "ResourceSlice":
@@ -387,6 +406,9 @@ class ClusterCache:
             rule = DeviceTaintRule.from_api(raw)
             self.inventory.upsert_taint_rule(rule)
             self._taint_rules[key] = rule
+        elif kind == "PodGroup":
+            _check_pod(raw)  # the same shape: a uid, and spec.resourceClaims a list when present
+            check_group_claims((raw.get("spec") or {}).get("resourceClaims") or [])
         # ResourceClaimTemplate: only stored raw.
 
     def _index_claim(self, key: str, claim: ResourceClaim) -> None:
@@ -436,6 +458,12 @@ class ClusterCache:
                 users.discard(key)
                 if not users:
                     del self._pods_by_claim[claim_key]
+        group = group_name_of(old)
+        members = self._pods_by_group.get(f"{namespace}/{group}") if group is not None else None
+        if members is not None:
+            members.discard(key)
+            if not members:
+                del self._pods_by_group[f"{namespace}/{group}"]
 
 
 def _allocated_id(claim: ResourceClaim) -> str:

@@ -17,6 +17,7 @@ import asyncio
 import copy
 import datetime
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -192,6 +193,8 @@ class _Written:
     # resourceVersion precondition of a status write whose outcome is unknown (timed out, connection
     # lost, 5xx): the API server may still apply it for as long as the claim keeps that version.
     pending_write_rv: str | None = None
+    # The reservedFor entry this bind adds when it is not the pod (a PodGroup, extender.podgroups).
+    consumer: dict | None = None
 
     @property
     def key(self) -> str:
@@ -215,11 +218,15 @@ class ClaimWriter:
         self.conflicts = 0     # 409s answered by a fresh read (for metrics)
         self.undone = 0        # binds whose partial writes were rolled back
 
-    async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]]) -> None:
+    async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
+                   consumers: Mapping[str, dict] | None = None) -> None:
         """Write allocations and reservations for `pod`'s claims, then bind it to `node`.
 
         `claims`: each claim with the allocation to write, or None when it is already allocated and
-        only needs the reservation. Raises BindError; on error nothing this call wrote remains.
+        only needs the reservation. `consumers`: by claim UID, the reservedFor entry to add instead of
+        the pod (a PodGroup's). Raises BindError; on error nothing this call wrote remains, except a
+        PodGroup's reservation on a claim this bind did not allocate (other pods of the group may
+        already count on it, as upstream's Unreserve keeps it too).
         """
         meta = pod.get("metadata") or {}
         namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
@@ -228,7 +235,8 @@ class ClaimWriter:
         written: list[_Written] = []
         try:
             for claim, allocation in claims:
-                record = _Written(claim.namespace, claim.name, claim.uid)
+                record = _Written(claim.namespace, claim.name, claim.uid,
+                                  consumer=(consumers or {}).get(claim.uid))
                 written.append(record)
                 await self._reserve(claim, allocation, record, name, uid)
             await self._bind_pod(namespace, name, uid, node)
@@ -257,7 +265,8 @@ class ClaimWriter:
             if meta.get("deletionTimestamp"):
                 raise BindError(f"ResourceClaim {record.key} got deleted in the meantime")
             reserved = list(status.get("reservedFor") or [])
-            already_reserved = any(entry.get("uid") == pod_uid for entry in reserved)
+            consumer = record.consumer or {"resource": "pods", "name": pod_name, "uid": pod_uid}
+            already_reserved = any(entry.get("uid") == consumer["uid"] for entry in reserved)
             new_status = dict(status)
             if allocation is not None:
                 if status.get("allocation") is not None:
@@ -279,8 +288,7 @@ class ClaimWriter:
             elif already_reserved:
                 return
             if not already_reserved:
-                new_status["reservedFor"] = [*reserved, {"resource": "pods", "name": pod_name,
-                                                         "uid": pod_uid}]
+                new_status["reservedFor"] = [*reserved, consumer]
             record.reserved = True
             base_rv = (obj.get("metadata") or {}).get("resourceVersion")
             try:
@@ -384,7 +392,7 @@ class ClaimWriter:
                 # request whose client gave up). Keep everything as is and let the watch tell.
                 return False
             reserved = list(status.get("reservedFor") or [])
-            remaining = [entry for entry in reserved if entry.get("uid") != pod_uid]
+            remaining = [entry for entry in reserved if entry.get("uid") != _undone_consumer(record, pod_uid)]
             new_status = dict(status)
             if remaining:
                 new_status["reservedFor"] = remaining
@@ -409,6 +417,14 @@ class ClaimWriter:
                 raise
             return True
         raise BindError(f"still conflicting after {MAX_ATTEMPTS} attempts")
+
+
+def _undone_consumer(record: _Written, pod_uid: str) -> str | None:
+    """The reservedFor UID undo removes: the pod's, or a PodGroup's only together with the allocation
+    this bind wrote for it (no other pod of the group can be using that one yet)."""
+    if record.consumer is None:
+        return pod_uid
+    return str(record.consumer.get("uid")) if record.allocation is not None else None
 
 
 def _with_finalizer(obj: dict) -> dict:

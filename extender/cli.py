@@ -56,7 +56,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "dra-extender") -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.version:
-        print(version_text())
+        try:
+            print(version_text())
+        except ValueError as error:  # an unknown $DRA_EXTENDER_CEL_BACKEND
+            from allocator.cel import BACKEND_ENV
+
+            print(f"error: {BACKEND_ENV}: {error}", file=sys.stderr)
+            return 2
         return 0
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -328,6 +328,10 @@ def _int_query(request: web.Request, name: str, default: int, maximum: int) -> i
     return value
 
 
+async def _no_icon(_request: web.Request) -> web.Response:
+    return web.Response(status=204)
+
+
 def register(app: web.Application, server: Any) -> None:
     """Add the device map to the debug app of `server` (an ExtenderServer)."""
 
@@ -345,3 +349,5 @@ def register(app: web.Application, server: Any) -> None:
         return response
 
     app.router.add_get(ROUTE, device_map)
+    # Browsers ask each origin for an icon; a 404 there is an error in their console.
+    app.router.add_get("/favicon.ico", _no_icon)

@@ -73,6 +73,7 @@ async def explain_pod(
         report["driverLost"] = driver_lost
     try:
         plan = scheduler.plan(pod)
+        group = plan.group
         for entry in plan.claims:
             claim = entry.claim
             report["claims"].append(
@@ -83,6 +84,13 @@ async def explain_pod(
                     "reservedFor": len(claim.reserved_for),
                 }
             )
+            if group is not None and entry.pod_claim_name in group.pod_claim_names:
+                report["claims"][-1]["sharedBy"] = {
+                    "podGroup": group.key,
+                    "pods": len(scheduler.cache.pods_in_group(group.namespace, group.name)),
+                }
+        if plan.blocked is not None:
+            report["blocked"] = plan.blocked.message
         to_allocate = [claim.key for claim in plan.to_allocate]
         checked = await scheduler.check_nodes(plan, node_names, use_cache=False)
         verdicts = [checked[node] for node in node_names]
@@ -114,8 +122,13 @@ def render_text(report: dict[str, Any]) -> str:
         lines.append(f"pod {report['pod']}: error: {report['error']}")
     else:
         lines.append(f"pod {report['pod']}: fits {report.get('fittingNodes', 0)} of {total} node(s)")
+    if report.get("blocked"):
+        lines.append(f"  blocked on every node: {report['blocked']}")
     for claim in report["claims"]:
         state = "allocated" if claim["allocated"] else "to allocate"
+        shared = claim.get("sharedBy")
+        if shared:
+            state += f", claim shared by PodGroup {shared['podGroup']}, {shared['pods']} pods"
         lines.append(f"  claim {claim['podClaimName']} -> {claim['claim']} ({state})")
     for pool in report.get("driverLost", []):
         left = "grace period over" if pool.get("expired") else f"{pool.get('seconds_left', 0):.0f}s left"

@@ -22,6 +22,7 @@ import aiohttp
 
 from extender.cache import ClusterCache
 from extender.kubeapi import ApiError, KubeClient
+from extender.podgroups import WORKLOAD_CLAIMS
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,14 @@ DEFAULT_KINDS = (
     WatchedKind("ResourceClaimTemplate", "/apis/resource.k8s.io/v1/resourceclaimtemplates"),
     WatchedKind("DeviceTaintRule", "/apis/resource.k8s.io/v1/devicetaintrules", optional=True),
 )
+# With the DRAWorkloadResourceClaims gate. Optional: a cluster that does not serve
+# scheduling.k8s.io/v1beta1 has no PodGroups, and pods naming one wait (their PodGroup is "not found").
+POD_GROUPS = WatchedKind("PodGroup", "/apis/scheduling.k8s.io/v1beta1/podgroups", optional=True)
+
+
+def watched_kinds(features: Any) -> tuple[WatchedKind, ...]:
+    """The kinds to list and watch with these feature gates."""
+    return (*DEFAULT_KINDS, POD_GROUPS) if features.enabled(WORKLOAD_CLAIMS) else DEFAULT_KINDS
 
 
 @dataclass

@@ -91,11 +91,6 @@ def claim_name_for(pod: Mapping, ref: Mapping) -> tuple[str | None, bool]:
         if not found:
             raise ClaimNotCreated(f'pod "{pod_key(pod)}": ResourceClaim not created yet')
         return (str(generated) if generated else None), True
-    if ref.get("podGroupResourceClaim"):
-        raise InvalidPodError(
-            f"pod {pod_key(pod)}: resource claim {name}: podGroupResourceClaim is not supported "
-            "by dra-extender"
-        )
     raise InvalidPodError(
         f"pod {pod_key(pod)}: resource claim {name}: neither resourceClaimName nor "
         "resourceClaimTemplateName is set"
@@ -109,8 +104,12 @@ def is_controlled_by(claim_raw: Mapping, uid: str) -> bool:
     return False
 
 
-def resolve_pod_claims(pod: Mapping, lookup: ClaimLookup) -> list[PodClaim]:
-    """The pod's claims in spec order (entries without a claim skipped). Raises ClaimsNotReady."""
+def resolve_pod_claims(pod: Mapping, lookup: ClaimLookup, *,
+                       accept_group_owner: bool = False) -> list[PodClaim]:
+    """The pod's claims in spec order (entries without a claim skipped). Raises ClaimsNotReady.
+
+    `accept_group_owner` (gate DRAWorkloadResourceClaims): a generated claim controlled by the pod's
+    PodGroup is the pod's too (see extender.podgroups)."""
     namespace = (pod.get("metadata") or {}).get("namespace") or ""
     resolved: list[PodClaim] = []
     for ref in claim_references(pod):
@@ -123,7 +122,15 @@ def resolve_pod_claims(pod: Mapping, lookup: ClaimLookup) -> list[PodClaim]:
             raise ClaimNotCreated(f'could not find ResourceClaim "{namespace}/{claim_name}"')
         if claim.deleting:
             raise ClaimsNotReady(f'resourceclaim "{claim_name}" is being deleted')
-        if must_own and (claim.namespace != namespace or not is_controlled_by(claim.raw, pod_uid(pod))):
+        group = group_name_of(pod) if accept_group_owner else None
+        if must_own and (claim.namespace != namespace or not (
+                is_controlled_by(claim.raw, pod_uid(pod))
+                or (group is not None and controlled_by_group_of(claim.raw, pod)))):
+            if group is not None:
+                raise ClaimsNotReady(
+                    f"ResourceClaim {claim.namespace}/{claim.name} was not created for Pod {pod_key(pod)} "
+                    f"(neither Pod nor PodGroup {group} is the owner)"
+                )
             # Newest upstream (1.36+) capitalises "Pod" in this message.
             raise ClaimsNotReady(
                 f"ResourceClaim {claim.namespace}/{claim.name} was not created for Pod {pod_key(pod)} "
@@ -141,10 +148,19 @@ def reserved_for(claim_raw: Mapping) -> list[dict]:
     return list((claim_raw.get("status") or {}).get("reservedFor") or [])
 
 
-def is_reserved_for(claim_raw: Mapping, uid: str) -> bool:
-    return any(entry.get("uid") == uid for entry in reserved_for(claim_raw) if isinstance(entry, dict))
+def group_name_of(pod: Mapping) -> str | None:
+    """`spec.schedulingGroup.podGroupName` (scheduling.k8s.io PodGroup), or None outside any group."""
+    group = (pod.get("spec") or {}).get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, dict) else None
+    return name if isinstance(name, str) and name else None
 
 
-def can_be_reserved_for(claim_raw: Mapping, uid: str) -> bool:
-    """False when another consumer would exceed the reservedFor limit (upstream: "resourceclaim in use")."""
-    return is_reserved_for(claim_raw, uid) or len(reserved_for(claim_raw)) < RESERVED_FOR_MAX
+def controlled_by_group_of(claim_raw: Mapping, pod: Mapping) -> bool:
+    """The claim was generated for the pod's PodGroup: its controller is that PodGroup (any version of
+    the scheduling.k8s.io group, as upstream checks; a pod does not know its PodGroup's UID)."""
+    group = group_name_of(pod)
+    for owner in (claim_raw.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(owner, dict) and owner.get("controller") is True:
+            return (group is not None and owner.get("kind") == "PodGroup" and owner.get("name") == group
+                    and str(owner.get("apiVersion") or "").startswith("scheduling.k8s.io/"))
+    return False

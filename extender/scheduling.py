@@ -34,21 +34,30 @@ from allocator import (
 )
 from allocator.errors import AllocationTimeout
 from extender.assume import AssumeCache
-from extender.cache import ClusterCache
+from extender.cache import ClusterCache, claim_names_of_pod
 from extender.claimwriter import BindError, ClaimWriter
 from extender.filtercache import ClaimRefs, ClaimsSignature, FilterCache, renames
 from extender.metrics import Metrics
 from extender.podclaims import (
+    RESERVED_FOR_MAX,
     ClaimNotCreated,
     ClaimsNotReady,
     InvalidPodError,
     PodClaim,
-    can_be_reserved_for,
+    group_name_of,
     has_claims,
-    is_reserved_for,
     pod_key,
     pod_uid,
     resolve_pod_claims,
+)
+from extender.podgroups import (
+    OWNER_PREFIX,
+    WORKLOAD_CLAIMS,
+    GroupBinding,
+    group_binding,
+    outsider_problem,
+    reservable,
+    reserved_for_pod,
 )
 from extender.scoring import NodeFit, node_scores, policy_for, rank_points
 
@@ -87,6 +96,8 @@ TIMEOUT = "timeout"  # NodeVerdict.reason of a node whose search did not finish 
 # Upstream's plugin's words for a node without devices for the pod; ours too where another node fits
 # (see _split), or where no reason could be given.
 CANNOT_ALLOCATE = "cannot allocate all claims"
+UNKNOWN_NODE = "node not known to dra-extender"
+NAMED_UNKNOWN_NODES = 100
 TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
 # kube-scheduler tries a pod as soon as it is created, a moment before the resourceclaim controller
 # creates its template claims; the in-tree plugin's PreEnqueue keeps such a pod out of scheduling until
@@ -163,6 +174,11 @@ class PodPlan:
     claims: list[PodClaim] = field(default_factory=list)
     to_allocate: list[ResourceClaim] = field(default_factory=list)
     allocated: list[ResourceClaim] = field(default_factory=list)  # allocated, still to check per node
+    # A PodGroup's claims whose allocation another pod of the group has in flight: shared, not
+    # allocated again (upstream's fix for gang cycles, kubernetes#137617); checked per node like
+    # allocated claims.
+    pending: list[tuple[ResourceClaim, dict]] = field(default_factory=list)
+    group: GroupBinding | None = None  # the pod's PodGroup, when some of its claims are the group's
     blocked: NodeVerdict | None = None  # a verdict for every node (claims not ready, ...)
     claims_missing: bool = False  # blocked because a claim does not exist (yet)
     # Built on first use by Scheduler.plan_allocator: most filters are answered from the filter cache
@@ -170,6 +186,7 @@ class PodPlan:
     allocator: Allocator | None = None
     view: AllocatedState | None = None
     rebinding_uid: str | None = None  # at bind: the pod whose own in-flight entries the view leaves out
+    rebinding_group: str | None = None  # ... and the PodGroup owner key whose entries it leaves out
     # FilterCache key part for the claims to allocate, and the cache epoch when the plan was made (the
     # view, made later, reads through to the allocated state, which has not changed while the epoch has
     # not moved).
@@ -236,6 +253,9 @@ class Scheduler:
         # Pods whose bind is writing. Their in-flight entries belong to that bind: nothing else may
         # replace or release them (the devices would look free while the write may still land).
         self._binding: set[str] = set()
+        # "namespace/podgroup" -> done when the bind writing that PodGroup's shared claims ends. Other
+        # binds of the group wait for it, then find the claim allocated and reserved for the group.
+        self._group_writes: dict[str, asyncio.Future[None]] = {}
         cache.subscribe(self._on_change)
         self.bind_attempts = 0
         self.bind_conflicts = 0
@@ -252,10 +272,6 @@ class Scheduler:
                 except InvalidObjectError as error:
                     raise SchedulingError(f"invalid claim: {error}") from None
         return claim
-
-    def _claim_in_flight_for_other(self, claim: ResourceClaim, uid: str) -> bool:
-        entry = self.assume.pending(claim.uid)
-        return entry is not None and entry.pod_uid != uid
 
     def _class_problem(self, claim: ResourceClaim) -> NodeVerdict | None:
         for request in claim.requests:
@@ -281,8 +297,11 @@ class Scheduler:
         """Resolve and pre-check the pod's claims. Raises SchedulingError for real errors."""
         plan = PodPlan(pod)
         uid = pod_uid(pod)
+        workload_claims = self.cache.features.enabled(WORKLOAD_CLAIMS)
         try:
-            plan.claims = resolve_pod_claims(pod, _ClaimLookup(self))
+            plan.claims = resolve_pod_claims(pod, _ClaimLookup(self), accept_group_owner=workload_claims)
+            if workload_claims and plan.claims:
+                plan.group = group_binding(pod, self.cache)
         except ClaimsNotReady as not_ready:
             plan.blocked = _blocked(str(not_ready), "claims not ready")
             plan.claims_missing = isinstance(not_ready, ClaimNotCreated)
@@ -295,16 +314,28 @@ class Scheduler:
             if claim.uid in seen:  # the same claim referenced twice by the pod
                 continue
             seen.add(claim.uid)
+            shared = plan.group is not None and entry.pod_claim_name in plan.group.pod_claim_names
+            group = plan.group if shared else None
+            if workload_claims:
+                problem = outsider_problem(claim, pod, plan.group, entry.pod_claim_name)
+                if problem is not None:
+                    plan.blocked = _blocked(problem, "claim of a PodGroup")
+                    return plan
             if claim.allocation is not None:
-                if not can_be_reserved_for(claim.raw, uid):
+                consumer_uid = group.uid if group is not None else uid
+                if not reservable(claim.raw, pod, consumer_uid, workload_claims, RESERVED_FOR_MAX):
                     plan.blocked = _blocked("resourceclaim in use", "claim in use")
                     return plan
                 plan.allocated.append(claim)
                 continue
-            if self._claim_in_flight_for_other(claim, uid):
+            in_flight = self.assume.pending(claim.uid)
+            if in_flight is not None and in_flight.pod_uid != (group.owner if group is not None else uid):
                 plan.blocked = _blocked(f"resource claim {claim.key} is in the process of being allocated",
                                         "claim in flight")
                 return plan
+            if in_flight is not None and group is not None and not rebinding:
+                plan.pending.append((claim, in_flight.allocation))
+                continue
             problem = self._class_problem(claim)
             if problem is not None:
                 plan.blocked = problem
@@ -316,25 +347,27 @@ class Scheduler:
                 plan.signature = self.filter_cache.claims_signature(plan.to_allocate)
                 plan.cache_epoch = self.filter_cache.epoch
             plan.rebinding_uid = uid if rebinding else None
+            plan.rebinding_group = plan.group.owner if rebinding and plan.group is not None else None
         return plan
 
     def plan_allocator(self, plan: PodPlan) -> Allocator:
         """The plan's allocator over the devices in use now, made on first use."""
         if plan.allocator is None:
-            plan.view = self._allocated_view(plan.rebinding_uid)
+            plan.view = self._allocated_view(plan.rebinding_uid, plan.rebinding_group)
             plan.allocator = Allocator(self.cache.inventory, plan.view, self.cache.features,
                                        deadline_s=self.node_deadline_s)
         return plan.allocator
 
-    def _allocated_view(self, own_pod_uid: str | None) -> AllocatedState:
+    def _allocated_view(self, own_pod_uid: str | None, own_group: str | None = None) -> AllocatedState:
         """Allocated devices plus everything in flight; at bind, minus the binding pod's own entries
-        (a filter hold or an earlier attempt), which this bind replaces."""
+        (a filter hold or an earlier attempt) and its PodGroup's (a hold by a pod of the group), which
+        this bind replaces."""
         if own_pod_uid is None:
             return self.assume.allocated_view(self.cache)
         others = []
         for claim_uid, claim, allocation in self.assume.in_flight():
             entry = self.assume.pending(claim_uid)
-            if entry is not None and entry.pod_uid != own_pod_uid:
+            if entry is not None and entry.pod_uid not in (own_pod_uid, own_group):
                 others.append((claim_uid, claim, allocation))
         return self.cache.allocated.with_in_flight(others)
 
@@ -367,10 +400,13 @@ class Scheduler:
             return NodeVerdict(node_name, False, blocked.message, blocked.unresolvable, blocked.reason)
         node = self._node(node_name, node_objects)
         if node is None:
-            return NodeVerdict(node_name, False, f"node {node_name} is not known to dra-extender", True,
+            # The answer's key names the node: a request full of made-up names gets a compact answer.
+            return NodeVerdict(node_name, False, UNKNOWN_NODE, True,
                                "unknown node")
-        for claim in plan.allocated:
-            selector = (claim.allocation or {}).get("nodeSelector")
+        allocations = [claim.allocation or {} for claim in plan.allocated]
+        allocations += [allocation for _, allocation in plan.pending]
+        for allocation in allocations:
+            selector = allocation.get("nodeSelector")
             if selector and not node_matches_selector(node, selector):
                 return NodeVerdict(node_name, False, "resourceclaim not available on the node", True,
                                    "claim on other node")
@@ -449,8 +485,9 @@ class Scheduler:
             self._count_outcome(reason, count)
         if uid:
             self._results[uid] = verdicts
-        if holding and plan.to_allocate:
-            return self._hold_best(pod, plan, verdicts, brief)
+        if plan.to_allocate and (holding or _allocates_for_group(plan)):
+            return self._hold_best(pod, plan, verdicts, brief, pod_holds=holding)
+        self._extend_group_holds(plan)
         return _answer(verdicts, brief)
 
     async def _await_claims(self, pod: dict, plan: PodPlan, deadline: float) -> tuple[dict, PodPlan]:
@@ -532,7 +569,7 @@ class Scheduler:
         filter_cache = self.filter_cache
         signature = plan.signature
         if (filter_cache is None or signature is None or plan.blocked is not None or plan.allocated
-                or node_objects is not None):
+                or plan.pending or node_objects is not None):
             return {}
         verdicts: dict[str, NodeVerdict] = {}
         nodes = [node for node in map(self.cache.node, names) if node is not None]
@@ -541,8 +578,13 @@ class Scheduler:
         return verdicts
 
     def _hold_best(self, pod: dict, plan: PodPlan, verdicts: dict[str, NodeVerdict],
-                   brief: bool) -> FilterResult:
-        """--filter-holds-devices: pick the best node now and keep its devices in flight until bind."""
+                   brief: bool, *, pod_holds: bool = True) -> FilterResult:
+        """--filter-holds-devices: pick the best node now and keep its devices in flight until bind.
+
+        A PodGroup's shared claim is always held this way (for the group, whatever the flag): the
+        group's other pods then share that allocation and go to the same node(s) instead of each
+        working out its own (kube-scheduler's gang cycles filter all pods of a group before the first
+        bind). Without `pod_holds` only the group's claims are held."""
         fitting = [v for v in verdicts.values() if v.fits]
         if not fitting:
             return _answer(verdicts, brief)
@@ -561,19 +603,27 @@ class Scheduler:
         if not best.fits:
             verdicts = {**verdicts, best.node: best}
             return _answer(verdicts, brief)
-        held = list(zip(current.to_allocate, best.outcome.allocations if best.outcome else [], strict=True))
+        chosen = zip(current.to_allocate, best.outcome.allocations if best.outcome else [], strict=True)
         uid = pod_uid(pod)
-        for claim, allocation in held:
-            self._reserve(claim, allocation, uid, ttl_s=self.hold_ttl_s)
+        held: list[tuple[ResourceClaim, dict]] = []
+        for claim, allocation in chosen:
+            group_owner = _group_owner(current, claim)
+            if group_owner is not None:
+                self._reserve(claim, allocation, group_owner, ttl_s=self.hold_ttl_s)
+            elif pod_holds:
+                self._reserve(claim, allocation, uid, ttl_s=self.hold_ttl_s)
+                held.append((claim, allocation))
         self.holding()  # forget holds that expired (pods deleted or never bound)
-        self._holds[uid] = (best.node, held)
+        if held:
+            self._holds[uid] = (best.node, held)
         log.debug("holding %d claim(s) of pod %s on node %s", len(held), pod_key(pod), best.node)
         result = _split({best.node: best}, brief)
         for verdict in verdicts.values():
             if verdict.node == best.node:
                 continue
             if verdict.fits:
-                result.failed[verdict.node] = f"dra-extender holds devices for this pod on node {best.node}"
+                holder = f"PodGroup {current.group.key}" if not pod_holds and current.group else "this pod"
+                result.failed[verdict.node] = f"dra-extender holds devices for {holder} on node {best.node}"
             elif verdict.unresolvable:
                 result.unresolvable[verdict.node] = _said(verdict, brief)
             else:
@@ -586,9 +636,21 @@ class Scheduler:
             for claim, allocation in hold[1]:
                 self.assume.release(claim.uid, allocation=allocation)
 
+    def _extend_group_holds(self, plan: PodPlan) -> None:
+        """A PodGroup's held allocation stays while pods of the group keep finding it (gang cycles
+        filter every pod of a group before binding any)."""
+        for claim, _ in plan.pending:
+            self.assume.extend(claim.uid, self.hold_ttl_s)
+
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if kind == "Pod" and event_type == "DELETED" and self._holds:
             self.release_hold(pod_uid(new))  # a deleted pod's held devices are free at once
+        elif kind == "PodGroup" and event_type == "DELETED":
+            meta = new.get("metadata") or {}
+            if f"{meta.get('namespace')}/{meta.get('name')}" not in self._group_writes:
+                # Nothing of a deleted PodGroup stays in flight: its claim goes with it (the
+                # resourceclaim controller deallocates it), no pod of the group may bind any more.
+                self.assume.release_owned_by(OWNER_PREFIX + str(meta.get("uid") or ""))
 
     def _hold_alive(self, hold: tuple[str, list[tuple[ResourceClaim, dict]]]) -> bool:
         for claim, allocation in hold[1]:
@@ -699,12 +761,14 @@ class Scheduler:
             # kube-scheduler gave up on the earlier bind and retried; that bind still writes.
             raise BindFailed(f"pod {pod_key(pod)} is already being bound by an earlier request")
         self.bind_attempts += 1
-        writes = self._reserve_for_bind(pod, node_name) if has_claims(pod) else []
+        await self._await_group_writes(pod)
+        writes, consumers = self._reserve_for_bind(pod, node_name) if has_claims(pod) else ([], {})
         # The bind's own entries replaced the hold's: from here on they are the bind's to release.
         self._holds.pop(uid, None)
         self._binding.add(uid)
+        group_write = self._start_group_write(pod) if consumers else None
         try:
-            await self.writer.bind(pod, node_name, writes)
+            await self.writer.bind(pod, node_name, writes, consumers)
         except BaseException as error:
             unsettled = error.unsettled if isinstance(error, BindError) else frozenset()
             for claim, allocation in writes:
@@ -726,9 +790,28 @@ class Scheduler:
             raise BindFailed(str(error)) from None
         finally:
             self._binding.discard(uid)
+            if group_write is not None:
+                self._group_writes.pop(group_write).set_result(None)
 
-    def _reserve_for_bind(self, pod: dict, node_name: str) -> list[tuple[ResourceClaim, dict | None]]:
-        """Synchronous: re-check and reserve with no await in between (atomic on the event loop)."""
+    async def _await_group_writes(self, pod: dict) -> None:
+        """Wait while another bind writes the shared claims of this pod's PodGroup."""
+        if not self.cache.features.enabled(WORKLOAD_CLAIMS) or group_name_of(pod) is None:
+            return
+        key = f"{(pod.get('metadata') or {}).get('namespace')}/{group_name_of(pod)}"
+        while key in self._group_writes:
+            await asyncio.shield(self._group_writes[key])
+
+    def _start_group_write(self, pod: dict) -> str:
+        key = f"{(pod.get('metadata') or {}).get('namespace')}/{group_name_of(pod)}"
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._group_writes[key] = done
+        return key
+
+    def _reserve_for_bind(self, pod: dict, node_name: str
+                          ) -> tuple[list[tuple[ResourceClaim, dict | None]], dict[str, dict]]:
+        """Synchronous: re-check and reserve with no await in between (atomic on the event loop).
+
+        Returns the claims to write and, by claim UID, the PodGroup to reserve a shared claim for."""
         uid = pod_uid(pod)
         hold = self._holds.get(uid)
         if hold is not None and hold[0] != node_name:
@@ -750,14 +833,17 @@ class Scheduler:
                     self.metrics.bind_conflicts.inc()
                 self.metrics.bind_failures.labels(stage="recheck").inc()
             raise BindFailed(f"pod {pod_key(pod)} no longer fits node {node_name}: {verdict.message}")
+        workload_claims = self.cache.features.enabled(WORKLOAD_CLAIMS)
         writes: list[tuple[ResourceClaim, dict | None]] = [
-            (claim, None) for claim in plan.allocated if not is_reserved_for(claim.raw, uid)
+            (claim, None) for claim in plan.allocated if not reserved_for_pod(claim.raw, pod, workload_claims)
         ]
         allocations = verdict.outcome.allocations if verdict.outcome is not None else []
         for claim, allocation in zip(plan.to_allocate, allocations, strict=True):
-            self._reserve(claim, allocation, uid)
+            self._reserve(claim, allocation, _group_owner(plan, claim) or uid)
             writes.append((claim, allocation))
-        return writes
+        consumers = {claim.uid: plan.group.reference() for claim, _ in writes
+                     if plan.group is not None and _group_owner(plan, claim) is not None}
+        return writes, consumers
 
     def _reserve(self, claim: ResourceClaim, allocation: dict, uid: str, ttl_s: float | None = None) -> None:
         self.assume.reserve(claim, allocation, uid, ttl_s=ttl_s)
@@ -780,18 +866,71 @@ class Scheduler:
         """
         if not has_claims(pod):
             return dict(victims)
+        deadline = self.clock() + self.filter_deadline_s
         try:
-            verdicts = await self.check_nodes(self.plan(pod), victims,
-                                              deadline=self.clock() + self.filter_deadline_s)
+            plan = self.plan(pod)
+            verdicts = await self.check_nodes(plan, victims, deadline=deadline)
         except SchedulingError:
             return {}
-        # A node whose check timed out is not known to help: evicting pods there could be for nothing.
-        return {
-            node: node_victims
-            for node, node_victims in victims.items()
-            if verdicts[node].fits
-            or (node_victims.get("Pods") and not verdicts[node].unresolvable and not verdicts[node].timed_out)
-        }
+        kept = {}
+        for node, node_victims in victims.items():
+            verdict = verdicts[node]
+            # A node whose check timed out is not known to help: evicting pods there could be for nothing.
+            if verdict.fits or (not verdict.unresolvable and not verdict.timed_out
+                                and await self._eviction_frees_enough(plan, node, node_victims, deadline)):
+                kept[node] = node_victims
+        return kept
+
+    async def _eviction_frees_enough(self, plan: PodPlan, node_name: str, node_victims: dict,
+                                     deadline: float) -> bool:
+        """Would the pod fit `node_name` once the victims are gone? Only claims whose every consumer is a
+        victim (a known pod) lose their devices; victims holding none of those count for nothing."""
+        victim_uids = {str(victim.get("UID")) for victim in node_victims.get("Pods") or ()}
+        freed = self._claims_freed_by(victim_uids)
+        node = self.cache.node(node_name)
+        time_left = deadline - self.clock()
+        if not freed or node is None or not plan.to_allocate or time_left <= 0:
+            return False
+        view = self._allocated_view(None).without(freed)
+        allocator = Allocator(self.cache.inventory, view, self.cache.features,
+                              deadline_s=min(self.node_deadline_s, time_left))
+        try:
+            fits = allocator.allocate(node, plan.to_allocate).success
+        except (AllocationTimeout, NodeAllocationError, AllocationError):
+            fits = False
+        await asyncio.sleep(0)  # one search per candidate: let other requests in between
+        return fits
+
+    def _claims_freed_by(self, victim_uids: set[str]) -> set[str]:
+        """UIDs of the allocated claims of the victim pods that only victims use."""
+        freed = set()
+        for uid in victim_uids:
+            victim = self.cache.pod_by_uid(uid)
+            if victim is None:
+                continue
+            namespace = str((victim.get("metadata") or {}).get("namespace") or "")
+            for name in claim_names_of_pod(victim):
+                claim = self.cache.claim(namespace, name)
+                if claim is None or claim.allocation is None:
+                    continue
+                users = {str(entry.get("uid")) for entry in claim.reserved_for if isinstance(entry, dict)}
+                if users <= victim_uids:
+                    freed.add(claim.uid or claim.key)
+        return freed
+
+
+def _group_owner(plan: PodPlan, claim: ResourceClaim) -> str | None:
+    """The in-flight owner of `claim` when it is the plan's PodGroup's shared claim."""
+    group = plan.group
+    if group is None:
+        return None
+    shared = any(entry.claim.uid == claim.uid and entry.pod_claim_name in group.pod_claim_names
+                 for entry in plan.claims)
+    return group.owner if shared else None
+
+
+def _allocates_for_group(plan: PodPlan) -> bool:
+    return any(_group_owner(plan, claim) is not None for claim in plan.to_allocate)
 
 
 class _ClaimLookup:
@@ -828,14 +967,22 @@ def _split(verdicts: Mapping[str, NodeVerdict], brief: bool = False) -> FilterRe
     of hundreds of full nodes is CPU and bytes for nothing on every pod that gets scheduled; with no
     node left, every node says why. `dra-extender explain` and simulate always give the details."""
     result = FilterResult([], {}, {})
-    brief = brief and any(verdict.fits for verdict in verdicts.values())
+    unknown = 0
+    some_fit = any(verdict.fits for verdict in verdicts.values())
     for name, verdict in verdicts.items():
         if verdict.fits:
             result.passed.append(name)
+        elif verdict.reason == "unknown node" and brief:
+            # kube-scheduler counts a node its extender leaves out of every list as unschedulable and
+            # unresolvable, exactly what an unknown node is: naming a few is enough, so a request of
+            # made-up names cannot blow up into an answer several times its size.
+            unknown += 1
+            if unknown <= NAMED_UNKNOWN_NODES:
+                result.unresolvable[name] = verdict.message
         elif verdict.unresolvable:
-            result.unresolvable[name] = _said(verdict, brief)
+            result.unresolvable[name] = _said(verdict, brief and some_fit)
         else:
-            result.failed[name] = _said(verdict, brief)
+            result.failed[name] = _said(verdict, brief and some_fit)
     return result
 
 

@@ -40,11 +40,25 @@ def rank_points(subrequest_ranks: Iterable[Mapping[str, int]]) -> int:
     return sum(FIRST_AVAILABLE_MAX - index for ranks in subrequest_ranks for index in ranks.values())
 
 
+def _annotated_policy(pod: Mapping) -> object:
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return annotations.get(SCORING_ANNOTATION) if isinstance(annotations, dict) else None
+
+
 def policy_for(pod: Mapping, default: str) -> str:
-    """The pod's annotation wins over the global default; an unknown value falls back to the default."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    chosen = annotations.get(SCORING_ANNOTATION) if isinstance(annotations, dict) else None
-    return chosen if chosen in POLICIES else default
+    """The pod's annotation wins over the global default; an unknown value falls back to the default
+    (scoring_annotation_problem says so to whoever creates the pod: the webhook, `check`)."""
+    chosen = _annotated_policy(pod)
+    return chosen if isinstance(chosen, str) and chosen in POLICIES else default
+
+
+def scoring_annotation_problem(pod: Mapping) -> str:
+    """Why the pod's scoring annotation is ignored ("" when it is absent or valid)."""
+    chosen = _annotated_policy(pod)
+    if chosen is None or chosen in POLICIES:
+        return ""
+    return f"{SCORING_ANNOTATION}={chosen!r} is unknown ({', '.join(POLICIES)}): the default policy applies"
 
 
 def _placement(policy: str, fit: NodeFit) -> float | None:

@@ -1,14 +1,20 @@
 """HTTP front of the extender: the scheduler-extender verbs on one port, read-only debug on another.
 
 Extender port (`{prefix}/filter`, `/prioritize`, `/bind`, `/preempt`): exactly kube-scheduler's JSON.
-Malformed bodies get HTTP 400 with a message; a scheduling problem is an answer, not an HTTP error.
+kube-scheduler ignores the body of any answer but a 200, so a malformed filter or bind request is
+answered 200 with the problem in `Error` (which kube-scheduler logs); prioritize and preempt have no
+such field and get HTTP 400 with a message. A scheduling problem is an answer, not an HTTP error.
+Body sizes, slow and idle connections are bounded (extender.httpguard).
 Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/debug/ui` (extender/devicemap.py),
-`/healthz`, `/readyz`, `/metrics`.
+`/healthz`, `/readyz`, `/metrics`. The `/debug/` pages describe the cluster's pods and claims: unless
+`debug_from_anywhere`, they answer only connections from loopback (`kubectl port-forward` arrives
+there); kubelet's probes and Prometheus reach the rest from the pod network.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import ssl
 import time
@@ -21,18 +27,19 @@ from aiohttp import web
 
 from extender import devicemap, wire
 from extender.explain import ExplainError, explain_pod, render_text
+from extender.httpguard import BodyReader, HttpLimits, LimitedRunner, RequestRefused, expect_handler
 from extender.metrics import CONTENT_TYPE, Metrics
 from extender.names import split_ref
-from extender.podclaims import InvalidPodError, has_claims
+from extender.podclaims import has_claims
 from extender.scheduling import BindFailed, Scheduler
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "/scheduler"
-# kube-scheduler sends full Pod objects (and NodeLists without nodeCacheCapable): allow large bodies.
-MAX_BODY_BYTES = 64 * 1024 * 1024
 _YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
+DEBUG_LOOPBACK_ONLY = ("dra-extender: /debug/ pages answer only loopback connections (use kubectl "
+                       "port-forward, or start serve with --debug-from-anywhere)\n")
 NOT_SYNCED = "dra-extender: the cluster cache has not synced yet (initial lists in progress); try again"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -42,24 +49,43 @@ def _json(body: bytes, status: int = 200) -> web.Response:
     return web.Response(body=body, status=status, content_type="application/json")
 
 
+def _from_loopback(request: web.Request) -> bool:
+    try:
+        return ipaddress.ip_address((request.remote or "").split("%", 1)[0]).is_loopback
+    except ValueError:  # a unix socket or no peer address: not a network client
+        return request.remote is None
+
+
+def _debug_gate(from_anywhere: bool) -> Any:
+    @web.middleware
+    async def gate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not from_anywhere and request.path.startswith("/debug/") and not _from_loopback(request):
+            return web.Response(status=403, text=DEBUG_LOOPBACK_ONLY)
+        return await handler(request)
+
+    return gate
+
+
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except RequestRefused as refused:
+        response = web.Response(status=refused.status, text=f"{refused}\n")
+        if refused.status in (408, 413):
+            response.force_close()  # the rest of the body is not worth reading
+        return response
     except wire.BadRequest as error:
+        if request.path.endswith("/filter"):
+            return _json(wire.encode_filter_error(str(error)))
+        if request.path.endswith("/bind"):
+            return _json(wire.encode_binding_result(str(error)))
         return web.Response(status=400, text=f"{error}\n")
     except web.HTTPException:
         raise
     except Exception as error:  # a bug, not bad input: say so and keep serving
         log.exception("%s %s failed", request.method, request.path)
         return _json(orjson.dumps({"Error": f"internal error: {type(error).__name__}: {error}"}), status=500)
-
-
-def _may_have_claims(pod: dict) -> bool:
-    try:
-        return has_claims(pod)
-    except InvalidPodError:
-        return True  # the scheduler reports the malformed field once the cache is ready
 
 
 class ExtenderServer:
@@ -70,8 +96,13 @@ class ExtenderServer:
         metrics: Metrics | None = None,
         prefix: str = DEFAULT_PREFIX,
         watch_health: Callable[[], dict[str, Any]] | None = None,
+        limits: HttpLimits | None = None,
+        debug_from_anywhere: bool = False,
     ) -> None:
+        self.debug_from_anywhere = debug_from_anywhere
         self.scheduler = scheduler
+        self.limits = limits or HttpLimits()
+        self.bodies = BodyReader(self.limits)
         self.cache = scheduler.cache
         self.metrics = metrics or Metrics()
         scheduler.metrics = self.metrics
@@ -91,15 +122,15 @@ class ExtenderServer:
     # ---- apps ---------------------------------------------------------------------------------
 
     def extender_app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
-        app.router.add_post(f"{self.prefix}/filter", self.filter)
-        app.router.add_post(f"{self.prefix}/prioritize", self.prioritize)
-        app.router.add_post(f"{self.prefix}/bind", self.bind)
-        app.router.add_post(f"{self.prefix}/preempt", self.preempt)
+        app = web.Application(middlewares=[_errors], client_max_size=self.limits.max_request_bytes)
+        expect = expect_handler(self.limits.body_limit)
+        for verb, handler in (("filter", self.filter), ("prioritize", self.prioritize), ("bind", self.bind),
+                              ("preempt", self.preempt)):
+            app.router.add_post(f"{self.prefix}/{verb}", handler, expect_handler=expect)
         return app
 
     def debug_app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors])
+        app = web.Application(middlewares=[_debug_gate(self.debug_from_anywhere), _errors])
         app.router.add_get("/debug/explain", self.explain)
         app.router.add_get("/debug/state", self.state)
         app.router.add_get("/debug/snapshot", self.snapshot)
@@ -113,7 +144,7 @@ class ExtenderServer:
                     ssl_context: ssl.SSLContext | None = None) -> None:
         for name, app, port, context in (("extender", self.extender_app(), extender_port, ssl_context),
                                          ("debug", self.debug_app(), debug_port, None)):
-            runner = web.AppRunner(app, access_log=None)
+            runner = LimitedRunner(app, self.limits, access_log=None)
             await runner.setup()
             site = web.TCPSite(runner, host, port, ssl_context=context)
             await site.start()
@@ -140,8 +171,8 @@ class ExtenderServer:
 
     async def filter(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
-        args = wire.parse_extender_args(await request.read(), "filter")
-        if self._not_synced() and _may_have_claims(args.pod):
+        args = wire.parse_extender_args(await self.bodies.read(request), "filter")
+        if self._not_synced() and has_claims(args.pod):
             body = wire.encode_filter_result(args, [], {}, {}, NOT_SYNCED)
             return _json(body)
         result = await self.scheduler.filter(args.pod, args.node_names, args.node_objects, brief=True)
@@ -153,7 +184,7 @@ class ExtenderServer:
 
     async def prioritize(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
-        args = wire.parse_extender_args(await request.read(), "prioritize")
+        args = wire.parse_extender_args(await self.bodies.read(request), "prioritize")
         if self._not_synced():
             return web.Response(status=503, text=f"{NOT_SYNCED}\n")  # kube-scheduler ignores our scores
         scores = await self.scheduler.prioritize(args.pod, args.node_names, args.node_objects)
@@ -162,7 +193,7 @@ class ExtenderServer:
 
     async def bind(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
-        args = wire.parse_binding_args(await request.read())
+        args = wire.parse_binding_args(await self.bodies.read(request))
         error = self._not_synced()
         try:
             if not error:
@@ -174,7 +205,7 @@ class ExtenderServer:
         return _json(wire.encode_binding_result(error))
 
     async def preempt(self, request: web.Request) -> web.Response:
-        args = wire.parse_preemption_args(await request.read())
+        args = wire.parse_preemption_args(await self.bodies.read(request))
         if self._not_synced():
             return web.Response(status=503, text=f"{NOT_SYNCED}\n")
         return _json(wire.encode_preemption_result(await self.scheduler.preempt(args.pod, args.victims)))

@@ -31,17 +31,63 @@ def _decode_object(body: bytes, what: str) -> dict[str, Any]:
     return {str(key).lower(): item for key, item in value.items()}
 
 
+# The Pod fields the extender reads, with the JSON type Go's decoder requires of them (None: any).
+# kube-scheduler cannot send anything else, so a body that differs is not from it: say what differs
+# instead of failing somewhere inside scheduling.
+_OBJECT_FIELDS: dict[str, tuple[type, dict | None]] = {
+    "metadata": (dict, {"name": (str, None), "namespace": (str, None), "uid": (str, None),
+                        "annotations": (dict, str), "labels": (dict, str), "ownerReferences": (list, dict)}),
+    "spec": (dict, {"nodeName": (str, None), "schedulerName": (str, None),
+                    "resourceClaims": (list, {"name": (str, None), "resourceClaimName": (str, None),
+                                              "resourceClaimTemplateName": (str, None)})}),
+    "status": (dict, {"resourceClaimStatuses": (list, {"name": (str, None),
+                                                       "resourceClaimName": (str, None)})}),
+}
+_JSON_TYPE = {dict: "an object", list: "a list", str: "a string"}
+
+
+def check_shape(value: Any, fields: Mapping[str, tuple[type, Any]], path: str) -> None:
+    """Raise BadRequest naming the first field of `fields` in `value` (an object) of the wrong JSON type.
+
+    `fields` maps a key to (type, inner): inner describes the fields of an object, of each list item
+    (a dict of fields, or a type every item must have), or the type of every map value. null is
+    always allowed, as Go decodes it to the zero value."""
+    for key, (kind, inner) in fields.items():
+        item = value.get(key)
+        if item is None:
+            continue
+        where = f"{path}.{key}"
+        if not isinstance(item, kind):
+            raise BadRequest(f"{where} must be {_JSON_TYPE[kind]}, got {type(item).__name__}")
+        if inner is None:
+            continue
+        if kind is list:
+            for index, entry in enumerate(item):
+                _check_member(entry, inner, f"{where}[{index}]")
+        elif isinstance(inner, dict):
+            check_shape(item, inner, where)
+        else:
+            for name, entry in item.items():
+                _check_member(entry, inner, f"{where}[{name!r}]")
+
+
+def _check_member(entry: Any, inner: Any, where: str) -> None:
+    if isinstance(inner, dict):
+        if not isinstance(entry, dict):
+            raise BadRequest(f"{where} must be an object, got {type(entry).__name__}")
+        check_shape(entry, inner, where)
+    elif not isinstance(entry, inner):
+        raise BadRequest(f"{where} must be {_JSON_TYPE[inner]}, got {type(entry).__name__}")
+
+
 def _pod(fields: Mapping[str, Any], what: str) -> dict:
     pod = fields.get("pod")
     if not isinstance(pod, dict):
         raise BadRequest(f"{what}: Pod must be a v1.Pod object")
+    check_shape(pod, _OBJECT_FIELDS, f"{what}: Pod")
     meta = pod.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta.get("name"):
         raise BadRequest(f"{what}: Pod.metadata.name is missing")
-    if not isinstance(meta.get("namespace", ""), str):
-        raise BadRequest(f"{what}: Pod.metadata.namespace must be a string")
-    if not isinstance(pod.get("spec", {}) or {}, dict):
-        raise BadRequest(f"{what}: Pod.spec must be an object")
     return pod
 
 
@@ -49,6 +95,16 @@ def _string_list(value: Any, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise BadRequest(f"{what} must be a list of strings")
     return value
+
+
+# Far above any cluster kube-scheduler supports (5,000 nodes is the tested limit), low enough that one
+# request cannot keep the extender busy for long.
+MAX_NODES = 50_000
+
+
+def _check_node_count(nodes: Any, verb: str) -> None:
+    if isinstance(nodes, list) and len(nodes) > MAX_NODES:
+        raise BadRequest(f"{verb}: {len(nodes)} nodes in one request; at most {MAX_NODES} are accepted")
 
 
 @dataclass(frozen=True)
@@ -73,14 +129,17 @@ def parse_extender_args(body: bytes, verb: str) -> ExtenderArgs:
         if not isinstance(node_list, dict) or not isinstance(node_list.get("items") or [], list):
             raise BadRequest(f"{verb}: Nodes must be a v1.NodeList object with items")
         objects: dict[str, dict] = {}
+        _check_node_count(node_list.get("items") or [], verb)
         for index, node in enumerate(node_list.get("items") or []):
-            name = node.get("metadata", {}).get("name") if isinstance(node, dict) else None
+            meta = node.get("metadata") if isinstance(node, dict) else None
+            name = meta.get("name") if isinstance(meta, dict) else None
             if not isinstance(name, str) or not name:
                 raise BadRequest(f"{verb}: Nodes.items[{index}].metadata.name is missing")
             objects[name] = node
         return ExtenderArgs(pod, list(objects), objects)
     if names is None:
         raise BadRequest(f"{verb}: neither NodeNames nor Nodes is set")
+    _check_node_count(names, verb)
     return ExtenderArgs(pod, _string_list(names, f"{verb}: NodeNames"), None)
 
 
@@ -135,6 +194,12 @@ def parse_binding_args(body: bytes) -> BindingArgs:
     return BindingArgs(values["podname"], values["podnamespace"], values["poduid"], values["node"])
 
 
+def encode_filter_error(error: str) -> bytes:
+    """An ExtenderFilterResult that only carries `Error` (kube-scheduler reads nothing else then)."""
+    return orjson.dumps({"Nodes": None, "NodeNames": None, "FailedNodes": {},
+                         "FailedAndUnresolvableNodes": {}, "Error": error})
+
+
 def encode_binding_result(error: str) -> bytes:
     return orjson.dumps({"Error": error})
 
@@ -157,15 +222,16 @@ def _meta_victims(node: str, value: Any, full_pods: bool) -> dict:
     uids = []
     for pod in pods:
         if full_pods:
-            uid = (pod.get("metadata") or {}).get("uid")
+            meta = pod.get("metadata")
+            uid = meta.get("uid") if isinstance(meta, dict) else None
         else:
             uid = next((item for key, item in pod.items() if str(key).lower() == "uid"), None)
         if not isinstance(uid, str):
             raise BadRequest(f"preempt: a victim on node {node} has no UID")
         uids.append({"UID": uid})
     violations = fields.get("numpdbviolations") or 0
-    if not isinstance(violations, int):
-        raise BadRequest(f"preempt: NumPDBViolations for node {node} must be an integer")
+    if not isinstance(violations, int) or isinstance(violations, bool) or not -(2**63) <= violations < 2**63:
+        raise BadRequest(f"preempt: NumPDBViolations for node {node} must be a 64-bit integer")
     return {"Pods": uids, "NumPDBViolations": violations}
 
 

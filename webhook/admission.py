@@ -15,6 +15,7 @@ from typing import Literal
 import orjson
 
 from allocator import FeatureGates
+from extender.podgroups import WORKLOAD_CLAIMS
 from webhook import metrics
 from webhook.claim_status import validate_claim_status
 from webhook.lookup import ClusterLookup
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 
 Webhook = Literal["mutate", "validate"]
 RESOURCE_GROUP = "resource.k8s.io"
+# The metric label of every resource no rule handles.
+OTHER_RESOURCE = "other"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,7 @@ class AdmissionHandler:
         if reserved_for_limit < 1:
             raise ValueError(f"reserved_for_limit must be at least 1, got {reserved_for_limit}")
         compiler = compile_selector or cel_compiler(features or FeatureGates())
+        workload_claims = (features or FeatureGates()).enabled(WORKLOAD_CLAIMS)
         status_rule = Rule(lambda r: validate_claim_status(r, lookup, reserved_for_limit), fail_open=True)
         selector_rule = Rule(lambda r: validate_selectors(r, lookup, compiler), fail_open=True)
         taint_rule = Rule(lambda r: validate_taint_rule(r, lookup), fail_open=False)
@@ -75,13 +79,15 @@ class AdmissionHandler:
             ),
             ("validate", RESOURCE_GROUP, "resourceclaims/status", "UPDATE"): status_rule,
             ("validate", "", "pods", "CREATE"): Rule(
-                lambda r: validate_pod_create(r, lookup, reserved_for_limit), fail_open=True
+                lambda r: validate_pod_create(r, lookup, reserved_for_limit, workload_claims),
+                fail_open=True
             ),
             ("validate", RESOURCE_GROUP, "resourceclaims", "CREATE"): selector_rule,
             ("validate", RESOURCE_GROUP, "resourceclaimtemplates", "CREATE"): selector_rule,
             ("validate", RESOURCE_GROUP, "devicetaintrules", "CREATE"): taint_rule,
             ("validate", RESOURCE_GROUP, "devicetaintrules", "UPDATE"): taint_rule,
         }
+        self._labelled_resources = {(group, resource) for _, group, resource, _ in self._rules}
 
     def handle(self, webhook: Webhook, body: bytes) -> tuple[int, bytes]:
         started = time.perf_counter()
@@ -99,10 +105,18 @@ class AdmissionHandler:
         try:
             decision, outcome = self._decide(webhook, request)
         except MalformedReview as err:
-            metrics.DECISIONS.labels(webhook, request.operation, request.resource_key, "malformed").inc()
+            resource = self._resource_label(request)
+            metrics.DECISIONS.labels(webhook, request.operation, resource, "malformed").inc()
             return 400, orjson.dumps({"error": f"malformed AdmissionReview (uid {request.uid}): {err}"})
-        metrics.DECISIONS.labels(webhook, request.operation, request.resource_key, outcome).inc()
+        metrics.DECISIONS.labels(webhook, request.operation, self._resource_label(request), outcome).inc()
         return 200, review_response(request.uid, decision)
+
+    def _resource_label(self, request: AdmissionRequest) -> str:
+        """The resource for the metric label, from a closed set: a review names whatever resource its
+        sender likes, and every new label value is a time series kept until the process exits."""
+        if (request.group, request.resource_key) in self._labelled_resources:
+            return request.resource_key
+        return OTHER_RESOURCE
 
     def _decide(self, webhook: Webhook, request: AdmissionRequest) -> tuple[Decision, str]:
         rule = self._rules.get((webhook, request.group, request.resource_key, request.operation))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from webhook.claims import pod_references_claim, request_target
 from webhook.lookup import ClusterLookup
-from webhook.review import AdmissionRequest, Decision, mapping, sequence, text
+from webhook.review import AdmissionRequest, Decision, mapping, sequence, summarize_problems, text
 
 RESERVED_FOR_MAX_SIZE = 256  # ResourceClaimReservedForMaxSize in the API
 REQUIRED_ENTRY_FIELDS = ("resource", "name", "uid")
@@ -73,7 +73,7 @@ def validate_claim_status(
         problems.extend(_unknown_request_problems(claim, mapping(allocation, "status.allocation")))
 
     if problems:
-        return Decision.deny("; ".join(problems), code=422, reason="Invalid")
+        return Decision.deny(summarize_problems(problems), code=422, reason="Invalid")
     return Decision(warnings=warnings)
 
 

@@ -1,14 +1,21 @@
-"""Validating rule for pods CREATE: refuse pods whose shared claim can never take another consumer."""
+"""Validating rule for pods CREATE: refuse pods whose shared claim can never take another consumer; warn
+about a scoring annotation the scheduler would ignore.
+
+With DRAWorkloadResourceClaims a pod of a PodGroup that the claim is reserved for does not add itself
+(the PodGroup is the consumer), so the limit does not apply to it."""
 
 from __future__ import annotations
 
+from extender.podclaims import group_name_of
+from extender.podgroups import is_group_reference
+from extender.scoring import scoring_annotation_problem
 from webhook.claim_status import effective_limit
 from webhook.lookup import ClusterLookup
 from webhook.review import AdmissionRequest, Decision, mapping, sequence, text
 
 
 def validate_pod_create(
-    request: AdmissionRequest, lookup: ClusterLookup, reserved_for_limit: int
+    request: AdmissionRequest, lookup: ClusterLookup, reserved_for_limit: int, workload_claims: bool = False
 ) -> Decision:
     pod = request.object or {}
     namespace = request.namespace or text(
@@ -17,13 +24,16 @@ def validate_pod_create(
     entries = sequence(mapping(pod.get("spec"), "spec").get("resourceClaims"), "spec.resourceClaims")
     if not entries:
         return Decision()
+    scoring = scoring_annotation_problem(pod)
+    warnings: list[str] = [f"dra-extender: {scoring}"] if scoring else []
     if not lookup.ready:
         return Decision(
-            warnings=["dra-extender webhook: cluster view not synced yet, shared claims not checked"]
+            warnings=[*warnings,
+                      "dra-extender webhook: cluster view not synced yet, shared claims not checked"]
         )
     limit = effective_limit(reserved_for_limit)
+    group = group_name_of(pod) if workload_claims else None
     problems: list[str] = []
-    warnings: list[str] = []
     for i, entry in enumerate(entries):
         path = f"spec.resourceClaims[{i}].resourceClaimName"
         claim_name = text(mapping(entry, f"spec.resourceClaims[{i}]").get("resourceClaimName"), path)
@@ -34,7 +44,10 @@ def validate_pod_create(
             warnings.append(f"{path}: claim {claim_name} does not exist yet; the pod waits for it")
             continue
         status = mapping(claim.get("status"), "claim.status")
-        consumers = len(sequence(status.get("reservedFor"), "claim.status.reservedFor"))
+        reserved = sequence(status.get("reservedFor"), "claim.status.reservedFor")
+        if group is not None and any(is_group_reference(e) and e.get("name") == group for e in reserved):
+            continue
+        consumers = len(reserved)
         if consumers >= limit:
             problems.append(
                 f"{path}: ResourceClaim {namespace}/{claim_name} is already reserved by "

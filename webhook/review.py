@@ -140,6 +140,18 @@ class Decision:
         return "patched" if self.patch else "allowed"
 
 
+# A denial is read by a person in kubectl's output and the API server's log: a few problems say enough.
+LISTED_PROBLEMS = 3
+
+
+def summarize_problems(problems: list[str]) -> str:
+    """All problems when there are few; otherwise how many and the first LISTED_PROBLEMS of them."""
+    if len(problems) <= LISTED_PROBLEMS + 1:
+        return "; ".join(problems)
+    return (f"{len(problems)} problems, the first {LISTED_PROBLEMS}: " + "; ".join(problems[:LISTED_PROBLEMS])
+            + f"; and {len(problems) - LISTED_PROBLEMS} more")
+
+
 def review_response(uid: str, decision: Decision) -> bytes:
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
     if not decision.allowed:

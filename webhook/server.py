@@ -9,6 +9,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from allocator import FeatureGates
+from extender.httpguard import HttpLimits, LimitedRunner, expect_handler
 from extender.tls import ReloadingTLS
 from webhook.admission import AdmissionHandler, Webhook
 from webhook.cache_lookup import as_lookup
@@ -34,8 +35,9 @@ def build_app(handler: AdmissionHandler) -> web.Application:
         return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application(client_max_size=MAX_REVIEW_BYTES)
-    app.router.add_post("/webhook/mutate", endpoint("mutate"))
-    app.router.add_post("/webhook/validate", endpoint("validate"))
+    expect = expect_handler(lambda _: MAX_REVIEW_BYTES)
+    app.router.add_post("/webhook/mutate", endpoint("mutate"), expect_handler=expect)
+    app.router.add_post("/webhook/validate", endpoint("validate"), expect_handler=expect)
     app.router.add_get("/metrics", metrics)
     return app
 
@@ -52,6 +54,7 @@ class WebhookServer:
         reserved_for_limit: int = RESERVED_FOR_MAX_SIZE,
         features: FeatureGates,
         cert_poll_interval_s: float = 1.0,
+        limits: HttpLimits | None = None,
     ) -> None:
         """`cache` is an extender ClusterCache or anything implementing webhook.lookup.ClusterLookup."""
         self.handler = AdmissionHandler(
@@ -62,6 +65,7 @@ class WebhookServer:
         self.host = host
         self.port = port
         self.cert_poll_interval_s = cert_poll_interval_s
+        self.limits = limits or HttpLimits()
         self.tls: ReloadingTLS | None = None
         self._runner: web.AppRunner | None = None
 
@@ -74,7 +78,7 @@ class WebhookServer:
             poll_interval_s=self.cert_poll_interval_s,
             on_reload=lambda outcome: CERT_RELOADS.labels(outcome).inc(),
         )
-        runner = web.AppRunner(build_app(self.handler), access_log=None)
+        runner = LimitedRunner(build_app(self.handler), self.limits, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, ssl_context=self.tls.server_context)
         try:
@@ -129,7 +133,8 @@ def _reserved_for_limit(value: str) -> int:
 
 
 def server_from_args(
-    args: argparse.Namespace, cache: object, *, features: FeatureGates, host: str, port: int
+    args: argparse.Namespace, cache: object, *, features: FeatureGates, host: str, port: int,
+    limits: HttpLimits | None = None,
 ) -> WebhookServer | None:
     """The webhook server `serve` should start, or None (logged) when no certificate was given."""
     if not args.tls_cert_file or not args.tls_private_key_file:
@@ -145,4 +150,5 @@ def server_from_args(
         port=port,
         reserved_for_limit=args.reserved_for_limit,
         features=features,
+        limits=limits,
     )

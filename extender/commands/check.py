@@ -15,6 +15,7 @@ from typing import Any
 from allocator import InvalidObjectError, cel, parse_object
 from extender.commands import output
 from extender.objects_io import ObjectLoadError, load_objects
+from extender.scoring import scoring_annotation_problem
 
 MAX_LISTED_ERRORS = 3
 
@@ -107,8 +108,13 @@ def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOpti
             invalid.append(str(exc))
             continue
         if parsed is None:
+            # Kinds the allocator does not model: templates are linted like the claims made from them.
             if kind in ("Pod", "ResourceClaimTemplate"):
                 counts[kind] = counts.get(kind, 0) + 1
+            if kind == "ResourceClaimTemplate":
+                claims.append(_claim_from_template(raw))
+            if kind == "Pod":
+                invalid.extend(_pod_problems(raw))
             continue
         counts[kind] = counts.get(kind, 0) + 1
         if kind == "DeviceClass":
@@ -117,8 +123,6 @@ def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOpti
             slices.append(raw)
         elif kind == "ResourceClaim":
             claims.append(raw)
-        if kind == "ResourceClaimTemplate":
-            claims.append(_claim_from_template(raw))
 
     devices, device_errors = _devices(slices)
     invalid.extend(device_errors)
@@ -136,6 +140,13 @@ def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOpti
         "deviceClasses": [r.to_dict() for r in class_reports],
         "requests": [r.to_dict() for r in request_reports],
     }
+
+
+def _pod_problems(raw: dict[str, Any]) -> list[str]:
+    """What our own annotations on a pod get wrong (the scheduler would fall back silently)."""
+    meta = raw.get("metadata") or {}
+    problem = scoring_annotation_problem(raw)
+    return [f"Pod {meta.get('namespace', '')}/{meta.get('name', '')}: {problem}"] if problem else []
 
 
 def spec_of(raw: dict[str, Any]) -> dict[str, Any]:

@@ -19,10 +19,17 @@ from typing import Any
 
 import orjson
 
-from allocator import FeatureGates
+from allocator import FeatureGates, cel
 from extender import controllers, eventloop
 from extender.commands.output import EXIT_ERROR, examples
+from extender.httpguard import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_REQUEST_BYTES,
+    HttpLimits,
+)
 from extender.podclaims import has_claims
+from extender.podgroups import WORKLOAD_CLAIMS
 from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
 from extender.scoring import POLICIES
 from extender.server import DEFAULT_PREFIX, ExtenderServer
@@ -77,6 +84,35 @@ def register(subparsers: Any) -> None:
     net.add_argument(
         "--extender-client-ca-file",
         help="require extender clients (kube-scheduler) to present a certificate signed by this CA",
+    )
+    net.add_argument(
+        "--max-request-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help="largest filter, prioritize or preempt body accepted (413 beyond; bind takes at most 64 KiB). "
+        "The default fits a Pod and node names (nodeCacheCapable: true, as deploy/ configures); raise it "
+        f"only for full NodeLists (default {DEFAULT_MAX_REQUEST_BYTES})",
+    )
+    net.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="connections each port keeps open at once; more are closed at once (default "
+        f"{DEFAULT_MAX_CONNECTIONS}). Keep the ports' sum below the process's file-descriptor limit",
+    )
+    net.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        help="seconds a connection may stay open without sending a complete request, from when it opens "
+        f"or got its last answer (default {DEFAULT_IDLE_TIMEOUT_S:g})",
+    )
+    net.add_argument(
+        "--debug-from-anywhere",
+        action="store_true",
+        help="answer /debug/ pages (pods and claims of the cluster) on every address of the debug port; by "
+        "default only loopback connections (kubectl port-forward) get them. /healthz, /readyz and "
+        "/metrics answer everyone either way",
     )
     sched = parser.add_argument_group("scheduling")
     sched.add_argument(
@@ -158,6 +194,24 @@ def _port(value: str) -> int:
     return port
 
 
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    return number
+
+
+def http_limits(args: argparse.Namespace) -> HttpLimits:
+    return HttpLimits(
+        max_request_bytes=getattr(args, "max_request_bytes", DEFAULT_MAX_REQUEST_BYTES),
+        max_connections=getattr(args, "max_connections", DEFAULT_MAX_CONNECTIONS),
+        idle_timeout_s=getattr(args, "idle_timeout", DEFAULT_IDLE_TIMEOUT_S),
+    )
+
+
 def _seconds(value: str) -> float:
     try:
         seconds = float(value.removesuffix("s"))
@@ -221,12 +275,12 @@ async def open_cluster(
         from extender.objects_io import load_objects
 
         return Cluster(ClusterCache.from_objects(load_objects([args.snapshot]), features))
-    from extender.informer import ClusterWatcher
+    from extender.informer import ClusterWatcher, watched_kinds
     from extender.kubeapi import KubeClient
 
     client = await KubeClient.connect(kubeconfig=args.kubeconfig, context=args.context)
     cache = ClusterCache(features)
-    watcher = ClusterWatcher(client, cache)
+    watcher = ClusterWatcher(client, cache, kinds=watched_kinds(features))
     await watcher.start()
     cluster = Cluster(cache, client, watcher)
     if wait_ready_s is not None and not await watcher.wait_ready(wait_ready_s):
@@ -333,21 +387,39 @@ async def print_banner_when_synced(server: ExtenderServer, cluster: Cluster) -> 
     print(usage_banner(server, cluster.cache, kubectl_template=cluster.client is not None), flush=True)
 
 
+def flag_problem(args: argparse.Namespace) -> str:
+    """Why this flag combination cannot run ("" when it can). TLS flags fail closed: half a TLS setup
+    never falls back to plain HTTP or to running without the webhook."""
+    if args.snapshot and (args.kubeconfig or args.context):
+        return "--snapshot cannot be combined with --kubeconfig or --context"
+    if bool(args.extender_tls_cert_file) != bool(args.extender_tls_private_key_file):
+        return "--extender-tls-cert-file and --extender-tls-private-key-file go together"
+    if args.extender_client_ca_file and not args.extender_tls_cert_file:
+        return ("--extender-client-ca-file needs --extender-tls-cert-file and "
+                "--extender-tls-private-key-file: client certificates are only checked over HTTPS, "
+                "and the extender would otherwise serve plain HTTP to anyone")
+    if bool(getattr(args, "tls_cert_file", None)) != bool(getattr(args, "tls_private_key_file", None)):
+        return ("--tls-cert-file and --tls-private-key-file go together (the admission webhook needs both; "
+                "leave both out to run without it)")
+    return ""
+
+
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
-    if args.snapshot and (args.kubeconfig or args.context):
-        print("error: --snapshot cannot be combined with --kubeconfig or --context", file=sys.stderr)
-        return 2
-    if bool(args.extender_tls_cert_file) != bool(args.extender_tls_private_key_file):
-        print(
-            "error: --extender-tls-cert-file and --extender-tls-private-key-file go together", file=sys.stderr
-        )
-        return 2
+    problem = flag_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_ERROR
     try:
         features = parse_features(args.feature_gates)
     except ValueError as error:
         print(f"error: --feature-gates: {error}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
+    try:
+        cel.default_engine()
+    except ValueError as error:  # otherwise /readyz says ok and every filter fails
+        print(f"error: {cel.BACKEND_ENV}: {error}", file=sys.stderr)
+        return EXIT_ERROR
     try:
         return eventloop.run(serve(args, features))
     except KeyboardInterrupt:
@@ -366,7 +438,8 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
         log.error("cannot read the cluster: %s", error)
         return EXIT_ERROR
     server = ExtenderServer(
-        build_scheduler(cluster, args), watch_health=cluster.watcher.health if cluster.watcher else None
+        build_scheduler(cluster, args), watch_health=cluster.watcher.health if cluster.watcher else None,
+        limits=http_limits(args), debug_from_anywhere=getattr(args, "debug_from_anywhere", False),
     )
     webhook = None
     running = None
@@ -393,7 +466,8 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
             log.warning("webhook package not available: the webhook port is not opened")
         else:
             webhook = webhook_server.server_from_args(
-                args, cluster.cache, features=features, host=args.bind_address, port=args.webhook_port
+                args, cluster.cache, features=features, host=args.bind_address, port=args.webhook_port,
+                limits=http_limits(args),
             )
             if webhook is not None:  # otherwise server_from_args logged why the port stays closed
                 await webhook.start()
@@ -404,7 +478,8 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
             )
         elif args.controllers:
             running = await controllers.start_from_args(
-                cluster.cache, cluster.client, args, registry=server.metrics.registry
+                cluster.cache, cluster.client, args, registry=server.metrics.registry,
+                workload_claims=features.enabled(WORKLOAD_CLAIMS),
             )
             server.add_state("controllers", running.state)
             server.driver_lost = running.driver_lost

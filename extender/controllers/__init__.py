@@ -47,6 +47,7 @@ class ControllerCache(Protocol):
     def subscribe(self, callback: Any) -> None: ...
     def objects(self) -> list[dict]: ...
     def pod(self, namespace: str, name: str) -> dict | None: ...
+    def pods_in_group(self, namespace: str, group_name: str) -> list[dict]: ...
 
 
 def check_names(names: Iterable[str]) -> tuple[str, ...]:
@@ -142,6 +143,7 @@ class ControllerOptions:
     lease_namespace: str = "kube-system"
     lease_name: str = "dra-extender-controllers"
     identity: str = ""
+    workload_claims: bool = False  # gate DRAWorkloadResourceClaims: claims reserved for PodGroups
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", check_names(self.names))
@@ -187,7 +189,8 @@ class _Term:
             )
         if TAINT_EVICTION in options.names and self.evictor is not None:
             self.taint = TaintEvictionController(
-                cache, client, clock, self.evictor, self.pools, self.claims, schedule_rule=self.queue.schedule
+                cache, client, clock, self.evictor, self.pools, self.claims,
+                schedule_rule=self.queue.schedule, workload_claims=options.workload_claims,
             )
         self.driver_loss: DriverLossTracker | None = None
         if DRIVER_LOSS in options.names:
@@ -387,8 +390,10 @@ async def start_controllers(
     lease_name: str = "dra-extender-controllers",
     identity: str | None = None,
     registry: CollectorRegistry = REGISTRY,
+    workload_claims: bool = False,
 ) -> Controllers:
     options = ControllerOptions(
+        workload_claims=workload_claims,
         names=tuple(names),
         workers=workers,
         driver_loss_grace_period=driver_loss_grace_period,
@@ -410,10 +415,12 @@ async def start_from_args(
     *,
     clock: Clock | None = None,
     registry: CollectorRegistry = REGISTRY,
+    workload_claims: bool = False,
 ) -> Controllers:
     return await start_controllers(
         cache,
         client,
+        workload_claims=workload_claims,
         names=args.controllers,
         clock=clock,
         workers=args.taint_eviction_workers,

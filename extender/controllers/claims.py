@@ -13,10 +13,12 @@ from extender.podclaims import (
     allocation_of,
     claim_name_for,
     claim_references,
+    controlled_by_group_of,
     is_controlled_by,
     pod_uid,
     reserved_for,
 )
+from extender.podgroups import is_group_reference
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +42,18 @@ def result_device(result: Mapping[str, Any]) -> DeviceId | None:
     return None
 
 
-def consumers(claim: Mapping[str, Any], pods: Any) -> Iterator[dict]:
+def consumers(claim: Mapping[str, Any], pods: Any, *, groups: bool = False) -> Iterator[dict]:
     """The live pods in the claim's reservedFor. A consumer whose pod is gone or was replaced (other UID)
     is skipped and the rest are still visited; upstream returned at the first such entry (fixed in
-    kubernetes PR #135686), leaving the remaining pods of a shared claim on a broken device."""
+    kubernetes PR #135686), leaving the remaining pods of a shared claim on a broken device.
+
+    `groups` (gate DRAWorkloadResourceClaims): a PodGroup consumer stands for every pod of the group;
+    the caller still checks that each one uses the claim."""
     namespace = (claim.get("metadata") or {}).get("namespace") or ""
     for entry in reserved_for(claim):
+        if groups and is_group_reference(entry):
+            yield from pods.pods_in_group(namespace, str(entry.get("name") or ""))
+            continue
         if (
             not isinstance(entry, dict)
             or (entry.get("resource") or "pods") != "pods"
@@ -58,8 +66,9 @@ def consumers(claim: Mapping[str, Any], pods: Any) -> Iterator[dict]:
         yield pod
 
 
-def pod_claim_keys(pod: Mapping[str, Any], claims: ClaimIndex) -> list[str]:
-    """Keys of the allocated claims that belong to this pod (template claims must be owned by it)."""
+def pod_claim_keys(pod: Mapping[str, Any], claims: ClaimIndex, *, groups: bool = False) -> list[str]:
+    """Keys of the allocated claims that belong to this pod (template claims must be owned by it or,
+    with `groups`, by its PodGroup)."""
     namespace = (pod.get("metadata") or {}).get("namespace") or ""
     keys: list[str] = []
     try:
@@ -76,7 +85,8 @@ def pod_claim_keys(pod: Mapping[str, Any], claims: ClaimIndex) -> list[str]:
             continue
         key = f"{namespace}/{name}"
         claim = claims.get(key)
-        if claim is None or (must_own and not is_controlled_by(claim, pod_uid(pod))):
+        if claim is None or (must_own and not (
+                is_controlled_by(claim, pod_uid(pod)) or (groups and controlled_by_group_of(claim, pod)))):
             continue
         keys.append(key)
     return keys

@@ -3,7 +3,8 @@
 Inputs arrive as cache events (pods, claims, slices via the shared PoolIndex, DeviceTaintRules); the
 handlers only compute and hand wishes to the PodEvictor, which does the API work through the queue.
 A pod must go when it is scheduled and one of its claims is allocated, reserved for this pod (UID)
-and uses a device with a NoExecute taint (from its slice or a matching DeviceTaintRule) that the
+or, with DRAWorkloadResourceClaims, for the pod's PodGroup (every pod of the group using the claim
+goes), and uses a device with a NoExecute taint (from its slice or a matching DeviceTaintRule) that the
 allocation result's tolerations do not tolerate forever; the earliest eviction time wins.
 """
 
@@ -26,7 +27,8 @@ from extender.controllers.evictor import Eviction, PodEvictor, PodRef, Reason
 from extender.controllers.pools import DeviceId, PoolId, PoolIndex
 from extender.controllers.rule_status import current_condition, eviction_condition, same_condition
 from extender.controllers.tolerations import NO_EXECUTE, eviction_time
-from extender.podclaims import is_reserved_for, pod_uid
+from extender.podclaims import pod_uid
+from extender.podgroups import reserved_for_pod
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ class RuleRef(NamedTuple):
 
 class PodLookup(Protocol):
     def pod(self, namespace: str, name: str) -> dict | None: ...
+    def pods_in_group(self, namespace: str, group_name: str) -> list[dict]: ...
 
 
 class StatusClient(Protocol):
@@ -78,8 +81,10 @@ class TaintEvictionController:
         claims: ClaimIndex,
         *,
         schedule_rule: Callable[[RuleRef, float], None],
+        workload_claims: bool = False,
     ) -> None:
         self._pods = pods
+        self._groups = workload_claims  # gate DRAWorkloadResourceClaims: PodGroup consumers count
         self._client = client
         self._clock = clock
         self._evictor = evictor
@@ -118,7 +123,7 @@ class TaintEvictionController:
         self._recompute([key])
         for claim in (previous, new):
             if claim is not None:
-                for pod in consumers(claim, self._pods):
+                for pod in consumers(claim, self._pods, groups=self._groups):
                     self._evaluate_pod(pod)
 
     def on_pod(self, new: dict, old: dict | None) -> None:
@@ -185,7 +190,7 @@ class TaintEvictionController:
             claim = self._claims.get(key)
             if claim is None:
                 continue
-            for pod in consumers(claim, self._pods):
+            for pod in consumers(claim, self._pods, groups=self._groups):
                 ref = PodRef.of(pod)
                 if ref not in seen:
                     seen.add(ref)
@@ -226,11 +231,10 @@ class TaintEvictionController:
     def _eviction_of_pod(self, pod: Mapping[str, Any]) -> Eviction | None:
         if not (pod.get("spec") or {}).get("nodeName"):
             return None
-        uid = pod_uid(pod)
         evictions = []
-        for key in pod_claim_keys(pod, self._claims):
+        for key in pod_claim_keys(pod, self._claims, groups=self._groups):
             eviction = self._claim_eviction.get(key)
-            if eviction is not None and is_reserved_for(self._claims.get(key) or {}, uid):
+            if eviction is not None and reserved_for_pod(self._claims.get(key) or {}, pod, self._groups):
                 evictions.append(eviction)
         return Eviction.combine(evictions)
 
@@ -302,13 +306,14 @@ class TaintEvictionController:
                     continue
             if not hit:
                 continue
-            for pod in consumers(claim, self._pods):
+            for pod in consumers(claim, self._pods, groups=self._groups):
                 ref = PodRef.of(pod)
                 if (
                     (pod.get("spec") or {}).get("nodeName")
                     and not (pod.get("metadata") or {}).get("deletionTimestamp")
                     and not self._evictor.was_evicted(ref.uid)
-                    and key in pod_claim_keys(pod, self._claims)
+                    and key in pod_claim_keys(pod, self._claims, groups=self._groups)
+                    and reserved_for_pod(claim, pod, self._groups)
                 ):
                     pods.add(ref)
         return pods, len({ref.namespace for ref in pods}), allocated

@@ -39,6 +39,11 @@ class MirrorCache:
     def pod(self, namespace: str, name: str) -> dict | None:
         return self._objects.get(("Pod", namespace, name))
 
+    def pods_in_group(self, namespace: str, group_name: str) -> list[dict]:
+        return [obj for (kind, ns, _), obj in sorted(self._objects.items())
+                if kind == "Pod" and ns == namespace
+                and ((obj.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") == group_name]
+
     def apply(self, kind: str, event_type: str, obj: dict) -> None:
         meta = obj["metadata"]
         key = (kind, str(meta.get("namespace") or ""), str(meta["name"]))

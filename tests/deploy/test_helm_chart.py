@@ -209,9 +209,10 @@ def test_values_reach_the_objects(helm: str) -> None:
     config = yaml.safe_load(find(docs, "ConfigMap", "dra-scheduler-config")["data"]["config.yaml"])
     assert config["profiles"][0]["schedulerName"] == "gpu-scheduler"
     assert config["leaderElection"]["resourceName"] == "gpu-scheduler"
-    docs = helm_template(helm, "mode=scheduler-config", "networkPolicy.enabled=true")
-    ports = [p["port"] for p in find(docs, "NetworkPolicy", "dra-extender")["spec"]["ingress"][0]["ports"]]
-    assert ports == [8888, 8443, 8889]
+    docs = helm_template(helm, "mode=scheduler-config")
+    policy = find(docs, "NetworkPolicy", "dra-extender-scheduler-config")
+    ports = [p["port"] for p in policy["spec"]["ingress"][0]["ports"]]
+    assert ports == [8888]
 
 
 @pytest.mark.parametrize(

@@ -412,11 +412,32 @@ def test_scheduler_name_policy_sets_the_second_schedulers_name() -> None:
     assert f'schedulerName: "{scheduler_name}"' in mutation["applyConfiguration"]["expression"]
 
 
+def _ports_open_to_anyone(docs: list[dict]) -> set[int]:
+    return {port["port"] for doc in docs if doc["kind"] == "NetworkPolicy"
+            for rule in doc["spec"]["ingress"] if not rule.get("from") for port in rule["ports"]}
+
+
 def test_network_policy_leaves_the_plain_http_extender_port_closed() -> None:
-    policy = find(resource_docs(SECOND_SCHEDULER), "NetworkPolicy", "dra-extender")
-    open_ports = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    open_ports = _ports_open_to_anyone(BASE_DOCS + resource_docs(SECOND_SCHEDULER))
     assert int(arg_value(EXTENDER["args"], "--extender-port")) not in open_ports
     assert int(arg_value(EXTENDER["args"], "--webhook-port")) in open_ports
+
+
+def test_the_debug_port_is_not_open_to_every_pod_and_its_pages_answer_loopback_only() -> None:
+    debug_port = int(arg_value(EXTENDER["args"], "--debug-port"))
+    for component in (SECOND_SCHEDULER, SCHEDULER_CONFIG):
+        assert debug_port not in _ports_open_to_anyone(BASE_DOCS + resource_docs(component))
+    policy = find(BASE_DOCS, "NetworkPolicy", "dra-extender")
+    [scrape] = [rule for rule in policy["spec"]["ingress"] if rule.get("from")]
+    assert {port["port"] for port in scrape["ports"]} == {debug_port}
+    scrapers = {"dra-extender.io/metrics-scraper": "true"}
+    assert scrape["from"] == [{"namespaceSelector": {"matchLabels": scrapers}}]
+    assert not any(arg.startswith("--debug-from-anywhere") for arg in EXTENDER["args"])
+
+
+def test_https_extender_port_is_open_where_kube_scheduler_calls_it_over_the_network() -> None:
+    assert int(arg_value(EXTENDER["args"], "--extender-port")) in _ports_open_to_anyone(
+        resource_docs(SCHEDULER_CONFIG))
 
 
 # ---- image ---------------------------------------------------------------------------------------------

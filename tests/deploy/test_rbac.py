@@ -27,7 +27,7 @@ from deploy_manifests import (
     load_docs,
 )
 
-from extender.informer import DEFAULT_KINDS
+from extender.informer import DEFAULT_KINDS, POD_GROUPS
 
 SOURCE_PACKAGES = ("extender", "webhook")
 # The client itself: its methods are the calls, not call sites.
@@ -56,7 +56,9 @@ API_CALLS: set[tuple[str, Permission]] = {
       for group, resource in (("", "nodes"), ("", "pods"), ("resource.k8s.io", "deviceclasses"),
                               ("resource.k8s.io", "resourceslices"), ("resource.k8s.io", "resourceclaims"),
                               ("resource.k8s.io", "resourceclaimtemplates"),
-                              ("resource.k8s.io", "devicetaintrules"))},
+                              ("resource.k8s.io", "devicetaintrules"),
+                              # only with --feature-gates=DRAWorkloadResourceClaims=true
+                              ("scheduling.k8s.io", "podgroups"))},
     # bind: re-read on conflict, finalizer, allocation + reservation, Binding, pod check after a 409
     ("extender/claimwriter.py", P("get", "resource.k8s.io", "resourceclaims")),
     ("extender/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims")),
@@ -230,8 +232,9 @@ def derived_calls() -> set[tuple[str, Permission]]:
     derived: set[tuple[str, Permission]] = set()
     for site in call_sites():
         if site.module == "extender/informer.py" and site.method in ("list", "watch") and site.path is None:
-            # The informer's path is the watched kind's; every kind in DEFAULT_KINDS is watched.
-            for watched in DEFAULT_KINDS:
+            # The informer's path is the watched kind's: every kind in DEFAULT_KINDS, and PodGroups
+            # with the DRAWorkloadResourceClaims gate.
+            for watched in (*DEFAULT_KINDS, POD_GROUPS):
                 derived.add((site.module, permission_for(site.method, watched.path)))
             continue
         assert site.path is not None, f"cannot resolve the URL path at {site}; extend the resolver"

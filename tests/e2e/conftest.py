@@ -8,13 +8,12 @@ if missing). The tests skip only when they cannot be built, i.e. without a Go to
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import build_control_plane
 import pytest
-from e2e_api import Api
-from e2e_cluster import ControlPlane, extender_supports
+from e2e_api import Api, temporary_namespace
+from e2e_cluster import ControlPlane, extender_supports, running
 
 CONTROLLERS_FLAG = "--controllers"
 
@@ -28,17 +27,8 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     work = tmp_path_factory.mktemp("control-plane")
     plane = ControlPlane(bin_dir, work)
     flags = [f"{CONTROLLERS_FLAG}=taint-eviction"] if extender_supports(CONTROLLERS_FLAG) else []
-    try:
-        plane.start(flags)
-    except BaseException:
-        print(plane.log_tails())
-        plane.stop()
-        raise
-    yield plane
-    plane.stop()
-    # Every test ran against the deployed RBAC: a refused call anywhere in the run means a missing rule.
-    refused = plane.forbidden_requests()
-    assert not refused, "the API server refused the extender's requests:\n" + "\n".join(refused[:20])
+    with running(plane, flags):
+        yield plane
 
 
 @pytest.fixture(scope="session")
@@ -50,12 +40,8 @@ def api(control_plane: ControlPlane) -> Api:
 @pytest.fixture
 def namespace(api: Api) -> Iterator[str]:
     """A namespace of the test's own; its pods are force-deleted afterwards (no kubelet confirms)."""
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    api.create("/api/v1/namespaces", {"metadata": {"name": name}})
-    yield name
-    for pod in api.items(f"/api/v1/namespaces/{name}/pods"):
-        api.delete(f"/api/v1/namespaces/{name}/pods/{pod['metadata']['name']}", grace_period_seconds=0)
-    api.delete(f"/api/v1/namespaces/{name}")
+    with temporary_namespace(api) as name:
+        yield name
 
 
 @pytest.hookimpl(wrapper=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
@@ -116,3 +118,16 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 60.0, 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what} (last: {last!r})")
         time.sleep(interval_s)
+
+
+@contextlib.contextmanager
+def temporary_namespace(api: Api, prefix: str = "e2e") -> Iterator[str]:
+    """A namespace of the caller's own; its pods are force-deleted afterwards (no kubelet confirms)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    api.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        for pod in api.items(f"/api/v1/namespaces/{name}/pods"):
+            api.delete(f"/api/v1/namespaces/{name}/pods/{pod['metadata']['name']}", grace_period_seconds=0)
+        api.delete(f"/api/v1/namespaces/{name}")

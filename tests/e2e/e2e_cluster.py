@@ -9,6 +9,7 @@ would. Every component logs to <work dir>/logs/<name>.log.
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import shutil
 import signal
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,6 +137,9 @@ class ControlPlane:
     # "in-tree": kube-scheduler's own DynamicResources plugin and no extender (the benchmark's baseline).
     scheduler_mode: str = "extender"
     webhooks: bool = True
+    # Extra command-line flags per component name ("kube-apiserver", "kube-scheduler", ...), for the
+    # tests that need feature gates or API versions the shared control plane does not enable.
+    extra_args: dict[str, list[str]] = field(default_factory=dict)
     components: dict[str, Component] = field(default_factory=dict)
     api: Api | None = None
 
@@ -214,7 +219,7 @@ class ControlPlane:
     # ----- components -----
 
     def _component(self, name: str, args: list[str]) -> Component:
-        component = Component(name, args, self.logs / f"{name}.log")
+        component = Component(name, [*args, *self.extra_args.get(name, [])], self.logs / f"{name}.log")
         self.components[name] = component
         component.start()
         return component
@@ -559,6 +564,23 @@ class ControlPlane:
         for name, component in self.components.items():
             parts.append(f"----- {name} ({component.log_file}) -----\n{component.tail(lines)}")
         return "\n".join(parts)
+
+
+@contextlib.contextmanager
+def running(plane: ControlPlane, extender_flags: list[str]) -> Iterator[ControlPlane]:
+    """Start `plane` (printing the logs' tails if that fails), stop it afterwards, and fail if the API
+    server refused any of the extender's requests meanwhile: the run used the deployed RBAC, so a
+    refused call means a missing rule."""
+    try:
+        plane.start(extender_flags)
+    except BaseException:
+        print(plane.log_tails())
+        plane.stop()
+        raise
+    yield plane
+    plane.stop()
+    refused = plane.forbidden_requests()
+    assert not refused, "the API server refused the extender's requests:\n" + "\n".join(refused[:20])
 
 
 def extender_supports(flag: str) -> bool:

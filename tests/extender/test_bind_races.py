@@ -4,6 +4,7 @@ outcome is unknown, shared claims. No device may ever end up in two claims."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import dra_objects as o
@@ -31,11 +32,12 @@ class GatedWriter(ClaimWriter):
         super().__init__(None, cache)
         self.gates: dict[str, asyncio.Event] = {}
 
-    async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]]) -> None:
+    async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
+                   consumers: Mapping[str, dict] | None = None) -> None:
         gate = self.gates.get(pod["metadata"]["name"])
         if gate is not None:
             await gate.wait()
-        await super().bind(pod, node, claims)
+        await super().bind(pod, node, claims, consumers)
 
 
 def make(objs: list[dict[str, Any]], **options: Any) -> tuple[Scheduler, GatedWriter, Clock]:

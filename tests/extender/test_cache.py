@@ -73,7 +73,9 @@ def test_snapshot_of_the_example_cluster(cache: ClusterCache) -> None:
     assert names(cache.pods_referencing_claim("default", "worker-gpu-k8f2x")) == ["worker"]
     assert names(cache.pods_referencing_claim("default", "single-gpu")) == ["inference"]
     stats = cache.stats()
-    assert stats["objects"]["ResourceClaim"] == 7 and stats["allocatedClaims"] == 1 and stats["invalid"] == {}
+    assert stats["objects"]["ResourceClaim"] == 8 and stats["allocatedClaims"] == 1 and stats["invalid"] == {}
+    assert stats["objects"]["PodGroup"] == 1
+    assert names(cache.pods_in_group("default", "train")) == [f"train-worker-{i}" for i in range(3)]
 
 
 def test_objects_round_trip_through_from_objects(cache: ClusterCache) -> None:

@@ -147,3 +147,26 @@ def test_missing_device_class_is_reported(tmp_path: Path, capsys: pytest.Capture
 def test_unreadable_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(tmp_path / "absent.yaml")]) == 2
     assert "absent.yaml" in capsys.readouterr().err
+
+
+def test_claim_template_selectors_are_linted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    made = claim("tpl", ["device.attributes[ == 1"])
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": made["metadata"], "spec": {"spec": made["spec"]}}
+    code, report = run_check(tmp_path, [GPU_CLASS, gpu_slice("n1", ["A100"]), template], capsys)
+    assert code == 1
+    entry = request_entry(report, "tpl")
+    assert entry["subject"].startswith("ResourceClaimTemplate default/tpl")
+    assert entry["compileErrors"] and entry["compileErrors"][0].startswith("selector #1:")
+
+
+def test_unknown_scoring_annotation_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "namespace": "default",
+                        "annotations": {"dra-extender.io/scoring": "pack"}},
+           "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    code, report = run_check(tmp_path, [GPU_CLASS, gpu_slice("n1", ["A100"]), pod], capsys)
+    assert code == 1
+    assert report["invalidObjects"] == [
+        "Pod default/p: dra-extender.io/scoring='pack' is unknown (binpack, spread, none): "
+        "the default policy applies"]

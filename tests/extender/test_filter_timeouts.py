@@ -165,7 +165,10 @@ async def test_preempt_drops_candidates_whose_check_timed_out(slow_nodes: SlowNo
     used = o.allocate(o.claim("used"), "node-0", ["gpu-0"], [{"resource": "pods", "name": "x", "uid": "x"}])
     other = o.allocate(o.claim("other"), "node-1", ["gpu-0"], [{"resource": "pods", "name": "y", "uid": "y"}])
     slow_nodes.slow = {"node-1"}
-    scheduler = make(slow_nodes, [*o.cluster(2, 1), used, other, o.claim("c"), o.pod("p", ["c"])])
+    holders = [o.pod(name, [claim]) for name, claim in (("x", "used"), ("y", "other"))]
+    for holder in holders:
+        holder["metadata"]["uid"] = holder["metadata"]["name"]
+    scheduler = make(slow_nodes, [*o.cluster(2, 1), used, other, *holders, o.claim("c"), o.pod("p", ["c"])])
     victims = {node: {"Pods": [{"UID": uid}], "NumPDBViolations": 0} for node, uid in (("node-0", "x"),
                                                                                       ("node-1", "y"))}
     assert await scheduler.preempt(pod_of(scheduler), victims) == {"node-0": victims["node-0"]}

@@ -8,11 +8,10 @@ from extender.podclaims import (
     RESERVED_FOR_MAX,
     ClaimsNotReady,
     InvalidPodError,
-    can_be_reserved_for,
     has_claims,
-    is_reserved_for,
     resolve_pod_claims,
 )
+from extender.podgroups import reservable
 
 
 @dataclass
@@ -92,6 +91,7 @@ def test_missing_and_deleting_claims() -> None:
         [{"resourceClaimName": "c1"}],
         [{"name": "gpu"}],
         "not-a-list",
+        # No such field in the released API (1.37): an entry with only it names no claim.
         [{"name": "gpu", "podGroupResourceClaim": {"resourceClaimName": "c1"}}],
     ],
 )
@@ -105,6 +105,8 @@ def test_malformed_references_are_invalid(refs: object) -> None:
 def test_reservation_limit() -> None:
     full = {"status": {"reservedFor": [{"resource": "pods", "name": f"p{i}", "uid": f"u{i}"}
                                        for i in range(RESERVED_FOR_MAX)]}}
-    assert not can_be_reserved_for(full, "new")
-    assert can_be_reserved_for(full, "u7") and is_reserved_for(full, "u7")
-    assert can_be_reserved_for({"status": {}}, "new")
+    newcomer = {"metadata": {"uid": "new"}, "spec": {}}
+    member = {"metadata": {"uid": "u7"}, "spec": {}}
+    assert not reservable(full, newcomer, "new", False, RESERVED_FOR_MAX)
+    assert reservable(full, member, "u7", False, RESERVED_FOR_MAX)
+    assert reservable({"status": {}}, newcomer, "new", False, RESERVED_FOR_MAX)

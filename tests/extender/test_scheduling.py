@@ -58,7 +58,7 @@ async def test_fit_and_one_line_reason_per_node() -> None:
     # No devices in use on node-0: preemption cannot help, so the node is unresolvable.
     assert result.unresolvable == {
         "node-0": "claim c: request gpu: needs 3 devices, 2 match",
-        "ghost": "node ghost is not known to dra-extender",
+        "ghost": "node not known to dra-extender",
     }
     assert result.failed == {} and result.error == ""
 
@@ -197,15 +197,36 @@ async def test_filter_holds_devices_until_bind_or_timeout() -> None:
     assert len(scheduler.assume) == 0
 
 
-async def test_preempt_keeps_only_useful_candidates() -> None:
-    used = o.allocate(o.claim("used"), "node-1", ["gpu-0"], [{"resource": "pods", "name": "x", "uid": "x"}])
-    # node-2 has no devices: evicting pods there wins nothing.
-    objs = [*o.cluster(2, 1), o.node("node-2"), used, o.claim("c"), o.pod("p", ["c"])]
+def _holding(pod_name: str, claim_name: str, node: str,
+             also_reserved_for: tuple[str, ...] = ()) -> list[dict]:
+    """A running pod and its claim allocated on `node` (gpu-0), reserved for it and `also_reserved_for`."""
+    holder = o.pod(pod_name, [claim_name])
+    users = [holder, *(o.pod(name, []) for name in also_reserved_for)]
+    used = o.allocate(o.claim(claim_name), node, ["gpu-0"],
+                      [{"resource": "pods", "name": u["metadata"]["name"], "uid": u["metadata"]["uid"]}
+                       for u in users])
+    return [*users, used]
+
+
+def _victims(*pods_uids: str) -> dict:
+    return {"Pods": [{"UID": uid} for uid in pods_uids], "NumPDBViolations": 0}
+
+
+async def test_preempt_keeps_only_candidates_where_evicting_the_victims_frees_the_devices() -> None:
+    objs = [*o.cluster(5, 1), o.node("node-9"), o.claim("c"), o.pod("p", ["c"]),
+            *_holding("x", "used-1", "node-1"), *_holding("y", "used-2", "node-2"), o.pod("bystander", []),
+            *_holding("z", "used-3", "node-3", also_reserved_for=("sharer",)),
+            *_holding("w", "used-4", "node-4")]
     scheduler = make(objs)
+    uid = {name: scheduler.cache.pod("default", name)["metadata"]["uid"]
+           for name in ("x", "y", "z", "bystander")}
     victims = {
-        "node-0": {"Pods": [], "NumPDBViolations": 0},
-        "node-1": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0},
-        "node-2": {"Pods": [{"UID": "y"}], "NumPDBViolations": 0},
+        "node-0": _victims(),                      # fits as it is
+        "node-1": _victims(uid["x"]),              # x holds the only device
+        "node-2": _victims(uid["bystander"]),      # the victim holds nothing there
+        "node-3": _victims(uid["z"]),              # the claim is shared with a pod that stays
+        "node-4": _victims("not-a-pod"),           # not even a pod
+        "node-9": _victims(uid["y"]),              # no devices at all: unresolvable
     }
     kept = await scheduler.preempt(pod_of(scheduler, "p"), victims)
     assert kept == {"node-0": victims["node-0"], "node-1": victims["node-1"]}

@@ -53,3 +53,12 @@ def test_policy_from_annotation_overrides_default() -> None:
 def test_unknown_policy_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown scoring policy 'tight'"):
         node_scores("tight", {"a": fit()})
+
+
+def test_scoring_annotation_problem_of_odd_pods() -> None:
+    from extender.scoring import scoring_annotation_problem
+
+    for odd in ({"metadata": True}, {"metadata": {"annotations": ["x"]}}, {}):
+        assert scoring_annotation_problem(odd) == ""
+    numbered = {"metadata": {"annotations": {"dra-extender.io/scoring": 3}}}
+    assert "unknown" in scoring_annotation_problem(numbered)

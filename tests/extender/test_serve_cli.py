@@ -99,6 +99,9 @@ def test_serve_prints_working_curl_commands_and_stops_on_sigterm() -> None:
         (["serve", "--snapshot", "x", "--kubeconfig", "k"], "--snapshot cannot be combined"),
         (["serve", "--snapshot", "x", "--extender-tls-cert-file", "c"], "go together"),
         (["serve", "--snapshot", "x", "--feature-gates", "NoSuchGate=true"], "--feature-gates"),
+        (["serve", "--snapshot", "x", "--extender-client-ca-file", "ca.crt"], "plain HTTP"),
+        (["serve", "--snapshot", "x", "--tls-cert-file", "c"], "--tls-cert-file and --tls-private-key"),
+        (["serve", "--snapshot", "x", "--tls-private-key-file", "k"], "--tls-cert-file and --tls-"),
         (["explain", "a/b/c", "--snapshot", "x"], "NAME or NAMESPACE/NAME"),
         (["explain", "a/b", "-n", "c", "--snapshot", "x"], "names namespace 'a'"),
         (["explain", "a100-job", "--snapshot", "no-such-dir"], "cannot read the cluster"),
@@ -109,6 +112,23 @@ def test_bad_flags_exit_2_with_a_message(
 ) -> None:
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_serve_refuses_an_unknown_cel_backend(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DRA_EXTENDER_CEL_BACKEND", "bogus")
+    assert main(["serve", "--snapshot", str(EXAMPLES), "--extender-port", "0", "--debug-port", "0"]) == 2
+    assert "DRA_EXTENDER_CEL_BACKEND" in capsys.readouterr().err
+
+
+def test_version_names_an_unknown_cel_backend_without_a_traceback() -> None:
+    result = subprocess.run([sys.executable, "-m", "extender.cli", "--version"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "DRA_EXTENDER_CEL_BACKEND": "bogus"})
+    assert result.returncode == 2
+    assert "DRA_EXTENDER_CEL_BACKEND" in result.stderr and "bogus" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_serve_reports_a_snapshot_it_cannot_read(tmp_path: Path) -> None:
@@ -264,7 +284,8 @@ async def test_serve_against_an_api_server_via_kubeconfig(
                 assert response.status == 200
             pod = fake_api.get_object("Pod", "a100-job", "default")
             body = orjson.dumps({"Pod": pod, "NodeNames": ["node-1", "node-2", "node-3"], "Nodes": None})
-            async with session.post(extender + "/filter", data=body) as response:
+            async with session.post(extender + "/filter", data=body,
+                                    headers={"Content-Type": "application/json"}) as response:
                 assert (await response.json())["NodeNames"] == ["node-1"]
             async with session.get(debug + "/debug/state") as response:
                 state = await response.json()

@@ -36,7 +36,8 @@ class Stack:
     async def post(self, verb: str, body: dict) -> Any:
         async with (
             aiohttp.ClientSession() as session,
-            session.post(f"{self.server.urls['extender']}/{verb}", data=orjson.dumps(body)) as response,
+            session.post(f"{self.server.urls['extender']}/{verb}", data=orjson.dumps(body),
+                         headers={"Content-Type": "application/json"}) as response,
         ):
             assert response.status == 200
             return orjson.loads(await response.read())

@@ -64,6 +64,7 @@ RESOURCES = (
     Resource("resource.k8s.io/v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
     Resource("resource.k8s.io/v1", "devicetaintrules", "DeviceTaintRule", False, True),
     Resource("coordination.k8s.io/v1", "leases", "Lease", True),
+    Resource("scheduling.k8s.io/v1beta1", "podgroups", "PodGroup", True, True),
     Resource("events.k8s.io/v1", "events", "Event", True),
 )
 BY_PATH = {(r.group_version, r.plural): r for r in RESOURCES}

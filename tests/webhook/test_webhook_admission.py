@@ -170,3 +170,29 @@ def test_response_shape() -> None:
         "status": {"code": 422, "reason": "Invalid", "message": "no"},
     }
     assert clip_warning("short") == "short"
+
+
+def _resource_label_values() -> set[str]:
+    return {
+        sample.labels["resource"]
+        for metric in REGISTRY.collect()
+        if metric.name == "dra_extender_webhook_decisions"
+        for sample in metric.samples
+    }
+
+
+def test_metric_resource_labels_come_from_a_closed_set() -> None:
+    """A sender choosing the resource name must not mint a new time series per review."""
+    review = admission_review("CREATE", "pods", pod("p"))
+    webhook_handler = handler()
+    for index in range(50):
+        review["request"]["resource"] = {"group": f"g{index}.io", "version": "v1",
+                                         "resource": f"made-up-{index}"}
+        review["request"]["uid"] = uid()
+        assert decide(webhook_handler, "validate", review)["allowed"] is True
+    labels = _resource_label_values()
+    assert not any(label.startswith("made-up-") for label in labels)
+    assert "other" in labels
+    # A resource with a rule keeps its own label.
+    webhook_handler.handle("validate", orjson.dumps(over_limit_review()))
+    assert "resourceclaims/status" in _resource_label_values()

@@ -282,3 +282,14 @@ def test_dry_run_is_evaluated_the_same_way() -> None:
     _, allocated = allocated_claim()
     review = status_update(allocated, reserve(allocated, reservations(257)), dry_run=True)
     assert decide(make_handler(), "validate", review)["allowed"] is False
+
+
+def test_a_denial_with_many_problems_says_how_many_and_names_a_few() -> None:
+    _, allocated = allocated_claim()
+    missing_pods = [{"resource": "pods", "name": f"pod-{i}", "uid": uid()} for i in range(257)]
+    response = decide(make_handler(), "validate", status_update(allocated, reserve(allocated, missing_pods)))
+    message = response["status"]["message"]
+    assert response["allowed"] is False and len(message) < 1000
+    assert message.startswith("258 problems, the first 3: status.reservedFor: 257 entries exceed the limit")
+    assert "pod ns/pod-0 does not exist" in message and "pod-256" not in message
+    assert message.endswith("and 255 more")

@@ -82,6 +82,18 @@ def test_pods_with_templates_or_without_claims_are_allowed() -> None:
     assert decide(handler, "validate", create_pod())["allowed"]
 
 
+def test_an_unknown_scoring_annotation_is_a_warning() -> None:
+    review = create_pod({"name": "g", "resourceClaimTemplateName": "t"})
+    review["request"]["object"]["metadata"]["annotations"] = {"dra-extender.io/scoring": "pack"}
+    response = decide(make_handler(), "validate", review)
+    assert response["allowed"] is True
+    assert response["warnings"] == [
+        "dra-extender: dra-extender.io/scoring='pack' is unknown (binpack, spread, none): "
+        "the default policy applies"]
+    review["request"]["object"]["metadata"]["annotations"] = {"dra-extender.io/scoring": "spread"}
+    assert "warnings" not in decide(make_handler(), "validate", review)
+
+
 def test_pod_checks_wait_for_the_cluster_view() -> None:
     response = decide(
         make_handler(shared_claim(256), ready=False),

@@ -187,6 +187,18 @@ def x509_serial(directory: Path) -> int:
     return x509.load_pem_x509_certificate((directory / certs.CERT_FILE).read_bytes()).serial_number
 
 
+async def test_an_oversized_review_announced_with_expect_100_continue_gets_413(
+    server: WebhookServer, ca: certs.KeyPair
+) -> None:
+    reader, writer = await asyncio.open_connection("localhost", server.port, ssl=client_context(ca))
+    writer.write(b"POST /webhook/validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 10000000000\r\nExpect: 100-continue\r\n\r\n")
+    await writer.drain()
+    line = await asyncio.wait_for(reader.readline(), 5)
+    writer.close()
+    assert line.startswith(b"HTTP/1.1 413")
+
+
 def test_serve_flags(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)

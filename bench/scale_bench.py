@@ -1,0 +1,384 @@
+"""Scale benchmark: a large cluster served through a real list+watch, measured as an operator sees it.
+
+The cluster (default 5,000 nodes x 8 devices, 4 pods per node of which half hold an allocated
+one-device claim and half are pending with an unallocated one) lives in the in-process fake API
+server of the tests, run in a child process so that its copies of the objects do not count. A real
+`dra-extender serve` process lists and watches it; this process measures that server from outside:
+
+- ``ready_s``: from starting the server until ``/readyz`` answers 200 (list of every kind, cache
+  built);
+- ``rss_mb_after_sync`` / ``rss_mb_after_cycles`` / ``peak_rss_mb``: the server's resident memory
+  (``/proc/PID/status``) once ready, after the scheduling cycles, and its high-water mark;
+- ``cold_full_filter_ms`` / ``warm_full_filter_ms``: a filter over every node for a claim shape the
+  server has not seen yet, then the same filter again (median of ``--warm-repeats``);
+- ``cold_window_filter_ms`` / ``warm_window_filter_ms``: the same over kube-scheduler's window, the
+  number of feasible nodes it looks for before calling extenders (``percentageOfNodesToScore``'s
+  adaptive default for the cluster's size: 50% minus 1% per 125 nodes, at least 5% and 100 nodes);
+- ``cycle_ms_per_pod``: ``--cycles`` scheduling cycles as kube-scheduler drives them (filter a
+  rotating window, prioritize the feasible nodes, bind the best one);
+- ``bytes_per_object``: the deep size of one cached object of each kind, measured in this process by
+  syncing a ClusterCache through the same ClusterWatcher from the same fake API server.
+
+    python bench/scale_bench.py --json --nodes 5000
+    python bench/scale_bench.py --json --curve 500,5000,20000   # one object per size, and the growth
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "extender"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+
+import dra_objects as o  # noqa: E402
+
+PODS_PER_NODE = 4   # 5,000 nodes -> 20,000 pods, 10,000 of them holding an allocated claim
+
+
+def window_size(nodes: int) -> int:
+    """How many feasible nodes kube-scheduler looks for before it calls extenders (adaptive default)."""
+    percentage = max(5, 50 - nodes // 125)
+    return min(nodes, max(100, nodes * percentage // 100))
+
+
+def build_cluster(nodes: int, devices: int, probes: int, cycles: int) -> list[dict[str, Any]]:
+    """Nodes with one slice each; per node, half the pods run holding a claim, half are pending."""
+    objs: list[dict[str, Any]] = [o.device_class()]
+    pending = 0
+    for index in range(nodes):
+        name = f"node-{index}"
+        objs += [o.node(name), o.gpu_slice(name, devices)]
+        for slot in range(PODS_PER_NODE):
+            pod_name = f"{name}-pod-{slot}"
+            pod = o.pod(pod_name, [pod_name])
+            claim = o.claim(pod_name)
+            if slot < PODS_PER_NODE // 2:
+                o.allocate(claim, name, [f"gpu-{slot}"], reserved_for=[
+                    {"resource": "pods", "name": pod_name, "uid": pod["metadata"]["uid"]}])
+                pod["spec"]["nodeName"] = name
+                pod["status"] = {"phase": "Running", "qosClass": "BestEffort"}
+            else:
+                pending += 1
+            objs += [pod, claim]
+    # Probe pods: each claim shape the server has not seen yet, for cold filters.
+    for index in range(probes):
+        name = f"probe-{index}"
+        objs += [o.claim(name, count=1 + index % 3), o.pod(name, [name])]
+    for index in range(cycles):
+        name = f"cycle-{index}"
+        objs += [o.claim(name), o.pod(name, [name])]
+    return objs
+
+
+# ---- the fake API server, in a child process --------------------------------------------------
+
+def serve_fake_api(nodes: int, devices: int, probes: int, cycles: int) -> None:
+    """Child process: seed the fake API server, print its URL, serve until stdin closes."""
+    from fakeapi import FakeApiServer
+
+    async def main() -> None:
+        fake = FakeApiServer(bookmark_interval_s=5.0)
+        fake.seed(build_cluster(nodes, devices, probes, cycles))
+        url = await fake.start()
+        print(url, flush=True)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, sys.stdin.read)
+        await fake.stop()
+
+    asyncio.run(main())
+
+
+@contextlib.contextmanager
+def fake_api_process(args: argparse.Namespace, nodes: int) -> Iterator[str]:
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--fake-api-child", "--nodes", str(nodes), "--devices", str(args.devices),
+         "--probes", str(args.probes), "--cycles", str(args.cycles)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert child.stdout is not None
+        url = child.stdout.readline().strip()
+        if not url.startswith("http"):
+            raise RuntimeError(f"the fake API server did not start (printed {url!r})")
+        yield url
+    finally:
+        if child.stdin is not None:
+            child.stdin.close()
+        try:
+            child.wait(30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+# ---- the server under test --------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def write_kubeconfig(directory: Path, url: str) -> Path:
+    path = directory / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "bench", "user": {"token": "bench"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "bench"}}],
+    }))
+    return path
+
+
+def memory_mb(pid: int) -> dict[str, float]:
+    """Resident and high-water memory of `pid`, in MiB, from /proc (Linux)."""
+    values: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values
+
+
+def serve_command() -> list[str]:
+    script = Path(sys.executable).with_name("dra-extender")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from extender.cli import main; sys.exit(main())"]
+
+
+async def wait_ready(session: aiohttp.ClientSession, url: str, server: subprocess.Popen[bytes],
+                     timeout_s: float) -> float:
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout_s:
+        if server.poll() is not None:
+            raise RuntimeError(f"dra-extender serve exited with {server.returncode} before it was ready")
+        with contextlib.suppress(aiohttp.ClientError):
+            async with session.get(url) as response:
+                if response.status == 200:
+                    return time.perf_counter() - started
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"dra-extender serve was not ready after {timeout_s} s")
+
+
+class Extender:
+    """kube-scheduler's side of the conversation: nodeCacheCapable filter, prioritize, bind."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str, pods: dict[str, dict[str, Any]]) -> None:
+        self.session = session
+        self.base = base
+        self.pods = pods
+
+    async def call(self, verb: str, body: dict[str, Any]) -> tuple[Any, float]:
+        started = time.perf_counter()
+        async with self.session.post(f"{self.base}/scheduler/{verb}", data=orjson.dumps(body),
+                                     headers={"Content-Type": "application/json"}) as response:
+            text = await response.read()
+        elapsed = (time.perf_counter() - started) * 1000
+        if response.status != 200:
+            raise RuntimeError(f"{verb} answered {response.status}: {text[:300]!r}")
+        return orjson.loads(text), elapsed
+
+    async def filter(self, pod: str, nodes: list[str]) -> tuple[list[str], float]:
+        answer, elapsed = await self.call("filter", {"Pod": self.pods[pod], "NodeNames": nodes})
+        if answer.get("Error"):
+            raise RuntimeError(f"filter for {pod}: {answer['Error']}")
+        return answer.get("NodeNames") or [], elapsed
+
+    async def cycle(self, pod: str, window: list[str]) -> bool:
+        feasible, _ = await self.filter(pod, window)
+        if not feasible:
+            return False
+        scores, _ = await self.call("prioritize", {"Pod": self.pods[pod], "NodeNames": feasible})
+        best = max(scores, key=lambda entry: entry["Score"])["Host"] if scores else feasible[0]
+        meta = self.pods[pod]["metadata"]
+        answer, _ = await self.call("bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"],
+                                             "PodUID": meta["uid"], "Node": best})
+        return not answer.get("Error")
+
+
+async def measure_server(args: argparse.Namespace, nodes: int, url: str) -> dict[str, Any]:
+    cluster = build_cluster(nodes, args.devices, args.probes, args.cycles)
+    pods = {obj["metadata"]["name"]: obj for obj in cluster
+            if obj["kind"] == "Pod" and obj["metadata"]["name"].startswith(("probe-", "cycle-"))}
+    names = [f"node-{index}" for index in range(nodes)]
+    window = window_size(nodes)
+    extender_port, debug_port = free_port(), free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [*serve_command(), "serve", "--kubeconfig", str(write_kubeconfig(Path(tmp), url)),
+                   "--extender-port", str(extender_port), "--debug-port", str(debug_port),
+                   "--log-level", "warning"]
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+                ready_s = await wait_ready(session, f"http://127.0.0.1:{debug_port}/readyz", server,
+                                           args.ready_timeout)
+                await asyncio.sleep(1.0)   # let the post-sync GC tuning and the banner settle
+                after_sync = memory_mb(server.pid)
+                ext = Extender(session, f"http://127.0.0.1:{extender_port}", pods)
+                cold_full = (await ext.filter("probe-0", names))[1]
+                warm_full = statistics.median(
+                    [(await ext.filter("probe-0", names))[1] for _ in range(args.warm_repeats)])
+                cold_window = (await ext.filter("probe-1", names[:window]))[1]
+                warm_window = statistics.median(
+                    [(await ext.filter("probe-1", names[:window]))[1] for _ in range(args.warm_repeats)])
+                started = time.perf_counter()
+                bound = 0
+                for index in range(args.cycles):
+                    start = (index * window) % nodes
+                    rotated = (names[start:] + names[:start])[:window]
+                    bound += await ext.cycle(f"cycle-{index}", rotated)
+                cycle_ms = (time.perf_counter() - started) * 1000 / max(1, args.cycles)
+                after_cycles = memory_mb(server.pid)
+        finally:
+            server.terminate()
+            try:
+                _, stderr = server.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                _, stderr = server.communicate()
+    if server.returncode not in (0, -15):
+        raise RuntimeError(f"dra-extender serve exited with {server.returncode}: {stderr[-2000:]!r}")
+    return {
+        "ready_s": round(ready_s, 2),
+        "rss_mb_after_sync": round(after_sync["VmRSS"], 1),
+        "rss_mb_after_cycles": round(after_cycles["VmRSS"], 1),
+        "peak_rss_mb": round(after_cycles["VmHWM"], 1),
+        "cold_full_filter_ms": round(cold_full, 1),
+        "warm_full_filter_ms": round(warm_full, 2),
+        "window_nodes": window,
+        "cold_window_filter_ms": round(cold_window, 1),
+        "warm_window_filter_ms": round(warm_window, 2),
+        "cycles": args.cycles,
+        "cycles_bound": bound,
+        "cycle_ms_per_pod": round(cycle_ms, 2),
+    }
+
+
+# ---- bytes per cached object ------------------------------------------------------------------
+
+def deep_size(obj: Any, seen: set[int]) -> int:
+    """Bytes of `obj` and everything it refers to that `seen` has not counted yet (shared parts once)."""
+    size = 0
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        size += sys.getsizeof(item)
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack.extend(item)
+    return size
+
+
+async def bytes_per_object(url: str) -> dict[str, int]:
+    """Sync a ClusterCache in this process through the real watcher; deep size of a stored object per kind."""
+    from allocator import FeatureGates
+    from extender.cache import ClusterCache
+    from extender.informer import ClusterWatcher
+    from extender.kubeapi import KubeClient
+
+    client = KubeClient.for_url(url)
+    cache = ClusterCache(FeatureGates())
+    watcher = ClusterWatcher(client, cache)
+    await watcher.start()
+    try:
+        if not await watcher.wait_ready(300):
+            raise RuntimeError("the in-process cache did not sync")
+        by_kind: dict[str, list[dict[str, Any]]] = {}
+        for raw in cache.objects():
+            by_kind.setdefault(raw["kind"], []).append(raw)
+        # One `seen` for all: what objects share (keys the JSON parser interned, common values) counts
+        # once, as it does in memory.
+        seen: set[int] = set()
+        return {kind: round(sum(deep_size(raw, seen) for raw in raws) / len(raws))
+                for kind, raws in sorted(by_kind.items())}
+    finally:
+        await watcher.stop()
+        await client.close()
+
+
+async def run_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
+    with fake_api_process(args, nodes) as url:
+        result: dict[str, Any] = {"nodes": nodes, "devices_per_node": args.devices,
+                                  "pods": nodes * PODS_PER_NODE + args.probes + args.cycles,
+                                  "allocated_claims": nodes * PODS_PER_NODE // 2}
+        result.update(await measure_server(args, nodes, url))
+        if not args.skip_object_sizes:
+            gc.collect()
+            result["bytes_per_object"] = await bytes_per_object(url)
+    return result
+
+
+def growth(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """For each figure: how much it grew per 1,000 nodes between the smallest and the largest size, and
+    its ratio to the node-count ratio (1.0 = linear, below = better than linear)."""
+    first, last = results[0], results[-1]
+    node_ratio = last["nodes"] / first["nodes"]
+    out: dict[str, Any] = {}
+    for key in ("ready_s", "rss_mb_after_sync", "cold_full_filter_ms", "warm_full_filter_ms",
+                "cold_window_filter_ms", "warm_window_filter_ms", "cycle_ms_per_pod"):
+        if first[key] > 0:
+            out[key] = {"ratio": round(last[key] / first[key], 2),
+                        "vs_linear": round(last[key] / first[key] / node_ratio, 3)}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--curve", help="comma-separated node counts, measured one after the other")
+    parser.add_argument("--devices", type=int, default=8, help="devices per node (default 8)")
+    parser.add_argument("--cycles", type=int, default=1000, help="scheduling cycles (default 1,000)")
+    parser.add_argument("--probes", type=int, default=2, help=argparse.SUPPRESS)
+    parser.add_argument("--warm-repeats", type=int, default=10)
+    parser.add_argument("--ready-timeout", type=float, default=600.0)
+    parser.add_argument("--skip-object-sizes", action="store_true",
+                        help="do not sync a second cache in this process to size objects")
+    parser.add_argument("--json", action="store_true", help="print JSON only")
+    parser.add_argument("--fake-api-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.fake_api_child:
+        serve_fake_api(args.nodes, args.devices, args.probes, args.cycles)
+        return 0
+    if not sys.platform.startswith("linux"):
+        parser.error("memory is read from /proc: Linux only")
+    sizes = [int(size) for size in args.curve.split(",")] if args.curve else [args.nodes]
+    if any(size < 1 for size in sizes) or args.cycles < 0 or args.devices < PODS_PER_NODE:
+        parser.error(f"node counts must be positive and --devices at least {PODS_PER_NODE}")
+    results = [asyncio.run(run_size(args, size)) for size in sizes]
+    output: Any = results[0] if len(results) == 1 else {"sizes": results, "growth": growth(results)}
+    print(orjson.dumps(output, option=orjson.OPT_INDENT_2).decode())
+    if not args.json:
+        print(f"measured on {os.cpu_count()} cores; the docstring says what each figure means",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
