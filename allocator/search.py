@@ -649,8 +649,9 @@ class _Search:
                 return OK
             claim_requests = self.requests[ci]
             entering_claim = ri == 0 and di == 0 and not in_sub
+            # Upstream would retry every earlier claim before giving up, reaching their hard errors too.
             if (entering_claim and self.prune and self.backtracked and ci not in self._checked_alone
-                    and ci not in self._no_shortcuts):
+                    and ci < min(self._no_shortcuts, default=len(self.claims))):
                 # Earlier claims only ever take devices away, so a claim that fails on its own always fails.
                 self._checked_alone.add(ci)
                 if self._hopeless_alone(ci):
