@@ -11,8 +11,10 @@ that claim against the released Go code. Deliberate differences, each commented 
 - a device that still holds shares is not handed out exclusively;
 - a selector whose estimated CEL cost exceeds the limit is a compile error here (as when the API
   server validates it); upstream's allocator skips the estimate and stops such a selector at run time;
-- the search prunes hopeless branches (never changing the answer), so its ``steps`` can be lower
-  than upstream's allocateOne count; ``Allocator(..., prune=False)`` reproduces upstream's count.
+- the search prunes hopeless branches, so its ``steps`` can be lower than upstream's allocateOne
+  count; ``Allocator(..., prune=False)`` reproduces upstream's count. Pruning checks the selectors
+  upstream would still have evaluated, except (open, rare) a CEL error in a request our pruning
+  skips: a later request of a claim given up as hopeless, whose failing selector upstream may reach.
 
 Open CEL differences from cel-go found by the differential campaigns (stricter static typing in cel-go,
 ``x in []``, milli sums and asInteger, cost estimates) are listed one by one, with the reason, in
