@@ -22,6 +22,16 @@ every component: 1 PodGroup of 1,000 pods on 10 nodes and 100 PodGroups of 50 po
 (--shape NODES:GROUPS:PODS replaces them, e.g. a quick run: --shape 2:1:20 --shape 2:4:20).
 
     python bench/e2e_throughput.py --shared-podgroups --json
+
+With --workload ExtendedResource_25Classes: upstream scheduler_perf's extended-resource workload
+instead of the claim templates (dra/extendedresource, Explicit_25classes_5000pods_500nodes): 25
+DeviceClasses selecting the same devices, each with `extendedResourceName: example.com/gpu-<i>`, and
+pods with no claim that ask for `example.com/gpu-<index mod 25>: 1`, in the same phases on both
+set-ups. The report then also compares the claims both set-ups made (`claim_shapes`: per claim its
+requests, counts, annotation, controlling owner, finalizers and devices): the side-by-side check that
+dra-extender builds them as the in-tree plugin does.
+
+    python bench/e2e_throughput.py --workload ExtendedResource_25Classes --nodes 10 --pods 20 --json
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,11 +59,75 @@ sys.path.insert(0, str(E2E_DIR))
 import build_control_plane  # noqa: E402
 from e2e_api import Api  # noqa: E402
 from e2e_cluster import ControlPlane  # noqa: E402
-from e2e_objects import claim_spec, create_driver, create_node, create_template, pod_body  # noqa: E402
+from e2e_objects import (  # noqa: E402
+    RESOURCE,
+    claim_spec,
+    create_driver,
+    create_node,
+    create_template,
+    pod_body,
+)
 
 DEVICES_PER_NODE = 10
 NAMESPACE = "bench"
 CREATE_WORKERS = 8
+CLAIM_TEMPLATE = "SchedulingWithResourceClaimTemplate"
+EXTENDED_25 = "ExtendedResource_25Classes"
+WORKLOADS = (CLAIM_TEMPLATE, EXTENDED_25)
+EXTENDED_CLASSES = 25
+EXTENDED_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+
+PodBody = Callable[[str, int], dict[str, Any]]
+
+
+def _template_pod(name: str, index: int) -> dict[str, Any]:
+    return pod_body(name, template="one-device")
+
+
+def _extended_pod(name: str, index: int) -> dict[str, Any]:
+    """scheduler_perf's pod-with-extended-resource.yaml: one device of class index mod 25, no claim."""
+    amount = {f"example.com/gpu-{index % EXTENDED_CLASSES}": "1"}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "pause", "image": "registry.invalid/pause",
+                            "resources": {"requests": amount, "limits": amount}}],
+        },
+    }
+
+
+def _set_up_workload(api: Api, workload: str, driver_class: str, driver_name: str) -> PodBody:
+    if workload == CLAIM_TEMPLATE:
+        create_template(api, NAMESPACE, "one-device", claim_spec(driver_class))
+        return _template_pod
+    for index in range(EXTENDED_CLASSES):
+        api.create(f"{RESOURCE}/deviceclasses", {
+            "metadata": {"name": f"test-class-{index}"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver_name}"'}}],
+                     "extendedResourceName": f"example.com/gpu-{index}"},
+        })
+    return _extended_pod
+
+
+def _claim_shapes(api: Api) -> dict[str, int]:
+    """How many of the namespace's claims have each shape (what the comparison between set-ups reads)."""
+    shapes: dict[str, int] = {}
+    for claim in api.items(f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"):
+        meta = claim["metadata"]
+        status = claim.get("status") or {}
+        owners = [(o["kind"], bool(o.get("controller"))) for o in meta.get("ownerReferences") or []]
+        requests = [(r["name"], (r.get("exactly") or {}).get("allocationMode"), (r.get("exactly") or {}).get(
+            "count")) for r in claim["spec"]["devices"]["requests"]]
+        devices = len(((status.get("allocation") or {}).get("devices") or {}).get("results") or [])
+        shape = orjson.dumps({
+            "annotation": (meta.get("annotations") or {}).get(EXTENDED_ANNOTATION),
+            "owners": owners, "requests": requests, "devices": devices,
+            "reservedFor": len(status.get("reservedFor") or []),
+            "finalizers": sorted(meta.get("finalizers") or []),
+        }).decode()
+        shapes[shape] = shapes.get(shape, 0) + 1
+    return shapes
 
 
 @dataclass
@@ -122,15 +197,15 @@ class BindWatch:
                 self._cond.wait(min(left, 1.0))
 
 
-def _create_pods(api: Api, names: list[str]) -> dict[str, float]:
+def _create_pods(api: Api, names: list[str], body: PodBody = _template_pod) -> dict[str, float]:
     created: dict[str, float] = {}
 
-    def create(name: str) -> None:
-        api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_body(name, template="one-device"))
-        created[name] = time.monotonic()
+    def create(index: int) -> None:
+        api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", body(names[index], index))
+        created[names[index]] = time.monotonic()
 
     with ThreadPoolExecutor(CREATE_WORKERS) as pool:
-        list(pool.map(create, names))
+        list(pool.map(create, range(len(names))))
     return created
 
 
@@ -170,7 +245,7 @@ def _measure(created: dict[str, float], bound_at: dict[str, float]) -> tuple[flo
 
 
 def _steady_state(
-    api: Api, watch: BindWatch, bound_names: list[str], count: int, window: int
+    api: Api, watch: BindWatch, bound_names: list[str], count: int, window: int, body: PodBody
 ) -> tuple[float, float]:
     """Create `count` pods, at most `window` unbound at a time; each bind deletes the oldest bound pod.
 
@@ -183,8 +258,8 @@ def _steady_state(
     next_index = 0
     deadline = time.monotonic() + 600
 
-    def create(name: str) -> None:
-        api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod_body(name, template="one-device"))
+    def create(name: str, index: int) -> None:
+        api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", body(name, index))
         created[name] = time.monotonic()
 
     with ThreadPoolExecutor(CREATE_WORKERS) as pool:
@@ -194,7 +269,7 @@ def _steady_state(
             while next_index < count and len(pending) < window:
                 name = f"steady-{next_index:05d}"
                 pending.add(name)
-                calls.add(pool.submit(create, name))
+                calls.add(pool.submit(create, name, next_index))
                 next_index += 1
             for name in sorted(watch.bound(pending, wait_s=0.2)):
                 pending.discard(name)
@@ -214,7 +289,8 @@ def _progress(mode: str, what: str) -> None:
     print(f"[e2e_throughput] {mode}: {what}", file=sys.stderr, flush=True)
 
 
-def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path) -> dict[str, Any]:
+def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path,
+              workload: str = CLAIM_TEMPLATE) -> dict[str, Any]:
     plane = ControlPlane(build_control_plane.ensure_built(), work, scheduler_mode=mode, webhooks=False)
     plane.start([])
     try:
@@ -222,20 +298,21 @@ def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path) -> dict
         assert api is not None
         api.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
         driver = create_driver(api, nodes=nodes, devices=DEVICES_PER_NODE)
-        create_template(api, NAMESPACE, "one-device", claim_spec(driver.device_class))
+        body = _set_up_workload(api, workload, driver.device_class, driver.name)
         watch = BindWatch(api)
         watch.start()
         time.sleep(0.5)
 
         initial = [f"init-{i:05d}" for i in range(pods)]
         _progress(mode, f"{pods} initial pods")
-        _create_pods(api, initial)
+        _create_pods(api, initial, body)
         watch.wait_bound(set(initial), timeout_s=900)
+        claim_shapes = _claim_shapes(api) if workload == EXTENDED_25 else {}
 
         measured = [f"measured-{i:05d}" for i in range(pods)]
         _progress(mode, f"{pods} measured pods")
         cpu_before = _cpu_seconds(plane)
-        created = _create_pods(api, measured)
+        created = _create_pods(api, measured, body)
         watch.wait_bound(set(measured), timeout_s=900)
         measured_cpu = _cpu_ms_per_pod(cpu_before, _cpu_seconds(plane), pods)
         pods_per_s, p99 = _measure(created, watch.bound_at)
@@ -245,7 +322,8 @@ def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path) -> dict
             api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", grace_period_seconds=0)
         _progress(mode, f"steady state, {steady} pods")
         cpu_before = _cpu_seconds(plane)
-        steady_per_s, steady_p99 = _steady_state(api, watch, initial, steady, window=max(10, nodes // 5))
+        steady_per_s, steady_p99 = _steady_state(api, watch, initial, steady, window=max(10, nodes // 5),
+                                                 body=body)
         steady_cpu = _cpu_ms_per_pod(cpu_before, _cpu_seconds(plane), steady)
         watch.stop()
         return {
@@ -255,6 +333,7 @@ def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path) -> dict
             "steady_pods_per_s": steady_per_s,
             "steady_p99_s": steady_p99,
             "steady_cpu_ms_per_pod": steady_cpu,
+            "claim_shapes": claim_shapes,
         }
     finally:
         plane.stop()
@@ -408,6 +487,8 @@ def _report(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     def ratio(key: str) -> float:
         return round(statistics.median([run["extender"][key] / run["in-tree"][key] for run in runs]), 3)
 
+    shapes = {mode: runs[0][mode]["claim_shapes"] for mode in ("in-tree", "extender")}
+
     def cpu(mode: str, key: str) -> dict[str, float]:
         names = runs[0][mode][key].keys()
         return {name: round(statistics.median([run[mode][key][name] for run in runs]), 1) for name in names}
@@ -443,6 +524,8 @@ def _report(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
             "in_tree": cpu("in-tree", "steady_cpu_ms_per_pod"),
             "extender": cpu("extender", "steady_cpu_ms_per_pod"),
         },
+        # The initial pods' claims of the first run, counted by shape, per set-up (extended workload).
+        "claim_shapes": {"same": shapes["in-tree"] == shapes["extender"], **shapes},
     }
 
 
@@ -471,6 +554,8 @@ def main() -> int:
         "of each run's own ratio",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--workload", choices=WORKLOADS, default=CLAIM_TEMPLATE,
+                        help=f"the workload of the default run (default {CLAIM_TEMPLATE}; see above)")
     parser.add_argument("--shared-podgroups", action="store_true",
                         help="run upstream's SharedPodGroupResourceClaimTemplate shapes instead (see above)")
     parser.add_argument("--shape", type=_shape, action="append", metavar="NODES:PODGROUPS:PODS",
@@ -478,6 +563,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.shape and not args.shared_podgroups:
         parser.error("--shape goes with --shared-podgroups")
+    if args.shared_podgroups and args.workload != CLAIM_TEMPLATE:
+        parser.error("--workload and --shared-podgroups choose different runs: pick one")
     if args.shared_podgroups:
         podgroup_report = run_shared_podgroups(args.shape or list(PODGROUP_SHAPES), args.extender_first)
         print(orjson.dumps(podgroup_report).decode() if args.json else podgroup_report)
@@ -498,12 +585,14 @@ def main() -> int:
             results: dict[str, dict[str, Any]] = {}
             for mode in order:
                 _progress(mode, f"{args.nodes} nodes, {pods} + {pods} pods (run {index + 1}) ...")
-                results[mode] = run_setup(mode, args.nodes, pods, steady, Path(tmp) / f"{mode}-{index}")
+                results[mode] = run_setup(mode, args.nodes, pods, steady, Path(tmp) / f"{mode}-{index}",
+                                          args.workload)
                 _progress(mode, str(results[mode]))
             runs.append(results)
     report = _report(runs)
     report.update(
-        nodes=args.nodes, devices_per_node=DEVICES_PER_NODE, pods=pods, repeats=args.repeats, order=orders
+        nodes=args.nodes, devices_per_node=DEVICES_PER_NODE, pods=pods, repeats=args.repeats, order=orders,
+        workload=args.workload,
     )
     if args.json:
         print(orjson.dumps(report).decode())

@@ -72,6 +72,7 @@ def claim_names_of_pod(pod: dict) -> list[str]:
 
     Template-based entries resolve through status.resourceClaimStatuses; an entry not recorded there yet
     (claim not created) or recorded with a null name (intentionally not created) contributes nothing.
+    The claim for extended resources comes from status.extendedResourceClaimStatus.
     """
     spec = pod.get("spec") or {}
     statuses = {
@@ -88,6 +89,11 @@ def claim_names_of_pod(pod: dict) -> list[str]:
             name = statuses.get(entry.get("name"))
         if isinstance(name, str) and name:
             names.append(name)
+    # The special claim of extended resources backed by DRA (extendedresources.py).
+    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus")
+    name = extended.get("resourceClaimName") if isinstance(extended, dict) else None
+    if isinstance(name, str) and name:
+        names.append(name)
     return names
 
 

@@ -7,6 +7,10 @@ pod to status.reservedFor. A 409 Conflict re-reads the claim and tries again (5 
 client-go's DefaultRetry); a claim that got allocated elsewhere or is being deleted ends the bind.
 Then the pod's Binding is created. Any failure after a write undoes what this bind wrote.
 
+A pod's special claim for extended resources backed by DRA (extender/extendedresources.py) is first
+created, owned by the pod, then goes through the same steps, and the pod's
+status.extendedResourceClaimStatus is written before the Binding (upstream's PreBind). Undo deletes it.
+
 In snapshot mode (no client) the same steps run against the cache's objects, with the API server's
 rules that matter here (resourceVersion checks, status separation, reservedFor limit, binding once).
 """
@@ -17,6 +21,8 @@ import asyncio
 import copy
 import datetime
 import logging
+import secrets
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,6 +31,7 @@ import aiohttp
 
 from allocator import ResourceClaim
 from extender.cache import ClusterCache
+from extender.extendedresources import Variant, creation_body
 from extender.kubeapi import ApiError, KubeClient
 
 log = logging.getLogger(__name__)
@@ -33,6 +40,8 @@ FINALIZER = "resource.kubernetes.io/delete-protection"
 MAX_ATTEMPTS = 5
 RESERVED_FOR_MAX = 256
 CLAIMS_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+CLAIMS_COLLECTION = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
+POD_STATUS_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/status"
 
 
 class BindError(Exception):
@@ -53,6 +62,9 @@ class _Store(Protocol):
     async def update_claim_status(self, claim: dict) -> dict: ...
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None: ...
     async def get_pod(self, namespace: str, name: str) -> dict: ...
+    async def create_claim(self, claim: dict) -> dict: ...
+    async def delete_claim(self, namespace: str, name: str, uid: str) -> None: ...
+    async def patch_pod_status(self, namespace: str, name: str, status: dict) -> None: ...
 
 
 class _ApiStore:
@@ -90,6 +102,26 @@ class _ApiStore:
 
     async def get_pod(self, namespace: str, name: str) -> dict:
         return await self.client.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    async def create_claim(self, claim: dict) -> dict:
+        created = await self.client.create(CLAIMS_COLLECTION.format(**claim["metadata"]), claim)
+        self._remember(created)
+        return created
+
+    async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+        answer = await self.client.delete(CLAIMS_PATH.format(namespace=namespace, name=name),
+                                          preconditions={"uid": uid})
+        if answer.get("kind") == "ResourceClaim" and (answer.get("metadata") or {}).get("finalizers"):
+            self._remember(answer)  # someone else's finalizer holds it: still there, still allocated
+        else:
+            # Gone now (the answer is the last state, or a Status): the next filter must not wait for
+            # the watch to see the devices free and the pod without a stale claim.
+            last = self.cache.raw("ResourceClaim", f"{namespace}/{name}")
+            if last is not None and (last.get("metadata") or {}).get("uid") == uid:
+                self.cache.apply("ResourceClaim", "DELETED", last)
+
+    async def patch_pod_status(self, namespace: str, name: str, status: dict) -> None:
+        await self.client.patch(POD_STATUS_PATH.format(namespace=namespace, name=name), {"status": status})
 
     def _remember(self, written: dict) -> None:
         # The next scheduling cycle must see this write before the watch delivers it; the cache
@@ -177,6 +209,39 @@ class _MemoryStore:
     async def get_pod(self, namespace: str, name: str) -> dict:
         return copy.deepcopy(self._current("Pod", namespace, name))
 
+    async def create_claim(self, claim: dict) -> dict:
+        meta = claim["metadata"]
+        suffix = "".join(secrets.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+        created = copy.deepcopy(claim)
+        created["metadata"] = {
+            **created["metadata"],
+            "name": meta.get("name") or meta["generateName"][:58] + suffix,
+            "uid": str(uuid.uuid4()),
+            "resourceVersion": "1",
+            "creationTimestamp": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        self.cache.apply("ResourceClaim", "ADDED", created)
+        return copy.deepcopy(created)
+
+    async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
+        current = self._current("ResourceClaim", namespace, name)
+        if current["metadata"].get("uid") != uid:
+            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}")
+        if current["metadata"].get("finalizers"):
+            deleting = copy.deepcopy(current)
+            deleting["metadata"]["deletionTimestamp"] = datetime.datetime.now(datetime.UTC).strftime(
+                "%Y-%m-%dT%H:%M:%SZ")
+            deleting["metadata"]["resourceVersion"] = self._next_version(current)
+            self.cache.apply("ResourceClaim", "MODIFIED", deleting)
+        else:
+            self.cache.apply("ResourceClaim", "DELETED", current)
+
+    async def patch_pod_status(self, namespace: str, name: str, status: dict) -> None:
+        written = copy.deepcopy(self._current("Pod", namespace, name))
+        written["status"] = {**(written.get("status") or {}), **copy.deepcopy(status)}
+        written["metadata"]["resourceVersion"] = self._next_version(written)
+        self.cache.apply("Pod", "MODIFIED", written)
+
 
 @dataclass
 class _Written:
@@ -195,6 +260,8 @@ class _Written:
     pending_write_rv: str | None = None
     # The reservedFor entry this bind adds when it is not the pod (a PodGroup, extender.podgroups).
     consumer: dict | None = None
+    # The in-memory special claim's UID when this bind created the claim (undo deletes it).
+    created_from: str | None = None
 
     @property
     def key(self) -> str:
@@ -202,7 +269,8 @@ class _Written:
 
     @property
     def anything(self) -> bool:
-        return self.allocation is not None or self.finalizer_added or self.reserved
+        return (self.allocation is not None or self.finalizer_added or self.reserved
+                or self.created_from is not None)
 
 
 # Failures of a single API call; anything else is a bug and propagates.
@@ -219,12 +287,13 @@ class ClaimWriter:
         self.undone = 0        # binds whose partial writes were rolled back
 
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
-                   consumers: Mapping[str, dict] | None = None) -> None:
+                   consumers: Mapping[str, dict] | None = None, extended: Variant | None = None) -> None:
         """Write allocations and reservations for `pod`'s claims, then bind it to `node`.
 
         `claims`: each claim with the allocation to write, or None when it is already allocated and
         only needs the reservation. `consumers`: by claim UID, the reservedFor entry to add instead of
-        the pod (a PodGroup's). Raises BindError; on error nothing this call wrote remains, except a
+        the pod (a PodGroup's). `extended`: the pod's special claim variant; its in-memory claim, one of
+        `claims`, is created first. Raises BindError; on error nothing this call wrote remains, except a
         PodGroup's reservation on a claim this bind did not allocate (other pods of the group may
         already count on it, as upstream's Unreserve keeps it too).
         """
@@ -234,11 +303,17 @@ class ClaimWriter:
             raise BindError("pod is missing metadata.namespace, metadata.name or metadata.uid")
         written: list[_Written] = []
         try:
+            created_name = None
             for claim, allocation in claims:
                 record = _Written(claim.namespace, claim.name, claim.uid,
                                   consumer=(consumers or {}).get(claim.uid))
                 written.append(record)
+                if extended is not None and claim is extended.claim:
+                    claim = await self._create(claim, record)
+                    created_name = claim.name
                 await self._reserve(claim, allocation, record, name, uid)
+            if extended is not None and created_name is not None:
+                await self._write_extended_status(namespace, name, extended, created_name)
             await self._bind_pod(namespace, name, uid, node)
         except asyncio.CancelledError:
             await asyncio.shield(self._undo(written, uid))
@@ -252,6 +327,36 @@ class ClaimWriter:
                             unsettled=unsettled) from err
 
     # ---- forward --------------------------------------------------------------------------------
+
+    async def _create(self, claim: ResourceClaim, record: _Written) -> ResourceClaim:
+        record.created_from = claim.uid
+        try:
+            created = await self._store.create_claim(creation_body(claim, FINALIZER))
+        except _CALL_ERRORS as err:
+            # An answer lost in transit leaves a claim we cannot name: the next filter finds it
+            # through its owner and removes it (as upstream's PostFilter does).
+            raise BindError(f"creating the extended resource claim: {_describe(err)}") from err
+        record.name, record.uid = created["metadata"]["name"], created["metadata"]["uid"]
+        return ResourceClaim.from_api(created)
+
+    async def _write_extended_status(self, namespace: str, name: str, extended: Variant,
+                                     claim_name: str) -> None:
+        """pod.status.extendedResourceClaimStatus: kubelet reads which devices each container gets
+        from it, and the resourceclaim controller finds the claim to clean up through it."""
+        status = {"extendedResourceClaimStatus": extended.extended_status(claim_name)}
+        try:
+            await self._store.patch_pod_status(namespace, name, status)
+        except _CALL_ERRORS as err:
+            raise BindError(f"writing the pod's extendedResourceClaimStatus: {_describe(err)}") from err
+
+    async def remove_claim(self, namespace: str, name: str, uid: str) -> None:
+        """Delete a special claim (ours): its delete-protection finalizer first, as upstream does, so it
+        goes at once. Raises BindError."""
+        record = _Written(namespace, name, uid, created_from=uid)
+        try:
+            await self._delete_created(record)
+        except _CALL_ERRORS as err:
+            raise BindError(f"ResourceClaim {record.key}: {_describe(err)}") from err
 
     async def _reserve(self, claim: ResourceClaim, allocation: dict | None, record: _Written,
                        pod_name: str, pod_uid: str) -> None:
@@ -372,12 +477,43 @@ class ClaimWriter:
                 settled = False
             if not settled and record.allocation is not None:
                 unsettled.add(record.uid)
+                if record.created_from is not None:
+                    unsettled.add(record.created_from)  # what the scheduler knows the claim by
         if touched:
             self.undone += 1
         return problems, frozenset(unsettled)
 
+    async def _delete_created(self, record: _Written) -> None:
+        """Delete a special claim, retrying on conflicts (the claim changed between read and write)."""
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                return await self._delete_once(record)
+            except ApiError as err:
+                if not err.conflict:
+                    raise
+            await asyncio.sleep(self._retry_delay)
+        raise BindError(f"still conflicting after {MAX_ATTEMPTS} attempts")
+
+    async def _delete_once(self, record: _Written) -> None:
+        try:
+            obj = await self._fresh_claim(record)
+        except BindError:
+            return  # already gone
+        if FINALIZER in ((obj.get("metadata") or {}).get("finalizers") or []):
+            await self._store.update_claim(_without_finalizer(obj))
+        try:
+            await self._store.delete_claim(record.namespace, record.name, record.uid)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+
     async def _undo_claim(self, record: _Written, pod_uid: str) -> bool:
         """Undo one claim; False when a status write of unknown outcome may still be applied."""
+        if record.created_from is not None:
+            if record.uid == record.created_from:
+                return True  # the create failed: there is nothing to delete
+            await self._delete_created(record)
+            return True
         for attempt in range(MAX_ATTEMPTS):
             if attempt:
                 await asyncio.sleep(self._retry_delay)

@@ -1,8 +1,8 @@
 """`GET /debug/ui` on the debug port: a read-only device map for "where are my GPUs".
 
 Every pool and device, grouped by node, coloured by state: free, allocated (with the claim and the
-pods it is reserved for), in flight (chosen by the extender, not yet seen written by the watch) or
-tainted (a NoSchedule/NoExecute taint of its own or of a DeviceTaintRule), and the pending pods that
+pods or PodGroups it is reserved for), in flight (chosen by the extender, not yet seen written by the
+watch) or tainted (a NoSchedule/NoExecute taint of its own or of a DeviceTaintRule), and the pending pods that
 have claims, each linked to its explanation (/debug/explain).
 
 One server-rendered HTML page: no scripts, no external assets (it works in an air-gapped cluster; the
@@ -26,6 +26,7 @@ from aiohttp import web
 from allocator import DeviceTaintRule, ResourceSlice
 from extender import wire
 from extender.podclaims import ClaimsNotReady, InvalidPodError, claim_name_for, claim_references, pod_key
+from extender.podgroups import is_group_reference
 
 ROUTE = "/debug/ui"
 DEFAULT_PER_PAGE = 50
@@ -43,6 +44,7 @@ class DeviceView:
     state: str = "free"
     claims: list[str] = field(default_factory=list)
     pods: list[str] = field(default_factory=list)
+    pod_groups: list[str] = field(default_factory=list)  # PodGroups a workload claim is reserved for
     taints: list[str] = field(default_factory=list)
 
 
@@ -73,7 +75,7 @@ class DeviceMap:
     groups: dict[str, list[PoolView]]   # node name (or SHARED_POOLS) -> its pools
     pending: list[PendingPod]
     totals: Counter[str]
-    held: dict[str, tuple[list[str], list[str]]]
+    held: dict[str, tuple[list[str], list[str], list[str]]]
     flying: dict[str, list[str]]
     taint_rules: list[DeviceTaintRule]
 
@@ -111,7 +113,7 @@ class DeviceMap:
                 view = DeviceView(device.name, self._state(ident, taints),
                                   taints=[_taint_text(t) for t in taints])
                 if view.state == "allocated":
-                    view.claims, view.pods = self.held[ident]
+                    view.claims, view.pods, view.pod_groups = self.held[ident]
                 elif view.state == "in flight":
                     view.claims = self.flying[ident]
                 views.append(view)
@@ -160,22 +162,24 @@ def _taint_text(taint: Mapping[str, Any]) -> str:
     return f"{taint.get('key')}{'=' + str(value) if value else ''}:{taint.get('effect')}"
 
 
-def _holders(claims: Iterable[Mapping[str, Any]]) -> dict[str, tuple[list[str], list[str]]]:
-    """device id -> (claims holding it, the pods those claims are reserved for)."""
-    held: dict[str, tuple[list[str], list[str]]] = {}
+def _holders(claims: Iterable[Mapping[str, Any]]) -> dict[str, tuple[list[str], list[str], list[str]]]:
+    """device id -> (claims holding it, the pods and the PodGroups those claims are reserved for)."""
+    held: dict[str, tuple[list[str], list[str], list[str]]] = {}
     for claim in claims:
         status = claim.get("status") or {}
         allocation = status.get("allocation") or {}
         meta = claim.get("metadata") or {}
         namespace = meta.get("namespace", "")
         key = f"{namespace}/{meta.get('name', '')}"
-        pods = [f"{namespace}/{ref.get('name')}" for ref in status.get("reservedFor") or ()
-                if isinstance(ref, dict) and ref.get("resource") == "pods"]
+        reserved = [ref for ref in status.get("reservedFor") or () if isinstance(ref, dict)]
+        pods = [f"{namespace}/{ref.get('name')}" for ref in reserved if ref.get("resource") == "pods"]
+        groups = [f"{namespace}/{ref.get('name')}" for ref in reserved if is_group_reference(ref)]
         for result in (allocation.get("devices") or {}).get("results") or ():
             device = f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
-            claims_of, pods_of = held.setdefault(device, ([], []))
+            claims_of, pods_of, groups_of = held.setdefault(device, ([], [], []))
             claims_of.append(key)
             pods_of.extend(p for p in pods if p not in pods_of)
+            groups_of.extend(g for g in groups if g not in groups_of)
     return held
 
 
@@ -248,6 +252,8 @@ def _device_html(device: DeviceView) -> str:
         details.append("claim " + ", ".join(device.claims))
     if device.pods:
         details.append("pods " + ", ".join(device.pods))
+    if device.pod_groups:
+        details.append("podgroups " + ", ".join(device.pod_groups))
     if device.taints:
         details.append("taints " + ", ".join(device.taints))
     css = device.state.replace(" ", "") + (" taint" if device.taints else "")
@@ -322,7 +328,8 @@ def render_page(device_map: DeviceMap, *, page: int, per_page: int, node_filter:
 
 def _int_query(request: web.Request, name: str, default: int, maximum: int) -> int:
     text = request.query.get(name) or str(default)
-    value = int(text) if text.isdigit() and len(text) < 12 else 0
+    # isascii: str.isdigit() is also true of "²" and other digits int() refuses.
+    value = int(text) if text.isascii() and text.isdigit() and len(text) < 12 else 0
     if not 1 <= value <= maximum:
         raise wire.BadRequest(f"query parameter {name}: must be a number from 1 to {maximum}, got {text!r}")
     return value

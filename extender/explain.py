@@ -91,6 +91,14 @@ async def explain_pod(
                 }
         if plan.blocked is not None:
             report["blocked"] = plan.blocked.message
+        variant = plan.extended_variant
+        if variant is not None and plan.extended is not None:
+            classes = plan.extended.classes
+            report["extendedResources"] = [
+                {"container": m["containerName"], "resource": m["resourceName"], "request": m["requestName"],
+                 "deviceClass": classes[m["resourceName"]]}
+                for m in variant.mappings
+            ]
         to_allocate = [claim.key for claim in plan.to_allocate]
         checked = await scheduler.check_nodes(plan, node_names, use_cache=False)
         verdicts = [checked[node] for node in node_names]
@@ -98,6 +106,9 @@ async def explain_pod(
         report["error"] = str(error)
         return report
     report["nodes"] = [_node_report(verdict, to_allocate) for verdict in verdicts]
+    if variant is not None:
+        for node in report["nodes"]:
+            node["message"] = variant.describe(node["message"])
     report["fittingNodes"] = sum(1 for verdict in verdicts if verdict.fits)
     return report
 
@@ -130,6 +141,9 @@ def render_text(report: dict[str, Any]) -> str:
         if shared:
             state += f", claim shared by PodGroup {shared['podGroup']}, {shared['pods']} pods"
         lines.append(f"  claim {claim['podClaimName']} -> {claim['claim']} ({state})")
+    for entry in report.get("extendedResources", []):
+        lines.append(f"  extended resource {entry['resource']} of container {entry['container']} -> request "
+                     f"{entry['request']} (device class {entry['deviceClass']})")
     for pool in report.get("driverLost", []):
         left = "grace period over" if pool.get("expired") else f"{pool.get('seconds_left', 0):.0f}s left"
         lines.append(

@@ -13,6 +13,7 @@ event loop cannot both take the last device.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -36,6 +37,7 @@ from allocator.errors import AllocationTimeout
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache, claim_names_of_pod
 from extender.claimwriter import BindError, ClaimWriter
+from extender.extendedresources import ExtendedPlan, ExtendedResources, Variant
 from extender.filtercache import ClaimRefs, ClaimsSignature, FilterCache, renames
 from extender.metrics import Metrics
 from extender.podclaims import (
@@ -106,6 +108,8 @@ TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
 # the claims to show up before it answers "not created yet".
 DEFAULT_CLAIM_WAIT_S = 0.25
 CLAIM_POLL_S = 0.01
+# How long bind waits for a pod the cache does not know yet (see Scheduler._await_pod).
+BIND_POD_WAIT_S = 1.0
 # Memoised node fits for scoring (see Scheduler._placed_fit): a few entries per node and claim shape.
 MAX_FIT_MEMO = 20_000
 
@@ -192,6 +196,12 @@ class PodPlan:
     # not moved).
     signature: ClaimsSignature | None = None
     cache_epoch: int = -1
+    # Extended resources backed by DRA (extendedresources.py): the pod's mapped resources, and the
+    # special claim variant in to_allocate (the one for nodes without a device plugin for them, or the
+    # node's own in a plan made by plan_for_node).
+    extended: ExtendedPlan | None = None
+    extended_variant: Variant | None = None
+    variant_plans: dict[tuple[str, ...], PodPlan] = field(default_factory=dict)
 
 
 @dataclass
@@ -246,6 +256,7 @@ class Scheduler:
         self.metrics = metrics
         self.clock = clock
         self.filter_cache = filter_cache
+        self.extended = ExtendedResources(cache)
         # pod uid -> (node, [(claim, allocation)]) in --filter-holds-devices mode.
         self._holds: dict[str, tuple[str, list[tuple[ResourceClaim, dict]]]] = {}
         self._results: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS, ttl=RESULT_TTL_S)
@@ -341,6 +352,9 @@ class Scheduler:
                 plan.blocked = problem
                 return plan
             plan.to_allocate.append(claim)
+        self._plan_extended(plan)
+        if plan.blocked is not None:
+            return plan
         if plan.to_allocate:
             if self.filter_cache is not None and not rebinding:
                 self.filter_cache.sync_in_flight()
@@ -349,6 +363,70 @@ class Scheduler:
             plan.rebinding_uid = uid if rebinding else None
             plan.rebinding_group = plan.group.owner if rebinding and plan.group is not None else None
         return plan
+
+    def needs_dra(self, pod: dict) -> bool:
+        """Does the pod use claims or extended resources that a DeviceClass maps?"""
+        return has_claims(pod) or self.extended.requested(pod)
+
+    def _plan_extended(self, plan: PodPlan) -> None:
+        """Add the pod's special claim (extended resources backed by DRA) to the claims to allocate."""
+        extended = self.extended.plan(plan.pod)
+        if extended is None:
+            return
+        stale = extended.stale
+        if stale is not None:
+            if (plan.pod.get("spec") or {}).get("nodeName") and stale.allocation is not None:
+                plan.allocated.append(stale)  # a bound pod: its special claim is in place
+                return
+            # Upstream's brute force too: a claim from an earlier attempt is removed (filter does it,
+            # see _remove_stale_claim), never re-checked; until then the pod waits.
+            plan.blocked = _blocked(f"extended resource claim {stale.key} of an earlier attempt is "
+                                    "being removed", "stale extended claim", unresolvable=False)
+            return
+        variant = extended.full
+        in_flight = self.assume.pending(variant.claim.uid) if variant.claim is not None else None
+        if in_flight is not None and in_flight.pod_uid != pod_uid(plan.pod):
+            # A bind's write of unknown outcome (see bind): its devices stay counted until it settles.
+            plan.blocked = _blocked(f"the extended resource claim of pod {pod_key(plan.pod)} is in the "
+                                    "process of being allocated", "claim in flight")
+            return
+        plan.extended, plan.extended_variant = extended, variant
+        if variant.claim is not None:
+            plan.to_allocate.append(variant.claim)
+
+    def plan_for_node(self, plan: PodPlan, node: Node) -> PodPlan | str:
+        """The plan on `node`: the same one unless a device plugin on the node serves some of the
+        pod's extended resources (then the special claim asks only for the rest), or a message why the
+        pod cannot fit the node."""
+        extended = plan.extended
+        if extended is None or plan.extended_variant is None:
+            return plan
+        served = extended.on_node(node)
+        if isinstance(served, str):
+            return served
+        if served == plan.extended_variant.resources:
+            return plan
+        node_plan = plan.variant_plans.get(served)
+        if node_plan is None:
+            variant = extended.variant(served)
+            own = plan.extended_variant.claim
+            to_allocate = [claim for claim in plan.to_allocate if claim is not own]
+            if variant.claim is not None:
+                to_allocate.append(variant.claim)
+            signature = plan.signature
+            if signature is not None and self.filter_cache is not None:
+                signature = self.filter_cache.claims_signature(to_allocate) if to_allocate else None
+            node_plan = dataclasses.replace(plan, to_allocate=to_allocate, extended_variant=variant,
+                                            signature=signature, allocator=None, view=None,
+                                            variant_plans={})
+            plan.variant_plans[served] = node_plan
+        return node_plan
+
+    def _plan_on(self, plan: PodPlan, node_name: str) -> PodPlan:
+        """plan_for_node by name, for bind and holds (check_node says why a node does not fit)."""
+        node = self.cache.node(node_name)
+        on_node = self.plan_for_node(plan, node) if node is not None else plan
+        return plan if isinstance(on_node, str) else on_node
 
     def plan_allocator(self, plan: PodPlan) -> Allocator:
         """The plan's allocator over the devices in use now, made on first use."""
@@ -403,6 +481,11 @@ class Scheduler:
             # The answer's key names the node: a request full of made-up names gets a compact answer.
             return NodeVerdict(node_name, False, UNKNOWN_NODE, True,
                                "unknown node")
+        if plan.extended is not None:
+            on_node = self.plan_for_node(plan, node)
+            if isinstance(on_node, str):
+                return NodeVerdict(node_name, False, on_node, True, "extended resource")
+            plan = on_node
         allocations = [claim.allocation or {} for claim in plan.allocated]
         allocations += [allocation for _, allocation in plan.pending]
         for allocation in allocations:
@@ -458,7 +541,7 @@ class Scheduler:
                      node_objects: Mapping[str, dict] | None = None, *, brief: bool = False) -> FilterResult:
         """Which of `node_names` the pod fits. `brief`: where some node fits, the others' failures get
         CANNOT_ALLOCATE instead of their reasons (see _split)."""
-        if not has_claims(pod):
+        if not self.needs_dra(pod):
             return FilterResult(list(node_names), {}, {})
         uid = pod_uid(pod)
         # A pod kube-scheduler retries while its earlier bind still writes keeps that bind's entries.
@@ -467,6 +550,7 @@ class Scheduler:
             self.release_hold(uid)
         deadline = self.clock() + self.filter_deadline_s
         try:
+            await self._remove_stale_claim(pod)
             plan = self.plan(pod)
             if plan.claims_missing:
                 pod, plan = await self._await_claims(pod, plan, deadline)
@@ -486,9 +570,28 @@ class Scheduler:
         if uid:
             self._results[uid] = verdicts
         if plan.to_allocate and (holding or _allocates_for_group(plan)):
-            return self._hold_best(pod, plan, verdicts, brief, pod_holds=holding)
-        self._extend_group_holds(plan)
-        return _answer(verdicts, brief)
+            result = self._hold_best(pod, plan, verdicts, brief, pod_holds=holding)
+        else:
+            self._extend_group_holds(plan)
+            result = _answer(verdicts, brief)
+        if plan.extended_variant is not None:
+            describe = plan.extended_variant.describe
+            result.failed = {node: describe(message) for node, message in result.failed.items()}
+            result.unresolvable = {node: describe(message) for node, message in result.unresolvable.items()}
+        return result
+
+    async def _remove_stale_claim(self, pod: dict) -> None:
+        """Delete the pod's special claim of an earlier attempt (upstream's PostFilter does), unless a
+        bind of the pod is writing it or the pod is bound."""
+        stale = self.extended.stale_claim(pod)
+        if stale is None or pod_uid(pod) in self._binding or (pod.get("spec") or {}).get("nodeName"):
+            return
+        log.info("removing extended resource claim %s of an earlier attempt for pod %s", stale.key,
+                 pod_key(pod))
+        try:
+            await self.writer.remove_claim(stale.namespace, stale.name, stale.uid)
+        except BindError as error:
+            log.warning("could not remove extended resource claim %s: %s", stale.key, error)
 
     async def _await_claims(self, pod: dict, plan: PodPlan, deadline: float) -> tuple[dict, PodPlan]:
         """Poll for up to `claim_wait_s` (and at most half of what is left of the filter's budget)
@@ -573,6 +676,8 @@ class Scheduler:
             return {}
         verdicts: dict[str, NodeVerdict] = {}
         nodes = [node for node in map(self.cache.node, names) if node is not None]
+        if plan.extended is not None:  # device-plugin nodes have a plan (and cache entries) of their own
+            nodes = [node for node in nodes if self.plan_for_node(plan, node) is plan]
         for node, outcome, computed_for in filter_cache.hits_for(signature, nodes):
             verdicts[node.name] = self._cached_verdict(node.name, outcome, computed_for, signature[1])
         return verdicts
@@ -596,7 +701,7 @@ class Scheduler:
         # The verdicts may predate a yield during which other pods took devices: allocate the chosen
         # node again from the current state, with no await before the devices are reserved.
         try:
-            current = self.plan(pod)
+            current = self._plan_on(self.plan(pod), best.node)
             best = self.check_node(current, best.node)
         except SchedulingError as error:
             return FilterResult([], {}, {}, str(error))
@@ -673,7 +778,7 @@ class Scheduler:
 
     async def prioritize(self, pod: dict, node_names: list[str],
                          node_objects: Mapping[str, dict] | None = None) -> dict[str, int]:
-        if not has_claims(pod):
+        if not self.needs_dra(pod):
             return dict.fromkeys(node_names, 0)
         cached = self._results.get(pod_uid(pod)) or {}
         missing = [name for name in node_names if name not in cached]
@@ -751,24 +856,27 @@ class Scheduler:
 
     async def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
         """Allocate (re-checked against current state), reserve and bind. Raises BindFailed."""
-        pod = self.cache.pod(namespace, name)
+        pod = self.cache.pod(namespace, name) or await self._await_pod(namespace, name, uid)
         if pod is None:
             raise BindFailed(f"pod {namespace}/{name} is not known to dra-extender")
         if uid and pod_uid(pod) and pod_uid(pod) != uid:
             raise BindFailed(f"pod {namespace}/{name} has UID {pod_uid(pod)}, not {uid}")
         uid = pod_uid(pod)
+        # Waits before the check below: from that check to `_binding.add` nothing may await, or a
+        # retried request for the same pod would pass the check too and bind it a second time.
+        await self._await_group_writes(pod)
         if uid in self._binding:
             # kube-scheduler gave up on the earlier bind and retried; that bind still writes.
             raise BindFailed(f"pod {pod_key(pod)} is already being bound by an earlier request")
         self.bind_attempts += 1
-        await self._await_group_writes(pod)
-        writes, consumers = self._reserve_for_bind(pod, node_name) if has_claims(pod) else ([], {})
+        writes, consumers, extended = (self._reserve_for_bind(pod, node_name) if self.needs_dra(pod)
+                                       else ([], {}, None))
         # The bind's own entries replaced the hold's: from here on they are the bind's to release.
         self._holds.pop(uid, None)
         self._binding.add(uid)
         group_write = self._start_group_write(pod) if consumers else None
         try:
-            await self.writer.bind(pod, node_name, writes, consumers)
+            await self.writer.bind(pod, node_name, writes, consumers, extended=extended)
         except BaseException as error:
             unsettled = error.unsettled if isinstance(error, BindError) else frozenset()
             for claim, allocation in writes:
@@ -792,6 +900,22 @@ class Scheduler:
             self._binding.discard(uid)
             if group_write is not None:
                 self._group_writes.pop(group_write).set_result(None)
+        if extended is not None and extended.claim is not None:
+            # The created claim, allocated, is in the cache now (the writer stores what it wrote): the
+            # in-memory claim's entry, under a UID no watch event will ever confirm, has done its job.
+            self._release(extended.claim)
+
+    async def _await_pod(self, namespace: str, name: str, uid: str) -> dict | None:
+        """The pod from the cache, polled for up to BIND_POD_WAIT_S: kube-scheduler may bind a pod that
+        our watch has not delivered yet. A pod with claims rarely gets here (filter waited for its
+        claims, and so for its cached copy), one asking only for extended resources often does, and a
+        refused bind costs it kube-scheduler's backoff (seconds)."""
+        for _ in range(round(BIND_POD_WAIT_S / CLAIM_POLL_S)):
+            await asyncio.sleep(CLAIM_POLL_S)
+            pod = self.cache.pod(namespace, name)
+            if pod is not None and (not uid or pod_uid(pod) == uid):
+                return pod
+        return None
 
     async def _await_group_writes(self, pod: dict) -> None:
         """Wait while another bind writes the shared claims of this pod's PodGroup."""
@@ -807,18 +931,20 @@ class Scheduler:
         self._group_writes[key] = done
         return key
 
-    def _reserve_for_bind(self, pod: dict, node_name: str
-                          ) -> tuple[list[tuple[ResourceClaim, dict | None]], dict[str, dict]]:
+    def _reserve_for_bind(
+        self, pod: dict, node_name: str
+    ) -> tuple[list[tuple[ResourceClaim, dict | None]], dict[str, dict], Variant | None]:
         """Synchronous: re-check and reserve with no await in between (atomic on the event loop).
 
-        Returns the claims to write and, by claim UID, the PodGroup to reserve a shared claim for."""
+        Returns the claims to write, by claim UID the PodGroup to reserve a shared claim for, and the
+        special claim to create (extended resources), if the pod gets one."""
         uid = pod_uid(pod)
         hold = self._holds.get(uid)
         if hold is not None and hold[0] != node_name:
             self.release_hold(uid)
             hold = None
         try:
-            plan = self.plan(pod, rebinding=True)
+            plan = self._plan_on(self.plan(pod, rebinding=True), node_name)
             verdict = self.check_node(plan, node_name)
         except SchedulingError as error:
             self.release_hold(uid)
@@ -832,7 +958,10 @@ class Scheduler:
                 if conflict:
                     self.metrics.bind_conflicts.inc()
                 self.metrics.bind_failures.labels(stage="recheck").inc()
-            raise BindFailed(f"pod {pod_key(pod)} no longer fits node {node_name}: {verdict.message}")
+            message = verdict.message
+            if plan.extended_variant is not None:
+                message = plan.extended_variant.describe(message)
+            raise BindFailed(f"pod {pod_key(pod)} no longer fits node {node_name}: {message}")
         workload_claims = self.cache.features.enabled(WORKLOAD_CLAIMS)
         writes: list[tuple[ResourceClaim, dict | None]] = [
             (claim, None) for claim in plan.allocated if not reserved_for_pod(claim.raw, pod, workload_claims)
@@ -843,7 +972,8 @@ class Scheduler:
             writes.append((claim, allocation))
         consumers = {claim.uid: plan.group.reference() for claim, _ in writes
                      if plan.group is not None and _group_owner(plan, claim) is not None}
-        return writes, consumers
+        extended = plan.extended_variant
+        return writes, consumers, extended if extended is not None and extended.claim is not None else None
 
     def _reserve(self, claim: ResourceClaim, allocation: dict, uid: str, ttl_s: float | None = None) -> None:
         self.assume.reserve(claim, allocation, uid, ttl_s=ttl_s)
@@ -864,7 +994,7 @@ class Scheduler:
         lists; those are kept only if the pod already fits there. Candidates can be hundreds of
         nodes: they are checked like filter's (cached outcomes, yielding to other requests).
         """
-        if not has_claims(pod):
+        if not self.needs_dra(pod):
             return dict(victims)
         deadline = self.clock() + self.filter_deadline_s
         try:
@@ -889,13 +1019,14 @@ class Scheduler:
         freed = self._claims_freed_by(victim_uids)
         node = self.cache.node(node_name)
         time_left = deadline - self.clock()
-        if not freed or node is None or not plan.to_allocate or time_left <= 0:
+        to_allocate = self._plan_on(plan, node_name).to_allocate  # a device plugin's node: its own
+        if not freed or node is None or not to_allocate or time_left <= 0:
             return False
         view = self._allocated_view(None).without(freed)
         allocator = Allocator(self.cache.inventory, view, self.cache.features,
                               deadline_s=min(self.node_deadline_s, time_left))
         try:
-            fits = allocator.allocate(node, plan.to_allocate).success
+            fits = allocator.allocate(node, to_allocate).success
         except (AllocationTimeout, NodeAllocationError, AllocationError):
             fits = False
         await asyncio.sleep(0)  # one search per candidate: let other requests in between

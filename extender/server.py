@@ -27,6 +27,7 @@ from aiohttp import web
 
 from extender import devicemap, wire
 from extender.explain import ExplainError, explain_pod, render_text
+from extender.extendedresources import requested_names
 from extender.httpguard import BodyReader, HttpLimits, LimitedRunner, RequestRefused, expect_handler
 from extender.metrics import CONTENT_TYPE, Metrics
 from extender.names import split_ref
@@ -51,9 +52,12 @@ def _json(body: bytes, status: int = 200) -> web.Response:
 
 def _from_loopback(request: web.Request) -> bool:
     try:
-        return ipaddress.ip_address((request.remote or "").split("%", 1)[0]).is_loopback
+        address = ipaddress.ip_address((request.remote or "").split("%", 1)[0])
     except ValueError:  # a unix socket or no peer address: not a network client
         return request.remote is None
+    # Listening on "::", an IPv4 peer arrives as ::ffff:a.b.c.d (not is_loopback before Python 3.13).
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return (mapped or address).is_loopback
 
 
 def _debug_gate(from_anywhere: bool) -> Any:
@@ -172,7 +176,8 @@ class ExtenderServer:
     async def filter(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         args = wire.parse_extender_args(await self.bodies.read(request), "filter")
-        if self._not_synced() and has_claims(args.pod):
+        # Before the DeviceClasses are listed, any extended resource may turn out to be backed by DRA.
+        if self._not_synced() and (has_claims(args.pod) or requested_names(args.pod)):
             body = wire.encode_filter_result(args, [], {}, {}, NOT_SYNCED)
             return _json(body)
         result = await self.scheduler.filter(args.pod, args.node_names, args.node_objects, brief=True)

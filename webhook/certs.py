@@ -130,9 +130,14 @@ def generate_client_cert(ca: KeyPair, common_name: str, *, days: int = 365) -> K
 def load_ca(directory: Path) -> KeyPair:
     """The CA that `write_serving_files` left in `directory` (ca.crt and ca.key)."""
     certificate = x509.load_pem_x509_certificate((directory / CA_CERT_FILE).read_bytes())
-    key = serialization.load_pem_private_key((directory / CA_KEY_FILE).read_bytes(), password=None)
+    try:
+        key = serialization.load_pem_private_key((directory / CA_KEY_FILE).read_bytes(), password=None)
+    except TypeError:  # cryptography's word for "encrypted, and no password given"
+        raise ValueError(f"{directory / CA_KEY_FILE}: the key is encrypted; give it unencrypted") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise ValueError(f"{directory / CA_KEY_FILE}: not an ECDSA key")
+    if key.public_key() != certificate.public_key():
+        raise ValueError(f"{directory / CA_KEY_FILE} does not belong to {directory / CA_CERT_FILE}")
     return KeyPair(certificate, key)
 
 

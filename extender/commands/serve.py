@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 import shlex
 import signal
 import sys
@@ -217,8 +218,8 @@ def _seconds(value: str) -> float:
         seconds = float(value.removesuffix("s"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a duration in seconds: {value!r}") from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    if not math.isfinite(seconds) or seconds <= 0:  # float() also reads "nan" and "inf"
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value!r}")
     return seconds
 
 

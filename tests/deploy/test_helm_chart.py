@@ -199,11 +199,15 @@ def test_provided_certificates_use_the_given_secret_and_ca_bundle(helm: str, tmp
 def test_values_reach_the_objects(helm: str) -> None:
     docs = helm_template(helm, "mode=second-scheduler", "replicas=3", "image.repository=registry.example/dra",
                          "image.tag=9.9", "resources.limits.memory=8Gi", "networkPolicy.enabled=false",
-                         "createNamespace=false", "scheduler.name=gpu-scheduler")
+                         "createNamespace=false", "scheduler.name=gpu-scheduler",
+                         "extraArgs={--feature-gates=DRAWorkloadResourceClaims=true}",
+                         "scheduler.extraArgs={--feature-gates=GenericWorkload=true}")
     deployment = find(docs, "Deployment", "dra-extender")
     assert deployment["spec"]["replicas"] == 3
-    [extender, _] = deployment["spec"]["template"]["spec"]["containers"]
+    [extender, scheduler] = deployment["spec"]["template"]["spec"]["containers"]
     assert extender["image"] == "registry.example/dra:9.9"
+    assert extender["args"][-1] == "--feature-gates=DRAWorkloadResourceClaims=true"
+    assert scheduler["command"][-1] == "--feature-gates=GenericWorkload=true"
     assert extender["resources"]["limits"]["memory"] == "8Gi"
     assert not [d for d in docs if d["kind"] in ("NetworkPolicy", "Namespace")]
     config = yaml.safe_load(find(docs, "ConfigMap", "dra-scheduler-config")["data"]["config.yaml"])

@@ -190,6 +190,30 @@ def test_taint_rule_webhook_runs_only_for_no_execute(effect: str, expected: bool
 
 
 @pytest.mark.parametrize(
+    ("requests", "init", "expected"),
+    [
+        ({"example.com/gpu": "2", "cpu": "1"}, False, True),
+        ({"example.com/gpu": "2"}, True, True),  # an init container's
+        ({"deviceclass.resource.kubernetes.io/gpu": "1"}, False, True),  # an implicit class name
+        ({"cpu": "1", "memory": "1Gi"}, False, False),
+        ({"hugepages-2Mi": "1Gi", "kubernetes.io/something": "1"}, False, False),
+        (None, False, False),
+    ],
+)
+def test_extended_resource_pods_go_to_the_second_scheduler_too(
+    requests: dict | None, init: bool, expected: bool
+) -> None:
+    obj = pod(None)
+    resources = {"requests": requests} if requests is not None else {}
+    target = {"name": "setup", "image": "x", "resources": resources}
+    if init:
+        obj["spec"]["initContainers"] = [target]
+    else:
+        obj["spec"]["containers"][0]["resources"] = resources
+    assert matches(POLICY["spec"]["matchConditions"], obj) is expected
+
+
+@pytest.mark.parametrize(
     ("claims", "scheduler_name", "expected"),
     [
         ([{"name": "gpu", "resourceClaimTemplateName": "t"}], "default-scheduler", True),

@@ -66,6 +66,10 @@ API_CALLS: set[tuple[str, Permission]] = {
     ("extender/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims/binding")),
     ("extender/claimwriter.py", P("create", "", "pods/binding")),
     ("extender/claimwriter.py", P("get", "", "pods")),
+    # extended resources backed by DRA: the pod's special claim, its removal, extendedResourceClaimStatus
+    ("extender/claimwriter.py", P("create", "resource.k8s.io", "resourceclaims")),
+    ("extender/claimwriter.py", P("delete", "resource.k8s.io", "resourceclaims")),
+    ("extender/claimwriter.py", P("patch", "", "pods/status")),
     # eviction: re-read, DisruptionTarget condition, delete with UID precondition
     ("extender/controllers/evictor.py", P("get", "", "pods")),
     ("extender/controllers/evictor.py", P("patch", "", "pods/status")),
@@ -382,6 +386,7 @@ def test_lease_rules_name_the_lease_the_controllers_are_told_to_use() -> None:
 
 def test_only_the_eviction_controller_may_delete_pods() -> None:
     base = expand(find(load_docs(BASE_RBAC), "ClusterRole", "dra-extender")["rules"])
-    dangerous = {P("delete", "", "pods"), P("patch", "", "pods/status"),
-                 P("patch", "resource.k8s.io", "devicetaintrules/status")}
+    # pods/status patch is in the base since bind writes pod.status.extendedResourceClaimStatus for
+    # extended resources backed by DRA (kube-scheduler's own role has it too).
+    dangerous = {P("delete", "", "pods"), P("patch", "resource.k8s.io", "devicetaintrules/status")}
     assert not base & dangerous

@@ -16,6 +16,11 @@ ALLOWED = [
     ("create", "pods", "binding"),
     ("update", "resourceclaims.resource.k8s.io", "status"),
     ("delete", "pods", ""),  # the eviction controller component
+    # The special claim of a pod with extended resources backed by DRA, as upstream's kube-scheduler
+    # role grants with DRAExtendedResource; and the pod's extendedResourceClaimStatus.
+    ("create", "resourceclaims.resource.k8s.io", ""),
+    ("delete", "resourceclaims.resource.k8s.io", ""),
+    ("patch", "pods", "status"),
 ]
 # Outside the roles: what a broader grant would let a compromised extender do.
 DENIED = [
@@ -25,7 +30,9 @@ DENIED = [
     ("get", "secrets", ""),
     ("list", "namespaces", ""),
     ("patch", "resourceclaims.resource.k8s.io", "status"),
-    ("delete", "resourceclaims.resource.k8s.io", ""),
+    ("patch", "pods", ""),
+    ("update", "pods", "status"),
+    ("delete", "resourceclaimtemplates.resource.k8s.io", ""),
     ("create", "clusterrolebindings.rbac.authorization.k8s.io", ""),
 ]
 

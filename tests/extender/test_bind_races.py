@@ -14,6 +14,7 @@ from allocator import FeatureGates, ResourceClaim
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
+from extender.extendedresources import Variant
 from extender.scheduling import BindFailed, Scheduler
 
 
@@ -33,11 +34,11 @@ class GatedWriter(ClaimWriter):
         self.gates: dict[str, asyncio.Event] = {}
 
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
-                   consumers: Mapping[str, dict] | None = None) -> None:
+                   consumers: Mapping[str, dict] | None = None, extended: Variant | None = None) -> None:
         gate = self.gates.get(pod["metadata"]["name"])
         if gate is not None:
             await gate.wait()
-        await super().bind(pod, node, claims, consumers)
+        await super().bind(pod, node, claims, consumers, extended)
 
 
 def make(objs: list[dict[str, Any]], **options: Any) -> tuple[Scheduler, GatedWriter, Clock]:

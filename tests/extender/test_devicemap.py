@@ -125,7 +125,8 @@ async def test_pages_by_node() -> None:
     assert 'href="/debug/ui?per_page=1&amp;page=3"' in page
     _, page, _ = await fetch(server, "/debug/ui?node=node-3")
     assert re.findall(r'data-node="([^"]+)"', page) == ["node-3"]
-    for bad in ("page=0", "page=x", "per_page=100000"):
+    # "²" and "٣" are str.isdigit() but not int(): a 400 as well, not a 500.
+    for bad in ("page=0", "page=x", "per_page=100000", "page=%C2%B2", "per_page=%D9%A3"):
         status, text, _ = await fetch(server, f"/debug/ui?{bad}")
         assert status == 400 and "query parameter" in text, bad
 
@@ -168,3 +169,15 @@ def test_only_the_newest_generation_of_a_pool_counts(older: bool) -> None:
     device_map = build_map(take_view(build_server([*objects, stale])))
     [pool] = device_map.groups["node-1"]
     assert len(device_map.devices(pool)) == pool.device_count == (8 if older else 1)
+
+
+async def test_a_claim_reserved_for_a_podgroup_names_the_group() -> None:
+    """A workload claim (KEP-5729) is reserved for its PodGroup, not for pods: the map names the group
+    instead of showing an allocated device that nobody seems to use."""
+    claim = o.allocate(o.claim("train-gpus"), "node-0", ["gpu-0"], [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "train", "uid": "uid-train"},
+        {"resource": "pods", "name": "solo", "uid": "uid-solo"},
+    ])
+    _, page, _ = await fetch(build_server([*o.cluster(1, 2), claim]), "/debug/ui")
+    assert states(page)["node-0/gpu-0"] == "allocated"
+    assert 'title="allocated; claim default/train-gpus; pods default/solo; podgroups default/train"' in page

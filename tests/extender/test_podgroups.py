@@ -188,6 +188,35 @@ async def test_podgroup_concurrent_binds_write_the_claim_once() -> None:
     assert {current(scheduler, f"w{i}")["spec"]["nodeName"] for i in range(4)} == {"node-1"}
 
 
+async def test_podgroup_retried_bind_waiting_for_the_group_write_is_refused_not_run_twice() -> None:
+    """kube-scheduler retries a bind that timed out. When the first request is still waiting for another
+    bind of its PodGroup, the retry must get "already being bound", as it does without a group."""
+    scheduler = make(by_name_cluster(3))
+    await schedule(scheduler, "w0")  # the group's claim is allocated: w1's bind only binds the pod
+    node = current(scheduler, "w0")["spec"]["nodeName"]
+    release = asyncio.get_running_loop().create_future()
+    scheduler._group_writes["default/train"] = release  # another bind of the group is writing
+    binds = 0
+    bind_pod = scheduler.writer.bind
+
+    async def counted(*args: Any, **kwargs: Any) -> None:
+        nonlocal binds
+        binds += 1
+        await asyncio.sleep(0.01)  # a slow API server: the retry arrives meanwhile
+        await bind_pod(*args, **kwargs)
+
+    scheduler.writer.bind = counted  # type: ignore[method-assign]
+    first = asyncio.create_task(scheduler.bind("default", "w1", "", node))
+    retry = asyncio.create_task(scheduler.bind("default", "w1", "", node))
+    await asyncio.sleep(0.01)
+    del scheduler._group_writes["default/train"]
+    release.set_result(None)
+    outcomes = await asyncio.gather(first, retry, return_exceptions=True)
+    assert binds == 1
+    assert outcomes[0] is None and isinstance(outcomes[1], BindFailed)
+    assert "already being bound" in str(outcomes[1])
+
+
 async def test_podgroup_failed_bind_undoes_the_groups_allocation_and_the_next_pod_allocates() -> None:
     scheduler = make(by_name_cluster(2))
     current(scheduler, "w0")["spec"]["nodeName"] = "node-2"   # the Binding will be refused

@@ -114,4 +114,7 @@ async def test_debug_pages_answer_only_loopback_by_default() -> None:
     assert (await closed(request_from("10.1.2.3", "/metrics"), page)).status == 200
     assert (await closed(request_from("127.0.0.1", "/debug/snapshot"), page)).status == 200
     assert (await closed(request_from("::1", "/debug/state"), page)).status == 200
+    # Listening on "::" (dual stack), port-forward's 127.0.0.1 arrives as an IPv4-mapped address.
+    assert (await closed(request_from("::ffff:127.0.0.1", "/debug/ui"), page)).status == 200
+    assert (await closed(request_from("::ffff:10.1.2.3", "/debug/ui"), page)).status == 403
     assert (await open_(request_from("10.1.2.3", "/debug/snapshot"), page)).status == 200

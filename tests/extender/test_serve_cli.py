@@ -364,8 +364,10 @@ def test_timeout_flags_reach_the_scheduler() -> None:
     assert (scheduler.node_deadline_s, scheduler.filter_deadline_s) == (0.25, 2.5)
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "soon"])
-def test_filter_timeout_must_be_a_positive_duration(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("flag", ["--filter-timeout", "--idle-timeout"])
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf"])
+def test_durations_must_be_finite_and_positive(flag: str, value: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        build_parser().parse_args(["serve", "--snapshot", "x", "--filter-timeout", value])
-    assert exit_info.value.code == 2 and "--filter-timeout" in capsys.readouterr().err
+        build_parser().parse_args(["serve", "--snapshot", "x", flag, value])
+    assert exit_info.value.code == 2 and flag in capsys.readouterr().err

@@ -441,6 +441,11 @@ async def test_verbs_refuse_to_decide_before_the_cache_has_synced() -> None:
         plain = {"metadata": {"name": "plain", "namespace": "default", "uid": "u"}}
         status, body = await post(base + "/filter", orjson.dumps({"Pod": plain, "NodeNames": ["node-0"]}))
         assert body["NodeNames"] == ["node-0"] and body["Error"] == "", "pods without claims need no cache"
+        # An extended resource may turn out to be backed by DRA once the DeviceClasses are listed.
+        extended = {"metadata": {"name": "gpu", "namespace": "default", "uid": "g"}, "spec": {"containers": [
+            {"name": "main", "resources": {"requests": {"example.com/gpu": "1"}}}]}}
+        status, body = await post(base + "/filter", orjson.dumps({"Pod": extended, "NodeNames": ["node-0"]}))
+        assert status == 200 and "not synced" in body["Error"]
         odd = {"metadata": {"name": "odd", "namespace": "default", "uid": "o"}, "spec": {"resourceClaims": 5}}
         status, body = await post(base + "/filter", orjson.dumps({"Pod": odd, "NodeNames": ["node-0"]}))
         assert status == 200 and "Pod.spec.resourceClaims must be a list" in body["Error"]

@@ -61,6 +61,26 @@ def test_certs_command_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureF
     assert "do not apply" in capsys.readouterr().err
 
 
+def test_client_certificate_refuses_a_ca_it_cannot_sign_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An encrypted CA key, or a ca.key that is not ca.crt's, is a clear error (exit 2), not a traceback
+    or a client certificate that no server accepts."""
+    from cryptography.hazmat.primitives import serialization
+
+    ca = certs.generate_ca()
+    (tmp_path / certs.CA_CERT_FILE).write_bytes(ca.certificate_pem())
+    (tmp_path / certs.CA_KEY_FILE).write_bytes(ca.key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret")))
+    assert main(["certs", "--client", "--out", str(tmp_path)]) == 2
+    assert "encrypted" in capsys.readouterr().err
+    (tmp_path / certs.CA_KEY_FILE).write_bytes(certs.generate_ca().key_pem())
+    assert main(["certs", "--client", "--out", str(tmp_path)]) == 2
+    assert "does not belong to" in capsys.readouterr().err
+    assert not (tmp_path / "client.crt").exists()
+
+
 def test_certs_command_prints_json_and_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import orjson
     import yaml
