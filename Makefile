@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test e2e-control-plane browser
+.PHONY: run test e2e-control-plane conformance-upstream browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ run: $(STAMP)
 e2e-control-plane: $(STAMP)
 	$(BIN)/python tests/e2e/build_control_plane.py
 
+# The upstream reference (k8s.io/dynamic-resource-allocation v0.37.1) for the differential tests in
+# tests/conformance, built once per machine into the same cache (about two minutes), then reused.
+conformance-upstream: $(STAMP)
+	$(BIN)/python tests/conformance/upstream_runner.py
+
 # Debian's chromium for the device map's browser test: installed when missing and this user may
 # (root with apt-get, as on CI); otherwise that test skips and says how to install it.
 browser:
@@ -30,6 +35,6 @@ browser:
 		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 		|| echo "chromium is not installed: the device map's browser test will skip"
 
-test: $(STAMP) e2e-control-plane browser
+test: $(STAMP) e2e-control-plane conformance-upstream browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest

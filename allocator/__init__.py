@@ -1,15 +1,27 @@
 """DRA structured allocator: object model, pool gathering and device search (pure library, no I/O).
 
-Semantics follow upstream Kubernetes' incubating/experimental structured allocator with the
-lexicographic pool order. Deliberate differences, each commented where implemented:
+Semantics follow upstream Kubernetes 1.37.1's structured allocator (k8s.io/dynamic-resource-allocation
+v0.37.1, incubating/experimental variants) with the lexicographic pool order; tests/conformance checks
+that claim against the released Go code. Deliberate differences, each commented where implemented:
 
-- distinctAttribute compares a device against every device already chosen (upstream #140438);
-- shared counters are given back on every rejection and when undoing a shareable device (#140436);
-- the matchAttribute intersection of list-type attributes is restored on backtracking (#140326);
+- pool order of upstream's stable variant: we always walk pools and slices in lexicographic order;
+  upstream's "stable" variant (picked only when consumable capacity, binding conditions and list-type
+  attributes are all off) follows its slice list order, which is not defined;
 - counter bookkeeping is keyed by (driver, pool), not by pool name alone;
 - a device that still holds shares is not handed out exclusively;
-- the search prunes hopeless branches (never changing the answer), so its ``steps`` can be lower
-  than upstream's allocateOne count; ``Allocator(..., prune=False)`` reproduces upstream's count.
+- a selector whose estimated CEL cost exceeds the limit is a compile error here (as when the API
+  server validates it); upstream's allocator skips the estimate and stops such a selector at run time;
+- the search prunes hopeless branches, so its ``steps`` can be lower than upstream's allocateOne
+  count; ``Allocator(..., prune=False)`` reproduces upstream's count. Pruning checks the selectors
+  upstream would still have evaluated, except (open, rare) a CEL error in a request our pruning
+  skips: a later request of a claim given up as hopeless, whose failing selector upstream may reach.
+
+Open CEL differences from cel-go found by the differential campaigns (stricter static typing in cel-go,
+``x in []``, milli sums and asInteger, cost estimates) are listed one by one, with the reason, in
+tests/conformance/differential.py (KNOWN_CEL_DIFFERENCES).
+
+Upstream bugs we used to fix on our own are fixed in 1.37.1 too (distinctAttribute #140438,
+counters rollback #140436, list intersection restored on backtracking #140326).
 """
 
 from allocator.errors import AllocationError, AllocationTimeout, InvalidObjectError, NodeAllocationError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 
 from allocator.model import CapacityRequestPolicy, Device
 from allocator.quantity import Quantity
@@ -36,39 +37,84 @@ def undefined_requests(requests: Mapping[str, Quantity] | None, device: Device, 
     return missing
 
 
-def _round_up(value: Quantity, policy: CapacityRequestPolicy) -> Quantity:
+class CapacityError(ValueError):
+    """A request the device's range arithmetic cannot represent (upstream aborts the allocation)."""
+
+
+def _milli(value: Quantity) -> int:
+    """The exact milli value, like upstream's safeMilliValue (an error when it would round)."""
+    milli = value.value * 1000
+    if milli.denominator != 1:
+        raise CapacityError(f"capacity request cannot be represented in the device's range arithmetic: "
+                            f"request {value} is not a representable milli value")
+    return int(milli)
+
+
+def _use_milli(valid_range: tuple[Quantity, Quantity | None, Quantity | None], fractional: bool) -> bool:
+    """DRAFractionalCapacityRange: range arithmetic in milli units when min, max and step all have an
+    exact milli value and the step is at least 1m; otherwise (and without the gate) in whole units,
+    each bound rounded up as Quantity.Value() does."""
+    if not fractional:
+        return False
+    try:
+        milli = [_milli(q) for q in valid_range if q is not None]
+    except CapacityError:
+        return False
+    step = valid_range[2]
+    return step is None or milli[-1] >= 1
+
+
+def _whole(value: Quantity) -> int:
+    """Quantity.Value(): rounded up, away from zero."""
+    return -(-value.milli_value() // 1000) if value.sign() >= 0 else value.milli_value() // 1000
+
+
+def _round_up(value: Quantity, policy: CapacityRequestPolicy, fractional: bool) -> Quantity:
     if policy.valid_range is not None:
         minimum, _maximum, step = policy.valid_range
         if value < minimum:
             return minimum
-        if step is not None and step.sign() > 0:
-            offset = (value - minimum).value
-            steps = -(-offset // step.value)  # ceiling division on Fractions
-            return Quantity.from_fraction(minimum.value + steps * step.value, minimum.format)
-        return value
+        if step is None or step.sign() <= 0:
+            return value
+        if _use_milli(policy.valid_range, fractional):
+            base, unit = _milli(minimum), _milli(step)
+            steps = -(-(_milli(value) - base) // unit)
+            return Quantity.from_fraction(Fraction(base + steps * unit, 1000), step.format)
+        base, unit = _whole(minimum), _whole(step)
+        steps = -(-(_whole(value) - base) // unit)
+        return Quantity.from_fraction(base + steps * unit, step.format)
     for candidate in policy.valid_values:
         if candidate >= value:
             return candidate
     return value
 
 
-def _violates(value: Quantity, policy: CapacityRequestPolicy) -> bool:
+def _violates(value: Quantity, policy: CapacityRequestPolicy, fractional: bool) -> bool:
+    # As upstream: the minimum is not checked here (rounding up already reached it).
     if policy.default is not None and value == policy.default:
         return False
     if policy.valid_range is not None:
         minimum, maximum, step = policy.valid_range
-        if value < minimum or (maximum is not None and value > maximum):
+        if maximum is not None and value > maximum:
             return True
-        return step is not None and step.sign() > 0 and (value - minimum).value % step.value != 0
+        if step is None or step.sign() <= 0:
+            return False
+        if _use_milli(policy.valid_range, fractional):
+            try:
+                return (_milli(value) - _milli(minimum)) % _milli(step) != 0
+            except CapacityError:
+                return True
+        return (_whole(value) - _whole(minimum)) % _whole(step) != 0
     if policy.valid_values:
         return value not in policy.valid_values
     return False
 
 
 def consumed_capacity(
-    requests: Mapping[str, Quantity] | None, device: Device, driver: str
+    requests: Mapping[str, Quantity] | None, device: Device, driver: str, fractional: bool = True
 ) -> dict[str, Quantity]:
-    """What one allocation takes of every capacity of the device (all names listed, zero included)."""
+    """What one allocation takes of every capacity of the device (all names listed, zero included).
+    Raises CapacityError for a request the range arithmetic cannot represent."""
     consumed = {}
     for name, capacity in device.capacity.items():
         requested = _requested(requests, name, driver)
@@ -78,7 +124,7 @@ def consumed_capacity(
         elif policy is None:
             value = requested
         else:
-            value = _round_up(requested, policy)
+            value = _round_up(requested, policy, fractional)
         consumed[name] = value
     return consumed
 
@@ -90,11 +136,17 @@ def fits(
     multiple: bool,
     already: Mapping[str, Quantity] | None,
     allocating: Mapping[str, Quantity] | None,
+    fractional: bool = True,
 ) -> bool:
-    """Does the request fit? For shareable devices, together with what is allocated and being allocated."""
-    for name, value in consumed_capacity(requests, device, driver).items():
+    """Does the request fit? For shareable devices, together with what is allocated and being allocated.
+    Raises CapacityError like consumed_capacity."""
+    consumed = consumed_capacity(requests, device, driver, fractional)
+    for name, value in consumed.items():
+        if value.sign() < 0:
+            raise CapacityError(f"capacity {name!r}: capacity value is negative")
+    for name, value in consumed.items():
         capacity = device.capacity[name]
-        if capacity.policy is not None and _violates(value, capacity.policy):
+        if capacity.policy is not None and _violates(value, capacity.policy, fractional):
             return False
         total = value
         if multiple:

@@ -44,8 +44,12 @@ class Constraint:
         if not self.applies(request, subrequest):
             return True
         value = lookup_attribute(device, driver, self.attribute)
-        if value is None or (value.is_list and not self.list_semantics):
-            return False  # missing, or a list value the scalar comparison cannot handle
+        if value is None:
+            return False
+        if value.is_list and not self.list_semantics and self.stack:
+            # Without list semantics upstream (1.37.1) takes a list value only as the first device's;
+            # any later one cannot be compared as a scalar.
+            return False
         if not self.accepts(value):
             return False
         self.stack.append(value)

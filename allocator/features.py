@@ -15,6 +15,7 @@ DEFAULT_GATES: Mapping[str, bool] = {
     "DRADeviceBindingConditions": True,  # beta 1.36
     "DRAResourceClaimDeviceStatus": True,  # GA 1.37
     "DRAListTypeAttributes": False,  # alpha
+    "DRAFractionalCapacityRange": True,  # beta 1.37: capacity ranges in milli units
     # Beta 1.37, off by default (needs GenericWorkload and scheduling.k8s.io/v1beta1 in the cluster).
     # Read by the servers only (extender.podgroups): the allocator does not change with it.
     "DRAWorkloadResourceClaims": False,

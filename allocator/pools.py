@@ -106,8 +106,8 @@ def _slice_relevant(slice_: ResourceSlice, node: Node, features: FeatureGates) -
     partitionable = features.enabled("DRAPartitionableDevices")
     if not partitionable and (slice_.per_device_node_selection is not None or slice_.shared_counters_set):
         return False
-    if slice_.shared_counters_set:
-        return True
+    # Slices with shared counters follow the same node selection as any other (1.37.1): one that does
+    # not target the node leaves the pool incomplete here, and completing the pool fetches it.
     try:
         if slice_.node_name or slice_.all_nodes or slice_.node_selector is not None:
             return node_matches(node, slice_.node_name, slice_.all_nodes, slice_.node_selector)
@@ -222,7 +222,7 @@ def _build_pool(
     ]
     if not partitionable:
         return
-    for slice_ in slices:
+    for slice_ in (*slices, *not_targeting):  # counters may live in a slice that targets other nodes
         for set_name, counters in slice_.counter_sets:
             if set_name in pool.counter_sets:
                 _invalidate(pool, f"duplicate counter set name {set_name}")

@@ -78,17 +78,19 @@ def _rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) ->
         return "counters"
     if search.consumable and (
         cap.undefined_requests(rd.capacity_requests, device, entry.key[0])
-        or not cap.fits(
-            rd.capacity_requests,
-            device,
-            entry.key[0],
-            device.allow_multiple_allocations,
-            search.allocated.capacity.get(entry.key),
-            None,
-        )
+        or not _capacity_fits(search, rd, entry)
     ):
         return "capacity"
     return None
+
+
+def _capacity_fits(search: _Search, rd: RequestData, entry: DeviceEntry) -> bool:
+    device = entry.device
+    try:
+        return cap.fits(rd.capacity_requests, device, entry.key[0], device.allow_multiple_allocations,
+                        search.allocated.capacity.get(entry.key), None, search.fractional)
+    except cap.CapacityError:
+        return False  # the search reports it as an error; an explanation just counts the device out
 
 
 def _constraint_losses(search: _Search, ci: int, rd: RequestData, usable: list[DeviceEntry]) -> int:

@@ -53,16 +53,20 @@ def _configs(claim: ResourceClaim, selected: Sequence[RequestData]) -> list[dict
         for cfg in rd.device_class.config:
             configs.append({"source": "FromClass", "requests": [rd.full_name], **_without_requests(cfg)})
         class_ranges[rd.device_class.name] = (start, len(configs))
+    # A request counts under its own name and, for firstAvailable, under "request/chosen-subrequest".
+    names_of = [{request.name, rd.full_name} for request, rd in zip(claim.requests, selected, strict=True)]
     for cfg in claim.config:
         names = cfg.get("requests") or []
         body = _without_requests(cfg)
         if not names:
             configs.append({"source": "FromClaim", **body})
-            continue
-        # Upstream appends a claim config once per claim request it names (see allocator-semantics §3.13).
-        for request, rd in zip(claim.requests, selected, strict=True):
-            if request.name in names or (rd.parent_name is not None and rd.full_name in names):
-                configs.append({"source": "FromClaim", "requests": list(names), **body})
+        elif any(not request_names.isdisjoint(names) for request_names in names_of):
+            configs.append({"source": "FromClaim", "requests": list(names), **body})
+    # Since 1.37 a config that names every request of the claim names none ("applies to all").
+    for cfg in configs:
+        requests = cfg.get("requests")
+        if requests and all(not request_names.isdisjoint(requests) for request_names in names_of):
+            del cfg["requests"]
     return configs
 
 

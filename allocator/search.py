@@ -30,6 +30,10 @@ from allocator.taints import untolerated
 
 MAX_RESULTS_PER_CLAIM = 32  # AllocationResultsMaxSize
 FAIL, OK, MAX_SIZE = 0, 1, 2
+# Upstream (1.37) compiles selectors in the allocator with the environment for stored expressions,
+# which declares every device field whatever the feature gates (allowMultipleAllocations, list-type
+# attributes and includes()); only validation of new objects follows the gates.
+STORED_EXPRESSIONS = cel.CompileOptions(consumable_capacity=True, list_type_attributes=True)
 SHARED = 2  # eligibility of a shareable device: depends on what is allocated in this attempt
 _DEADLINE_CHECK_INTERVAL = 64
 _MAX_SHARED_CHECKS = 256  # per node view
@@ -37,6 +41,10 @@ _MAX_SHARED_CHECKS = 256  # per node view
 
 class _Hopeless(Exception):
     """A claim cannot be satisfied whatever earlier claims choose: the whole search fails."""
+
+    def __init__(self, claim_index: int) -> None:
+        super().__init__(claim_index)
+        self.claim_index = claim_index
 
 
 class RequestData:
@@ -129,6 +137,7 @@ class Allocator:
         consumable = gates.enabled("DRAConsumableCapacity")
         binding_and_status = gates.binding_and_status
         list_attributes = gates.enabled("DRAListTypeAttributes")
+        fractional = gates.enabled("DRAFractionalCapacityRange")
         self._switches = (
             gates.enabled("DRAAdminAccess"),
             gates.enabled("DRAPrioritizedList"),
@@ -138,7 +147,8 @@ class Allocator:
             binding_and_status,
             list_attributes,
             # Upstream's "stable" variant (chosen when none of these is on) has no distinctAttribute.
-            consumable or binding_and_status or list_attributes,
+            consumable or binding_and_status or list_attributes or fractional,
+            fractional,
         )
 
     def allocate(self, node: Node, claims: Sequence[ResourceClaim]) -> AllocationOutcome:
@@ -169,6 +179,7 @@ class _Search:
             self.binding_and_status,
             self.list_attributes,
             self.distinct_supported,
+            self.fractional,
         ) = allocator._switches
         self.steps = 0
         self.backtracked = False
@@ -185,12 +196,12 @@ class _Search:
         self.allocating_shares: dict[tuple[str, str, str], int] = {}
         self.available_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
         self.consumed_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
-        self._compile_options: Any = None
-        self._options_key = (self.consumable, self.list_attributes)
+        self._options_key = STORED_EXPRESSIONS
         self._switch_key = allocator._switches
         self._allocated_mask: int | None = None
         self._groups: dict[str, dict[tuple[str, Any], int]] = {}
         self._checked_alone: set[int] = set()
+        self._no_shortcuts: set[int] = set()  # claims the bounds below must not cut short
 
     # --- entry point ----------------------------------------------------------------------------------
     def run(self) -> AllocationOutcome:
@@ -202,9 +213,10 @@ class _Search:
             sys.setrecursionlimit(2 * depth + 1000)  # two frames per search step along the current path
         try:
             status = self._step(0, 0, 0, 0, False, 0)
-        except _Hopeless:
+        except _Hopeless as hopeless:
             status = FAIL
             self._abandon_attempt()
+            self._evaluate_earlier_claims(hopeless.claim_index)
         if status == OK:
             allocations = [
                 build_allocation(
@@ -277,12 +289,14 @@ class _Search:
                     rds = [self._request_data(ci, ref, sub, request.name) for sub in request.first_available]
                 claim_requests.append(rds)
                 flags.append(request.exactly is None)
-                min_devices += min(rd.num_devices for rd in rds)
-            if min_devices > MAX_RESULTS_PER_CLAIM:
-                raise AllocationError(
-                    f"claim {ref}: number of requested devices {min_devices} exceeds the claim limit of "
-                    f"{MAX_RESULTS_PER_CLAIM}"
-                )
+                # Checked request by request (1.37.1), so the error names the request that overflows.
+                fewest = min(rd.num_devices for rd in rds)
+                if fewest > MAX_RESULTS_PER_CLAIM - min_devices:
+                    raise AllocationError(
+                        f"claim {ref}, request {request.name}: adding {fewest} devices exceeds the claim "
+                        f"limit of {MAX_RESULTS_PER_CLAIM}, with {min_devices} already accounted for"
+                    )
+                min_devices += fewest
             constraints: list[Constraint] = []
             for i, constraint in enumerate(claim.constraints):
                 if constraint.match_attribute:
@@ -303,6 +317,10 @@ class _Search:
             self.first_available.append(flags)
             self.selected_sub.append([0] * len(claim_requests))
             self.constraints.append(constraints)
+            if constraints and any(rd.all_devices for rds in claim_requests for rd in rds):
+                # Upstream reports a constraint that rejects one of "all" devices as a hard error when
+                # its search gets there: no shortcut may skip this claim's attempt.
+                self._no_shortcuts.add(ci)
 
     def _request_data(self, ci: int, ref: str, request: ExactRequest, parent_name: str | None) -> RequestData:
         for i, selector in enumerate(request.selectors):
@@ -365,19 +383,14 @@ class _Search:
             for entry in pool.entries:
                 if not self._is_selectable(ci, rd, entry):
                     continue
-                if self.consumable and not self._capacity_fits(rd, entry, False):
+                # Static capacity only (1.37.1): a matching device whose capacity is used up still
+                # counts for "all", so the request fails instead of quietly taking fewer devices.
+                if self.consumable and not self._capacity_fits(ci, rd, entry, in_use=False):
                     continue
                 devices.append(entry)
         return devices
 
     # --- selection ------------------------------------------------------------------------------------
-    def _options(self) -> Any:
-        if self._compile_options is None:
-            self._compile_options = cel.CompileOptions(
-                consumable_capacity=self.consumable, list_type_attributes=self.list_attributes
-            )
-        return self._compile_options
-
     def _compile(self, ci: int, rd: RequestData, for_class: bool) -> list[Any]:
         owner_object = rd.device_class if for_class else rd.request
         cached = owner_object.compiled.get(self._options_key)
@@ -387,7 +400,7 @@ class _Search:
         programs = []
         for i, expression in enumerate(expressions):
             try:
-                programs.append(cel.compile(expression or "", self._options()))
+                programs.append(cel.compile(expression or "", STORED_EXPRESSIONS))
             except cel.CELError as exc:
                 owner = self._selector_owner(ci, rd, for_class)
                 raise AllocationError(f"{owner}: selector #{i}: CEL compile error: {exc}") from None
@@ -415,9 +428,6 @@ class _Search:
             ) from None
         for i, program in enumerate(programs):
             try:
-                if entry.device.has_list_attributes and not self.list_attributes:
-                    # Upstream's CEL input conversion rejects list values while the gate is off.
-                    raise cel.CELRuntimeError("unsupported attribute value")
                 if not program.matches(device):
                     return False
             except cel.CELError as exc:
@@ -449,23 +459,32 @@ class _Search:
         elif rd.capacity_requests is None and not entry.device.has_request_policies:
             result = 1  # an exclusive device takes its whole capacity, which always fits
         else:
-            result = 1 if self._capacity_fits(rd, entry) else 0
+            result = 1 if self._capacity_fits(ci, rd, entry) else 0
         rd.eligible[entry.index] = result
         return result
 
-    def _capacity_fits(self, rd: RequestData, entry: DeviceEntry, multiple_possible: bool = True) -> bool:
+    def _capacity_fits(self, ci: int, rd: RequestData, entry: DeviceEntry, in_use: bool = True) -> bool:
+        """Whether the request fits the device's capacity, minus what is allocated and being allocated
+        unless ``in_use`` is off. A request the range arithmetic cannot represent is a hard error."""
         device, driver = entry.device, entry.key[0]
         if cap.undefined_requests(rd.capacity_requests, device, driver):
             return False
         multiple = device.allow_multiple_allocations
-        return cap.fits(
-            rd.capacity_requests,
-            device,
-            driver,
-            multiple,
-            self.allocated.capacity.get(entry.key),
-            self.allocating_capacity.get(entry.key) if multiple_possible else None,
-        )
+        try:
+            return cap.fits(
+                rd.capacity_requests,
+                device,
+                driver,
+                multiple,
+                self.allocated.capacity.get(entry.key) if in_use else None,
+                self.allocating_capacity.get(entry.key) if in_use else None,
+                self.fractional,
+            )
+        except cap.CapacityError as exc:
+            raise AllocationError(
+                f"claim {claim_ref(self.claims[ci])}, request {rd.full_name}: checking capacity for device "
+                f"{'/'.join(entry.key)}: {exc}"
+            ) from None
 
     # --- counters -------------------------------------------------------------------------------------
     def _pool_counters(self, pool: Pool) -> dict[str, dict[str, Quantity]]:
@@ -548,9 +567,6 @@ class _Search:
         if self.taints_on and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
             self._release(chosen)
             return None
-        if multiple and not self._capacity_fits(rd, entry):
-            self._release(chosen)
-            return None
         constraints = self.constraints[ci]
         for i, constraint in enumerate(constraints):
             if not constraint.add(device, key[0], rd.base_name, rd.sub_name):
@@ -563,8 +579,15 @@ class _Search:
                         f"{key[0]}/{key[1]}/{key[2]} because a claim constraint would not be satisfied"
                     )
                 return None
+        # Remaining capacity is checked after the constraints, as upstream (1.37.1) does: for "all"
+        # devices a constraint failure is then the hard error even on a device that is also full.
+        if multiple and not self._capacity_fits(ci, rd, entry):
+            for constraint in reversed(constraints):
+                constraint.remove(rd.base_name, rd.sub_name)
+            self._release(chosen)
+            return None
         if multiple:
-            consumed = cap.consumed_capacity(rd.capacity_requests, device, key[0])
+            consumed = cap.consumed_capacity(rd.capacity_requests, device, key[0], self.fractional)
             chosen.consumed = consumed
             chosen.share_id = str(uuid.uuid4())
             totals = dict(self.allocating_capacity.get(key, {}))
@@ -626,11 +649,13 @@ class _Search:
                 return OK
             claim_requests = self.requests[ci]
             entering_claim = ri == 0 and di == 0 and not in_sub
-            if entering_claim and self.prune and self.backtracked and ci not in self._checked_alone:
+            # Upstream would retry every earlier claim before giving up, reaching their hard errors too.
+            if (entering_claim and self.prune and self.backtracked and ci not in self._checked_alone
+                    and ci < min(self._no_shortcuts, default=len(self.claims))):
                 # Earlier claims only ever take devices away, so a claim that fails on its own always fails.
                 self._checked_alone.add(ci)
                 if self._hopeless_alone(ci):
-                    raise _Hopeless
+                    raise _Hopeless(ci)
             if ri >= len(claim_requests):
                 ci, ri, si, di, in_sub, start = ci + 1, 0, 0, 0, False, 0
                 crossed_claim = True
@@ -661,14 +686,49 @@ class _Search:
             if self.prune:
                 # Cheap bound first; the full one (selectable free devices) once the search has backtracked.
                 if rd.num_devices - di > len(self.candidates) - start:
+                    self._evaluate_remaining(ci, rd, start)
                     return FAIL
-                if self.backtracked and self._hopeless(ci, ri, rd, di, start):
+                if (self.backtracked and ci not in self._no_shortcuts
+                        and self._hopeless(ci, ri, rd, di, start)):
+                    self._evaluate_remaining(ci, rd, start)
                     return FAIL
             status = self._try_candidates(ci, ri, si, di, in_sub, start, rd)
             break
         # The result-size signal stops at a claim boundary: another choice for an earlier claim may let
         # a later claim pick a subrequest that needs fewer devices.
         return FAIL if crossed_claim and status == MAX_SIZE else status
+
+    def _evaluate_remaining(self, ci: int, rd: RequestData, start: int) -> None:
+        """Before pruning a slot that cannot be filled, check the candidates upstream's loop would still
+        look at, so a failing selector is the same hard error as there (pruning must not hide it).
+        The in-use test is the one _try_candidates inlines for speed."""
+        eligible, allocating = rd.eligible, self.allocating
+        for entry in self.candidates[start:]:
+            key = entry.key
+            if rd.admin:
+                if ci in allocating.get(key, ()):
+                    continue
+            elif key in self.allocated.devices or allocating.get(key) or (
+                key in self.allocated.capacity and not self._shareable(entry)
+            ):
+                continue
+            if eligible[entry.index] is None:
+                self._eligible(ci, rd, entry)
+
+    def _evaluate_earlier_claims(self, hopeless: int) -> None:
+        """Upstream's search, having no such shortcut, would have tried every choice of the claims
+        before a hopeless one: check their selectors on every free device, so a failing selector is
+        the same hard error as there."""
+        for ci in range(hopeless):
+            for rds in self.requests[ci]:
+                for rd in rds:
+                    if rd.all_devices is None:
+                        self._evaluate_remaining(ci, rd, 0)
+        # The hopeless claim's first request is always reached; later ones only if earlier ones can be
+        # filled, which the shortcut no longer tells: they are left alone (a known, rare difference).
+        for rd in self.requests[hopeless][0] if self.requests[hopeless] else ():
+            if rd.all_devices is None:
+                self._evaluate_remaining(hopeless, rd, 0)
 
     def _first_available(self, ci: int, ri: int, rds: list[RequestData]) -> int:
         """Try the subrequests in order; MAX_SIZE only if every one of them hit the result limit."""
@@ -711,7 +771,7 @@ class _Search:
             ok = eligible[index]
             if ok is None:
                 ok = self._eligible(ci, rd, entry)
-            if not ok or (ok == SHARED and not self._capacity_fits(rd, entry)):
+            if not ok or (ok == SHARED and not self._capacity_fits(ci, rd, entry)):
                 continue
             if skip_equivalent and entry.equivalence in tried:
                 continue

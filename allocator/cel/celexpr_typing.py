@@ -33,6 +33,7 @@ from allocator.cel.parser import (
 )
 
 QUANTITY = "kubernetes.Quantity"
+_CONDITIONAL = "_?_:_"
 SEMVER = "kubernetes.Semver"
 
 _METHODS = {
@@ -104,6 +105,9 @@ def static_type(node: Node) -> str | None:
     if isinstance(node, Call):
         if node.target is None and node.function in ("quantity", "semver"):
             return QUANTITY if node.function == "quantity" else SEMVER
+        if node.function == _CONDITIONAL:
+            branches = {static_type(node.args[1]), static_type(node.args[2])}
+            return branches.pop() if len(branches) == 1 else None
         if node.target is not None and node.function in ("add", "sub"):
             return QUANTITY if static_type(node.target) == QUANTITY else None
         return None
@@ -142,6 +146,10 @@ def _check_call(expression: str, call: Call) -> None:
     applied = f"found no matching overload for '{call.function}' applied to '({signature})'"
     if call.function in _OPERATORS:
         raise _fail(expression, call, applied)
+    if call.function == _CONDITIONAL:  # both branches must have one type (or be dynamic)
+        if None not in types[1:] and types[1] != types[2]:
+            raise _fail(expression, call, applied)
+        return
     if call.function in _EQUALITY:
         if None not in types and types[0] != types[1]:
             raise _fail(expression, call, applied)

@@ -39,6 +39,9 @@ DEVICE = "kubernetes.DRADevice"
 ANY_LIST: Type = ("list", DYN)
 ANY_MAP: Type = ("map", DYN, DYN)
 ANY_OPTIONAL: Type = ("optional_type", DYN)
+# optional.none()'s value type is a free type parameter: orValue(x) takes x's type, where an optional
+# read from a dynamic value (``?.field``) stays dyn.
+FREE = "@free"
 STRING_LIST: Type = ("list", STRING)
 
 NUMERIC = {INT, UINT, DOUBLE}
@@ -107,7 +110,7 @@ OVERLOADS: dict[str, list[Overload]] = {
     "patch": [(SEMVER, (), INT)],
     "optional.of": [(None, (DYN,), WRAPPED)],
     "optional.ofNonZeroValue": [(None, (DYN,), WRAPPED)],
-    "optional.none": [(None, (), ANY_OPTIONAL)],
+    "optional.none": [(None, (), ("optional_type", FREE))],
     "hasValue": [(ANY_OPTIONAL, (), BOOL)],
     "value": [(ANY_OPTIONAL, (), INNER)],
     "orValue": [(ANY_OPTIONAL, (DYN,), INNER)],
@@ -127,11 +130,11 @@ REGEX_FUNCTIONS = {"matches"}
 def type_name(t: Type) -> str:
     if isinstance(t, tuple):
         return f"{t[0]}({', '.join(type_name(p) for p in t[1:])})"
-    return t
+    return DYN if t == FREE else t
 
 
 def unifies(a: Type, b: Type) -> bool:
-    if a == DYN or b == DYN:
+    if a in (DYN, FREE) or b in (DYN, FREE):
         return True
     if isinstance(a, tuple) and isinstance(b, tuple):
         if len(a) != len(b) or a[0] != b[0]:
@@ -142,9 +145,9 @@ def unifies(a: Type, b: Type) -> bool:
 
 def _join(a: Type, b: Type) -> Type:
     """The more specific of two unifying types."""
-    if a == DYN:
+    if a in (DYN, FREE):
         return b
-    if b == DYN or not isinstance(a, tuple):
+    if b in (DYN, FREE) or not isinstance(a, tuple):
         return a
     return (a[0], *(_join(x, y) for x, y in zip(a[1:], b[1:], strict=True)))
 
@@ -339,8 +342,9 @@ class Checker:
     def result(result: Type, receiver: Type | None, args: list[Type]) -> Type:
         if result in (ELEMENT, INNER):
             inner = receiver[1] if isinstance(receiver, tuple) else DYN
-            # optional(T).orValue(T): when T is not known from the receiver, the default decides.
-            return args[0] if inner == DYN and result == INNER and args else inner
+            if inner == FREE:
+                return args[0] if result == INNER and args else DYN
+            return inner
         if result == WRAPPED:
             return ("optional_type", args[0])
         return result
@@ -363,6 +367,8 @@ class Checker:
         if name == "_?_:_":
             if not unifies(types[0], BOOL) or not unifies(types[1], types[2]):
                 raise mismatch
+            if DYN in (types[1], types[2]):
+                return DYN  # as cel-go: a dynamic branch makes the whole conditional dynamic
             return _join(types[1], types[2])
         if name == "-_":
             if types[0] not in (DYN, INT, DOUBLE, DURATION):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from allocator_objects import dev, slice_obj
 
 from allocator import ResourceSlice
-from allocator.capacity import consumed_capacity, fits, undefined_requests
+from allocator.capacity import CapacityError, consumed_capacity, fits, undefined_requests
 from allocator.quantity import Quantity
 
 DRIVER = "nic.example.com"
@@ -57,3 +58,37 @@ def test_request_names_with_and_without_domain() -> None:
         "x",
     ]
     assert consumed_capacity({f"{DRIVER}/bw": q("2Gi")}, d, DRIVER)["bw"] == q("2Gi")
+
+
+def consumed_gated(policy: dict, request: str, fractional: bool) -> str:
+    return str(consumed_capacity({"bw": q(request)}, device(policy, "10"), DRIVER, fractional)["bw"])
+
+
+FRACTIONAL_RANGE = {"validRange": {"min": "100m", "step": "1500m"}}
+
+
+def test_fractional_range_uses_milli_units_with_the_gate() -> None:
+    # 100m + 1500m * ceil((1100m - 100m) / 1500m) = 1600m
+    assert consumed_gated(FRACTIONAL_RANGE, "1.1", fractional=True) == "1600m"
+
+
+def test_fractional_range_uses_whole_units_without_the_gate() -> None:
+    # Bounds and request rounded up to whole units first: 1 + 2 * ceil((2 - 1) / 2) = 3
+    assert consumed_gated(FRACTIONAL_RANGE, "1.1", fractional=False) == "3"
+
+
+def test_range_with_a_sub_milli_step_falls_back_to_whole_units() -> None:
+    assert consumed_gated({"validRange": {"min": "1", "step": "1u"}}, "1500m", fractional=True) == "2"
+
+
+def test_a_request_finer_than_milli_cannot_be_rounded_on_a_milli_range() -> None:
+    with pytest.raises(CapacityError, match="not a representable milli value"):
+        consumed_gated(FRACTIONAL_RANGE, "1.0001", fractional=True)
+
+
+def test_step_violation_is_judged_in_the_same_units() -> None:
+    policy = {"validRange": {"min": "100m", "step": "1500m", "max": "5"}}
+    shared = device(policy, "10")
+    assert fits({"bw": q("1600m")}, shared, DRIVER, True, None, None, True)
+    capped = device({"validRange": {"min": "100m", "step": "1500m", "max": "4"}}, "10")
+    assert not fits({"bw": q("4")}, capped, DRIVER, True, None, None, True)  # 4600m is above the maximum

@@ -31,11 +31,21 @@ def test_match_intersection_is_restored_on_remove() -> None:
     assert match.add(c, DRIVER, "r", None)
 
 
-def test_scalar_match_rejects_lists_without_the_gate() -> None:
-    a, b = devices([0, 1], 1)
+def test_scalar_match_takes_a_list_value_only_first() -> None:
+    # As upstream 1.37.1 without the gate: a list value may start the match, nothing matches it later.
+    a, b, c = devices([0, 1], 1, [0, 1])
     match = MatchAttribute(frozenset(), f"{DRIVER}/numa", list_semantics=False)
-    assert not match.add(a, DRIVER, "r", None)
-    assert match.add(b, DRIVER, "r", None)
+    assert match.add(a, DRIVER, "r", None)
+    assert not match.add(b, DRIVER, "r", None)
+    assert not match.add(c, DRIVER, "r", None)
+
+
+def test_scalar_distinct_takes_a_list_value_only_first() -> None:
+    a, b, c = devices([0, 1], 1, [2, 3])
+    distinct = DistinctAttribute(frozenset(), f"{DRIVER}/numa", list_semantics=False)
+    assert distinct.add(a, DRIVER, "r", None)
+    assert distinct.add(b, DRIVER, "r", None)
+    assert not distinct.add(c, DRIVER, "r", None)
 
 
 def test_distinct_lists_must_be_disjoint() -> None:

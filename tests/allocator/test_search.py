@@ -296,8 +296,13 @@ def test_binding_conditions_are_copied_and_pools_with_them_come_last() -> None:
 
 def test_result_limit_of_32_devices() -> None:
     many = slice_obj("s", [dev(f"d{i}") for i in range(40)])
-    with pytest.raises(AllocationError, match="number of requested devices 33 exceeds the claim limit of 32"):
+    with pytest.raises(AllocationError, match="request r: adding 33 devices exceeds the claim limit of 32, "
+                       "with 0 already accounted for"):
         allocate(inventory([many]), claim_obj("c", req("r", 33)))
+    # The request that pushes the claim over the limit is the one named.
+    with pytest.raises(AllocationError, match="request second: adding 20 devices exceeds the claim limit "
+                       "of 32, with 20 already accounted for"):
+        allocate(inventory([many]), claim_obj("c", req("first", 20), req("second", 20)))
     # firstAvailable: the 32-device option is skipped once the first request used 1 device.
     claim = claim_obj("c", req("one"), first_available("more", req("all32", 32), req("some", 2)))
     assert len(picked(allocate(inventory([many]), claim))) == 3

@@ -58,6 +58,7 @@ GATES_FOR_FEATURE: dict[str, tuple[str, ...]] = {
     "ConsumableCapacity": ("DRAConsumableCapacity",),
     "DeviceBindingAndStatus": ("DRADeviceBindingConditions", "DRAResourceClaimDeviceStatus"),
     "ListTypeAttributes": ("DRAListTypeAttributes",),
+    "FractionalCapacityRange": ("DRAFractionalCapacityRange",),
 }
 
 

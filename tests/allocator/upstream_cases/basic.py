@@ -413,7 +413,7 @@ CASES = [
             allocation(
                 local(),
                 result("req-0", DRIVER_A, "pool-1", "device-1"),
-                config=[from_class(DRIVER_A, "classAttribute", "req-0")],
+                config=[from_class(DRIVER_A, "classAttribute")],
             )
         ],
     ),

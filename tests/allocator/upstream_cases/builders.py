@@ -60,6 +60,7 @@ TAINTS = "DeviceTaints"
 CAPACITY = "ConsumableCapacity"
 BINDING = "DeviceBindingAndStatus"
 LIST_ATTRS = "ListTypeAttributes"
+FRACTIONAL = "FractionalCapacityRange"
 
 
 def features(*names: str) -> frozenset[str]:

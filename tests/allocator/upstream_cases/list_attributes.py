@@ -172,7 +172,6 @@ CASES = [
         2,
         None,
         gates=features(),
-        error="unsupported attribute value",
     ),
     case(DPREFIX + "scalar-string-values-all-distinct", "distinct", S, ["value1", "value2"], 2, (1, 2)),
     case(DPREFIX + "scalar-string-values-not-distinct", "distinct", S, ["value1", "value1"], 2, None),
@@ -245,7 +244,6 @@ CASES = [
         2,
         None,
         gates=features(CAPACITY),
-        error="unsupported attribute value",
     ),
 ]
 

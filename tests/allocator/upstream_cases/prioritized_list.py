@@ -163,7 +163,7 @@ CASES = [
                 local(),
                 result("req-0/subReq-1", DRIVER_B, "pool-1", "device-1"),
                 result("req-0/subReq-1", DRIVER_B, "pool-1", "device-2"),
-                config=[from_claim(DRIVER_B, "bar", "req-0/subReq-1")],
+                config=[from_claim(DRIVER_B, "bar")],
             )
         ],
     ),
@@ -188,7 +188,7 @@ CASES = [
                 local(),
                 result("req-0/subReq-1", DRIVER_B, "pool-1", "device-1"),
                 result("req-0/subReq-1", DRIVER_B, "pool-1", "device-2"),
-                config=[from_class(DRIVER_B, "bar", "req-0/subReq-1")],
+                config=[from_class(DRIVER_B, "bar")],
             )
         ],
     ),

@@ -1,0 +1,325 @@
+"""Hypothesis strategies for random but valid allocation worlds (resource.k8s.io/v1 objects as raw
+API dicts), shaped so that the interesting cases (contention, constraints, partial pools) are common.
+
+A world is a dict: ``gates`` (every gate our allocator knows), ``node``, ``classes``, ``slices``,
+``allocatedClaims`` and ``claims``; that is also the input of the upstream program, so a failing
+world can be replayed on both sides as it is. ``features`` names what the world exercises, so a
+campaign can count divergences per feature.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "allocator"))
+
+from upstream_cases.builders import (
+    ALL_NODES,
+    PER_DEVICE,
+    Version,
+    attribute,
+    cel,
+    claim,
+    device_class,
+    first_available,
+    label_selector,
+    node,
+    range_policy,
+    request,
+    resource_slice,
+    sub,
+    taint,
+    toleration,
+    values_policy,
+)
+
+from allocator import DEFAULT_GATES
+
+Obj = dict[str, Any]
+DRIVERS = ("driver-a", "driver-b")
+NODE = "node-1"
+OTHER_NODE = "node-2"
+# Gates a world may switch off; the rest keep their 1.37 defaults.
+VARIED_GATES = (
+    "DRAAdminAccess",
+    "DRAPrioritizedList",
+    "DRAPartitionableDevices",
+    "DRADeviceTaints",
+    "DRAConsumableCapacity",
+    "DRADeviceBindingConditions",
+    "DRAListTypeAttributes",
+    "DRAFractionalCapacityRange",
+)
+
+
+def _attributes(draw: st.DrawFn, lists: bool) -> Obj:
+    attrs: Obj = {}
+    if draw(st.booleans()):
+        attrs["numa"] = draw(st.integers(0, 1))
+    if draw(st.booleans()):
+        attrs["model"] = draw(st.sampled_from(["a", "b"]))
+    if draw(st.booleans()):
+        attrs["version"] = Version(draw(st.sampled_from(["1.0.0", "1.2.0", "2.0.0"])))
+    if draw(st.integers(0, 3)) == 0:
+        attrs["flag"] = draw(st.booleans())
+    if lists and draw(st.booleans()):
+        attrs["numa"] = draw(st.lists(st.integers(0, 2), min_size=1, max_size=2, unique=True))
+    if lists and draw(st.integers(0, 3)) == 0:
+        attrs["model"] = draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=2, unique=True))
+    return {name: attribute(value) for name, value in attrs.items()}
+
+
+@st.composite
+def devices_for_pool(
+    draw: st.DrawFn, prefix: str, gates: dict[str, bool], used: set[str], counter_sets: list[str]
+) -> list[Obj]:
+    devs = []
+    for index in range(draw(st.sampled_from([0, 1, 2, 2, 3, 3, 4, 4]))):
+        dev: Obj = {"name": f"{prefix}{index}"}
+        attrs = _attributes(draw, gates["DRAListTypeAttributes"])
+        if attrs:
+            dev["attributes"] = attrs
+        capacity: Obj = {}
+        multiple = gates["DRAConsumableCapacity"] and draw(st.integers(0, 3)) == 0
+        if draw(st.booleans()) or multiple:
+            memory = draw(st.sampled_from(["2", "4", "8"]))
+            if multiple and draw(st.booleans()):
+                capacity["memory"] = draw(
+                    st.sampled_from(
+                        [
+                            range_policy(memory),
+                            range_policy(memory, step=None, maximum=None, minimum="1", default="1"),
+                            values_policy(memory, "2", "4"),
+                            # fractional ranges: milli arithmetic with DRAFractionalCapacityRange
+                            range_policy(memory, default="500m", minimum="500m", step="250m", maximum="3"),
+                            range_policy(memory, default="1", minimum="100m", step="1500m", maximum=None),
+                        ]
+                    )
+                )
+            else:
+                capacity["memory"] = {"value": memory}
+        if capacity:
+            dev["capacity"] = capacity
+        if multiple:
+            dev["allowMultipleAllocations"] = True
+            used.add("consumable capacity")
+        if gates["DRADeviceTaints"] and draw(st.integers(0, 7)) == 0:
+            dev["taints"] = [
+                taint(
+                    "k",
+                    draw(st.sampled_from(["v1", "v2"])),
+                    draw(st.sampled_from(["NoSchedule", "NoExecute", "None"])),
+                )
+            ]
+            used.add("taints")
+        if counter_sets and draw(st.booleans()):
+            dev["consumesCounters"] = [
+                {
+                    "counterSet": draw(st.sampled_from(counter_sets)),
+                    "counters": {"mem": {"value": draw(st.sampled_from(["1", "2"]))}},
+                }
+            ]
+            used.add("shared counters")
+        if gates["DRADeviceBindingConditions"] and draw(st.integers(0, 5)) == 0:
+            dev["bindingConditions"] = ["ready"]
+            dev["bindingFailureConditions"] = ["failed"]
+            if draw(st.booleans()):
+                dev["bindsToNode"] = True
+            used.add("binding conditions")
+        devs.append(dev)
+    return devs
+
+
+@st.composite
+def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[str]) -> list[Obj]:
+    """The slices of one pool: one to three, sometimes fewer published than announced (incomplete),
+    with counters in a slice of their own when partitionable devices are on."""
+    driver = draw(st.sampled_from(DRIVERS))
+    pool = f"pool-{index}"
+    where = draw(st.sampled_from([NODE, NODE, NODE, NODE, OTHER_NODE, ALL_NODES, "selector", PER_DEVICE]))
+    if where == PER_DEVICE and not gates["DRAPartitionableDevices"]:
+        where = NODE
+    if where == "selector":
+        where_obj: str | Obj = label_selector("region", draw(st.sampled_from(["region-1", "region-2"])))
+        used.add("node selectors")
+    else:
+        where_obj = where
+    counter_sets: list[str] = []
+    slices: list[Obj] = []
+    if gates["DRAPartitionableDevices"] and draw(st.integers(0, 2)) == 0:
+        counter_sets = ["cs-0"]
+        capacity = draw(st.sampled_from(["2", "3", "4"]))
+        slices.append(
+            resource_slice(
+                f"{pool}-counters", where_obj, pool, driver, counter_sets={"cs-0": {"mem": capacity}}
+            )
+        )
+    for part in range(draw(st.integers(1, 2))):
+        devs = draw(devices_for_pool(f"{pool}-{part}-", gates, used, counter_sets))
+        if where == PER_DEVICE:  # each device says where it is: this node, another one, or everywhere
+            for dev in devs:
+                placement = draw(st.sampled_from(["nodeName", "nodeName", "other", "allNodes"]))
+                if placement == "allNodes":
+                    dev["allNodes"] = True
+                else:
+                    dev["nodeName"] = NODE if placement == "nodeName" else OTHER_NODE
+            used.add("per-device node selection")
+        slices.append(resource_slice(f"{pool}-{part}", where_obj, pool, driver, *devs))
+    count = len(slices)
+    if draw(st.integers(0, 9)) == 0:
+        count += 1  # announced one more slice than published: the pool is incomplete
+        used.add("incomplete pools")
+    if len(slices) > 1:
+        used.add("multi-slice pools")
+    for raw in slices:
+        raw["spec"]["pool"]["resourceSliceCount"] = count
+    return slices
+
+
+REQUEST_SELECTORS = [
+    'device.attributes["{d}"].?numa.orValue(-1) == 0',
+    '"model" in device.attributes["{d}"] && device.attributes["{d}"].model == "a"',
+    '!("model" in device.attributes["{d}"]) || device.attributes["{d}"].model != "b"',
+    '"memory" in device.capacity["{d}"] && device.capacity["{d}"].memory.compareTo(quantity("4")) >= 0',
+    'has(device.attributes["{d}"].version) && '
+    'device.attributes["{d}"].version.isGreaterThan(semver("1.1.0"))',
+    'device.attributes["{d}"].?flag.orValue(false)',
+    '"numa" in device.attributes["{d}"] && device.attributes["{d}"].numa == 1',
+]
+# A runtime error on devices without numa (a hard error for the whole attempt): drawn rarely.
+FAILING_SELECTOR = 'device.attributes["{d}"].numa == 1'
+
+
+@st.composite
+def exact_body(draw: st.DrawFn, gates: dict[str, bool], used: set[str], name: str, subrequest: bool) -> Obj:
+    cls = draw(st.sampled_from(["class-a", "class-b", "class-any"]))
+    driver = {"class-a": "driver-a", "class-b": "driver-b"}.get(cls, draw(st.sampled_from(DRIVERS)))
+    selectors = []
+    if draw(st.integers(0, 2)) == 0:
+        template = draw(st.sampled_from(REQUEST_SELECTORS)) if draw(st.integers(0, 9)) else FAILING_SELECTOR
+        selectors.append(cel(template.format(d=driver)))
+        used.add("request selectors")
+    mode = draw(st.sampled_from(["ExactCount"] * 5 + ["All"]))
+    if mode == "All":
+        used.add("all mode")
+    count = draw(st.sampled_from([1, 1, 1, 2, 2, 3])) if mode == "ExactCount" else None
+    tolerations = []
+    if draw(st.integers(0, 3)) == 0:
+        tolerations.append(toleration("k", draw(st.sampled_from(["NoSchedule", "NoExecute"]))))
+    capacity = None
+    if gates["DRAConsumableCapacity"] and draw(st.integers(0, 3)) == 0:
+        capacity = {"memory": draw(st.sampled_from(["1", "2", "3", "300m", "1.1", "2500m"]))}
+    if subrequest:
+        return sub(name, cls, count, *selectors, mode=mode, tolerations=tolerations, capacity=capacity)
+    admin = None
+    if gates["DRAAdminAccess"] and draw(st.integers(0, 6)) == 0:
+        admin = True
+        used.add("admin access")
+    return request(
+        name, cls, count, *selectors, mode=mode, admin=admin, tolerations=tolerations, capacity=capacity
+    )
+
+
+@st.composite
+def claims(draw: st.DrawFn, gates: dict[str, bool], used: set[str]) -> list[Obj]:
+    out = []
+    for index in range(draw(st.sampled_from([1, 1, 2, 2, 3]))):
+        requests = []
+        names = [f"req-{i}" for i in range(draw(st.sampled_from([1, 1, 2, 2, 3])))]
+        for name in names:
+            if gates["DRAPrioritizedList"] and draw(st.integers(0, 3)) == 0:
+                subs = [
+                    draw(exact_body(gates, used, f"sub-{i}", True)) for i in range(draw(st.integers(1, 3)))
+                ]
+                requests.append(first_available(name, *subs))
+                used.add("firstAvailable")
+            else:
+                requests.append(draw(exact_body(gates, used, name, False)))
+        constraints = []
+        if draw(st.integers(0, 2)) == 0:
+            kind = draw(st.sampled_from(["matchAttribute", "matchAttribute", "distinctAttribute"]))
+            attr = draw(st.sampled_from(["numa", "model"]))
+            driver = draw(st.sampled_from(DRIVERS))
+            constraint: Obj = {kind: f"{driver}/{attr}"}
+            if len(names) > 1 and draw(st.booleans()):
+                constraint["requests"] = draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
+            constraints.append(constraint)
+            used.add(kind)
+        raw = claim(f"claim-{index}", *requests, constraints=constraints)
+        raw["metadata"]["uid"] = f"uid-claim-{index}"
+        out.append(raw)
+    return out
+
+
+@st.composite
+def allocated_claims(draw: st.DrawFn, slices: list[Obj], gates: dict[str, bool], used: set[str]) -> list[Obj]:
+    """Claims that already hold some of the devices: whole, as shares with consumed capacity, or with
+    admin access (which holds nothing)."""
+    candidates = [
+        (raw["spec"]["driver"], raw["spec"]["pool"]["name"], dev)
+        for raw in slices
+        for dev in raw["spec"].get("devices", [])
+    ]
+    if not candidates:
+        return []
+    out = []
+    for index in range(draw(st.integers(0, 2))):
+        driver, pool, dev = draw(st.sampled_from(candidates))
+        result: Obj = {"request": "r", "driver": driver, "pool": pool, "device": dev["name"]}
+        if dev.get("allowMultipleAllocations") and draw(st.booleans()):
+            result["shareID"] = f"00000000-0000-0000-0000-00000000000{index}"
+            result["consumedCapacity"] = {"memory": draw(st.sampled_from(["1", "2", "750m"]))}
+        elif draw(st.integers(0, 4)) == 0:
+            result["adminAccess"] = True
+        used.add("allocated devices")
+        out.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {
+                    "name": f"allocated-{index}",
+                    "namespace": "other",
+                    "uid": f"uid-allocated-{index}",
+                },
+                "spec": {
+                    "devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "class-any"}}]}
+                },
+                "status": {"allocation": {"devices": {"results": [result]}}},
+            }
+        )
+    return out
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> Obj:
+    gates = dict(DEFAULT_GATES)
+    for gate in VARIED_GATES:
+        if draw(st.integers(0, 5)) == 0:
+            gates[gate] = not gates[gate]
+    used: set[str] = set()
+    slices = [
+        raw
+        for index in range(draw(st.sampled_from([1, 2, 2, 3, 3])))
+        for raw in draw(pool_slices(index, gates, used))
+    ]
+    classes = [
+        device_class("class-a", "driver-a"),
+        device_class("class-b", "driver-b"),
+        {**device_class("class-any"), "spec": {}},
+    ]
+    world = {
+        "gates": gates,
+        "node": node(NODE, draw(st.sampled_from(["region-1", "region-2"]))),
+        "classes": classes,
+        "slices": slices,
+        "allocatedClaims": draw(allocated_claims(slices, gates, used)),
+        "claims": draw(claims(gates, used)),
+    }
+    if len(world["claims"]) > 1:
+        used.add("several claims")
+    world["features"] = sorted(used | {f"-{gate}" for gate in VARIED_GATES if not gates[gate]})
+    return world
