@@ -717,3 +717,8 @@ def parse_object(
     kind = raw.get("kind")
     cls = _KINDS.get(kind) if isinstance(kind, str) else None
     return cls(raw) if cls is not None else None
+
+
+def claim_ref(claim: ResourceClaim) -> str:
+    """Like klog.KObj: namespace/name, or just the name without a namespace."""
+    return f"{claim.namespace}/{claim.name}" if claim.namespace else claim.name

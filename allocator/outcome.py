@@ -46,10 +46,9 @@ class Reason:
         first ": " ("claim NAME: ..."); claim names cannot contain a colon."""
         if "," in self.claim:
             return None
-        if "/" in self.claim:  # one claim's request: `claim` is its key
-            key = renames.get(self.claim)
-            name = key.split("/", 1)[1] if key is not None else None
-        else:  # all requests of one claim together: `claim` is its name
+        if "/" in self.claim:  # the claim's key, as its message names it
+            key = name = renames.get(self.claim)
+        else:  # a claim without a namespace: named by its name
             names = {old.split("/", 1)[1]: new.split("/", 1)[1] for old, new in renames.items()}
             name = key = names.get(self.claim)
         head, sep, rest = self.message.partition(": ")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from allocator import capacity as cap
 from allocator.constraints import DistinctAttribute, lookup_attribute
 from allocator.errors import AllocationError
+from allocator.model import claim_ref
 from allocator.outcome import Reason
 from allocator.pools import INCOMPLETE, INVALID, DeviceEntry
 from allocator.taints import untolerated
@@ -109,11 +110,11 @@ def _constraint_losses(search: _Search, ci: int, rd: RequestData, usable: list[D
     return worst
 
 
-def _message(claim_name: str, rd: RequestData, reason: Reason, note: str = "") -> str:
+def _message(claim_ref_text: str, rd: RequestData, reason: Reason, note: str = "") -> str:
     label = f"request {rd.base_name}" + (f", subrequest {rd.sub_name}" if rd.sub_name else "")
     noun = "device" if reason.needed == 1 else "devices"
     details = [f"{reason.rejected[k]} {_PHRASES[k]}" for k in _PHRASES if reason.rejected.get(k)]
-    text = f"claim {claim_name}: {label}: needs {reason.needed} {noun}, {reason.matching} match"
+    text = f"claim {claim_ref_text}: {label}: needs {reason.needed} {noun}, {reason.matching} match"
     if reason.matching == 1:
         text += "es"
     if details:
@@ -175,10 +176,10 @@ def explain(search: _Search) -> list[Reason]:
                 )
                 all_empty = rd.all_devices is not None and not rd.all_devices
                 if reason.matching - lost < rd.num_devices or all_empty:
-                    reason.message = _message(claim.name, rd, reason)
+                    reason.message = _message(claim_ref(claim), rd, reason)
                     short.append(reason)
         names = [r.name for r in claim.requests]
-        claim_totals.append((claim.name, names, claim_needed, claim_usable))
+        claim_totals.append((claim_ref(claim), names, claim_needed, claim_usable))
     if short:
         return short
     for name, requests, needed, usable in claim_totals:
@@ -189,7 +190,7 @@ def explain(search: _Search) -> list[Reason]:
     everything = set().union(*(u for *_, u in claim_totals)) if claim_totals else set()
     return [
         _joint(
-            [c.name for c in search.claims],
+            [claim_ref(c) for c in search.claims],
             [
                 f"{c.name}/{r}"
                 for c, (_, reqs, _, _) in zip(search.claims, claim_totals, strict=True)

@@ -19,7 +19,7 @@ from allocator.constraints import Constraint, DistinctAttribute, MatchAttribute,
 from allocator.errors import AllocationError, AllocationTimeout, NodeAllocationError
 from allocator.features import FeatureGates
 from allocator.inventory import Inventory
-from allocator.model import DeviceClass, ExactRequest, Node, ResourceClaim
+from allocator.model import DeviceClass, ExactRequest, Node, ResourceClaim, claim_ref
 from allocator.outcome import AllocationOutcome
 from allocator.pools import INCOMPLETE, INVALID, DeviceEntry, NodePools, Pool
 from allocator.quantity import Quantity
@@ -105,11 +105,6 @@ class Chosen:
         self.counted = False  # counters were consumed for it
         self.share_id: str | None = None
         self.consumed: dict[str, Quantity] | None = None
-
-
-def claim_ref(claim: ResourceClaim) -> str:
-    """Like klog.KObj: namespace/name, or just the name without a namespace."""
-    return f"{claim.namespace}/{claim.name}" if claim.namespace else claim.name
 
 
 class Allocator:

@@ -21,6 +21,7 @@ The scheduler adds the special claim to the claims it allocates; the claim write
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,7 @@ EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
 # The special claim before bind creates it. Not a valid object name, so it can never be a real claim's.
 IN_MEMORY_NAME = "<extended-resources>"
+_SPECIAL_CLAIM = re.compile(rf"claim (?:[^\s/]+/)?{re.escape(IN_MEMORY_NAME)}")
 _NATIVE_NAMESPACE = "kubernetes.io/"
 _QUOTA_PREFIX = "requests."
 # Pods whose mapping and variants are kept between filter, prioritize and bind (building the requests
@@ -116,7 +118,7 @@ class Variant:
         resource, so "why is my example.com/gpu: 2 pod pending" gets an answer in those words."""
         if IN_MEMORY_NAME not in message:
             return message
-        message = message.replace(f"claim {IN_MEMORY_NAME}", "extended resources")
+        message = _SPECIAL_CLAIM.sub("extended resources", message)
         for request, label in self.labels.items():
             message = message.replace(f"request {request}:", f"{label} (request {request}):")
             message = message.replace(f"request {request},", f"{label} (request {request}),")

@@ -46,7 +46,7 @@ def test_each_device_is_counted_once_under_the_first_check_that_rejects_it() -> 
         "considered": 6,
         "rejected": {"incomplete pool": 1, "node": 1, "taint": 1, "in use": 1, "request selector": 1},
         "inUseBy": {"default/holder": 1},
-        "message": "claim c: request r: needs 2 devices, 1 matches (1 in use, 1 tainted, "
+        "message": "claim default/c: request r: needs 2 devices, 1 matches (1 in use, 1 tainted, "
         "1 rejected by request selectors, 1 not available on this node, 1 in incomplete pools)",
     }
     assert reason.matching == 1
@@ -60,7 +60,7 @@ def test_every_subrequest_gets_a_reason() -> None:
         ("r", "three", 3),
     ]
     assert outcome.reasons[0].message.startswith(
-        "claim c: request r, subrequest two: needs 2 devices, 1 matches"
+        "claim default/c: request r, subrequest two: needs 2 devices, 1 matches"
     )
 
 
@@ -68,9 +68,9 @@ def test_claims_that_only_fail_together() -> None:
     inv = inventory([slice_obj("s", [dev("a"), dev("b"), dev("c")])])
     outcome = allocate(inv, claim_obj("x", req("r", 2)), claim_obj("y", req("r", 2)))
     (reason,) = outcome.reasons
-    assert reason.needed == 4 and reason.claim == "x,y"
+    assert reason.needed == 4 and reason.claim == "default/x,default/y"
     assert outcome.summary() == (
-        "claims x, y: requests x/r, y/r need 4 devices together, 3 match "
+        "claims default/x, default/y: requests x/r, y/r need 4 devices together, 3 match "
         "(or the devices that match cannot be combined)"
     )
 
@@ -101,33 +101,38 @@ def test_counters_and_capacity() -> None:
 
 def test_node_without_devices() -> None:
     outcome = allocate(inventory([]), claim_obj("c", req("r")), node=Node.named("empty"))
-    assert outcome.summary() == "claim c: request r: needs 1 device, 0 match"
+    assert outcome.summary() == "claim default/c: request r: needs 1 device, 0 match"
 
 
 def test_a_reason_carried_over_to_another_claim_names_only_that_claim() -> None:
     request = Reason("ns/gpu-a", "gpu", None, 1, 10, {"in use": 10}, {"ns/other": 10},
-                     "claim gpu-a: request gpu: needs 1 device, 0 match (10 in use)")
+                     "claim ns/gpu-a: request gpu: needs 1 device, 0 match (10 in use)")
     moved = request.for_claims({"ns/gpu-a": "ns/gpu-b"})
     assert moved is not None
     assert moved.claim == "ns/gpu-b"
-    assert moved.message == "claim gpu-b: request gpu: needs 1 device, 0 match (10 in use)"
+    assert moved.message == "claim ns/gpu-b: request gpu: needs 1 device, 0 match (10 in use)"
     assert moved.in_use_by == {"ns/other": 10} and request.claim == "ns/gpu-a"
-    whole = Reason("gpu-a", "gpu,nic", None, 2, 4, {}, {},
-                   "claim gpu-a: requests gpu, nic need 2 devices together")
+    whole = Reason("ns/gpu-a", "gpu,nic", None, 2, 4, {}, {},
+                   "claim ns/gpu-a: requests gpu, nic need 2 devices together")
     assert (moved_whole := whole.for_claims({"ns/gpu-a": "ns/gpu-b"})) is not None
-    assert moved_whole.message == "claim gpu-b: requests gpu, nic need 2 devices together"
+    assert moved_whole.message == "claim ns/gpu-b: requests gpu, nic need 2 devices together"
+    # A claim without a namespace (a hand-written snapshot) is named by its name alone.
+    bare = Reason("gpu-a", "gpu,nic", None, 2, 4, {}, {},
+                  "claim gpu-a: requests gpu, nic need 2 devices together")
+    assert (moved_bare := bare.for_claims({"/gpu-a": "/gpu-b"})) is not None
+    assert moved_bare.message == "claim gpu-b: requests gpu, nic need 2 devices together"
     # Several claims together name them inside the message as well: not carried over.
-    joint = Reason("a,b", "a/gpu,b/gpu", None, 2, 1, {}, {},
-                   "claims a, b: requests a/gpu, b/gpu need 2 devices")
+    joint = Reason("ns/a,ns/b", "a/gpu,b/gpu", None, 2, 1, {}, {},
+                   "claims ns/a, ns/b: requests a/gpu, b/gpu need 2 devices")
     assert joint.for_claims({"ns/a": "ns/c", "ns/b": "ns/d"}) is None
     assert request.for_claims({"ns/unrelated": "ns/x"}) is None
 
 
 def test_a_failed_outcome_is_carried_over_only_when_every_reason_is() -> None:
     single = Reason("ns/a", "gpu", None, 1, 1, {"in use": 1}, {},
-                    "claim a: request gpu: needs 1 device, 0 match")
-    joint = Reason("a,b", "a/gpu,b/gpu", None, 2, 1, {}, {},
-                   "claims a, b: requests a/gpu, b/gpu need 2 devices")
+                    "claim ns/a: request gpu: needs 1 device, 0 match")
+    joint = Reason("ns/a,ns/b", "a/gpu,b/gpu", None, 2, 1, {}, {},
+                   "claims ns/a, ns/b: requests a/gpu, b/gpu need 2 devices")
     moved = AllocationOutcome(False, [], [single], 3, []).for_claims({"ns/a": "ns/z"})
-    assert moved is not None and moved.summary() == "claim z: request gpu: needs 1 device, 0 match"
+    assert moved is not None and moved.summary() == "claim ns/z: request gpu: needs 1 device, 0 match"
     assert AllocationOutcome(False, [], [single, joint], 3, []).for_claims({"ns/a": "ns/z"}) is None

@@ -45,7 +45,7 @@ def test_devices_in_use_are_skipped_and_reported() -> None:
         {"in use": 2},
         {"default/other": 2},
     )
-    assert failed.summary() == "claim c: request a: needs 3 devices, 2 match (2 in use)"
+    assert failed.summary() == "claim default/c: request a: needs 3 devices, 2 match (2 in use)"
 
 
 def test_admin_access_ignores_allocated_devices_but_not_its_own_claim() -> None:

@@ -66,7 +66,7 @@ async def test_text_rendering() -> None:
     report = await explain_pod(cluster_with_a_busy_node(), "default", "p", ["node-0", "node-1"])
     text = render_text(report)
     assert text.splitlines()[0] == "pod default/p: fits 1 of 2 node(s)"
-    assert "node-0: does not fit (unschedulable): claim want: request gpu: needs 2 devices" in text
+    assert "node-0: does not fit (unschedulable): claim default/want: request gpu: needs 2 devices" in text
     assert "rejected: in use 2 (default/busy: 2)" in text
     assert "claim default/want, request gpu: gpu.example.com/node-1/gpu-2" in text
 

@@ -76,8 +76,8 @@ async def test_failures_name_their_own_claim() -> None:
     scheduler = make(workload(2, count=3))  # 3 devices wanted, 2 per node
     first = await scheduler.filter(pod(scheduler, "p0"), NODES)
     second = await scheduler.filter(pod(scheduler, "p1"), NODES)
-    assert all(message.startswith("claim c0:") for message in first.unresolvable.values())
-    assert all(message.startswith("claim c1:") for message in second.unresolvable.values())
+    assert all(message.startswith("claim default/c0:") for message in first.unresolvable.values())
+    assert all(message.startswith("claim default/c1:") for message in second.unresolvable.values())
 
 
 async def test_slice_changes_are_seen() -> None:
@@ -158,7 +158,7 @@ async def test_a_recreated_claim_is_never_answered_with_the_old_claims_fits(
         scheduler.cache.replace("ResourceClaim", [new])
     again = await scheduler.filter(pod(scheduler, "p"), ["node-0", "node-1"])
     assert again.passed == ["node-1"]
-    assert again.unresolvable["node-0"] == "claim c: request gpu: needs 2 devices, 1 matches"
+    assert again.unresolvable["node-0"] == "claim default/c: request gpu: needs 2 devices, 1 matches"
     uid = p["metadata"]["uid"]
     with pytest.raises(BindFailed, match="no longer fits node node-0"):
         await scheduler.bind("default", "p", uid, "node-0")
@@ -209,7 +209,7 @@ async def test_a_failure_is_reused_for_the_next_pods_claims_under_their_names() 
     misses = cache.stats()["misses"]
     second = await scheduler.filter(pod(scheduler, "p2"), NODES)
     assert cache.stats()["misses"] == misses  # node-1's failure was not searched again
-    assert "claim c1: request" in first.failed["node-1"] + "".join(first.unresolvable.values())
+    assert "claim default/c1: request" in first.failed["node-1"] + "".join(first.unresolvable.values())
     expected = await uncached.filter(pod(uncached, "p2"), NODES)
     assert (second.passed, second.failed, second.unresolvable) == (
         expected.passed, expected.failed, expected.unresolvable)
@@ -234,7 +234,7 @@ async def test_a_brief_answer_never_renames_carried_failures(monkeypatch: pytest
     assert renamed == []  # carried over from c1 without working out the words for c2
     full = await scheduler.filter(pod(scheduler, "p2"), NODES)
     assert renamed == [{"default/c1": "default/c2"}]
-    assert "claim c2: request" in (full.failed | full.unresolvable)["node-1"]
+    assert "claim default/c2: request" in (full.failed | full.unresolvable)["node-1"]
 
 
 async def test_nodes_after_a_yield_are_looked_up_in_the_cache_again() -> None:

@@ -57,7 +57,7 @@ async def test_fit_and_one_line_reason_per_node() -> None:
     assert result.passed == ["node-1"]
     # No devices in use on node-0: preemption cannot help, so the node is unresolvable.
     assert result.unresolvable == {
-        "node-0": "claim c: request gpu: needs 3 devices, 2 match",
+        "node-0": "claim default/c: request gpu: needs 3 devices, 2 match",
         "ghost": "node not known to dra-extender",
     }
     assert result.failed == {} and result.error == ""
@@ -391,7 +391,7 @@ async def test_devices_of_a_claim_our_model_rejects_are_never_given_out_again() 
     scheduler = make([*o.cluster(1, 1), odd, o.claim("c"), o.pod("p", ["c"]), o.pod("q", ["odd"])])
     result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])
     assert result.passed == []
-    assert result.failed["node-0"] == "claim c: request gpu: needs 1 device, 0 match (1 in use)"
+    assert result.failed["node-0"] == "claim default/c: request gpu: needs 1 device, 0 match (1 in use)"
     with pytest.raises(BindFailed, match="no longer fits"):
         await scheduler.bind("default", "p", pod_of(scheduler, "p")["metadata"]["uid"], "node-0")
     rejected = await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])

@@ -394,8 +394,8 @@ async def test_filter_says_why_for_every_node_when_no_node_fits(small: ExtenderS
     status, body = await post(small.urls["extender"] + "/filter", orjson.dumps(args))
     assert status == 200 and body["NodeNames"] == [] and body["FailedNodes"] == {}
     assert body["FailedAndUnresolvableNodes"] == {
-        "node-1": "claim c: request gpu: needs 2 devices, 1 matches",
-        "node-2": "claim c: request gpu: needs 2 devices, 0 match",
+        "node-1": "claim default/c: request gpu: needs 2 devices, 1 matches",
+        "node-2": "claim default/c: request gpu: needs 2 devices, 0 match",
     }
 
 
