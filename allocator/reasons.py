@@ -9,7 +9,7 @@ from allocator import capacity as cap
 from allocator.constraints import DistinctAttribute, lookup_attribute
 from allocator.errors import AllocationError
 from allocator.model import claim_ref
-from allocator.outcome import Reason
+from allocator.outcome import Reason, Rejection
 from allocator.pools import INCOMPLETE, INVALID, DeviceEntry
 from allocator.taints import untolerated
 
@@ -17,16 +17,16 @@ if TYPE_CHECKING:
     from allocator.search import RequestData, _Search
 
 _PHRASES = {  # in the order messages list them
-    "in use": "in use",
-    "taint": "tainted",
-    "counters": "without enough shared counters",
-    "capacity": "without enough capacity",
-    "constraint": "failing claim constraints",
-    "request selector": "rejected by request selectors",
-    "node": "not available on this node",
-    "binding conditions": "with binding conditions (feature disabled)",
-    "incomplete pool": "in incomplete pools",
-    "invalid pool": "in invalid pools",
+    Rejection.IN_USE: "in use",
+    Rejection.TAINT: "tainted",
+    Rejection.COUNTERS: "without enough shared counters",
+    Rejection.CAPACITY: "without enough capacity",
+    Rejection.CONSTRAINT: "failing claim constraints",
+    Rejection.REQUEST_SELECTOR: "rejected by request selectors",
+    Rejection.NODE: "not available on this node",
+    Rejection.BINDING_CONDITIONS: "with binding conditions (feature disabled)",
+    Rejection.INCOMPLETE_POOL: "in incomplete pools",
+    Rejection.INVALID_POOL: "in invalid pools",
 }
 
 
@@ -44,44 +44,44 @@ def _counters_short(search: _Search, entry: DeviceEntry) -> bool:
     return False
 
 
-def _selection_rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) -> str | None:
+def _selection_rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) -> Rejection | None:
     if entry.device.binding_conditions and not search.binding_and_status:
-        return "binding conditions"
+        return Rejection.BINDING_CONDITIONS
     try:
         if not search._selectors_match(ci, rd, entry, True):
-            return "class selector"
+            return Rejection.CLASS_SELECTOR
     except AllocationError:
-        return "class selector"
+        return Rejection.CLASS_SELECTOR
     try:
         if not search._selectors_match(ci, rd, entry, False):
-            return "request selector"
+            return Rejection.REQUEST_SELECTOR
     except AllocationError:
-        return "request selector"
+        return Rejection.REQUEST_SELECTOR
     if not entry.node_ok:
-        return "node"
+        return Rejection.NODE
     return None
 
 
-def _rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) -> str | None:
+def _rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) -> Rejection | None:
     device = entry.device
     if rd.selectable[entry.index] is not True:  # the search already knows when it is selectable
         why = _selection_rejection(search, ci, rd, entry)
         if why is not None:
             return why
     if not rd.admin and search._in_use(entry):
-        return "in use"
+        return Rejection.IN_USE
     if search.taints_on and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
-        return "taint"
+        return Rejection.TAINT
     skip_counters = (
         search.consumable and device.allow_multiple_allocations and entry.key in search.allocated.capacity
     )
     if not skip_counters and _counters_short(search, entry):
-        return "counters"
+        return Rejection.COUNTERS
     if search.consumable and (
         cap.undefined_requests(rd.capacity_requests, device, entry.key[0])
         or not _capacity_fits(search, rd, entry)
     ):
-        return "capacity"
+        return Rejection.CAPACITY
     return None
 
 
@@ -146,11 +146,11 @@ def explain(search: _Search) -> list[Reason]:
         for rds in search.requests[ci]:
             claim_needed += min(rd.num_devices for rd in rds)
             for rd in rds:
-                rejected: Counter[str] = Counter()
+                rejected: Counter[Rejection] = Counter()
                 if incomplete:
-                    rejected["incomplete pool"] = incomplete
+                    rejected[Rejection.INCOMPLETE_POOL] = incomplete
                 if invalid:
-                    rejected["invalid pool"] = invalid
+                    rejected[Rejection.INVALID_POOL] = invalid
                 in_use_by: Counter[str] = Counter()
                 usable = []
                 for entry in search.candidates:
@@ -159,12 +159,12 @@ def explain(search: _Search) -> list[Reason]:
                         usable.append(entry)
                         continue
                     rejected[why] += 1
-                    if why == "in use":
+                    if why == Rejection.IN_USE:
                         in_use_by[search.allocated.owner_of(*entry.key) or "?"] += 1
                 claim_usable.update(e.index for e in usable)
                 lost = _constraint_losses(search, ci, rd, usable)
                 if lost:
-                    rejected["constraint"] = lost
+                    rejected[Rejection.CONSTRAINT] = lost
                 reason = Reason(
                     claim.key,
                     rd.base_name,
