@@ -293,7 +293,7 @@ class DeviceChecks:
             why = self.selection(rd, entry, errors_reject=True)
             if why is not None:
                 return why
-        chosen = Chosen(entry, rd, self.consumable and entry.device.allow_multiple_allocations)
+        chosen = Chosen(entry, rd, multiple=self.consumable and entry.device.allow_multiple_allocations)
         why = self.admit(chosen)
         if why is not None:
             return why

@@ -41,7 +41,9 @@ def prepare(
         claim_requests: list[list[RequestData]] = []
         flags: list[bool] = []
         min_devices = 0
-        context = _Context(inventory, pools, checks, switches, ci, ref)
+        context = _Context(
+            inventory=inventory, pools=pools, checks=checks, switches=switches, claim_index=ci, ref=ref
+        )
         for request in claim.requests:
             if request.first_available and not switches.prioritized_list:
                 raise AllocationError(
@@ -107,6 +109,7 @@ class _Context:
 
     def __init__(
         self,
+        *,
         inventory: Inventory,
         pools: NodePools,
         checks: DeviceChecks,

@@ -35,6 +35,7 @@ class Explanation:
 
     def __init__(
         self,
+        *,
         checks: DeviceChecks,
         pools: NodePools,
         claims: Sequence[ResourceClaim],

@@ -71,7 +71,7 @@ class Chosen:
 
     __slots__ = ("consumed", "counted", "entry", "multiple", "request", "share_id")
 
-    def __init__(self, entry: DeviceEntry, request: RequestData, multiple: bool) -> None:
+    def __init__(self, entry: DeviceEntry, request: RequestData, *, multiple: bool) -> None:
         self.entry = entry
         self.request = request
         self.multiple = multiple

@@ -146,7 +146,13 @@ class _Search:
             ]
             return AllocationOutcome(True, allocations, [], self.steps, ranks)
         # The explanation keeps what it reads, not this search.
-        explanation = Explanation(self.checks, self.pools, self.claims, self.requests, self.constraints)
+        explanation = Explanation(
+            checks=self.checks,
+            pools=self.pools,
+            claims=self.claims,
+            requests=self.requests,
+            constraints=self.constraints,
+        )
         outcome = AllocationOutcome(False, [], explanation, self.steps, [])
         if self.pools.has_invalid:
             # Upstream wraps this in ErrFailedAllocationOnNode: an error, but only for this node.
@@ -173,7 +179,7 @@ class _Search:
         """Take a selectable device for the request if admission, the claim's constraints and
         capacity allow (the order of checks.py); None if not."""
         device, key = entry.device, entry.key
-        chosen = Chosen(entry, rd, self.consumable and device.allow_multiple_allocations)
+        chosen = Chosen(entry, rd, multiple=self.consumable and device.allow_multiple_allocations)
         if self.checks.admit(chosen) is not None:
             return None
         # Upstream (issue #140436) leaked the counters admission took when a later check rejected the
