@@ -28,7 +28,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from allocator.cel import celexpr_library as library
-from allocator.cel.backend import CELCompileError, CELDevice, CELRuntimeError, CompileOptions
+from allocator.cel.backend import AttributeValue, CELCompileError, CELDevice, CELRuntimeError, CompileOptions
 from allocator.cel.celexpr_typing import QUANTITY, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
 from allocator.cel.parser import Call, Node, Token, parse
@@ -139,14 +139,14 @@ class CelExprProgram:
         raise CELRuntimeError(f"selector must evaluate to a bool, got {_type_name(result.type())} {value!r}")
 
 
-def _encoded(values: dict[str, object]) -> dict[str, object]:
-    encoded = dict(values)  # int, bool and str values pass as they are
+def _encoded(values: dict[str, AttributeValue]) -> dict[str, object]:
+    encoded: dict[str, object] = dict(values)  # int, bool and str values pass as they are
     for ident, value in values.items():
         if value.__class__ is Semver:
-            encoded[ident] = library.encode_semver(value)  # type: ignore[arg-type]
+            encoded[ident] = library.encode_semver(value)
         elif value.__class__ is list:
             encoded[ident] = [library.encode_semver(v) if v.__class__ is Semver else v
-                              for v in value]  # type: ignore[attr-defined]
+                              for v in value]
     return encoded
 
 

@@ -10,6 +10,8 @@ evaluation time (attribute values are `dyn`) is left to the runtime, as in cel-g
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import re2
 
 from allocator.cel.backend import CELCompileError, CompileOptions
@@ -29,7 +31,7 @@ from allocator.cel.parser import (
 )
 
 # A static type: a CEL type name, or ("list", elem), ("map", key, value), ("optional_type", value).
-Type = str | tuple
+Type: TypeAlias = str | tuple["Type", ...]
 
 DYN = "dyn"
 BOOL, INT, UINT, DOUBLE, STRING, BYTES = "bool", "int", "uint", "double", "string", "bytes"
@@ -156,7 +158,7 @@ def _applies(receiver_type: Type | None, params: tuple[Type, ...], receiver: Typ
              args: list[Type]) -> bool:
     if (receiver_type is None) != (receiver is None) or len(params) != len(args):
         return False
-    if receiver_type is not None and not unifies(receiver_type, receiver):  # type: ignore[arg-type]
+    if receiver_type is not None and receiver is not None and not unifies(receiver_type, receiver):
         return False
     return all(unifies(p, a) for p, a in zip(params, args, strict=True))
 
@@ -262,21 +264,22 @@ class Checker:
             return self.device_fields[field]
         if target == DYN:
             return DYN
+        # The callers give exactly one of field and index.
+        key = STRING if field is not None else index or DYN
         if isinstance(target, tuple) and target[0] == "map":
-            key = STRING if field is not None else index
-            if not unifies(key, target[1]):  # type: ignore[arg-type]
+            if not unifies(key, target[1]):
                 raise self.fail(node, f"found no matching overload for '_[_]' applied to "
-                                      f"'({type_name(target)}, {type_name(key)})'")  # type: ignore[arg-type]
+                                      f"'({type_name(target)}, {type_name(key)})'")
             return target[2]
         if isinstance(target, tuple) and target[0] == "list" and field is None:
-            if not unifies(index, INT):  # type: ignore[arg-type]
+            if not unifies(key, INT):
                 raise self.fail(node, f"found no matching overload for '_[_]' applied to "
-                                      f"'({type_name(target)}, {type_name(index)})'")  # type: ignore[arg-type]
+                                      f"'({type_name(target)}, {type_name(key)})'")
             return target[1]
         if field is not None:
             raise self.fail(node, f"type '{type_name(target)}' does not support field selection")
         raise self.fail(node, f"found no matching overload for '_[_]' applied to "
-                              f"'({type_name(target)}, {type_name(index)})'")  # type: ignore[arg-type]
+                              f"'({type_name(target)}, {type_name(key)})'")
 
     def comprehension(self, node: Comprehension) -> Type:
         target = self.check(node.target)
