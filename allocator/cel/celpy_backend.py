@@ -19,7 +19,7 @@ import math
 import re
 import sys
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import celpy
 import celpy.celtypes as ct
@@ -89,11 +89,11 @@ def _literal(node: Literal) -> str:
     if node.kind == "string":
         return _string_literal(str(value))
     if node.kind == "bytes":
-        return _bytes_literal(value)  # type: ignore[arg-type]
+        return _bytes_literal(cast(bytes, value))
     if node.kind == "uint":
         return f"{value}u"
     if node.kind == "double":
-        number = float(value)  # type: ignore[arg-type]
+        number = float(cast(float, value))
         if math.isinf(number):
             return "1e999" if number > 0 else "-1e999"
         return repr(number)
