@@ -138,10 +138,10 @@ def take_view(server: Any) -> ClusterView:
     pods = cache.valid_objects("Pod")
     in_flight = server.scheduler.in_flight()
     wanted = {entry.get("podUID") for entry in in_flight}
-    names = {}
+    names: dict[str, str] = {}
     for pod in pods:
         uid = (pod.get("metadata") or {}).get("uid")
-        if uid in wanted:
+        if uid in wanted and isinstance(uid, str):
             names[uid] = pod_key(pod)
     return ClusterView(list(cache.inventory.slices()), cache.valid_objects("ResourceClaim"), pods, in_flight,
                        cache.taint_rules(), names)
@@ -214,7 +214,7 @@ def _pending(pods: Iterable[Mapping[str, Any]]) -> list[PendingPod]:
 def build_map(view: ClusterView) -> DeviceMap:
     flying: dict[str, list[str]] = {}
     for entry in view.in_flight:
-        who = view.pod_names_by_uid.get(entry.get("podUID"), "")
+        who = view.pod_names_by_uid.get(entry.get("podUID") or "", "")
         for device in entry.get("devices") or ():
             flying.setdefault(device, []).append(f"{entry.get('claim')}" + (f" (pod {who})" if who else ""))
     groups: dict[str, list[PoolView]] = {}

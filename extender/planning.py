@@ -177,9 +177,9 @@ class Planner:
             if in_flight is not None and group is not None and not rebinding:
                 plan.pending.append(PendingShare(claim, in_flight.allocation))
                 continue
-            problem = self._class_problem(claim)
-            if problem is not None:
-                plan.blocked = problem
+            class_problem = self._class_problem(claim)
+            if class_problem is not None:
+                plan.blocked = class_problem
                 return plan
             plan.to_allocate.append(claim)
         self._plan_extended(plan)

@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from allocator import FeatureGates
@@ -23,7 +24,7 @@ MAX_REVIEW_BYTES = 8 * 1024 * 1024
 
 
 def build_app(handler: AdmissionHandler) -> web.Application:
-    def endpoint(webhook: Webhook):
+    def endpoint(webhook: Webhook) -> Handler:
         async def serve(request: web.Request) -> web.Response:
             status, body = handler.handle(webhook, await request.read())
             return web.Response(status=status, body=body, content_type="application/json")
