@@ -509,7 +509,7 @@ class ExactRequest:
         "tolerations",
     )
 
-    def __init__(self, ck: _Checker, raw: Any, path: str, name: str, subrequest: bool) -> None:
+    def __init__(self, ck: _Checker, raw: Any, path: str, name: str, *, subrequest: bool) -> None:
         if not isinstance(raw, dict):
             raise ck.fail(path, "must be an object")
         self.name = name
@@ -546,7 +546,8 @@ class DeviceRequest:
         if has_exactly == bool(subs):
             raise ck.fail(path, "exactly one of exactly or firstAvailable must be set")
         self.exactly = (
-            ExactRequest(ck, raw["exactly"], f"{path}.exactly", self.name, False) if has_exactly else None
+            ExactRequest(ck, raw["exactly"], f"{path}.exactly", self.name, subrequest=False)
+            if has_exactly else None
         )
         self.first_available: tuple[ExactRequest, ...] = tuple(
             ExactRequest(
@@ -556,7 +557,7 @@ class DeviceRequest:
                 ck.string(sub, "name", f"{path}.firstAvailable[{i}].", required=True)
                 if isinstance(sub, dict)
                 else "",
-                True,
+                subrequest=True,
             )
             for i, sub in enumerate(subs)
         )

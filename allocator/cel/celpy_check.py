@@ -197,14 +197,14 @@ class Checker:
         if isinstance(node, Ident):
             return self.identifier(node)
         if isinstance(node, Select):
-            return self.qualify(node, self.check(node.operand), node.field, None, node.optional)
+            return self.qualify(node, self.check(node.operand), node.field, None, optional=node.optional)
         if isinstance(node, Has):
             operand = self.check(node.select.operand)
-            self.qualify(node.select, operand, node.select.field, None, False)
+            self.qualify(node.select, operand, node.select.field, None, optional=False)
             return BOOL
         if isinstance(node, Index):
             operand = self.check(node.operand)
-            return self.qualify(node, operand, None, self.check(node.index), node.optional)
+            return self.qualify(node, operand, None, self.check(node.index), optional=node.optional)
         if isinstance(node, ListExpr):
             elements = [self.element(node, i, e) for i, e in enumerate(node.elements)]
             return ("list", self.homogeneous(node, elements))
@@ -248,7 +248,7 @@ class Checker:
             result = _join(result, t)
         return result
 
-    def qualify(self, node: Node, operand: Type, field: str | None, index: Type | None,
+    def qualify(self, node: Node, operand: Type, field: str | None, index: Type | None, *,
                 optional: bool) -> Type:
         was_optional = isinstance(operand, tuple) and operand[0] == "optional_type"
         target = operand[1] if was_optional else operand
