@@ -295,7 +295,7 @@ def build_requests(pod: Mapping, resources: tuple[str, ...], classes: Mapping[st
             sidecar = container.get("restartPolicy") == "Always"
             if index < init_count and not sidecar:
                 continue
-            request = _container_request(index, container, resource, class_name, 0)
+            request = _container_request(index, container, resource, class_name, already=0)
             if request is not None:
                 long_lived[index] = request
                 long_mappings.append(_mapping(container, resource, request["name"]))
@@ -314,7 +314,7 @@ def build_requests(pod: Mapping, resources: tuple[str, ...], classes: Mapping[st
                     break
             own = None
             if reused < wanted:
-                own = _container_request(index, container, resource, class_name, reused)
+                own = _container_request(index, container, resource, class_name, already=reused)
                 assert own is not None
                 container_mappings.append(_mapping(container, resource, own["name"]))
             short_lived.append((index, own, container_mappings))
@@ -338,7 +338,7 @@ def build_requests(pod: Mapping, resources: tuple[str, ...], classes: Mapping[st
     return requests, mappings
 
 
-def _container_request(index: int, container: Mapping, resource: str, class_name: str,
+def _container_request(index: int, container: Mapping, resource: str, class_name: str, *,
                        already: int) -> dict | None:
     requests = container_requests(container)
     wanted = _whole_number(requests.get(resource, 0)) or 0
