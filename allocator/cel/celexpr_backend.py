@@ -22,13 +22,14 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from allocator.cel import celexpr_library as library
-from allocator.cel.backend import AttributeValue, CELCompileError, CELDevice, CELRuntimeError, CompileOptions
+from allocator.cel.backend import CELCompileError, CELDevice, CELRuntimeError, CompileOptions
 from allocator.cel.celexpr_typing import QUANTITY, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
 from allocator.cel.parser import Call, Node, Token, parse
@@ -139,7 +140,7 @@ class CelExprProgram:
         raise CELRuntimeError(f"selector must evaluate to a bool, got {_type_name(result.type())} {value!r}")
 
 
-def _encoded(values: dict[str, AttributeValue]) -> dict[str, object]:
+def _encoded(values: Mapping[str, object]) -> dict[str, object]:
     encoded: dict[str, object] = dict(values)  # int, bool and str values pass as they are
     for ident, value in values.items():
         if value.__class__ is Semver:

@@ -438,7 +438,6 @@ class CelpyProgram:
 
     def evaluate(self, activation: object) -> bool:
         try:
-            # Program.evaluate takes each backend's own activation; this backend's is celpy's Context.
             result = self.runner.evaluate(activation)  # type: ignore[arg-type]
         except CELEvalError as err:
             raise CELRuntimeError(_runtime_message(err), self.expression) from None
