@@ -264,22 +264,21 @@ class Checker:
             return self.device_fields[field]
         if target == DYN:
             return DYN
-        # The callers give exactly one of field and index.
-        key = STRING if field is not None else index or DYN
         if isinstance(target, tuple) and target[0] == "map":
-            if not unifies(key, target[1]):
+            key = STRING if field is not None else index
+            if not unifies(key, target[1]):  # type: ignore[arg-type]
                 raise self.fail(node, f"found no matching overload for '_[_]' applied to "
-                                      f"'({type_name(target)}, {type_name(key)})'")
+                                      f"'({type_name(target)}, {type_name(key)})'")  # type: ignore[arg-type]
             return target[2]
         if isinstance(target, tuple) and target[0] == "list" and field is None:
-            if not unifies(key, INT):
+            if not unifies(index, INT):  # type: ignore[arg-type]
                 raise self.fail(node, f"found no matching overload for '_[_]' applied to "
-                                      f"'({type_name(target)}, {type_name(key)})'")
+                                      f"'({type_name(target)}, {type_name(index)})'")  # type: ignore[arg-type]
             return target[1]
         if field is not None:
             raise self.fail(node, f"type '{type_name(target)}' does not support field selection")
         raise self.fail(node, f"found no matching overload for '_[_]' applied to "
-                              f"'({type_name(target)}, {type_name(key)})'")
+                              f"'({type_name(target)}, {type_name(index)})'")  # type: ignore[arg-type]
 
     def comprehension(self, node: Comprehension) -> Type:
         target = self.check(node.target)
