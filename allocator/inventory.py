@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from allocator.features import FeatureGates
-from allocator.model import DeviceClass, DeviceTaintRule, Node, ResourceSlice
+from allocator.model import Device, DeviceClass, DeviceTaintRule, Node, ResourceSlice
 from allocator.pools import COMPLETE, INCOMPLETE, INVALID, NodePools, gather_pools
 
 _MAX_CACHED_NODES = 20_000
@@ -85,6 +85,13 @@ class Inventory:
 
     def slices(self) -> Iterable[ResourceSlice]:
         return self._slices.values()
+
+    def devices_named(self, driver: str, pool: str, device: str) -> list[tuple[ResourceSlice, Device]]:
+        """Every device of that name in the pool's slices, newest pool generation first: what an
+        allocation result (driver, pool, device) can refer to."""
+        slices = sorted(self._by_pool.get((driver, pool), {}).values(),
+                        key=lambda s: (-s.pool_generation, s.name))
+        return [(slice_, entry) for slice_ in slices for entry in slice_.devices if entry.name == device]
 
     # --- classes and taint rules ----------------------------------------------------------------------
     def upsert_class(self, device_class: DeviceClass) -> None:

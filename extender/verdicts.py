@@ -26,6 +26,7 @@ class Reason(StrEnum):
     NODE_ERROR = "node error"
     CLAIM_ON_OTHER_NODE = "claim on other node"
     EXTENDED_RESOURCE = "extended resource"
+    NODE_ALLOCATABLE = "node allocatable"  # the node cannot hold the cpu/memory the pod's devices add
     HELD_ELSEWHERE = "held elsewhere"  # --filter-holds-devices chose another node
     # Verdicts for every node, from the pod's claims (PodPlan.blocked):
     CLAIMS_NOT_READY = "claims not ready"
