@@ -250,20 +250,21 @@ def _at_least(into: dict[str, Quantity], other: Mapping[str, Quantity]) -> None:
             into[name] = value
 
 
-def container_requests(pod: Mapping[str, Any]) -> dict[str, Quantity]:
-    """The containers' requests the way kube-scheduler adds them up: long-lived containers and sidecars
-    summed, each plain init container against the sidecars started before it, the larger wins."""
+def container_requests(pod: Mapping[str, Any], field: str = "requests") -> dict[str, Quantity]:
+    """The containers' requests (or `field` "limits") the way kube-scheduler adds them up: long-lived
+    containers and sidecars summed, each plain init container against the sidecars started before it,
+    the larger wins."""
     spec = pod.get("spec") or {}
     total: dict[str, Quantity] = {}
     for container in spec.get("containers") or ():
         if isinstance(container, dict):
-            _sum(total, _quantities((container.get("resources") or {}).get("requests")))
+            _sum(total, _quantities((container.get("resources") or {}).get(field)))
     sidecars: dict[str, Quantity] = {}
     init_peak: dict[str, Quantity] = {}
     for container in spec.get("initContainers") or ():
         if not isinstance(container, dict):
             continue
-        requests = _quantities((container.get("resources") or {}).get("requests"))
+        requests = _quantities((container.get("resources") or {}).get(field))
         if container.get("restartPolicy") == "Always":
             _sum(total, requests)
             _sum(sidecars, requests)
@@ -276,13 +277,19 @@ def container_requests(pod: Mapping[str, Any]) -> dict[str, Quantity]:
     return total
 
 
-def claims_requests(statuses: Iterable[Any]) -> dict[str, Quantity]:
+def claims_requests(statuses: Iterable[Any], *, container: str | None = None) -> dict[str, Quantity]:
     """What the claims of nodeAllocatableResourceClaimStatuses add to the pod's requests: the mapped
-    quantities, each overhead's perPod and perContainer times the containers listed."""
+    quantities, each overhead's perPod and perContainer times the containers listed. With `container`:
+    what they add to that container's limits (the claims it uses: mapped, perPod and perContainer
+    once)."""
     total: dict[str, Quantity] = {}
     for status in statuses:
         if not isinstance(status, dict):
             continue
+        if container is not None:
+            if container not in (status.get("containers") or ()):
+                continue
+            status = {**status, "containers": [container]}
         for entry in status.get("mapping") or ():
             if isinstance(entry, dict):
                 _sum(total, _quantities({entry.get("name"): entry.get("quantity")}))
@@ -315,18 +322,45 @@ def pod_requests(pod: Mapping[str, Any], statuses: Iterable[Any]) -> dict[str, Q
     return total
 
 
-def pod_level_shortfall(pod: Mapping[str, Any], statuses: Iterable[Any]) -> str | None:
+def _is_hugepages(name: str) -> bool:
+    return name.startswith("hugepages-")
+
+
+def pod_level_shortfall(pod: Mapping[str, Any], statuses: Sequence[Any]) -> str | None:
     """Upstream refuses a pod whose pod-level requests do not cover its containers' plus its claims'
-    node allocatable resources (API validation could not know the claims' part)."""
+    node allocatable resources, or whose pod-level limits do not cover the containers' hugepages limits
+    plus the claims' hugepages or one container's limit plus what its claims add (API validation could
+    not know the claims' part)."""
     pod_level = pod_level_requests(pod)
-    if not pod_level:
+    if pod_level:
+        containers = container_requests(pod)
+        _sum(containers, claims_requests(statuses))
+        for name in sorted(pod_level):
+            if name in containers and pod_level[name] < containers[name]:
+                return (f"pod level request for {name} is insufficient to cover the aggregated container and "
+                        "node-allocatable DRA requests")
+    limits = _quantities(((pod.get("spec") or {}).get("resources") or {}).get("limits"))
+    if not limits:
         return None
-    containers = container_requests(pod)
-    _sum(containers, claims_requests(statuses))
-    for name in sorted(pod_level):
-        if name in containers and pod_level[name] < containers[name]:
-            return (f"pod level request for {name} is insufficient to cover the aggregated container and "
-                    "node-allocatable DRA requests")
+    aggregated = container_requests(pod, "limits")
+    for name, value in claims_requests(statuses).items():
+        if name in aggregated or _is_hugepages(name):  # kubelet sets no limit the spec does not
+            _add(aggregated, name, value)
+    for name in sorted(aggregated):
+        if _is_hugepages(name) and name in limits and limits[name] < aggregated[name]:
+            return (f"pod level limit for {name} is insufficient to cover the aggregated container and "
+                    "node-allocatable DRA limits")
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        if not isinstance(container, dict):
+            continue
+        own = claims_requests(statuses, container=str(container.get("name")))
+        for name, value in sorted(_quantities((container.get("resources") or {}).get("limits")).items()):
+            if _is_hugepages(name) or name not in limits:
+                continue
+            effective = value + own[name] if name in own else value
+            if limits[name] < effective:
+                return (f"pod level limit for {name} is insufficient to cover the limit and DRA overhead for "
+                        f"container {container.get('name')}")
     return None
 
 
@@ -450,7 +484,7 @@ def fit(pod: Mapping[str, Any], uses: Iterable[ClaimUse], pod_claim_names: Mappi
     statuses = claim_statuses(pod, uses, pod_claim_names, inventory, node)
     if not statuses:
         return None
-    shortfall = pod_level_shortfall(pod, statuses)
+    shortfall = pod_level_shortfall(pod, statuses)  # upstream's words, unresolvable
     requests = as_fit_units(pod_requests(pod, statuses))
     for name, amount in requests.items():
         if amount > INT64_MAX:

@@ -43,7 +43,7 @@ class Reason(StrEnum):
 PREEMPTION_MAY_HELP = frozenset({"in use", "counters", "capacity"})
 # Verdicts of bind's re-check that mean another pod got there first.
 CONFLICT_REASONS = frozenset({Reason.DEVICES, Reason.CLAIM_IN_FLIGHT, Reason.CLAIM_IN_USE,
-                              Reason.CLAIM_ON_OTHER_NODE})
+                              Reason.CLAIM_ON_OTHER_NODE, Reason.NODE_ALLOCATABLE})
 # Upstream's plugin's words for a node without devices for the pod; ours too where another node fits
 # (see split), or where no reason could be given.
 CANNOT_ALLOCATE = "cannot allocate all claims"

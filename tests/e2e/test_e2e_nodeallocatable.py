@@ -132,8 +132,9 @@ def test_e2e_node_allocatable_cpus_of_devices(plane: ControlPlane, api: Api, nam
     # c: 3 devices + 1 CPU = 7: neither node has that many left; our reason says why.
     create_claim(api, namespace, "c-cpus", claim_spec(driver.name, count=3))
     create_pod(api, namespace, "c", "1", claim="c-cpus")
-    messages = wait_for_reason(api, namespace, "c", "Insufficient cpu")
-    assert any("(6 of it for its claims' devices)" in message for message in messages), messages
+    messages = wait_for_reason(api, namespace, "c", "of it for its claims' devices")
+    assert any("Insufficient cpu: the pod requests 7 (6 of it for its claims' devices), the node has 1 of 8 "
+               "allocatable free" in message for message in messages), messages
 
     # d shares a's claim, whose device maps node CPUs: refused as upstream does.
     create_pod(api, namespace, "d", "100m", claim="a-cpus")

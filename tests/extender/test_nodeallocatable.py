@@ -516,3 +516,44 @@ async def test_explain_shows_the_footprint_and_the_shortfall() -> None:
     assert "  node allocatable resources of claim c: cpu 4 (containers: main)\n" in text
     assert ("  node allocatable resources of claim g: memory overhead 1Gi per pod + 512Mi per container "
             "(containers: main)\n") in text
+
+
+def test_pod_level_limits_must_cover_the_claims() -> None:
+    raw = pod("p", [], cpu="1", memory="1Gi")
+    raw["spec"]["containers"][0]["resources"]["limits"] = {"memory": "1Gi", "hugepages-2Mi": "4Mi"}
+    statuses = [{"resourceClaimName": "c", "containers": ["main"],
+                 "mapping": [{"name": "hugepages-2Mi", "quantity": "2Mi"}],
+                 "overhead": [{"name": "memory", "perPod": "1Gi", "perContainer": "512Mi"}]}]
+    raw["spec"]["resources"] = {"limits": {"memory": "3Gi", "hugepages-2Mi": "6Mi"}}
+    assert pod_level_shortfall(raw, statuses) is None  # 1Gi + 1.5Gi; 4Mi + 2Mi
+    raw["spec"]["resources"] = {"limits": {"memory": "2Gi", "hugepages-2Mi": "6Mi"}}
+    assert pod_level_shortfall(raw, statuses) == (
+        "pod level limit for memory is insufficient to cover the limit and DRA overhead for container main")
+    raw["spec"]["resources"] = {"limits": {"memory": "3Gi", "hugepages-2Mi": "5Mi"}}
+    assert pod_level_shortfall(raw, statuses) == (
+        "pod level limit for hugepages-2Mi is insufficient to cover the aggregated container and "
+        "node-allocatable DRA limits")
+
+
+async def test_pod_level_shortfall_is_unresolvable_on_every_node() -> None:
+    raw = pod("p", ["c"], cpu="1")
+    raw["spec"]["resources"] = {"requests": {"cpu": "2"}}
+    scheduler = make(world(extra=[claim("c", "cpus", count=2), raw]))
+    result = await scheduler.filter(current(scheduler, "p"), NODES)
+    assert result.unresolvable == dict.fromkeys(NODES, (
+        "pod level request for cpu is insufficient to cover the aggregated container and node-allocatable "
+        "DRA requests"))
+
+
+async def test_hugepages_mapping_is_checked_against_the_node() -> None:
+    devices = [{"name": "hp-0", "nodeAllocatableResources": {
+        "hugepages-2Mi": {"mapping": {"deviceMultiplier": "512Mi"}}}}]
+    small = node("node-0")
+    small["status"]["allocatable"]["hugepages-2Mi"] = "256Mi"
+    objs = [o.device_class("hp", f'device.driver == "{CPU_DRIVER}"'), small,
+            driver_slice("node-0", CPU_DRIVER, devices), claim("c", "hp"), pod("p", ["c"])]
+    scheduler = make(objs)
+    result = await scheduler.filter(current(scheduler, "p"), ["node-0"])
+    assert result.unresolvable["node-0"] == ("Insufficient hugepages-2Mi: the pod requests 512Mi (512Mi of "
+                                             "it for its claims' devices), the node has 256Mi of 256Mi "
+                                             "allocatable free")
