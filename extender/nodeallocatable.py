@@ -185,10 +185,10 @@ def claim_statuses(pod: Mapping[str, Any], uses: Iterable[ClaimUse], pod_claim_n
         if not any(device.node_allocatable for _, device in found):
             continue  # not a node allocatable claim: upstream passes over its devices
         if missing:
-            result, error = missing[0]
+            result, problem = missing[0]
             raise NodeAllocatableError(
                 f"claim {use.claim.namespace}/{use.claim.name}, device {result.get('device')}, driver "
-                f"{result.get('driver')}: {error}")
+                f"{result.get('driver')}: {problem}")
         mapped, overhead = _claim_footprint(use, found)
         if not mapped and not overhead:
             continue

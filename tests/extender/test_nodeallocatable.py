@@ -6,15 +6,18 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import aiohttp
 import dra_objects as o
 import orjson
 import pytest
+from fakeapi import ApiRequest
 
 from allocator import FeatureGates, InvalidObjectError, Inventory, Node, ResourceClaim, ResourceSlice
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.explain import explain_pod, render_text
+from extender.kubeapi import KubeClient
 from extender.nodeallocatable import (
     ClaimUse,
     NodeAllocatableError,
@@ -28,6 +31,7 @@ from extender.nodeallocatable import (
 from extender.planning import SchedulingError
 from extender.podtransform import slim_pod
 from extender.scheduling import BindFailed, Scheduler
+from extender.server import ExtenderServer
 from extender.verdicts import Reason
 
 ON = FeatureGates({"DRANodeAllocatableResources": True})
@@ -266,8 +270,8 @@ def test_statuses_mapping_overhead_and_containers() -> None:
         {"resourceClaimName": "gpus", "containers": ["main", "side-1"],
          "overhead": [{"name": "memory", "perPod": "2Gi", "perContainer": "1Gi"}]},
     ]
-    # two devices' overheads are summed; two containers use them: 2Gi + 2 x 1Gi
-    assert as_fit_units(pod_requests(raw, statuses))["memory"] == 2 * 2**30 + 4 * 2**30 + 2 * 2**30
+    # two containers of 1Gi; two devices' overheads summed, two containers use them: 2Gi + 2 x 1Gi
+    assert as_fit_units(pod_requests(raw, statuses))["memory"] == 2 * 2**30 + 2 * 2**30 + 2 * 2**30
 
 
 def test_capacity_mapping_uses_consumed_capacity_times_multiplier() -> None:
@@ -435,10 +439,6 @@ def test_pod_as_the_api_server_sends_it_is_counted() -> None:
 
 async def test_status_patch_is_a_merge_patch_of_pods_status(fake_api: Any) -> None:
     """The bind's write as the API server receives it, then the Binding."""
-    from fakeapi import ApiRequest
-
-    from extender.kubeapi import KubeClient
-
     objs = world(extra=[claim("c", "cpus", count=2), pod("p", ["c"])])
     fake_api.seed(objs)
     seen: list[ApiRequest] = []
@@ -466,8 +466,6 @@ async def test_status_patch_is_a_merge_patch_of_pods_status(fake_api: Any) -> No
 
 
 async def test_failed_binding_clears_the_status(fake_api: Any) -> None:
-    from extender.kubeapi import KubeClient
-
     objs = world(extra=[claim("c", "cpus", count=2), pod("p", ["c"])])
     fake_api.seed(objs)
     fake_api.fail_next("create", "pods", subresource="binding", status=422, message="nope")
@@ -557,3 +555,31 @@ async def test_hugepages_mapping_is_checked_against_the_node() -> None:
     assert result.unresolvable["node-0"] == ("Insufficient hugepages-2Mi: the pod requests 512Mi (512Mi of "
                                              "it for its claims' devices), the node has 256Mi of 256Mi "
                                              "allocatable free")
+
+
+async def test_filter_over_http_with_full_node_objects() -> None:
+    """kube-scheduler's ExtenderArgs without nodeCacheCapable: full Node objects, whose
+    status.allocatable is what the footprint is checked against (here smaller than the cached node's)."""
+    scheduler = make(world(extra=[claim("c", "cpus", count=2), pod("p", ["c"])]))
+    server = ExtenderServer(scheduler)
+    await server.start("127.0.0.1", 0, 0)
+    try:
+        nodes = [node("node-0", cpu="4"), node("node-1")]
+        for item in nodes:
+            item["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
+        node_list = {"metadata": {"resourceVersion": "7"}, "items": nodes}
+        args = {"Pod": current(scheduler, "p"), "Nodes": node_list, "NodeNames": None}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(server.urls["extender"] + "/filter", data=orjson.dumps(args),
+                         headers={"Content-Type": "application/json"}) as response,
+        ):
+            assert response.status == 200
+            body = orjson.loads(await response.read())
+    finally:
+        await server.stop()
+    assert [item["metadata"]["name"] for item in body["Nodes"]["items"]] == ["node-1"]
+    assert body["FailedAndUnresolvableNodes"] == {"node-0": (
+        "Insufficient cpu: the pod requests 5 (4 of it for its claims' devices), the node has 4 of 4 "
+        "allocatable free")}
+    assert body["Error"] == ""
