@@ -66,8 +66,11 @@ class CpuDriver:
             api.create("/api/v1/nodes", {"metadata": {"name": node, "labels": labels}})
             api.patch(f"/api/v1/nodes/{node}", {"spec": {"taints": None}})
             ready = {"type": "Ready", "status": "True", "reason": "E2E", "message": "no kubelet"}
+            # A kubelet with the gate declares the feature; the API server's NodeDeclaredFeatures admission
+            # refuses slices with nodeAllocatableResources for nodes that do not.
             api.patch(f"/api/v1/nodes/{node}/status",
-                      {"status": {"capacity": resources, "allocatable": resources, "conditions": [ready]}})
+                      {"status": {"capacity": resources, "allocatable": resources, "conditions": [ready],
+                                  "declaredFeatures": ["DRANodeAllocatableResources"]}})
             api.create(f"{RESOURCE}/resourceslices", {
                 "metadata": {"name": f"{node}-{self.name}"},
                 "spec": {"driver": self.name, "nodeName": node,
@@ -118,23 +121,24 @@ def test_e2e_node_allocatable_cpus_of_devices(plane: ControlPlane, api: Api, nam
     assert a["status"][STATUS] == [{"resourceClaimName": "a-cpus", "containers": ["c"],
                                     "mapping": [{"name": "cpu", "quantity": "6"}]}]
 
-    # b: 1 device + 1 CPU = 3. kube-scheduler's NodeResourcesFit alone would take a's node (1 CPU free
-    # for b's container); the extender adds the device's 2 CPUs and sends b to the other node.
+    # b: 1 device + 1 CPU = 3. kube-scheduler's NodeResourcesFit alone would accept a's node (1 CPU free
+    # for b's container); the extender adds the device's 2 CPUs and refuses it.
     create_claim(api, namespace, "b-cpus", claim_spec(driver.name, count=1))
     create_pod(api, namespace, "b", "1", claim="b-cpus")
     assert bound_pod(api, namespace, "b")["spec"]["nodeName"] == other
 
-    # A plain pod: kube-scheduler counts a's and b's statuses (7 and 3 CPUs): 5 CPUs fit only the other
-    # node, which has more CPUs left only if the statuses count.
+    # A plain pod of 5 CPUs: counting a's and b's statuses (kube-scheduler with the gate), a's node has 1
+    # CPU free and the other 5; without them both would have 7 and a's node would do.
     create_pod(api, namespace, "plain", "5")
     assert bound_pod(api, namespace, "plain")["spec"]["nodeName"] == other
 
-    # c: 3 devices + 1 CPU = 7: neither node has that many left; our reason says why.
-    create_claim(api, namespace, "c-cpus", claim_spec(driver.name, count=3))
-    create_pod(api, namespace, "c", "1", claim="c-cpus")
+    # c: 1 device + 500m = 2500m. kube-scheduler passes a's node (500m of 1 CPU free) and refuses the
+    # other (full); the extender refuses a's node, whose device is still free, and says why.
+    create_claim(api, namespace, "c-cpus", claim_spec(driver.name, count=1))
+    create_pod(api, namespace, "c", "500m", claim="c-cpus")
     messages = wait_for_reason(api, namespace, "c", "of it for its claims' devices")
-    assert any("Insufficient cpu: the pod requests 7 (6 of it for its claims' devices), the node has 1 of 8 "
-               "allocatable free" in message for message in messages), messages
+    assert any("Insufficient cpu: the pod requests 2500m (2 of it for its claims' devices), the node has 1 "
+               "of 8 allocatable free" in message for message in messages), messages
 
     # d shares a's claim, whose device maps node CPUs: refused as upstream does.
     create_pod(api, namespace, "d", "100m", claim="a-cpus")
