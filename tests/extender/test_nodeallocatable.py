@@ -111,11 +111,13 @@ def pod(name: str, claims: list[str], *, cpu: str | None = "1", memory: str | No
     return raw
 
 
-def make(objs: list[dict[str, Any]], features: FeatureGates = ON) -> Scheduler:
-    cache = ClusterCache.from_objects(objs, features)
+def make(objs: list[dict[str, Any]], features: FeatureGates = ON,
+         client: KubeClient | None = None) -> Scheduler:
+    """A scheduler over `objs`; its binds write through `client` (a fake API server), else to the cache."""
+    cache = ClusterCache.from_objects(copy.deepcopy(objs) if client is not None else objs, features)
     assume = AssumeCache()
     assume.attach(cache)
-    return Scheduler(cache, assume, ClaimWriter(None, cache))
+    return Scheduler(cache, assume, ClaimWriter(client, cache))
 
 
 def current(scheduler: Scheduler, name: str) -> dict[str, Any]:
@@ -445,11 +447,7 @@ async def test_status_patch_is_a_merge_patch_of_pods_status(fake_api: Any) -> No
     fake_api.intercept(lambda request: seen.append(request))
     client = KubeClient.for_url(fake_api.url)
     try:
-        cache = ClusterCache.from_objects(copy.deepcopy(objs), ON)
-        assume = AssumeCache()
-        assume.attach(cache)
-        scheduler = Scheduler(cache, assume, ClaimWriter(client, cache))
-        await scheduler.bind("default", "p", "", "node-1")
+        await make(objs, client=client).bind("default", "p", "", "node-1")
     finally:
         await client.close()
     patches = [r for r in seen if r.verb == "patch" and r.resource.plural == "pods"]
@@ -471,12 +469,8 @@ async def test_failed_binding_clears_the_status(fake_api: Any) -> None:
     fake_api.fail_next("create", "pods", subresource="binding", status=422, message="nope")
     client = KubeClient.for_url(fake_api.url)
     try:
-        cache = ClusterCache.from_objects(copy.deepcopy(objs), ON)
-        assume = AssumeCache()
-        assume.attach(cache)
-        scheduler = Scheduler(cache, assume, ClaimWriter(client, cache))
         with pytest.raises(BindFailed):
-            await scheduler.bind("default", "p", "", "node-1")
+            await make(objs, client=client).bind("default", "p", "", "node-1")
     finally:
         await client.close()
     stored = fake_api.get_object("Pod", "p", "default")
