@@ -38,7 +38,7 @@ from allocator.model import (
     parse_object,
 )
 from allocator.nodes import node_matches_selector
-from allocator.outcome import AllocationOutcome, Reason
+from allocator.outcome import PREEMPTION_MAY_HELP, AllocationOutcome, Reason, Rejection
 from allocator.quantity import Quantity
 from allocator.search import Allocator
 from allocator.state import AllocatedState, AllocationReading
@@ -46,6 +46,7 @@ from allocator.taints import tolerates
 
 __all__ = [
     "DEFAULT_GATES",
+    "PREEMPTION_MAY_HELP",
     "AllocatedState",
     "AllocationError",
     "AllocationOutcome",
@@ -63,6 +64,7 @@ __all__ = [
     "NodeAllocationError",
     "Quantity",
     "Reason",
+    "Rejection",
     "ResourceClaim",
     "ResourceSlice",
     "node_matches_selector",
