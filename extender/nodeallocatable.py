@@ -27,6 +27,7 @@ claim (two pod entries naming the same claim) is listed once.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -150,7 +151,7 @@ def _claim_footprint(use: ClaimUse, devices: Sequence[tuple[dict[str, Any], Devi
                         f"NodeAllocatableResources for resource {resource}")
                 if entry.capacity_key in consumed:  # otherwise this mapping does not apply to the allocation
                     try:
-                        amount = Quantity.parse(str(consumed[entry.capacity_key]))
+                        amount = _parse(str(consumed[entry.capacity_key]))
                     except ValueError as error:
                         raise NodeAllocatableError(
                             f"claim {claim.namespace}/{claim.name}, device {result.get('device')}: "
@@ -227,13 +228,19 @@ def _containers_using(pod: Mapping[str, Any], names: set[str]) -> list[str]:
 
 # ---- what a pod requests -----------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> Quantity:
+    """Quantity.parse, remembered: every node check reads the same few quantities again."""
+    return Quantity.parse(text)
+
+
 def _quantities(raw: Any) -> dict[str, Quantity]:
     """A ResourceList; values that do not parse are left out (the API server never stores them)."""
     values: dict[str, Quantity] = {}
     if isinstance(raw, dict):
         for name, text in raw.items():
             try:
-                values[str(name)] = Quantity.parse(str(text))
+                values[str(name)] = _parse(str(text))
             except ValueError:
                 continue
     return values
@@ -367,8 +374,13 @@ def pod_level_shortfall(pod: Mapping[str, Any], statuses: Sequence[Any]) -> str 
 def as_fit_units(requests: Mapping[str, Quantity]) -> dict[str, int]:
     """Only the resources checked against the node, in kube-scheduler's units: cpu in millicores, the
     others in whole units rounded up."""
-    return {name: (value.milli_value() if name == "cpu" else -(-value.nanos // 1_000_000_000))
+    return {name: _rounded_up(value.nanos, 1_000_000 if name == "cpu" else 1_000_000_000)
             for name, value in requests.items() if fits_node_resource(name)}
+
+
+def _rounded_up(nanos: int, unit: int) -> int:
+    """nanos / unit rounded away from zero (Quantity.MilliValue and Value), in integers only."""
+    return -(-nanos // unit) if nanos >= 0 else nanos // unit
 
 
 def _shown(name: str, amount: int) -> str:
@@ -475,29 +487,60 @@ def node_allocatable(node: Node) -> dict[str, int]:
     return as_fit_units(_quantities((node.raw.get("status") or {}).get("allocatable")))
 
 
-def fit(pod: Mapping[str, Any], uses: Iterable[ClaimUse], pod_claim_names: Mapping[str, set[str]],
+class Demand(NamedTuple):
+    """The pod's requests (fit units) with one footprint of its claims."""
+
+    requests: dict[str, int]
+    claims_part: dict[str, int]  # what the claims add
+    shortfall: str | None  # the pod-level resources do not cover it (upstream's words)
+
+
+class PodDemand:
+    """A pod's requests per footprint of its claims, each worked out once: a filter checks many nodes
+    whose devices give the pod the same footprint."""
+
+    __slots__ = ("_by_footprint", "pod")
+    MAX_FOOTPRINTS = 64
+
+    def __init__(self, pod: Mapping[str, Any]) -> None:
+        self.pod = pod
+        self._by_footprint: dict[str, Demand] = {}
+
+    def of(self, statuses: list[dict[str, Any]]) -> Demand:
+        """Raises NodeAllocatableError for requests beyond what kube-scheduler can add up."""
+        key = repr(statuses)
+        found = self._by_footprint.get(key)
+        if found is None:
+            requests = as_fit_units(pod_requests(self.pod, statuses))
+            for name, amount in requests.items():
+                if amount > INT64_MAX:
+                    # kube-scheduler holds requests in int64 (millicores for cpu); beyond that its sums wrap.
+                    unit = "millicores" if name == "cpu" else "units"
+                    raise NodeAllocatableError(
+                        f"{name} requested with the claims' node allocatable resources is "
+                        f"{_shown(name, amount)}: more than {INT64_MAX} {unit}")
+            found = Demand(requests, as_fit_units(claims_requests(statuses)),
+                           pod_level_shortfall(self.pod, statuses))
+            if len(self._by_footprint) >= self.MAX_FOOTPRINTS:
+                self._by_footprint.clear()
+            self._by_footprint[key] = found
+        return found
+
+
+def fit(demand: PodDemand, uses: Iterable[ClaimUse], pod_claim_names: Mapping[str, set[str]],
         inventory: Inventory, node: Node, usage: NodeUsage, *,
         evicting: Collection[str] = ()) -> NodeFit | None:
-    """Can `node` hold the pod with its claims' node allocatable resources (once the pods whose UIDs
-    are in `evicting` are gone)? None when no device of the pod's claims declares any
+    """Can `node` hold the pod (`demand`) with its claims' node allocatable resources (once the pods
+    whose UIDs are in `evicting` are gone)? None when no device of the pod's claims declares any
     (kube-scheduler's NodeResourcesFit alone decides then). Raises NodeAllocatableError."""
-    statuses = claim_statuses(pod, uses, pod_claim_names, inventory, node)
+    statuses = claim_statuses(demand.pod, uses, pod_claim_names, inventory, node)
     if not statuses:
         return None
-    shortfall = pod_level_shortfall(pod, statuses)  # upstream's words, unresolvable
-    requests = as_fit_units(pod_requests(pod, statuses))
-    for name, amount in requests.items():
-        if amount > INT64_MAX:
-            # kube-scheduler holds requests in int64 (millicores for cpu); beyond that its sums wrap.
-            unit = "millicores" if name == "cpu" else "units"
-            raise NodeAllocatableError(
-                f"{name} requested with the claims' node allocatable resources is {_shown(name, amount)}: "
-                f"more than {INT64_MAX} {unit}")
+    requests, claims_part, shortfall = demand.of(statuses)
     if shortfall is not None:
         return NodeFit(statuses, requests, shortfall, unresolvable=True)
     allocatable = node_allocatable(node)
     requested = usage.requested(node.name, evicting=evicting)
-    claims_part = as_fit_units(claims_requests(statuses))
     problems = []
     unresolvable = False
     for name in sorted(requests):

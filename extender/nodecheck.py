@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 
 from allocator import (
     AllocationError,
@@ -26,7 +26,7 @@ from allocator import (
 from allocator.errors import AllocationTimeout
 from extender.cache import ClusterCache
 from extender.filtercache import FilterCache
-from extender.nodeallocatable import ClaimUse, NodeAllocatableError, NodeFit, fit
+from extender.nodeallocatable import ClaimUse, NodeAllocatableError, NodeFit, PodDemand, fit
 from extender.planning import Planner, PodPlan, SchedulingError
 from extender.verdicts import UNKNOWN_NODE, NodeVerdict, Reason, cached_verdict, outcome_verdict, timed_out
 
@@ -52,6 +52,8 @@ class NodeChecker:
         self.clock = clock
         self._filtered: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS,
                                                                          ttl=RESULT_TTL_S)
+        # DRANodeAllocatableResources: each pod's requests per footprint, by pod UID and resourceVersion.
+        self._demands: LRUCache[tuple[str, str], PodDemand] = LRUCache(maxsize=RESULT_PODS)
 
     def remember(self, pod_uid: str, verdicts: dict[str, NodeVerdict]) -> None:
         """Keep a filter's verdicts for the same pod's prioritize (`check_all(reuse_for=...)`)."""
@@ -130,13 +132,18 @@ class NodeChecker:
             filter_cache.put(plan.signature, node_key, outcome)
         return self._node_allocatable(plan, node, outcome_verdict(node_name, outcome), evicting)
 
+    def _footprints(self) -> bool:
+        """May a pod's devices add to its requests (DRANodeAllocatableResources, and devices declaring
+        nodeAllocatableResources)?"""
+        return self.cache.node_usage is not None and self.cache.inventory.has_node_allocatable_devices
+
     def node_fit(self, plan: PodPlan, node: Node, verdict: NodeVerdict, *,
                  evicting: frozenset[str] = frozenset()) -> NodeFit | None:
         """With DRANodeAllocatableResources: the node allocatable footprint of the devices the pod's
         claims have or get on `node` (`verdict`: the node's fitting device verdict), and whether the node
         holds it; None without the gate or without such devices. Raises SchedulingError for bad data."""
         usage = self.cache.node_usage
-        if usage is None:
+        if usage is None or not self.cache.inventory.has_node_allocatable_devices:
             return None
         extended = plan.extended_variant.claim if plan.extended_variant is not None else None
         uses = [ClaimUse(claim, claim.allocation or {}) for claim in plan.allocated]
@@ -147,14 +154,19 @@ class NodeChecker:
         names: dict[str, set[str]] = {}
         for entry in plan.claims:
             names.setdefault(entry.claim.uid, set()).add(entry.pod_claim_name)
+        meta = plan.pod.get("metadata") or {}
+        key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+        demand = self._demands.get(key)
+        if demand is None or demand.pod is not plan.pod:
+            demand = self._demands[key] = PodDemand(plan.pod)
         try:
-            return fit(plan.pod, uses, names, self.cache.inventory, node, usage, evicting=evicting)
+            return fit(demand, uses, names, self.cache.inventory, node, usage, evicting=evicting)
         except NodeAllocatableError as error:
             raise SchedulingError(str(error)) from None
 
     def _node_allocatable(self, plan: PodPlan, node: Node, verdict: NodeVerdict,
                           evicting: frozenset[str]) -> NodeVerdict:
-        if not verdict.fits or self.cache.node_usage is None:
+        if not verdict.fits or not self._footprints():
             return verdict
         found = self.node_fit(plan, node, verdict, evicting=evicting)
         if found is None or found.problem is None:
@@ -230,7 +242,7 @@ class NodeChecker:
         filter_cache = self.filter_cache
         signature = plan.signature
         if (filter_cache is None or signature is None or plan.blocked is not None or plan.allocated
-                or plan.pending or node_objects is not None or self.cache.node_usage is not None):
+                or plan.pending or node_objects is not None or self._footprints()):
             return {}
         verdicts: dict[str, NodeVerdict] = {}
         nodes = [node for node in map(self.cache.node, names) if node is not None]

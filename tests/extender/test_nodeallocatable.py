@@ -17,11 +17,13 @@ from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.explain import explain_pod, render_text
+from extender.filtercache import FilterCache
 from extender.kubeapi import KubeClient
 from extender.nodeallocatable import (
     ClaimUse,
     NodeAllocatableError,
     NodeUsage,
+    PodDemand,
     as_fit_units,
     claim_statuses,
     container_requests,
@@ -577,3 +579,43 @@ async def test_filter_over_http_with_full_node_objects() -> None:
         "Insufficient cpu: the pod requests 5 (4 of it for its claims' devices), the node has 4 of 4 "
         "allocatable free")}
     assert body["Error"] == ""
+
+
+def test_inventory_knows_whether_any_device_declares_node_allocatable_resources() -> None:
+    inventory = Inventory()
+    plain = driver_slice("node-0", o.DRIVER, [{"name": "gpu-0"}])
+    mapped = driver_slice("node-0", CPU_DRIVER, cpu_devices(1))
+    inventory.upsert_slice(ResourceSlice.from_api(plain))
+    assert not inventory.has_node_allocatable_devices
+    inventory.upsert_slice(ResourceSlice.from_api(mapped))
+    assert inventory.has_node_allocatable_devices
+    mapped["spec"]["devices"] = [{"name": "cpus-0"}]  # an update dropping the field
+    inventory.upsert_slice(ResourceSlice.from_api(mapped))
+    assert not inventory.has_node_allocatable_devices
+    inventory.upsert_slice(ResourceSlice.from_api(driver_slice("node-0", CPU_DRIVER, cpu_devices(1))))
+    inventory.remove_slice(mapped["metadata"]["name"])
+    assert not inventory.has_node_allocatable_devices
+
+
+async def test_gate_on_without_such_devices_filters_from_the_cache_as_before() -> None:
+    """Devices without nodeAllocatableResources: the gate costs nothing, the filter cache answers."""
+    objs = [*o.cluster(3, 2), o.claim("c"), o.pod("p", ["c"])]
+    cache = ClusterCache.from_objects(objs, ON)
+    assume = AssumeCache()
+    assume.attach(cache)
+    scheduler = Scheduler(cache, assume, ClaimWriter(None, cache), filter_cache=FilterCache(cache, assume))
+    names = ["node-0", "node-1", "node-2"]
+    await scheduler.filter(current(scheduler, "p"), names)
+    plan = scheduler.planner.plan(current(scheduler, "p"))
+    assert set(scheduler.checker._cached_verdicts(plan, names, None)) == set(names)
+    assert scheduler.checker.node_fit(plan, Node.from_api(o.node("node-0")),
+                                      scheduler.checker.check(plan, "node-0", use_cache=True)) is None
+
+
+def test_pod_demand_is_worked_out_once_per_footprint() -> None:
+    demand = PodDemand(pod("p", ["c"], cpu="1"))
+    footprint = [{"resourceClaimName": "c", "containers": ["main"],
+                  "mapping": [{"name": "cpu", "quantity": "4"}]}]
+    first = demand.of(footprint)
+    assert first.requests["cpu"] == 5000 and first.claims_part == {"cpu": 4000} and first.shortfall is None
+    assert demand.of(copy.deepcopy(footprint)) is first
