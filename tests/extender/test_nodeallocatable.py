@@ -619,3 +619,18 @@ def test_pod_demand_is_worked_out_once_per_footprint() -> None:
     first = demand.of(footprint)
     assert first.requests["cpu"] == 5000 and first.claims_part == {"cpu": 4000} and first.shortfall is None
     assert demand.of(copy.deepcopy(footprint)) is first
+
+
+async def test_failed_status_write_undoes_the_claims(fake_api: Any) -> None:
+    objs = world(extra=[claim("c", "cpus", count=2), pod("p", ["c"])])
+    fake_api.seed(objs)
+    fake_api.fail_next("patch", "pods", subresource="status", status=500, message="etcd is tired")
+    client = KubeClient.for_url(fake_api.url)
+    try:
+        with pytest.raises(BindFailed, match="writing the pod's nodeAllocatableResourceClaimStatuses: 500"):
+            await make(objs, client=client).bind("default", "p", "", "node-1")
+    finally:
+        await client.close()
+    stored_claim = fake_api.get_object("ResourceClaim", "c", "default")
+    assert not (stored_claim.get("status") or {}).get("allocation")
+    assert not fake_api.get_object("Pod", "p", "default")["spec"].get("nodeName")
