@@ -20,12 +20,14 @@ _PHRASES = {  # in the order messages list them
     "in use": "in use",
     "taint": "tainted",
     "counters": "without enough shared counters",
+    "compatibility groups": "sharing no compatibility group with allocated devices on a counter set",
     "capacity": "without enough capacity",
     "constraint": "failing claim constraints",
     "request selector": "rejected by request selectors",
     "node": "not available on this node",
     "binding conditions": "with binding conditions (feature disabled)",
     "incomplete pool": "in incomplete pools",
+    "groups ignored": "in pools with compatibility groups (DRADeviceCompatibilityGroups is off)",
     "invalid pool": "in invalid pools",
 }
 
@@ -77,6 +79,14 @@ def _rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) ->
     )
     if not skip_counters and _counters_short(search, entry):
         return "counters"
+    groups = search.compatibility
+    if (
+        not skip_counters
+        and groups is not None
+        and device.consumes_counters
+        and not groups.with_allocated(entry)
+    ):
+        return "compatibility groups"
     if search.consumable and (
         cap.undefined_requests(rd.capacity_requests, device, entry.key[0])
         or not _capacity_fits(search, rd, entry)
@@ -122,22 +132,27 @@ def _message(claim_ref_text: str, rd: RequestData, reason: Reason, note: str = "
     return text + note
 
 
-def _joint(claims: list[str], requests: list[str], needed: int, usable: int, considered: int) -> Reason:
+def _joint(
+    claims: list[str], requests: list[str], needed: int, usable: int, considered: int, groups: bool
+) -> Reason:
     """Every request fits on its own: say how many devices the requests need together."""
     noun = "device" if needed == 1 else "devices"
     who = f"claim {claims[0]}" if len(claims) == 1 else "claims " + ", ".join(claims)
+    why = ", e.g. they draw from one counter set but share no compatibility group" if groups else ""
     message = (
         f"{who}: requests {', '.join(requests)} need {needed} {noun} together, {usable} match "
-        "(or the devices that match cannot be combined)"
+        f"(or the devices that match cannot be combined{why})"
     )
     return Reason(",".join(claims), ",".join(requests), None, needed, considered, {}, {}, message)
 
 
 def explain(search: _Search) -> list[Reason]:
     pools = search.pools
-    incomplete = sum(p.device_count for p in pools.pools if p.status == INCOMPLETE)
+    incomplete = sum(p.device_count for p in pools.pools if p.status == INCOMPLETE and not p.groups_ignored)
+    groups_ignored = sum(p.device_count + p.groups_ignored for p in pools.pools if p.status == INCOMPLETE
+                         and p.groups_ignored)
     invalid = sum(p.device_count for p in pools.pools if p.status == INVALID)
-    considered = len(search.candidates) + incomplete + invalid
+    considered = len(search.candidates) + incomplete + groups_ignored + invalid
     short: list[Reason] = []
     claim_totals: list[tuple[str, list[str], int, set[int]]] = []
     for ci, claim in enumerate(search.claims):
@@ -149,6 +164,8 @@ def explain(search: _Search) -> list[Reason]:
                 rejected: Counter[str] = Counter()
                 if incomplete:
                     rejected["incomplete pool"] = incomplete
+                if groups_ignored:
+                    rejected["groups ignored"] = groups_ignored
                 if invalid:
                     rejected["invalid pool"] = invalid
                 in_use_by: Counter[str] = Counter()
@@ -182,9 +199,13 @@ def explain(search: _Search) -> list[Reason]:
         claim_totals.append((claim_ref(claim), names, claim_needed, claim_usable))
     if short:
         return short
+    # DRADeviceCompatibilityGroups: devices that each fit may still exclude one another.
+    groups = search.compatibility is not None and any(
+        e.device.compatibility_groups for e in search.candidates
+    )
     for name, requests, needed, usable in claim_totals:
         if needed > len(usable):
-            short.append(_joint([name], requests, needed, len(usable), considered))
+            short.append(_joint([name], requests, needed, len(usable), considered, groups))
     if short:
         return short
     everything = set().union(*(u for *_, u in claim_totals)) if claim_totals else set()
@@ -199,5 +220,6 @@ def explain(search: _Search) -> list[Reason]:
             sum(n for _, _, n, _ in claim_totals),
             len(everything),
             considered,
+            groups,
         )
     ]

@@ -15,6 +15,7 @@ from typing import Any
 
 from allocator import capacity as cap
 from allocator import cel
+from allocator.compatibility import CompatibilityGroups, Undo
 from allocator.constraints import Constraint, DistinctAttribute, MatchAttribute, lookup_attribute
 from allocator.errors import AllocationError, AllocationTimeout, NodeAllocationError
 from allocator.features import FeatureGates
@@ -96,13 +97,14 @@ class RequestData:
 class Chosen:
     """A device tentatively allocated to a request."""
 
-    __slots__ = ("consumed", "counted", "entry", "multiple", "request", "share_id")
+    __slots__ = ("compatibility", "consumed", "counted", "entry", "multiple", "request", "share_id")
 
     def __init__(self, entry: DeviceEntry, request: RequestData, multiple: bool) -> None:
         self.entry = entry
         self.request = request
         self.multiple = multiple
         self.counted = False  # counters were consumed for it
+        self.compatibility: Undo | None = None  # how it narrowed compatibility groups
         self.share_id: str | None = None
         self.consumed: dict[str, Quantity] | None = None
 
@@ -191,6 +193,11 @@ class _Search:
         self.allocating_shares: dict[tuple[str, str, str], int] = {}
         self.available_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
         self.consumed_counters: dict[tuple[str, str], dict[str, dict[str, Quantity]]] = {}
+        self.compatibility = (
+            CompatibilityGroups(self.allocated)
+            if allocator.features.enabled("DRADeviceCompatibilityGroups")
+            else None
+        )
         self._options_key = STORED_EXPRESSIONS
         self._switch_key = allocator._switches
         self._allocated_mask: int | None = None
@@ -245,6 +252,8 @@ class _Search:
         self.allocating_capacity.clear()
         self.allocating_shares.clear()
         self.consumed_counters.clear()
+        if self.compatibility is not None:
+            self.compatibility.clear()
         for results in self.results:
             results.clear()
         for constraints in self.constraints:
@@ -554,7 +563,13 @@ class _Search:
         chosen = Chosen(entry, rd, multiple)
         skip_counters = multiple and (key in self.allocated.capacity or key in self.allocating_capacity)
         if device.consumes_counters and not skip_counters:
+            # Like upstream, a further share of a device already counted is not checked again.
+            if self.compatibility is not None:
+                chosen.compatibility = self.compatibility.take(entry)
+                if chosen.compatibility is None:
+                    return None
             if not self._take_counters(entry):
+                self._release(chosen)
                 return None
             chosen.counted = True
         # Upstream (issue #140436) leaked the counters taken above when a later check rejected the device;
@@ -604,6 +619,10 @@ class _Search:
         if chosen.counted:
             self._apply_counters(chosen.entry, -1)
             chosen.counted = False
+        if chosen.compatibility is not None:
+            assert self.compatibility is not None
+            self.compatibility.give_back(chosen.compatibility)
+            chosen.compatibility = None
 
     def _undo(self, ci: int, chosen: Chosen) -> None:
         rd, entry = chosen.request, chosen.entry

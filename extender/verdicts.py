@@ -39,7 +39,7 @@ class Reason(StrEnum):
 
 
 # Allocator rejections that evicting pods could undo: kube-scheduler may try preemption for these nodes.
-PREEMPTION_MAY_HELP = frozenset({"in use", "counters", "capacity"})
+PREEMPTION_MAY_HELP = frozenset({"in use", "counters", "compatibility groups", "capacity"})
 # Verdicts of bind's re-check that mean another pod got there first.
 CONFLICT_REASONS = frozenset({Reason.DEVICES, Reason.CLAIM_IN_FLIGHT, Reason.CLAIM_IN_USE,
                               Reason.CLAIM_ON_OTHER_NODE})

@@ -54,6 +54,9 @@ VARIED_GATES = (
     "DRAListTypeAttributes",
     "DRAFractionalCapacityRange",
 )
+COMPATIBILITY_GATE = "DRADeviceCompatibilityGroups"
+# DRADeviceCompatibilityGroups: the groups a device declares for one counter set (none is common).
+COMPATIBILITY_GROUPS: tuple[tuple[str, ...], ...] = ((), (), ("mig",), ("vgpu",), ("mig", "vgpu"))
 
 
 def _attributes(draw: st.DrawFn, lists: bool) -> Obj:
@@ -117,12 +120,16 @@ def devices_for_pool(
             ]
             used.add("taints")
         if counter_sets and draw(st.booleans()):
+            sets = draw(st.lists(st.sampled_from(counter_sets), min_size=1, max_size=2, unique=True))
             dev["consumesCounters"] = [
-                {
-                    "counterSet": draw(st.sampled_from(counter_sets)),
-                    "counters": {"mem": {"value": draw(st.sampled_from(["1", "2"]))}},
-                }
+                {"counterSet": name, "counters": {"mem": {"value": draw(st.sampled_from(["1", "2"]))}}}
+                for name in sets
             ]
+            for use in dev["consumesCounters"]:
+                groups = draw(st.sampled_from(COMPATIBILITY_GROUPS))
+                if groups:
+                    use["compatibilityGroups"] = list(groups)
+                    used.add("compatibility groups")
             used.add("shared counters")
         if gates["DRADeviceBindingConditions"] and draw(st.integers(0, 5)) == 0:
             dev["bindingConditions"] = ["ready"]
@@ -151,11 +158,15 @@ def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[s
     counter_sets: list[str] = []
     slices: list[Obj] = []
     if gates["DRAPartitionableDevices"] and draw(st.integers(0, 2)) == 0:
-        counter_sets = ["cs-0"]
+        counter_sets = ["cs-0", "cs-1"][: draw(st.integers(1, 2))]
         capacity = draw(st.sampled_from(["2", "3", "4"]))
         slices.append(
             resource_slice(
-                f"{pool}-counters", where_obj, pool, driver, counter_sets={"cs-0": {"mem": capacity}}
+                f"{pool}-counters",
+                where_obj,
+                pool,
+                driver,
+                counter_sets={name: {"mem": capacity} for name in counter_sets},
             )
         )
     for part in range(draw(st.integers(1, 2))):
@@ -300,6 +311,8 @@ def worlds(draw: st.DrawFn) -> Obj:
     for gate in VARIED_GATES:
         if draw(st.integers(0, 5)) == 0:
             gates[gate] = not gates[gate]
+    # Alpha and off by default, but worth comparing as often as its off-state (slices ignored).
+    gates[COMPATIBILITY_GATE] = draw(st.booleans())
     used: set[str] = set()
     slices = [
         raw
@@ -321,5 +334,7 @@ def worlds(draw: st.DrawFn) -> Obj:
     }
     if len(world["claims"]) > 1:
         used.add("several claims")
+    if "compatibility groups" in used and not gates[COMPATIBILITY_GATE]:
+        used.add(f"-{COMPATIBILITY_GATE}")
     world["features"] = sorted(used | {f"-{gate}" for gate in VARIED_GATES if not gates[gate]})
     return world
