@@ -186,3 +186,14 @@ def test_admin_access_on_an_allocated_device_is_compared_with_itself() -> None:
     state.add_claim(allocated_claim("peer", (DRIVER, "pool", "a")))
     outcome = allocate(inv, claim_obj("c", req("r", adminAccess=True)), state=state, gates=ON)
     assert picked(outcome) == ["r=a"]
+
+
+def test_pool_summary_says_why_a_grouped_pool_is_unusable() -> None:
+    inv = inventory([devices(part("a", "mig")), counters()])
+    (off,) = inv.describe_pools()
+    assert (off["status"], off["reason"]) == (
+        INCOMPLETE,
+        "1 of 2 slices declare compatibility groups, ignored while DRADeviceCompatibilityGroups is off",
+    )
+    (on,) = inv.describe_pools(FeatureGates(ON))
+    assert (on["status"], on["reason"]) == (COMPLETE, "")
