@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import build_control_plane
 import pytest
 from e2e_api import Api, temporary_namespace, wait_for
-from e2e_cluster import ControlPlane, running
+from e2e_cluster import ControlPlane, own_control_plane
 from e2e_objects import (
     REQUEST,
     RESOURCE,
@@ -34,16 +33,8 @@ PARTITIONS = (("a-vgpu", "vgpu"), ("b-mig", "mig"), ("c-mig", "mig"))
 
 @pytest.fixture(scope="module")
 def groups_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    try:
-        bin_dir = build_control_plane.ensure_built()
-    except build_control_plane.BuildUnavailable as missing:
-        pytest.skip(f"end-to-end tests need the Kubernetes binaries: {missing}")
-    plane = ControlPlane(
-        bin_dir,
-        tmp_path_factory.mktemp("compatibility-groups-plane"),
-        extra_args={"kube-apiserver": [GATE], "kube-scheduler": [GATE], "dra-extender": [GATE]},
-    )
-    with running(plane, []):
+    extra_args = {"kube-apiserver": [GATE], "kube-scheduler": [GATE], "dra-extender": [GATE]}
+    with own_control_plane(tmp_path_factory.mktemp("compatibility-groups-plane"), extra_args, []) as plane:
         yield plane
 
 
