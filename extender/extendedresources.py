@@ -24,15 +24,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cachetools import LRUCache
 
 from allocator import Node, ResourceClaim
 from allocator.quantity import Quantity
-
-if TYPE_CHECKING:  # only for the annotation: the cache is handed in
-    from extender.cache import ClusterCache
 
 # resourceapi.ExtendedResourceClaimAnnotation
 EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
@@ -163,7 +160,7 @@ class ExtendedPlan:
 class ExtendedResources:
     """DeviceClass mapping and the pods' special claims, kept up to date from the cluster cache."""
 
-    def __init__(self, cache: ClusterCache) -> None:
+    def __init__(self, cache: Any) -> None:
         self.cache = cache
         self._classes: dict[str, dict] = {}  # DeviceClass name -> raw object
         self._mapping: dict[str, str] | None = None  # resource name -> class name, rebuilt on change

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from allocator import FeatureGates
@@ -24,7 +24,7 @@ MAX_REVIEW_BYTES = 8 * 1024 * 1024
 
 
 def build_app(handler: AdmissionHandler) -> web.Application:
-    def endpoint(webhook: Webhook) -> Handler:
+    def endpoint(webhook: Webhook) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def serve(request: web.Request) -> web.Response:
             status, body = handler.handle(webhook, await request.read())
             return web.Response(status=status, body=body, content_type="application/json")
