@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import build_control_plane
 import orjson
 import urllib3
 import yaml
@@ -590,6 +591,17 @@ def running(plane: ControlPlane, extender_flags: list[str]) -> Iterator[ControlP
     plane.stop()
     refused = plane.forbidden_requests()
     assert not refused, "the API server refused the extender's requests:\n" + "\n".join(refused[:20])
+
+
+def control_plane_binaries() -> Path:
+    """The directory of the built Kubernetes binaries (built now if missing); skips the calling test or
+    fixture when they cannot be built, i.e. without a Go toolchain."""
+    import pytest  # only the tests skip; the benchmarks that import this module do not need pytest
+
+    try:
+        return build_control_plane.ensure_built()
+    except build_control_plane.BuildUnavailable as missing:
+        pytest.skip(f"end-to-end tests need the Kubernetes binaries: {missing}")
 
 
 def extender_supports(flag: str) -> bool:
