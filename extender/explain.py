@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from common.claimrefs import pod_key
 from extender.planning import SchedulingError
-from extender.podclaims import pod_key
 from extender.scheduling import Scheduler
 from extender.verdicts import NodeVerdict
 

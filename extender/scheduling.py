@@ -23,8 +23,9 @@ from typing import Any, Protocol
 
 from allocator import AllocationError, Allocator, NodeAllocationError, ResourceClaim
 from allocator.errors import AllocationTimeout
+from common.claimrefs import WORKLOAD_CLAIMS, group_name_of, known_claim_names, pod_key, pod_uid
 from extender.assume import AssumeCache
-from extender.cache import ClusterCache, claim_names_of_pod
+from extender.cache import ClusterCache
 from extender.claimwriter import BindError
 from extender.extendedresources import Variant
 from extender.filtercache import FilterCache
@@ -33,8 +34,7 @@ from extender.metrics import Metrics
 from extender.nodecheck import NodeChecker
 from extender.placement import NodeScorer
 from extender.planning import Planner, PodPlan, SchedulingError
-from extender.podclaims import group_name_of, pod_key, pod_uid
-from extender.podgroups import OWNER_PREFIX, WORKLOAD_CLAIMS, reserved_for_pod
+from extender.podgroups import OWNER_PREFIX, reserved_for_pod
 from extender.verdicts import CONFLICT_REASONS, FilterResult, Reason, answer
 
 log = logging.getLogger(__name__)
@@ -438,7 +438,7 @@ class Scheduler:
             if victim is None:
                 continue
             namespace = str((victim.get("metadata") or {}).get("namespace") or "")
-            for name in claim_names_of_pod(victim):
+            for name in known_claim_names(victim):
                 claim = self.cache.claim(namespace, name)
                 if claim is None or claim.allocation is None:
                     continue

@@ -15,7 +15,7 @@ from typing import Literal
 import orjson
 
 from allocator import FeatureGates
-from extender.podgroups import WORKLOAD_CLAIMS
+from common.claimrefs import WORKLOAD_CLAIMS
 from webhook import metrics
 from webhook.claim_status import validate_claim_status
 from webhook.lookup import ClusterLookup

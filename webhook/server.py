@@ -9,9 +9,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from allocator import FeatureGates
-from extender.httpguard import HttpLimits, LimitedRunner, expect_handler
-from extender.rules import RESERVED_FOR_MAX
-from extender.tls import ReloadingTLS
+from common.httpguard import HttpLimits, LimitedRunner, expect_handler
+from common.rules import RESERVED_FOR_MAX
+from common.tls import ReloadingTLS
 from webhook.admission import AdmissionHandler, Webhook
 from webhook.cache_lookup import as_lookup
 from webhook.metrics import CERT_RELOADS
@@ -70,7 +70,7 @@ class WebhookServer:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        """Raises extender.tls.CertificateLoadError when the certificate cannot be loaded, OSError on bind."""
+        """Raises common.tls.CertificateLoadError when the certificate cannot be loaded, OSError on bind."""
         self.tls = ReloadingTLS(
             self.cert_file,
             self.key_file,

@@ -21,21 +21,20 @@ from typing import Any
 import orjson
 
 from allocator import AllocationError, FeatureGates, cel
-from extender import controllers, eventloop
-from extender.commands.output import EXIT_ERROR, examples
-from extender.httpguard import (
+from common.claimrefs import WORKLOAD_CLAIMS
+from common.httpguard import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_REQUEST_BYTES,
     HttpLimits,
 )
+from common.rules import SCORING_POLICIES, parse_positive_duration
+from common.tls import ReloadingTLS
+from extender import controllers, eventloop
+from extender.commands.output import EXIT_ERROR, examples
 from extender.podclaims import has_claims
-from extender.podgroups import WORKLOAD_CLAIMS
-from extender.rules import parse_positive_duration
 from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
-from extender.scoring import POLICIES
 from extender.server import DEFAULT_PREFIX, ExtenderServer
-from extender.tls import ReloadingTLS
 from webhook import server as webhook_server
 
 log = logging.getLogger("dra-extender")
@@ -115,7 +114,7 @@ def register(subparsers: Any) -> None:
     sched = parser.add_argument_group("scheduling")
     sched.add_argument(
         "--scoring",
-        choices=POLICIES,
+        choices=SCORING_POLICIES,
         default="binpack",
         help="device placement policy for prioritize; pods override it with the annotation "
         "dra-extender.io/scoring (default binpack)",

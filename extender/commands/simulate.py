@@ -10,9 +10,9 @@ import argparse
 import asyncio
 from typing import Any
 
+from common.rules import SCORING_POLICIES
 from extender.commands import output
 from extender.commands.serve import add_logging_arguments, configure_logging, parse_features
-from extender.scoring import POLICIES
 
 
 def register(subparsers: Any) -> None:
@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--pod", metavar="FILE", required=True, help="the pod (and optionally its claims)")
     parser.add_argument("--node", action="append", default=None, help="only this node (repeatable)")
     parser.add_argument(
-        "--scoring", choices=POLICIES, default="binpack", help="placement policy (default binpack)"
+        "--scoring", choices=SCORING_POLICIES, default="binpack", help="placement policy (default binpack)"
     )
     parser.add_argument("--feature-gates", default="", help="Name=true|false overrides of the 1.37 defaults")
     output.add_output_argument(parser)

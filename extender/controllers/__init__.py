@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from common.rules import parse_duration
 from extender.controllers.claims import ClaimIndex
 from extender.controllers.clock import Clock, RealClock
 from extender.controllers.driver_loss import DriverLossTracker
@@ -32,7 +33,6 @@ from extender.controllers.metrics import ControllerMetrics
 from extender.controllers.pools import PoolIndex
 from extender.controllers.taint_eviction import RuleRef, TaintEvictionController
 from extender.controllers.workqueue import RateLimiter, WorkQueue
-from extender.rules import parse_duration
 
 log = logging.getLogger(__name__)
 

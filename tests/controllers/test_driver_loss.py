@@ -6,9 +6,9 @@ import pytest
 from ctrl_objects import claim, consumer, device_class, node, pending_claim, pod, resource_slice
 
 from allocator import Allocator, FeatureGates, ResourceClaim
+from common.rules import parse_duration
 from extender.cache import ClusterCache
 from extender.controllers import ControllerOptions, add_arguments
-from extender.rules import parse_duration
 
 LOST = "dra_extender_driver_lost_devices"
 

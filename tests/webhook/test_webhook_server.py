@@ -22,7 +22,7 @@ from webhook_fixtures import (
 )
 
 from allocator import FeatureGates
-from extender.tls import CertificateLoadError
+from common.tls import CertificateLoadError
 from webhook import certs
 from webhook.lookup import StaticClusterLookup
 from webhook.server import WebhookServer, add_arguments, server_from_args
