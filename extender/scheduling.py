@@ -21,6 +21,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from prometheus_client import CollectorRegistry
+
 from allocator import AllocationError, Allocator, NodeAllocationError, ResourceClaim
 from allocator.errors import AllocationTimeout
 from common.claimrefs import WORKLOAD_CLAIMS, group_name_of, known_claim_names, pod_key, pod_uid
@@ -108,7 +110,7 @@ class Scheduler:
         self.node_deadline_s = node_deadline_s
         self.filter_deadline_s = filter_deadline_s
         self.claim_wait_s = claim_wait_s
-        self.metrics = metrics if metrics is not None else Metrics()
+        self.metrics = metrics if metrics is not None else Metrics.on(CollectorRegistry())
         self.clock = clock
         self.filter_cache = filter_cache
         self.planner = Planner(cache, assume, filter_cache=filter_cache, node_deadline_s=node_deadline_s)

@@ -6,7 +6,7 @@ import argparse
 import logging
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from allocator import FeatureGates
 from common.httpguard import HttpLimits, LimitedRunner, expect_handler
@@ -14,7 +14,6 @@ from common.rules import RESERVED_FOR_MAX
 from common.tls import ReloadingTLS
 from webhook.admission import AdmissionHandler, Webhook
 from webhook.cache_lookup import as_lookup
-from webhook.metrics import CERT_RELOADS
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +30,8 @@ def build_app(handler: AdmissionHandler) -> web.Application:
         return serve
 
     async def metrics(_: web.Request) -> web.Response:
-        # The extender's debug port renders only its own registry; the webhook's live in the default one.
-        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        body = generate_latest(handler.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application(client_max_size=MAX_REVIEW_BYTES)
     expect = expect_handler(lambda _: MAX_REVIEW_BYTES)
@@ -76,7 +75,7 @@ class WebhookServer:
             self.key_file,
             name="webhook serving",
             poll_interval_s=self.cert_poll_interval_s,
-            on_reload=lambda outcome: CERT_RELOADS.labels(outcome).inc(),
+            on_reload=lambda outcome: self.handler.metrics.cert_reloads.labels(outcome).inc(),
         )
         runner = LimitedRunner(build_app(self.handler), self.limits, access_log=None)
         await runner.setup()

@@ -254,7 +254,7 @@ class Controllers:
         self._cache = cache
         self._client = client
         self._clock = clock
-        self.metrics = ControllerMetrics(registry)
+        self.metrics = ControllerMetrics.on(registry)
         self._term: _Term | None = None
         self._elector: LeaderElector | None = None
         self.metrics.watch_queue(
