@@ -14,6 +14,7 @@ RESERVED_FOR_MAX = 256
 
 # Device placement policies of prioritize (extender.scoring); a pod picks one with the annotation.
 SCORING_POLICIES = ("binpack", "spread", "none")
+DEFAULT_SCORING_POLICY = "binpack"
 SCORING_ANNOTATION = "dra-extender.io/scoring"
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")

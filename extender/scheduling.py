@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from allocator import AllocationError, Allocator, NodeAllocationError, ResourceClaim
 from allocator.errors import AllocationTimeout
 from common.claimrefs import WORKLOAD_CLAIMS, group_name_of, known_claim_names, pod_key, pod_uid
+from common.rules import DEFAULT_SCORING_POLICY
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import BindError
@@ -56,6 +57,8 @@ DEFAULT_NODE_TIMEOUT_S = 1.0
 # request's node search can hold for up to DEFAULT_NODE_TIMEOUT_S; 3 s plus that plus parsing and
 # encoding stays under even the 5 s default.
 DEFAULT_FILTER_TIMEOUT_S = 3.0
+# How long a filter hold (--filter-holds-devices) lasts without a bind.
+DEFAULT_HOLD_TTL_S = 30.0
 # kube-scheduler tries a pod as soon as it is created, a moment before the resourceclaim controller
 # creates its template claims; the in-tree plugin's PreEnqueue keeps such a pod out of scheduling until
 # they exist. An extender cannot, and a rejection costs the pod kube-scheduler's backoff (median 1.6 s
@@ -93,9 +96,9 @@ class Scheduler:
         assume: AssumeCache,
         writer: BindWriter,
         *,
-        scoring: str = "binpack",
+        scoring: str = DEFAULT_SCORING_POLICY,
         hold_devices: bool = False,
-        hold_ttl_s: float = 30.0,
+        hold_ttl_s: float = DEFAULT_HOLD_TTL_S,
         node_deadline_s: float = DEFAULT_NODE_TIMEOUT_S,
         filter_deadline_s: float = DEFAULT_FILTER_TIMEOUT_S,
         claim_wait_s: float = DEFAULT_CLAIM_WAIT_S,
