@@ -26,7 +26,7 @@ class _StateCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         state = self.sources()
         in_flight = GaugeMetricFamily("dra_extender_allocations_in_flight",
-                                      "Claim allocations chosen but not yet confirmed by the watch.")
+                                      "Claim allocations chosen at bind, status not written yet.")
         in_flight.add_metric([], state.get("in_flight", 0))
         yield in_flight
         objects = GaugeMetricFamily("dra_extender_cache_objects", "Objects in the cluster cache.",
