@@ -400,16 +400,6 @@ def controller_names(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("controllers")
     group.add_argument(
@@ -421,7 +411,7 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--taint-eviction-workers",
-        type=at_least_one,
+        type=positive_int,
         default=CONTROLLERS.workers,
         metavar="N",
         help=f"pods evicted concurrently at most (default: {CONTROLLERS.workers})",
