@@ -20,7 +20,7 @@ import argparse
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
@@ -50,6 +50,10 @@ from extender.scheduling import (
 )
 from extender.server import DEFAULT_PREFIX
 from webhook.server import WebhookServer
+
+if TYPE_CHECKING:
+    from extender.informer import ClusterWatcher
+    from extender.kubeapi import KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -486,9 +490,9 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
 class Cluster:
     """The cache plus what keeps it current (nothing in snapshot mode)."""
 
-    cache: Any
-    client: Any = None
-    watcher: Any = None
+    cache: ClusterCache
+    client: KubeClient | None = None
+    watcher: ClusterWatcher | None = None
 
     async def close(self) -> None:
         if self.watcher is not None:
