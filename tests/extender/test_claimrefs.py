@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.claimrefs import ClaimReference, ClaimSource, known_claim_names, resolve_entry
+from common.claimrefs import ClaimSource, known_claim_names, resolve_entry
 from extender.podclaims import ClaimNotCreated, InvalidPodError, claim_name_for
 from webhook.claims import pod_references_claim
 
@@ -32,12 +32,12 @@ def claim(name: str) -> dict:
 
 def test_each_entry_resolves_once_for_everybody() -> None:
     assert [resolve_entry(POD, entry) for entry in ENTRIES] == [
-        ClaimReference(ClaimSource.DIRECT, "shared"),
-        ClaimReference(ClaimSource.GENERATED, "p-made-x1"),
-        ClaimReference(ClaimSource.GENERATED, None),
-        ClaimReference(ClaimSource.NOT_CREATED, None),
+        (ClaimSource.DIRECT, "shared"),
+        (ClaimSource.GENERATED, "p-made-x1"),
+        (ClaimSource.GENERATED, None),
+        (ClaimSource.NOT_CREATED, None),
     ]
-    assert resolve_entry(POD, {"name": "neither"}) == ClaimReference(ClaimSource.UNSET, None)
+    assert resolve_entry(POD, {"name": "neither"}) == (ClaimSource.UNSET, None)
 
 
 def test_strict_lenient_and_webhook_readings_agree() -> None:
