@@ -27,6 +27,8 @@ from allocator import (
     ResourceSlice,
 )
 from common.claimrefs import group_name_of
+from extender.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
+from extender.nodeallocatable import NodeUsage
 from extender.podgroups import check_group_claims
 from extender.podtransform import slim_pod
 from extender.sharing import ObjectSharer
@@ -110,6 +112,8 @@ class ClusterCache:
         self._ignored = 0
         self._unnamed_invalid = 0   # objects without a usable name cannot be stored at all
         self._sharer = ObjectSharer()
+        # What the pods on each node request (extender.nodeallocatable), kept only when it is read.
+        self.node_usage = NodeUsage() if features.enabled(NODE_ALLOCATABLE_GATE) else None
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -375,6 +379,8 @@ class ClusterCache:
             group = group_name_of(raw)
             if group is not None:
                 self._pods_by_group.setdefault(f"{raw['metadata']['namespace']}/{group}", set()).add(key)
+            if self.node_usage is not None:
+                self.node_usage.update(key, raw)
         elif kind == "ResourceClaim":
             self._index_claim(key, ResourceClaim.from_api(raw))
         elif kind == "ResourceSlice":
@@ -426,6 +432,8 @@ class ClusterCache:
             self.inventory.remove_taint_rule(key)
 
     def _unindex_pod(self, key: str, old: dict) -> None:
+        if self.node_usage is not None:
+            self.node_usage.remove(key)
         meta = old.get("metadata") or {}
         if self._pod_keys_by_uid.get(meta.get("uid")) == key:
             del self._pod_keys_by_uid[meta["uid"]]
