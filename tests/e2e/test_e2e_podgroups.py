@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2e_api import Api, temporary_namespace, wait_for
-from e2e_cluster import ControlPlane, control_plane_binaries, running
+from e2e_cluster import ControlPlane, own_control_plane
 from e2e_objects import (
     RESOURCE,
     Driver,
@@ -40,17 +40,14 @@ TAINT = {"key": "example.com/broken", "value": "true", "effect": "NoExecute"}
 
 @pytest.fixture(scope="module")
 def workload_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    plane = ControlPlane(
-        control_plane_binaries(),
-        tmp_path_factory.mktemp("workload-plane"),
-        extra_args={
-            "kube-apiserver": [GATES, "--runtime-config=scheduling.k8s.io/v1beta1=true"],
-            "kube-controller-manager": [GATES],
-            "kube-scheduler": [GATES],
-            "dra-extender": ["--feature-gates=DRAWorkloadResourceClaims=true"],
-        },
-    )
-    with running(plane, ["--controllers=taint-eviction"]):
+    extra_args = {
+        "kube-apiserver": [GATES, "--runtime-config=scheduling.k8s.io/v1beta1=true"],
+        "kube-controller-manager": [GATES],
+        "kube-scheduler": [GATES],
+        "dra-extender": ["--feature-gates=DRAWorkloadResourceClaims=true"],
+    }
+    work = tmp_path_factory.mktemp("workload-plane")
+    with own_control_plane(work, extra_args, ["--controllers=taint-eviction"]) as plane:
         yield plane
 
 
