@@ -31,6 +31,7 @@ from cachetools import LRUCache
 from allocator import Node, ResourceClaim
 from allocator.quantity import Quantity
 from common.claimrefs import EXTENDED_CLAIM_ANNOTATION
+from extender.cache import ClusterCache
 
 # resourceapi.ResourceDeviceClassPrefix: the implicit extended resource name of every DeviceClass.
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
@@ -159,7 +160,7 @@ class ExtendedPlan:
 class ExtendedResources:
     """DeviceClass mapping and the pods' special claims, kept up to date from the cluster cache."""
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
         self._classes: dict[str, dict] = {}  # DeviceClass name -> raw object
         self._mapping: dict[str, str] | None = None  # resource name -> class name, rebuilt on change
