@@ -13,7 +13,7 @@ homogeneous, and comprehensions need a list or map range. Where a type is only k
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import re2
 
@@ -64,8 +64,8 @@ def check(expression: str, tree: Node) -> None:
                                               "comprehension (must be list, map, or dynamic)")
 
 
-def _check_homogeneous(expression: str, literal: Node, parts: Iterable[Node]) -> None:
-    kinds = {kind for kind in map(static_type, parts) if kind is not None}
+def _check_homogeneous(expression: str, literal: Node, parts: object) -> None:
+    kinds = {kind for kind in map(static_type, parts) if kind is not None}  # type: ignore[call-overload]
     if len(kinds) > 1:
         raise _fail(expression, literal, f"aggregate literal mixes types {', '.join(sorted(kinds))}; "
                                          "wrap elements in dyn() to mix types")
