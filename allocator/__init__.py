@@ -27,6 +27,7 @@ counters rollback #140436, list intersection restored on backtracking #140326).
 from allocator.errors import AllocationError, AllocationTimeout, InvalidObjectError, NodeAllocationError
 from allocator.features import DEFAULT_GATES, FeatureGates
 from allocator.inventory import Inventory
+from allocator.likeness import Likeness, devices_in_use, likeness, moved_to
 from allocator.model import (
     DeviceClass,
     DeviceTaintRule,
@@ -37,6 +38,7 @@ from allocator.model import (
 )
 from allocator.nodes import node_matches_selector
 from allocator.outcome import AllocationOutcome, Reason
+from allocator.pools import NodePools
 from allocator.search import Allocator
 from allocator.state import AllocatedState, AllocationReading
 from allocator.taints import tolerates
@@ -54,11 +56,16 @@ __all__ = [
     "FeatureGates",
     "InvalidObjectError",
     "Inventory",
+    "Likeness",
     "Node",
     "NodeAllocationError",
+    "NodePools",
     "Reason",
     "ResourceClaim",
     "ResourceSlice",
+    "devices_in_use",
+    "likeness",
+    "moved_to",
     "node_matches_selector",
     "parse_object",
     "tolerates",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -9,6 +10,8 @@ from allocator.features import FeatureGates
 from allocator.model import DeviceClass, DeviceTaintRule, Node, ResourceSlice
 from allocator.pools import COMPLETE, INCOMPLETE, INVALID, NodePools, gather_pools
 
+# Node views kept (about 3 KB each for a node with 8 devices). Beyond it the least recently used view
+# goes, one per view built: dropping them all at once made the next filters rebuild every view.
 _MAX_CACHED_NODES = 20_000
 
 
@@ -27,8 +30,11 @@ class Inventory:
         self._classes: dict[str, DeviceClass] = {}
         self._rules: dict[str, DeviceTaintRule] = {}
         self._rule_list: tuple[DeviceTaintRule, ...] = ()
-        # node name -> (its labels, the feature gates, its pools) as last computed
-        self._node_cache: dict[str, tuple[tuple[tuple[str, str], ...], FeatureGates, NodePools]] = {}
+        # node name -> (its labels, the feature gates, its pools) as last computed; least recently
+        # used first
+        self._node_cache: OrderedDict[str, tuple[tuple[tuple[str, str], ...], FeatureGates, NodePools]] = (
+            OrderedDict())
+        self.max_cached_nodes = _MAX_CACHED_NODES
         self.version = 0
 
     # --- slices -------------------------------------------------------------------------------------
@@ -121,13 +127,15 @@ class Inventory:
             labels_key, gates, pools = cached
             if (labels_key is node.labels_key or labels_key == node.labels_key) and (
                     gates is features or gates == features):
+                self._node_cache.move_to_end(node.name)
                 return pools
         candidates = list(self._by_node.get(node.name, {}).values())
         candidates.extend(self._shared.values())
         result = gather_pools(node, features, candidates, self._slices_of_pool, self._rule_list)
-        if len(self._node_cache) >= _MAX_CACHED_NODES:
-            self._node_cache.clear()
         self._node_cache[node.name] = (node.labels_key, features, result)
+        self._node_cache.move_to_end(node.name)
+        if len(self._node_cache) > self.max_cached_nodes:
+            self._node_cache.popitem(last=False)
         return result
 
     def _slices_of_pool(self, driver: str, pool: str) -> Iterable[ResourceSlice]:
