@@ -27,7 +27,7 @@ counters rollback #140436, list intersection restored on backtracking #140326).
 from allocator.errors import AllocationError, AllocationTimeout, InvalidObjectError, NodeAllocationError
 from allocator.features import DEFAULT_GATES, FeatureGates
 from allocator.inventory import Inventory
-from allocator.likeness import Likeness, devices_in_use, likeness, moved_to
+from allocator.likeness import Likeness, declared_features, devices_in_use, likeness, moved_to
 from allocator.model import (
     DeviceClass,
     DeviceTaintRule,
@@ -63,6 +63,7 @@ __all__ = [
     "Reason",
     "ResourceClaim",
     "ResourceSlice",
+    "declared_features",
     "devices_in_use",
     "likeness",
     "moved_to",

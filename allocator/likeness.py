@@ -6,7 +6,7 @@ selector of an allocation). For a node whose pools only that node sees, the labe
 two such nodes whose pools hold the same devices in the same order search alike: with the same
 devices in use and the same claims and classes, the search takes the same devices, and only the pool
 and node names of the allocation differ. `likeness` describes a node's side of that (None when the
-node is not of that kind), `devices_in_use` which of its devices are in use, and `moved_to` rewrites
+node is not of that kind), `declared_features` and `devices_in_use` the rest, and `moved_to` rewrites
 an outcome found on one node for its twin.
 """
 
@@ -23,28 +23,27 @@ from allocator.state import AllocatedState
 Likeness = tuple[object, ...]
 
 
-def likeness(node: Node, pools: NodePools) -> Likeness | None:
-    """What a search on `node` reads besides the devices in use (in `pools.candidates` order), the claims
-    and the classes, without pool or node names; None when the node's outcomes cannot be moved to a
-    twin. Two nodes with equal likeness search alike.
+def likeness(node_name: str, pools: NodePools) -> Likeness | None:
+    """What a search on node `node_name` reads of its pools besides the devices in use (in
+    `pools.candidates` order), without pool or node names; None when the node's outcomes cannot be moved
+    to a twin. Two nodes with equal likeness and equal `declared_features` search alike.
 
     Only nodes whose pools they alone see: every pool complete, each slice published for this node by
     name (so labels play no part, and the allocation pins the node by name), one pool per driver (so
     pools keep their order whatever their names), no devices of the pool elsewhere and no counter sets
     (what counters have left depends on devices in use on other nodes), no device allowing multiple
-    allocations (its remaining capacity is more than "in use"). The node's `status.declaredFeatures`
-    are part of it."""
+    allocations (its remaining capacity is more than "in use")."""
     drivers = [pool.driver for pool in pools.pools]
     if len(set(drivers)) != len(drivers):
         return None
-    parts: list[object] = [declared_features(node)]
+    parts: list[object] = []
     for pool in pools.pools:
         if pool.status != COMPLETE or pool.devices_not_targeting or pool.counter_sets:
             return None
         devices: list[tuple[str, object, str | None]] = []
         for entry in pool.entries:
             device = entry.device
-            if entry.slice.node_name != node.name or device.allow_multiple_allocations:
+            if entry.slice.node_name != node_name or device.allow_multiple_allocations:
                 return None
             added = None if entry.taints is device.taints else repr(entry.taints)
             devices.append((device.name, device.signature, added))
@@ -53,6 +52,7 @@ def likeness(node: Node, pools: NodePools) -> Likeness | None:
 
 
 def declared_features(node: Node) -> tuple[str, ...]:
+    """The node's `status.declaredFeatures`, sorted (part of what makes two nodes alike)."""
     features = (node.raw.get("status") or {}).get("declaredFeatures") or ()
     return tuple(sorted(str(feature) for feature in features))
 

@@ -308,8 +308,8 @@ class FilterCache:
         """For a node `get` missed: its twin key under `view` (None when the node is not shared) and the
         outcome of a twin searched before, for this node (None when there is none)."""
         inventory = self.cache.inventory
-        pools = inventory.node_pools(node, self.cache.features)
-        key = self.twins.key(node, pools, view, inventory.version)
+        pools, alike = inventory.node_likeness(node, self.cache.features)
+        key = self.twins.key(node, pools, alike, view, inventory.version)
         if key is None:
             return None, None
         return key, self.twins.get(signature.spec, key, node, pools)

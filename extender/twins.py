@@ -9,9 +9,10 @@ the node's name and pool names. A node with the same twin key as one searched al
 outcome with its own pool and node names put in, without a search.
 
 The twin key of a node (`TwinVerdicts.key`), under one inventory version (which moves with every
-slice, DeviceClass and DeviceTaintRule change): the allocator's `likeness` of the node (its pools'
-devices in order, without pool or node names, and its declared features) and which of those devices
-the view the search would use has in use (`devices_in_use`). Nodes whose pools are not the node's
+slice, DeviceClass and DeviceTaintRule change): the allocator's `likeness` of the node's pools (their
+devices in order, without pool or node names; the inventory works it out with the node's view of its
+pools), which of those devices the view the search would use has in use (`devices_in_use`), and the
+node's `declared_features`. Nodes whose pools are not the node's
 alone (shared pools, counters, devices allowing multiple allocations, ...: see allocator/likeness.py)
 have no twin key and are searched as before. A twin's outcome is rewritten for the node by
 `moved_to`.
@@ -32,8 +33,8 @@ from allocator import (
     Likeness,
     Node,
     NodePools,
+    declared_features,
     devices_in_use,
-    likeness,
     moved_to,
 )
 
@@ -44,7 +45,7 @@ MAX_TWINS = 4_096
 MAX_LIKENESSES = 20_000
 
 PoolIds = tuple[tuple[str, str], ...]
-TwinKey = tuple[int, tuple[bool, ...]]
+TwinKey = tuple[int, tuple[bool, ...], tuple[str, ...]]
 
 
 class Twin(NamedTuple):
@@ -68,7 +69,7 @@ class TwinVerdicts:
         self._likenesses: dict[str, tuple[NodePools, int | None]] = {}
         self.hits = 0
 
-    def key(self, node: Node, pools: NodePools, view: AllocatedState,
+    def key(self, node: Node, pools: NodePools, alike: Likeness | None, view: AllocatedState,
             inventory_version: int) -> TwinKey | None:
         """The node's twin key under `view`, or None when the node has no twins."""
         if inventory_version != self._inventory_version:
@@ -76,7 +77,6 @@ class TwinVerdicts:
             self._inventory_version = inventory_version
         memo = self._likenesses.get(node.name)
         if memo is None or memo[0] is not pools:
-            alike = likeness(node, pools)
             likeness_id = None
             if alike is not None:
                 if len(self._likeness_ids) >= MAX_LIKENESSES:
@@ -89,7 +89,7 @@ class TwinVerdicts:
             self._likenesses[node.name] = memo
         if memo[1] is None:
             return None
-        return memo[1], devices_in_use(pools, view)
+        return memo[1], devices_in_use(pools, view), declared_features(node)
 
     def get(self, spec: str, key: TwinKey, node: Node, pools: NodePools) -> AllocationOutcome | None:
         """The outcome for `node` of a twin searched before, with the node's names put in."""
