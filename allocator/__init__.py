@@ -37,7 +37,7 @@ from allocator.model import (
     parse_object,
 )
 from allocator.nodes import node_matches_selector
-from allocator.outcome import AllocationOutcome, Reason
+from allocator.outcome import PREEMPTION_MAY_HELP, AllocationOutcome, Reason, Rejection
 from allocator.pools import NodePools
 from allocator.search import Allocator
 from allocator.state import AllocatedState, AllocationReading
@@ -45,6 +45,7 @@ from allocator.taints import tolerates
 
 __all__ = [
     "DEFAULT_GATES",
+    "PREEMPTION_MAY_HELP",
     "AllocatedState",
     "AllocationError",
     "AllocationOutcome",
@@ -61,6 +62,7 @@ __all__ = [
     "NodeAllocationError",
     "NodePools",
     "Reason",
+    "Rejection",
     "ResourceClaim",
     "ResourceSlice",
     "declared_features",
