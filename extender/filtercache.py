@@ -34,6 +34,7 @@ import orjson
 from allocator import AllocatedState, AllocationOutcome, Node, ResourceClaim
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
+from extender.scoring import NodeFit
 from extender.twins import TwinKey, TwinVerdicts
 
 PoolId = tuple[str, str]
@@ -63,14 +64,25 @@ MAX_LOGGED_CHANGES = 50_000
 Entry = tuple[AllocationOutcome, ClaimRefs, bool]
 
 
-class _Snapshot:
-    """One claims spec's entries by node name, as the node keys found them, up to date with the change
-    log up to `position`."""
+class MemoisedFit(NamedTuple):
+    """A node's fit for prioritize (placement.py) and the outcome it was worked out for."""
 
-    __slots__ = ("found", "position")
+    outcome: AllocationOutcome  # compared by identity
+    fit: NodeFit
+
+
+FitMemo = dict[str, MemoisedFit]
+
+
+class _Snapshot:
+    """One claims spec's entries and prioritize's fits by node name, as the node keys found them, up
+    to date with the change log up to `position`."""
+
+    __slots__ = ("fits", "found", "position")
 
     def __init__(self, position: int) -> None:
         self.found: dict[str, Entry] = {}
+        self.fits: FitMemo = {}
         self.position = position
 
 
@@ -253,16 +265,19 @@ class FilterCache:
             if len(self._snapshots) > MAX_SNAPSHOTS:
                 self._snapshots.popitem(last=False)
         elif snapshot.position < end:
-            found, pool_nodes = snapshot.found, self._pool_nodes
+            found, fits, pool_nodes = snapshot.found, snapshot.fits, self._pool_nodes
             for change in self._changes[snapshot.position - self._changes_start:]:
-                if isinstance(change, str):
-                    found.pop(change, None)
-                else:
-                    for name in pool_nodes.get(change, ()):
-                        found.pop(name, None)
+                for name in (change,) if isinstance(change, str) else pool_nodes.get(change, ()):
+                    found.pop(name, None)
+                    fits.pop(name, None)
             snapshot.position = end
         self._snapshots.move_to_end(spec)
         return snapshot
+
+    def fits_memo(self, spec: str) -> FitMemo:
+        """Prioritize's memo of node fits for claims `spec`, by node name: kept in the spec's snapshot,
+        so a node's fit goes whenever its entry does (its pools, the Node or the inventory changed)."""
+        return self._snapshot(spec).fits
 
     def _restart_snapshots(self, inventory_version: int) -> None:
         """A new inventory version: every node key changes (and a node's pools may have)."""
