@@ -57,7 +57,9 @@ import orjson
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# After PYTHONPATH, so that `PYTHONPATH=<checkout>` profiles (and sizes) that checkout's code here too,
+# as it does for the served process.
+sys.path.append(str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "extender"))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
