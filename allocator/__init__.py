@@ -35,7 +35,12 @@ from allocator.model import (
     ResourceSlice,
     parse_object,
 )
-from allocator.nodes import node_matches_selector
+from allocator.nodes import (
+    OPTIONAL_NODE_OPERATIONS,
+    allocation_skips_node_operations,
+    node_matches_selector,
+    takes_skipped_node_operations,
+)
 from allocator.outcome import AllocationOutcome, Reason
 from allocator.search import Allocator
 from allocator.state import AllocatedState, AllocationReading
@@ -43,6 +48,7 @@ from allocator.taints import tolerates
 
 __all__ = [
     "DEFAULT_GATES",
+    "OPTIONAL_NODE_OPERATIONS",
     "AllocatedState",
     "AllocationError",
     "AllocationOutcome",
@@ -59,7 +65,9 @@ __all__ = [
     "Reason",
     "ResourceClaim",
     "ResourceSlice",
+    "allocation_skips_node_operations",
     "node_matches_selector",
     "parse_object",
+    "takes_skipped_node_operations",
     "tolerates",
 ]

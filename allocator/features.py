@@ -16,6 +16,8 @@ DEFAULT_GATES: Mapping[str, bool] = {
     "DRAResourceClaimDeviceStatus": True,  # GA 1.37
     "DRAListTypeAttributes": False,  # alpha
     "DRAFractionalCapacityRange": True,  # beta 1.37: capacity ranges in milli units
+    "DRADerivedAttributes": False,  # alpha 1.37: request-scoped attributes computed by CEL for constraints
+    "DRAOptionalNodeOperations": False,  # alpha 1.37: devices skipping node operations need a node for it
     # Beta 1.37, off by default (needs GenericWorkload and scheduling.k8s.io/v1beta1 in the cluster).
     # Read by the servers only (extender.podgroups): the allocator does not change with it.
     "DRAWorkloadResourceClaims": False,

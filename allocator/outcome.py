@@ -17,6 +17,7 @@ REJECTION_KEYS = (
     "incomplete pool",
     "invalid pool",
     "node",
+    "node operations",
     "binding conditions",
 )
 

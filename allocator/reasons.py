@@ -24,6 +24,7 @@ _PHRASES = {  # in the order messages list them
     "constraint": "failing claim constraints",
     "request selector": "rejected by request selectors",
     "node": "not available on this node",
+    "node operations": "skipping node operations (needs DRAOptionalNodeOperations, declared by the node)",
     "binding conditions": "with binding conditions (feature disabled)",
     "incomplete pool": "in incomplete pools",
     "invalid pool": "in invalid pools",
@@ -70,6 +71,8 @@ def _rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) ->
             return why
     if not rd.admin and search._in_use(entry):
         return "in use"
+    if entry.slice.skip_node_operations and not search.skipping_usable:
+        return "node operations"
     if search.taints_on and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
         return "taint"
     skip_counters = (
@@ -102,7 +105,11 @@ def _constraint_losses(search: _Search, ci: int, rd: RequestData, usable: list[D
             continue
         values = Counter()
         for entry in usable:
-            value = lookup_attribute(entry.device, entry.key[0], constraint.attribute)
+            try:
+                value = (rd.derived.lookup(entry.device, entry.key, constraint.attribute) if rd.derived
+                         else lookup_attribute(entry.device, entry.key[0], constraint.attribute))
+            except AllocationError:  # a failing derived attribute: the search reports it
+                value = None
             if value is not None:
                 values[value] += 1
         best = len(values) if isinstance(constraint, DistinctAttribute) else max(values.values(), default=0)

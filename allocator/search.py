@@ -16,10 +16,12 @@ from typing import Any
 from allocator import capacity as cap
 from allocator import cel
 from allocator.constraints import Constraint, DistinctAttribute, MatchAttribute, lookup_attribute
+from allocator.derived import DerivedAttributes, Values
 from allocator.errors import AllocationError, AllocationTimeout, NodeAllocationError
 from allocator.features import FeatureGates
 from allocator.inventory import Inventory
 from allocator.model import DeviceClass, ExactRequest, Node, ResourceClaim, claim_ref
+from allocator.nodes import takes_skipped_node_operations
 from allocator.outcome import AllocationOutcome
 from allocator.pools import INCOMPLETE, INVALID, DeviceEntry, NodePools, Pool
 from allocator.quantity import Quantity
@@ -35,6 +37,10 @@ FAIL, OK, MAX_SIZE = 0, 1, 2
 # attributes and includes()); only validation of new objects follows the gates.
 STORED_EXPRESSIONS = cel.CompileOptions(consumable_capacity=True, list_type_attributes=True)
 SHARED = 2  # eligibility of a shareable device: depends on what is allocated in this attempt
+# The gates that make upstream pick its experimental allocator (DRADeviceCompatibilityGroups may not be
+# one of ours yet: a gate we do not know counts as off).
+EXPERIMENTAL_GATES = ("DRAListTypeAttributes", "DRADerivedAttributes", "DRADeviceCompatibilityGroups",
+                      "DRAOptionalNodeOperations")
 _DEADLINE_CHECK_INTERVAL = 64
 _MAX_SHARED_CHECKS = 256  # per node view
 
@@ -56,6 +62,7 @@ class RequestData:
         "base_name",
         "capacity_requests",
         "class_programs",
+        "derived",
         "device_class",
         "eligible",
         "full_name",
@@ -91,6 +98,7 @@ class RequestData:
         # Per candidate: 0 not eligible, 1 eligible, SHARED eligible if its remaining capacity fits.
         self.eligible: list[int | None] = []
         self.mask: int | None = None  # candidates that may be selectable (pruning only)
+        self.derived: DerivedAttributes | None = None  # its derived attributes (DRADerivedAttributes)
 
 
 class Chosen:
@@ -129,6 +137,13 @@ class Allocator:
         self.deadline_s = deadline_s
         self.prune = prune
         gates = self.features
+        self.derived_attributes = gates.enabled("DRADerivedAttributes")
+        self.optional_node_operations = gates.enabled("DRAOptionalNodeOperations")
+        # Upstream quirk we copy: its allocator variants without the alpha features ignore a slice's
+        # skipNodeOperations; the experimental one, picked when any alpha allocator gate is on, refuses
+        # those devices unless DRAOptionalNodeOperations is on and the node declares it.
+        values = gates.as_dict()
+        self.node_operations_checked = any(values.get(gate, False) for gate in EXPERIMENTAL_GATES)
         consumable = gates.enabled("DRAConsumableCapacity")
         binding_and_status = gates.binding_and_status
         list_attributes = gates.enabled("DRAListTypeAttributes")
@@ -176,6 +191,14 @@ class _Search:
             self.distinct_supported,
             self.fractional,
         ) = allocator._switches
+        self.derived_gate = allocator.derived_attributes
+        # Devices of slices that skip node operations: refused (when checked) unless the gate is on and the
+        # node declares the feature; copied into results with the gate.
+        self.skipping_usable = not allocator.node_operations_checked or (
+            allocator.optional_node_operations and takes_skipped_node_operations(node)
+        )
+        self.copy_skipped_operations = allocator.optional_node_operations
+        self.derived_values: Values = {}
         self.steps = 0
         self.backtracked = False
         # Per claim, per request: the RequestData list (one entry, or one per firstAvailable subrequest).
@@ -220,6 +243,7 @@ class _Search:
                     [rds[self.selected_sub[ci][ri]] for ri, rds in enumerate(self.requests[ci])],
                     self.node.name,
                     self.binding_and_status,
+                    self.copy_skipped_operations,
                 )
                 for ci, claim in enumerate(self.claims)
             ]
@@ -316,8 +340,19 @@ class _Search:
                 # Upstream reports a constraint that rejects one of "all" devices as a hard error when
                 # its search gets there: no shortcut may skip this claim's attempt.
                 self._no_shortcuts.add(ci)
+            derived = {n for rds in claim_requests for rd in rds if rd.derived for n in rd.derived.names}
+            if not derived.isdisjoint(c.attribute for c in constraints):
+                # Upstream evaluates derived attributes (which may fail) on every device its search tries:
+                # so must ours, and value groups of the device's own attribute would bound it wrongly.
+                self._no_shortcuts.add(ci)
 
     def _request_data(self, ci: int, ref: str, request: ExactRequest, parent_name: str | None) -> RequestData:
+        if request.derived_attributes and not self.derived_gate:
+            # Refused rather than ignored: the constraints would silently compare something else.
+            raise AllocationError(
+                f"claim {ref}, request {request.name}: cannot handle request with derived attributes, "
+                "the feature is disabled"
+            )
         for i, selector in enumerate(request.selectors):
             if selector is None:
                 raise AllocationError(
@@ -340,6 +375,10 @@ class _Search:
                 f'"{request.device_class_name}" not found'
             )
         rd = RequestData(request, parent_name, device_class, self.admin_gate and bool(request.admin_access))
+        if request.derived_attributes:
+            rd.derived = DerivedAttributes(
+                request.derived_attributes, STORED_EXPRESSIONS, self.derived_values
+            )
         capacity_key = tuple(sorted(request.capacity_requests.items())) if request.capacity_requests else None
         # Selection never changes for a node view, so requests with the same class object, selectors,
         # capacity requests and gates share per-candidate results, across allocate() calls too.
@@ -549,6 +588,8 @@ class _Search:
                 return None
         elif self._in_use(entry):
             return None
+        if entry.slice.skip_node_operations and not self.skipping_usable:
+            return None
         if device.consumes_counters and not self.partitionable:
             return None
         chosen = Chosen(entry, rd, multiple)
@@ -563,8 +604,10 @@ class _Search:
             self._release(chosen)
             return None
         constraints = self.constraints[ci]
+        lookup = rd.derived.for_device(device, key) if rd.derived is not None else None
         for i, constraint in enumerate(constraints):
-            if not constraint.add(device, key[0], rd.base_name, rd.sub_name):
+            # A derived attribute that fails raises AllocationError: the whole search stops.
+            if not constraint.add(device, key[0], rd.base_name, rd.sub_name, lookup):
                 for added in reversed(constraints[:i]):
                     added.remove(rd.base_name, rd.sub_name)
                 self._release(chosen)
@@ -678,13 +721,12 @@ class _Search:
                     self._undo(ci, chosen)
                     self.backtracked = True
                 break
-            if self.prune:
+            if self.prune and ci not in self._no_shortcuts:
                 # Cheap bound first; the full one (selectable free devices) once the search has backtracked.
                 if rd.num_devices - di > len(self.candidates) - start:
                     self._evaluate_remaining(ci, rd, start)
                     return FAIL
-                if (self.backtracked and ci not in self._no_shortcuts
-                        and self._hopeless(ci, ri, rd, di, start)):
+                if self.backtracked and self._hopeless(ci, ri, rd, di, start):
                     self._evaluate_remaining(ci, rd, start)
                     return FAIL
             status = self._try_candidates(ci, ri, si, di, in_sub, start, rd)
