@@ -9,7 +9,9 @@ compile or evaluation error aborts the allocation with upstream's wording.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from allocator import cel
 from allocator.constraints import lookup_attribute
@@ -90,3 +92,114 @@ def _scalar_type(value: object) -> str:
     if isinstance(value, Semver):
         return "version"
     return "string"
+
+
+# --- validation of new claims, as the API server does with DRADerivedAttributes on ---------------------
+
+MAX_PER_REQUEST = 32  # DeviceDerivedAttributesMaxSize
+CLAIM_COST_LIMIT = 1_000_000  # DeviceClaimDerivedAttributeCELMaxCost: all expressions of a claim together
+_FULLY_QUALIFIED = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z_][A-Za-z0-9_]{0,31}"
+)
+
+
+def claim_problems(
+    devices: Mapping[str, Any], path: str, options: cel.CompileOptions, lists_allowed: bool
+) -> list[str]:
+    """What the API server (gate on) rejects in the derived attributes of a claim spec's ``devices`` at
+    ``path``, plus expressions our CEL engine cannot compile: each problem names its field."""
+    constrained = _constrained_attributes(devices)
+    problems: list[str] = []
+    total_cost = 0
+    for where, request_name, attributes in _derived_lists(devices, path):
+        if len(attributes) > MAX_PER_REQUEST:
+            problems.append(
+                f"{where}: Too many: {len(attributes)}: must have at most {MAX_PER_REQUEST} items"
+            )
+        seen: set[str] = set()
+        for i, attribute in enumerate(attributes):
+            item = f"{where}[{i}]"
+            if not isinstance(attribute, Mapping):
+                problems.append(f"{item}: must be an object")
+                continue
+            name, expression = attribute.get("name"), attribute.get("expression")
+            if not isinstance(name, str) or not name:
+                problems.append(f"{item}.name: Required value")
+            elif not _FULLY_QUALIFIED.fullmatch(name):
+                problems.append(
+                    f"{item}.name: Invalid value: {name!r}: must be a domain and a C identifier "
+                    "separated by a slash (for example derived/numaNode)"
+                )
+            elif name in seen:
+                problems.append(f"{item}.name: Duplicate value: {name!r}")
+            elif not _used_by_constraint(name, request_name, constrained):
+                problems.append(
+                    f"{item}.name: Invalid value: {name!r}: must be referenced by at least one "
+                    "matchAttribute or distinctAttribute constraint targeting this request"
+                )
+            if isinstance(name, str):
+                seen.add(name)
+            if not isinstance(expression, str) or not expression:
+                problems.append(f"{item}.expression: Required value")
+                continue
+            try:
+                cel.compile_derived(expression, options, lists_allowed=lists_allowed)
+                total_cost += cel.estimate_cost(expression, options)
+            except cel.CELError as exc:
+                problems.append(f"{item}.expression: {exc}")
+    if total_cost > CLAIM_COST_LIMIT:
+        problems.append(
+            f"{path}: Forbidden: too complex, total cost of derived attribute CEL expressions in "
+            "the claim exceeds cost limit"
+        )
+    return problems
+
+
+def _derived_lists(devices: Mapping[str, Any], path: str) -> Iterator[tuple[str, str, list[Any]]]:
+    """(field path, request name as constraints name it, derivedAttributes) of every request and
+    subrequest that has some."""
+    for i, request in enumerate(_items(devices.get("requests"))):
+        if not isinstance(request, Mapping):
+            continue
+        name = str(request.get("name") or "")
+        exactly = request.get("exactly")
+        if isinstance(exactly, Mapping) and exactly.get("derivedAttributes"):
+            yield (
+                f"{path}.requests[{i}].exactly.derivedAttributes",
+                name,
+                _items(exactly["derivedAttributes"]),
+            )
+        for j, sub in enumerate(_items(request.get("firstAvailable"))):
+            if isinstance(sub, Mapping) and sub.get("derivedAttributes"):
+                yield (
+                    f"{path}.requests[{i}].firstAvailable[{j}].derivedAttributes",
+                    f"{name}/{sub.get('name') or ''}",
+                    _items(sub["derivedAttributes"]),
+                )
+
+
+def _constrained_attributes(devices: Mapping[str, Any]) -> dict[str, set[str]]:
+    """Request reference ("" for constraints over every request) -> the attributes constrained for it."""
+    constrained: dict[str, set[str]] = {}
+    for constraint in _items(devices.get("constraints")):
+        if not isinstance(constraint, Mapping):
+            continue
+        attribute = constraint.get("matchAttribute") or constraint.get("distinctAttribute")
+        if not isinstance(attribute, str):
+            continue
+        for request in _items(constraint.get("requests")) or [""]:
+            constrained.setdefault(str(request), set()).add(attribute)
+    return constrained
+
+
+def _used_by_constraint(name: str, request: str, constrained: dict[str, set[str]]) -> bool:
+    parent = request.partition("/")[0]
+    return any(name in constrained.get(key, ()) for key in {"", request, parent})
+
+
+def _items(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def has_derived_attributes(devices: Mapping[str, Any]) -> bool:
+    return any(True for _ in _derived_lists(devices, ""))

@@ -18,6 +18,7 @@ from allocator import FeatureGates
 from extender.podgroups import WORKLOAD_CLAIMS
 from webhook import metrics
 from webhook.claim_status import validate_claim_status
+from webhook.derived import derived_check
 from webhook.lookup import ClusterLookup
 from webhook.pods import validate_pod_create
 from webhook.review import AdmissionRequest, Decision, MalformedReview, parse_review, review_response
@@ -71,7 +72,8 @@ class AdmissionHandler:
         compiler = compile_selector or cel_compiler(features or FeatureGates())
         workload_claims = (features or FeatureGates()).enabled(WORKLOAD_CLAIMS)
         status_rule = Rule(lambda r: validate_claim_status(r, lookup, reserved_for_limit), fail_open=True)
-        selector_rule = Rule(lambda r: validate_selectors(r, lookup, compiler), fail_open=True)
+        check_derived = derived_check(features or FeatureGates())
+        selector_rule = Rule(lambda r: validate_selectors(r, lookup, compiler, check_derived), fail_open=True)
         taint_rule = Rule(lambda r: validate_taint_rule(r, lookup), fail_open=False)
         self._rules: dict[tuple[Webhook, str, str, str], Rule] = {
             ("mutate", RESOURCE_GROUP, "resourceclaims/status", "UPDATE"): Rule(

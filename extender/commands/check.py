@@ -2,17 +2,20 @@
 
 Loads every object, reports the invalid ones, compiles every CEL selector and prints, per DeviceClass
 and per claim request, which devices match. Users keep it to test selectors against a snapshot of
-their cluster before applying a claim.
+their cluster before applying a claim. Alpha fields are checked as the API server checks them with
+their gate on: a request's derivedAttributes (DRADerivedAttributes: compiled, and evaluated on the
+devices the request matches) and a slice's skipNodeOperations (DRAOptionalNodeOperations).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from allocator import InvalidObjectError, cel, parse_object
+from allocator.derived import claim_problems
 from extender.commands import output
 from extender.objects_io import ObjectLoadError, load_objects
 from extender.scoring import scoring_annotation_problem
@@ -43,6 +46,11 @@ class MatchReport:
     compile_errors: list[str] = field(default_factory=list)
     runtime_errors: list[str] = field(default_factory=list)
     runtime_error_count: int = 0
+
+    def runtime_error(self, message: str) -> None:
+        self.runtime_error_count += 1
+        if len(self.runtime_errors) < MAX_LISTED_ERRORS:
+            self.runtime_errors.append(message)
 
     @property
     def ok(self) -> bool:
@@ -121,9 +129,16 @@ def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOpti
             classes[raw["metadata"]["name"]] = raw
         elif kind == "ResourceSlice":
             slices.append(raw)
+            invalid.extend(_skip_node_operations_problems(raw))
         elif kind == "ResourceClaim":
             claims.append(raw)
 
+    for raw in claims:
+        meta = raw["metadata"]
+        owner = f"{raw['kind']} {meta.get('namespace', '')}/{meta['name']}"
+        devices_spec = (raw.get("spec") or {}).get("devices") or {}
+        problems = claim_problems(devices_spec, "spec.devices", options, options.list_type_attributes)
+        invalid.extend(f"{owner}: {problem}" for problem in problems)
     devices, device_errors = _devices(slices)
     invalid.extend(device_errors)
     class_reports = [
@@ -147,6 +162,27 @@ def _pod_problems(raw: dict[str, Any]) -> list[str]:
     meta = raw.get("metadata") or {}
     problem = scoring_annotation_problem(raw)
     return [f"Pod {meta.get('namespace', '')}/{meta.get('name', '')}: {problem}"] if problem else []
+
+
+SKIP_NODE_OPERATIONS = ("NodePrepareResources", "NodeUnprepareResources", "*")
+
+
+def _skip_node_operations_problems(raw: dict[str, Any]) -> list[str]:
+    """The API server's checks of spec.skipNodeOperations (DRAOptionalNodeOperations)."""
+    skipped = spec_of(raw).get("skipNodeOperations") or []
+    where = f"ResourceSlice {raw['metadata']['name']}: spec.skipNodeOperations"
+    supported = ", ".join(map(repr, SKIP_NODE_OPERATIONS))
+    problems = [
+        f"{where}: Unsupported value: {value!r}: supported values: {supported}"
+        for value in skipped
+        if value not in SKIP_NODE_OPERATIONS
+    ]
+    if len(set(map(str, skipped))) != len(skipped):
+        problems.append(f"{where}: Duplicate value: each operation may be listed once")
+    if "NodePrepareResources" in skipped and not {"NodeUnprepareResources", "*"} & set(skipped):
+        problems.append(f"{where}: Invalid value: NodePrepareResources cannot be skipped unless "
+                        "NodeUnprepareResources is also skipped")
+    return problems
 
 
 def spec_of(raw: dict[str, Any]) -> dict[str, Any]:
@@ -227,12 +263,21 @@ def _request_reports(
                     )
                     continue
                 selectors = _selectors(spec_of(device_class)) + _selectors(body)
-                yield _match(subject, selectors, devices, options)
+                derived = [
+                    (d.get("name", ""), d.get("expression", "")) for d in body.get("derivedAttributes") or ()
+                ]
+                yield _match(subject, selectors, devices, options, derived)
 
 
 def _match(
-    subject: str, expressions: list[str], devices: list[DeviceRef], options: cel.CompileOptions
+    subject: str,
+    expressions: list[str],
+    devices: list[DeviceRef],
+    options: cel.CompileOptions,
+    derived: Sequence[tuple[str, str]] = (),
 ) -> MatchReport:
+    """Which devices the selectors accept; the request's derived attributes are evaluated on those,
+    as the allocator would (a failure there aborts its search)."""
     report = MatchReport(subject, expressions)
     compiled: list[cel.Selector] = []
     for index, expression in enumerate(expressions):
@@ -240,16 +285,27 @@ def _match(
             compiled.append(cel.compile(expression, options))
         except cel.CELCompileError as exc:
             report.compile_errors.append(f"selector #{index}: {exc}")
+    compiled_derived: list[tuple[str, cel.DerivedExpression]] = []
+    for name, expression in derived:
+        try:
+            compiled_derived.append((name, cel.compile_derived(expression, options)))
+        except cel.CELCompileError as exc:
+            report.compile_errors.append(f"derived attribute {name}: {exc}")
     if report.compile_errors:
         return report
     for device in devices:
         try:
-            if all(selector.matches(device.view) for selector in compiled):
-                report.matching.append(device)
+            if not all(selector.matches(device.view) for selector in compiled):
+                continue
         except cel.CELRuntimeError as exc:
-            report.runtime_error_count += 1
-            if len(report.runtime_errors) < MAX_LISTED_ERRORS:
-                report.runtime_errors.append(f"device {device.label}: {exc}")
+            report.runtime_error(f"device {device.label}: {exc}")
+            continue
+        report.matching.append(device)
+        for name, expression in compiled_derived:
+            try:
+                expression.value(device.view)
+            except cel.CELRuntimeError as exc:
+                report.runtime_error(f"device {device.label}: derived attribute {name}: {exc}")
     return report
 
 
