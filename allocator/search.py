@@ -143,7 +143,8 @@ class Allocator:
         # skipNodeOperations; the experimental one, picked when any alpha allocator gate is on, refuses
         # those devices unless DRAOptionalNodeOperations is on and the node declares it.
         values = gates.as_dict()
-        self.node_operations_checked = any(values.get(gate, False) for gate in EXPERIMENTAL_GATES)
+        experimental = any(values.get(gate, False) for gate in EXPERIMENTAL_GATES)
+        self.node_operations_checked = experimental
         consumable = gates.enabled("DRAConsumableCapacity")
         binding_and_status = gates.binding_and_status
         list_attributes = gates.enabled("DRAListTypeAttributes")
@@ -157,7 +158,7 @@ class Allocator:
             binding_and_status,
             list_attributes,
             # Upstream's "stable" variant (chosen when none of these is on) has no distinctAttribute.
-            consumable or binding_and_status or list_attributes or fractional,
+            consumable or binding_and_status or fractional or experimental,
             fractional,
         )
 

@@ -264,7 +264,9 @@ def _request_reports(
                     continue
                 selectors = _selectors(spec_of(device_class)) + _selectors(body)
                 derived = [
-                    (d.get("name", ""), d.get("expression", "")) for d in body.get("derivedAttributes") or ()
+                    (d.get("name", ""), d.get("expression", ""))
+                    for d in body.get("derivedAttributes") or ()
+                    if isinstance(d, dict)
                 ]
                 yield _match(subject, selectors, devices, options, derived)
 

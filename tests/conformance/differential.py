@@ -166,7 +166,14 @@ def difference(ours: Verdict, theirs: Verdict) -> str | None:
 
 # Features only upstream's "incubating" and "experimental" variants support; with none of them on,
 # upstream picks its "stable" variant, which walks pools in the order the slices were listed.
-_BEYOND_STABLE = ("DRAConsumableCapacity", "DRAListTypeAttributes", "DRAFractionalCapacityRange")
+_BEYOND_STABLE = (
+    "DRAConsumableCapacity",
+    "DRAListTypeAttributes",
+    "DRAFractionalCapacityRange",
+    "DRADerivedAttributes",
+    "DRAOptionalNodeOperations",
+    "DRADeviceCompatibilityGroups",
+)
 
 
 def _upstream_picks_stable(world: Obj) -> bool:

@@ -170,3 +170,37 @@ def test_unknown_scoring_annotation_is_reported(tmp_path: Path, capsys: pytest.C
     assert report["invalidObjects"] == [
         "Pod default/p: dra-extender.io/scoring='pack' is unknown (binpack, spread, none): "
         "the default policy applies"]
+
+
+def test_derived_attributes_are_validated_and_evaluated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    derived = claim("derived", [])
+    exactly = derived["spec"]["devices"]["requests"][0]["exactly"]
+    exactly["derivedAttributes"] = [
+        {"name": "derived/family", "expression": 'device.attributes["gpu.example.com"].family'},
+        {"name": "derived/unused", "expression": '"x"'},
+    ]
+    derived["spec"]["devices"]["constraints"] = [{"matchAttribute": "derived/family"}]
+    code, report = run_check(tmp_path, [GPU_CLASS, gpu_slice("n1", ["A100"]), derived], capsys)
+    assert code == 1
+    assert report["invalidObjects"] == [
+        "ResourceClaim default/derived: spec.devices.requests[0].exactly.derivedAttributes[1].name: Invalid "
+        "value: 'derived/unused': must be referenced by at least one matchAttribute or distinctAttribute "
+        "constraint targeting this request"
+    ]
+    (error,) = request_entry(report, "derived")["runtimeErrors"]
+    assert error.startswith("device gpu.example.com/n1/gpu-0: derived attribute derived/family: no such key")
+
+
+def test_skip_node_operations_are_validated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    skipping = gpu_slice("n1", ["A100"])
+    skipping["spec"]["skipNodeOperations"] = ["NodePrepareResources", "Sometimes"]
+    code, report = run_check(tmp_path, [GPU_CLASS, skipping], capsys)
+    assert code == 1
+    assert report["invalidObjects"] == [
+        "ResourceSlice n1-gpus: spec.skipNodeOperations: Unsupported value: 'Sometimes': supported values: "
+        "'NodePrepareResources', 'NodeUnprepareResources', '*'",
+        "ResourceSlice n1-gpus: spec.skipNodeOperations: Invalid value: NodePrepareResources cannot be "
+        "skipped unless NodeUnprepareResources is also skipped",
+    ]
