@@ -20,6 +20,10 @@ Open CEL differences from cel-go found by the differential campaigns (stricter s
 ``x in []``, milli sums and asInteger, cost estimates) are listed one by one, with the reason, in
 tests/conformance/differential.py (KNOWN_CEL_DIFFERENCES).
 
+Upstream quirk we copy: with DRAOptionalNodeOperations off, devices of slices with skipNodeOperations are
+usable unless another alpha allocator gate is on (upstream's variants differ; allocator.search says which).
+Derived attribute expressions (DRADerivedAttributes) follow the selectors' cost rule above.
+
 Upstream bugs we used to fix on our own are fixed in 1.37.1 too (distinctAttribute #140438,
 counters rollback #140436, list intersection restored on backtracking #140326).
 """
