@@ -145,8 +145,8 @@ def claim_problems(
             try:
                 cel.compile_derived(expression, options, lists_allowed=lists_allowed)
                 total_cost += cel.estimate_cost(expression, options)
-            except cel.CELError as exc:
-                problems.append(f"{item}.expression: {exc}")
+            except cel.CELError as exc:  # first line only: some engines add the source and a caret
+                problems.append(f"{item}.expression: {(str(exc).strip().splitlines() or ['invalid'])[0]}")
     if total_cost > CLAIM_COST_LIMIT:
         problems.append(
             f"{path}: Forbidden: too complex, total cost of derived attribute CEL expressions in "

@@ -24,7 +24,9 @@ _PHRASES = {  # in the order messages list them
     "constraint": "failing claim constraints",
     "request selector": "rejected by request selectors",
     "node": "not available on this node",
-    "node operations": "skipping node operations (needs DRAOptionalNodeOperations, declared by the node)",
+    "node operations": (
+        "skipping node operations without DRAOptionalNodeOperations enabled and declared by the node"
+    ),
     "binding conditions": "with binding conditions (feature disabled)",
     "incomplete pool": "in incomplete pools",
     "invalid pool": "in invalid pools",

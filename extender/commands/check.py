@@ -136,7 +136,9 @@ def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOpti
     for raw in claims:
         meta = raw["metadata"]
         owner = f"{raw['kind']} {meta.get('namespace', '')}/{meta['name']}"
-        devices_spec = (raw.get("spec") or {}).get("devices") or {}
+        devices_spec = (raw.get("spec") or {}).get("devices")
+        if not isinstance(devices_spec, dict):
+            continue  # a template's spec is not parsed: nothing to read
         problems = claim_problems(devices_spec, "spec.devices", options, options.list_type_attributes)
         invalid.extend(f"{owner}: {problem}" for problem in problems)
     devices, device_errors = _devices(slices)

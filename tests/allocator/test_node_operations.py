@@ -44,7 +44,8 @@ def test_a_node_that_does_not_declare_the_feature_cannot_take_the_device() -> No
     outcome = allocate(skipping_inventory("*"), claim_obj("c", req("r")), node=PLAIN, gates=GATE)
     assert not outcome.success
     assert outcome.reasons[0].rejected == {"node operations": 1}
-    assert "1 skipping node operations (needs DRAOptionalNodeOperations" in outcome.reasons[0].message
+    message = outcome.reasons[0].message
+    assert "1 skipping node operations without DRAOptionalNodeOperations enabled" in message
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,7 @@ async def test_a_node_that_comes_to_declare_the_feature_is_not_answered_from_the
     objs += [o.pod("p0", ["c0"]), o.pod("p1", ["c1"])]
     scheduler = make(objs)
     first = await scheduler.filter(pod_of(scheduler, "p0"), ["node-0"])
-    assert "skipping node operations" in first.failed["node-0"]
+    assert "1 skipping node operations without DRAOptionalNodeOperations" in first.unresolvable["node-0"]
     scheduler.cache.apply("Node", "MODIFIED", declaring(o.node("node-0")))
     node = scheduler.cache.node("node-0")
     assert node is not None and node.declares(OPTIONAL_NODE_OPERATIONS)  # the cache keeps the field
