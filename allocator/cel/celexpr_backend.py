@@ -38,6 +38,7 @@ from allocator.cel.backend import (
 )
 from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
+from allocator.cel.celpy_check import DYN, Checker, type_name
 from allocator.cel.parser import Call, Node, Token, parse
 from allocator.cel.parser import tokenize as _tokenize_uncached
 from allocator.quantity import Quantity
@@ -98,7 +99,7 @@ class CelExprBackend:
 
     def compile_value(self, expression: str, options: CompileOptions) -> tuple[CelExprProgram, str]:
         program, result_type, tree = self._compile(expression, options)
-        return program, _result_type_name(result_type, tree)
+        return program, _result_type_name(result_type, tree, expression, options)
 
     def _compile(self, expression: str, options: CompileOptions) -> tuple[CelExprProgram, Any, Node]:
         tokens = tokenize(expression)
@@ -190,14 +191,18 @@ def _plain(value: object) -> object:
     return value
 
 
-def _result_type_name(result_type: Any, tree: Node) -> str:
-    """cel-go's name for a static result type. Quantities and versions are both bytes to cel-cpp:
-    the expression's shape tells which, where it can (else "dyn": the value decides at run time)."""
+def _result_type_name(result_type: Any, tree: Node, expression: str, options: CompileOptions) -> str:
+    """cel-go's name for a static result type. Quantities and versions are both bytes to cel-cpp, and
+    its checker leaves more results dyn than cel-go's: there our own static check (the celpy
+    backend's) tells what it can; else "dyn" (the value decides at run time)."""
     if result_type in (T.BYTES, T.DYN):
         known = static_type(tree)
-        if known in (QUANTITY, SEMVER):
+        if known in (QUANTITY, SEMVER, "bytes"):
             return known
-        return "bytes" if known == "bytes" or (result_type == T.BYTES and known is None) else "dyn"
+        try:
+            return type_name(Checker(expression, options).check(tree))
+        except CELCompileError:  # something only cel-cpp accepts: no opinion
+            return DYN
     for element in (T.BOOL, T.INT, T.STRING, T.DYN):
         if result_type == T.List(element):
             return f"list({_type_name(element)})"
