@@ -45,7 +45,7 @@ from allocator.nodes import (
     node_matches_selector,
     takes_skipped_node_operations,
 )
-from allocator.outcome import AllocationOutcome, Reason
+from allocator.outcome import PREEMPTION_MAY_HELP, AllocationOutcome, Reason, Rejection
 from allocator.search import Allocator
 from allocator.state import AllocatedState, AllocationReading
 from allocator.taints import tolerates
@@ -53,6 +53,7 @@ from allocator.taints import tolerates
 __all__ = [
     "DEFAULT_GATES",
     "OPTIONAL_NODE_OPERATIONS",
+    "PREEMPTION_MAY_HELP",
     "AllocatedState",
     "AllocationError",
     "AllocationOutcome",
@@ -67,6 +68,7 @@ __all__ = [
     "Node",
     "NodeAllocationError",
     "Reason",
+    "Rejection",
     "ResourceClaim",
     "ResourceSlice",
     "allocation_skips_node_operations",
