@@ -5,8 +5,9 @@ v0.37.1, incubating/experimental variants) with the lexicographic pool order; te
 that claim against the released Go code. Deliberate differences, each commented where implemented:
 
 - pool order of upstream's stable variant: we always walk pools and slices in lexicographic order;
-  upstream's "stable" variant (picked only when consumable capacity, binding conditions and list-type
-  attributes are all off) follows its slice list order, which is not defined;
+  upstream's "stable" variant (picked only when consumable capacity, binding conditions, fractional
+  capacity ranges and the alpha allocator gates are all off) follows its slice list order, which is
+  not defined;
 - counter bookkeeping is keyed by (driver, pool), not by pool name alone;
 - a device that still holds shares is not handed out exclusively;
 - a selector whose estimated CEL cost exceeds the limit is a compile error here (as when the API
@@ -21,7 +22,7 @@ Open CEL differences from cel-go found by the differential campaigns (stricter s
 tests/conformance/differential.py (KNOWN_CEL_DIFFERENCES).
 
 Upstream quirk we copy: with DRAOptionalNodeOperations off, devices of slices with skipNodeOperations are
-usable unless another alpha allocator gate is on (upstream's variants differ; allocator.search says which).
+usable unless another alpha allocator gate is on (upstream's variants differ; allocator.checks says which).
 Derived attribute expressions (DRADerivedAttributes) follow the selectors' cost rule above.
 
 Upstream bugs we used to fix on our own are fixed in 1.37.1 too (distinctAttribute #140438,
