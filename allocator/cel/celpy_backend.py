@@ -496,6 +496,7 @@ class CelpyBackend:
 
     def compile_value(self, expression: str, options: CompileOptions) -> tuple[CelpyProgram, str]:
         program, result = self._compile(expression, options, lambda checker, tree: checker.check(tree))
+        assert result is not None  # check() always gives a type
         return program, type_name(result)
 
     def _compile(self, expression: str, options: CompileOptions,
