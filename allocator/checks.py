@@ -4,7 +4,8 @@ explanation of a failed search, so a check cannot be added to one and forgotten 
 Per device and request, in this order (the explanation counts a device under the first that fails):
 
 1. selection (``selection``): binding conditions, class selectors, request selectors, node;
-2. admission (``admit``): in use, node operations the node must support, taints, shared counters;
+2. admission (``admit``): in use, node operations the node must support, taints, compatibility groups,
+   shared counters;
 3. claim constraints (the search checks them on the devices chosen together; the explanation
    estimates them over the devices left);
 4. capacity (``capacity_fits``).
@@ -21,6 +22,7 @@ from typing import NamedTuple
 
 from allocator import capacity as cap
 from allocator import cel
+from allocator.compatibility import CompatibilityGroups
 from allocator.errors import AllocationError
 from allocator.features import FeatureGates
 from allocator.model import Node
@@ -37,8 +39,7 @@ from allocator.taints import untolerated
 # attributes and includes()); only validation of new objects follows the gates.
 STORED_EXPRESSIONS = cel.CompileOptions(consumable_capacity=True, list_type_attributes=True)
 SHARED = 2  # eligibility of a shareable device: depends on what is allocated in this attempt
-# The gates that make upstream pick its experimental allocator (DRADeviceCompatibilityGroups may not be
-# one of ours yet: a gate we do not know counts as off).
+# The gates that make upstream pick its experimental allocator.
 EXPERIMENTAL_GATES = ("DRAListTypeAttributes", "DRADerivedAttributes", "DRADeviceCompatibilityGroups",
                       "DRAOptionalNodeOperations")
 
@@ -65,6 +66,7 @@ class Switches(NamedTuple):
     # skipNodeOperations; the experimental one, picked when any alpha allocator gate is on, refuses
     # those devices unless DRAOptionalNodeOperations is on and the node declares it.
     node_operations_checked: bool
+    compatibility_groups: bool
 
     @classmethod
     def of(cls, gates: FeatureGates) -> Switches:
@@ -72,8 +74,7 @@ class Switches(NamedTuple):
         binding_and_status = gates.binding_and_status
         list_attributes = gates.enabled("DRAListTypeAttributes")
         fractional = gates.enabled("DRAFractionalCapacityRange")
-        values = gates.as_dict()
-        experimental = any(values.get(gate, False) for gate in EXPERIMENTAL_GATES)
+        experimental = any(gates.enabled(gate) for gate in EXPERIMENTAL_GATES)
         return cls(
             admin_access=gates.enabled("DRAAdminAccess"),
             prioritized_list=gates.enabled("DRAPrioritizedList"),
@@ -88,6 +89,7 @@ class Switches(NamedTuple):
             derived_attributes=gates.enabled("DRADerivedAttributes"),
             optional_node_operations=gates.enabled("DRAOptionalNodeOperations"),
             node_operations_checked=experimental,
+            compatibility_groups=gates.enabled("DRADeviceCompatibilityGroups"),
         )
 
 
@@ -101,6 +103,7 @@ class DeviceChecks:
         "allocating_capacity",
         "available_counters",
         "binding_and_status",
+        "compatibility",
         "consumable",
         "consumed_counters",
         "fractional",
@@ -125,6 +128,7 @@ class DeviceChecks:
         self.allocating_capacity: dict[DeviceKey, dict[str, Quantity]] = {}
         self.available_counters: dict[PoolKey, Counters] = {}  # left over by earlier allocations
         self.consumed_counters: dict[PoolKey, Counters] = {}  # taken by this attempt
+        self.compatibility = CompatibilityGroups(allocated) if switches.compatibility_groups else None
 
     # --- 1. selection -------------------------------------------------------------------------------
     def selection(
@@ -204,7 +208,10 @@ class DeviceChecks:
             return Rejection.NODE_OPERATIONS
         if self.taints and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
             return Rejection.TAINT
+        if not self.take_compatibility(chosen):
+            return Rejection.COMPATIBILITY_GROUPS
         if not self.take_counters(chosen):
+            self.release(chosen)
             return Rejection.COUNTERS
         return None
 
@@ -224,6 +231,25 @@ class DeviceChecks:
         # off) must not be handed out exclusively on top of them.
         return self.consumable and entry.device.allow_multiple_allocations
 
+    def counted_already(self, chosen: Chosen) -> bool:
+        """A further share of a device whose counters are already counted (they are not charged, nor
+        its compatibility groups checked, again)."""
+        key = chosen.entry.key
+        return chosen.multiple and (key in self.allocated.capacity or key in self.allocating_capacity)
+
+    def take_compatibility(self, chosen: Chosen) -> bool:
+        """DRADeviceCompatibilityGroups: join the groups of the devices drawing from the same counter
+        sets (allocated ones and this attempt's), if they have one in common with the device."""
+        if (
+            self.compatibility is None
+            or not chosen.entry.device.consumes_counters
+            or not self.partitionable  # the counters turn it away
+            or self.counted_already(chosen)
+        ):
+            return True
+        chosen.compatibility = self.compatibility.take(chosen.entry)
+        return chosen.compatibility is not None
+
     def take_counters(self, chosen: Chosen) -> bool:
         """Take the device's shared counters for this attempt, if they suffice."""
         entry = chosen.entry
@@ -232,9 +258,8 @@ class DeviceChecks:
             return True
         if not self.partitionable:
             return False
-        key = entry.key
-        if chosen.multiple and (key in self.allocated.capacity or key in self.allocating_capacity):
-            return True  # a share of a device already counted
+        if self.counted_already(chosen):
+            return True
         available = self.pool_counters(entry.pool)
         consumed = self._apply_counters(entry, +1)
         for set_name, counters in available.items():
@@ -253,6 +278,10 @@ class DeviceChecks:
         if chosen.counted:
             self._apply_counters(chosen.entry, -1)
             chosen.counted = False
+        if chosen.compatibility is not None:
+            assert self.compatibility is not None, "groups are only taken with the gate on"
+            self.compatibility.give_back(chosen.compatibility)
+            chosen.compatibility = None
 
     def pool_counters(self, pool: Pool) -> Counters:
         # Keyed by (driver, pool): upstream keys these caches by pool name only, so two drivers with

@@ -2,19 +2,21 @@
 
 Loads every object, reports the invalid ones, compiles every CEL selector and prints, per DeviceClass
 and per claim request, which devices match. Users keep it to test selectors against a snapshot of
-their cluster before applying a claim. Alpha fields are checked as the API server checks them with
-their gate on: a request's derivedAttributes (DRADerivedAttributes: compiled, and evaluated on the
-devices the request matches) and a slice's skipNodeOperations (DRAOptionalNodeOperations).
+their cluster before applying a claim. Fields behind a gate (--feature-gates, the API server's) are
+checked as the API server checks them with the gate on, and dropped with a warning while it is off:
+for example a request's derivedAttributes (DRADerivedAttributes: compiled, and evaluated on the devices
+the request matches) and a slice's skipNodeOperations (DRAOptionalNodeOperations).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Iterator, Sequence
+import copy
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocator import InvalidObjectError, cel, parse_object
+from allocator import FeatureGates, InvalidObjectError, cel, parse_object
 from allocator.derived import claim_problems
 from extender.commands import output
 from extender.objects_io import ObjectLoadError, load_objects
@@ -88,6 +90,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="evaluate selectors with list-type attributes enabled (DRAListTypeAttributes)",
     )
+    parser.add_argument(
+        "--feature-gates",
+        default="",
+        metavar="NAME=true|false,...",
+        help="the API server's gates, for fields behind them (default: the Kubernetes 1.37 defaults)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -96,20 +104,33 @@ def run(args: argparse.Namespace) -> int:
         raw_objects = load_objects(args.paths)
     except ObjectLoadError as exc:
         return output.error(str(exc))
+    try:
+        gates = FeatureGates.parse(args.feature_gates)
+    except ValueError as exc:
+        return output.error(f"--feature-gates: {exc}")
     options = cel.CompileOptions(consumable_capacity=True, list_type_attributes=args.list_type_attributes)
-    report = build_report(raw_objects, options)
+    report = build_report(raw_objects, options, gates)
     output.write(report, args.output, render_text)
     return output.EXIT_OK if report["ok"] else output.EXIT_PROBLEMS
 
 
-def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOptions) -> dict[str, Any]:
+def build_report(
+    raw_objects: Iterable[dict[str, Any]], options: cel.CompileOptions, gates: FeatureGates | None = None
+) -> dict[str, Any]:
+    gates = gates or FeatureGates()
     counts: dict[str, int] = {}
     invalid: list[str] = []
+    warnings: list[str] = []
     classes: dict[str, dict[str, Any]] = {}
     slices: list[dict[str, Any]] = []
     claims: list[dict[str, Any]] = []
     for raw in raw_objects:
         kind = raw.get("kind", "<no kind>")
+        if kind == "ResourceSlice":
+            raw = _drop_disabled_fields(raw, gates, warnings)
+            raw = _drop_gated(raw, gates, "DRAOptionalNodeOperations", _skip_node_operations_fields, warnings)
+        elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
+            raw = _drop_gated(raw, gates, "DRADerivedAttributes", _derived_attributes_fields, warnings)
         try:
             parsed = parse_object(raw)
         except InvalidObjectError as exc:
@@ -154,9 +175,36 @@ def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOpti
         "counts": counts,
         "devices": len(devices),
         "invalidObjects": invalid,
+        "warnings": warnings,
         "deviceClasses": [r.to_dict() for r in class_reports],
         "requests": [r.to_dict() for r in request_reports],
     }
+
+
+def _drop_disabled_fields(raw: dict[str, Any], gates: FeatureGates, warnings: list[str]) -> dict[str, Any]:
+    """What the API server does with a new slice: fields behind a gate that is off are dropped, not
+    validated. Returns the slice as stored (a copy when something was dropped)."""
+    if gates.enabled("DRADeviceCompatibilityGroups"):
+        return raw  # validated by parse_object, with the API server's error texts
+    stored = copy.deepcopy(raw)
+    spec = stored.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    dropped = []
+    for i, device in enumerate(devices if isinstance(devices, list) else []):
+        uses = device.get("consumesCounters") if isinstance(device, dict) else None
+        for j, use in enumerate(uses if isinstance(uses, list) else []):
+            if isinstance(use, dict) and use.pop("compatibilityGroups", None):
+                dropped.append(f"spec.devices[{i}].consumesCounters[{j}].compatibilityGroups")
+    if not dropped:
+        return raw
+    meta = raw.get("metadata")
+    name = meta.get("name", "<unnamed>") if isinstance(meta, dict) else "<unnamed>"
+    warnings.append(
+        f"ResourceSlice {name}: {', '.join(dropped)}: dropped, DRADeviceCompatibilityGroups is off (the API "
+        "server drops them from new slices; the scheduler ignores a stored slice that has them, and its "
+        "pool with it)"
+    )
+    return stored
 
 
 def _pod_problems(raw: dict[str, Any]) -> list[str]:
@@ -164,6 +212,53 @@ def _pod_problems(raw: dict[str, Any]) -> list[str]:
     meta = raw.get("metadata") or {}
     problem = scoring_annotation_problem(raw)
     return [f"Pod {meta.get('namespace', '')}/{meta.get('name', '')}: {problem}"] if problem else []
+
+
+def _drop_gated(
+    raw: dict[str, Any],
+    gates: FeatureGates,
+    gate: str,
+    fields: Callable[[dict[str, Any]], Iterator[tuple[dict[str, Any], str, str]]],
+    warnings: list[str],
+) -> dict[str, Any]:
+    """``raw`` as the API server stores a new object while ``gate`` is off: without the ``fields``
+    (mapping, key, path) behind it, with a warning naming them; unchanged while the gate is on."""
+    if gates.enabled(gate) or not any(True for _ in fields(raw)):
+        return raw
+    stored = copy.deepcopy(raw)
+    dropped = []
+    for mapping, key, path in fields(stored):
+        del mapping[key]
+        dropped.append(path)
+    meta = raw.get("metadata")
+    name = meta.get("name", "<unnamed>") if isinstance(meta, dict) else "<unnamed>"
+    warnings.append(f"{raw.get('kind')} {name}: {', '.join(dropped)}: dropped, {gate} is off (the API "
+                    "server drops them from new objects)")
+    return stored
+
+
+def _skip_node_operations_fields(raw: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, str]]:
+    spec = raw.get("spec")
+    if isinstance(spec, dict) and "skipNodeOperations" in spec:
+        yield spec, "skipNodeOperations", "spec.skipNodeOperations"
+
+
+def _derived_attributes_fields(raw: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, str]]:
+    spec, path = raw.get("spec"), "spec"
+    if raw.get("kind") == "ResourceClaimTemplate" and isinstance(spec, dict):
+        spec, path = spec.get("spec"), "spec.spec"
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    requests = devices.get("requests") if isinstance(devices, dict) else None
+    for i, request in enumerate(requests if isinstance(requests, list) else []):
+        if not isinstance(request, dict):
+            continue
+        bodies = [(request.get("exactly"), f"{path}.devices.requests[{i}].exactly")]
+        subs = request.get("firstAvailable")
+        bodies += [(sub, f"{path}.devices.requests[{i}].firstAvailable[{j}]")
+                   for j, sub in enumerate(subs if isinstance(subs, list) else [])]
+        for body, where in bodies:
+            if isinstance(body, dict) and "derivedAttributes" in body:
+                yield body, "derivedAttributes", f"{where}.derivedAttributes"
 
 
 SKIP_NODE_OPERATIONS = ("NodePrepareResources", "NodeUnprepareResources", "*")
@@ -322,6 +417,9 @@ def render_text(report: dict[str, Any]) -> str:
         lines.extend(f"  - {message}" for message in report["invalidObjects"])
     else:
         lines.append("Invalid objects: none.")
+    if report["warnings"]:
+        lines.append(f"Warnings ({len(report['warnings'])}):")
+        lines.extend(f"  - {message}" for message in report["warnings"])
     for title, section in (("Device classes", "deviceClasses"), ("Claim requests", "requests")):
         lines.append("")
         lines.append(f"{title}:")

@@ -61,6 +61,7 @@ GATES_FOR_FEATURE: dict[str, tuple[str, ...]] = {
     "FractionalCapacityRange": ("DRAFractionalCapacityRange",),
     "DerivedAttributes": ("DRADerivedAttributes",),
     "OptionalNodeOperations": ("DRAOptionalNodeOperations",),
+    "CompatibilityGroups": ("DRADeviceCompatibilityGroups",),
 }
 
 

@@ -9,10 +9,11 @@ Coverage: upstream had 213 named cases in allocator_testing.go and 4 in lexicogr
 at 008b3652, 217 in all; every one is ported under its upstream name (217 of 217). The v0.37.1 table
 (Kubernetes 1.37.1) has 275 in allocator_testing.go; release_1_37 ports 16 of the 62 new ones
 (claim limit per request, claim configs, fractional capacity ranges, distinctAttribute),
-derived_attributes the 5 derived-attributes* and optional_node_operations the 2
-optional-node-operations* cases, and the changed expectations of older cases follow 1.37.1. Not yet
-ported: compatibility groups and the other new partitionable, consumable capacity and list-attribute
-cases; tests/conformance replays every ported case on the real v0.37.1 allocator.
+compatibility_groups the 13 DRADeviceCompatibilityGroups ones, partitionable and
+consumable_capacity 19 more on counters and capacity arithmetic, derived_attributes the 5
+derived-attributes* and optional_node_operations the 2 optional-node-operations* cases; the changed
+expectations of older cases follow 1.37.1 (55 of the 62 new cases; not yet ported: the other 7);
+tests/conformance replays every ported case on the real v0.37.1 allocator.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from importlib import import_module
 
 from .builders import Case
 
-UPSTREAM_CASE_COUNT = 240
+UPSTREAM_CASE_COUNT = 272
 
 MODULES = (
     "basic",
@@ -37,6 +38,7 @@ MODULES = (
     "pools",
     "lexicographic",
     "release_1_37",
+    "compatibility_groups",
     "derived_attributes",
     "optional_node_operations",
 )
