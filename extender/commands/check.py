@@ -18,9 +18,9 @@ from typing import Any
 
 from allocator import FeatureGates, InvalidObjectError, cel, parse_object
 from allocator.derived import claim_problems
+from common.rules import scoring_annotation_problem
 from extender.commands import output
 from extender.objects_io import ObjectLoadError, load_objects
-from extender.scoring import scoring_annotation_problem
 
 MAX_LISTED_ERRORS = 3
 
