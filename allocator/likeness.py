@@ -40,21 +40,21 @@ def likeness(node_name: str, pools: NodePools) -> Likeness | None:
     for pool in pools.pools:
         if pool.status != COMPLETE or pool.devices_not_targeting or pool.counter_sets:
             return None
-        devices: list[tuple[str, object, str | None]] = []
+        devices: list[tuple[str, object, str | None, tuple[str, ...]]] = []
         for entry in pool.entries:
             device = entry.device
             if entry.slice.node_name != node_name or device.allow_multiple_allocations:
                 return None
             added = None if entry.taints is device.taints else repr(entry.taints)
-            devices.append((device.name, device.signature, added))
+            # skipNodeOperations is slice-wide, so not in the device's signature.
+            devices.append((device.name, device.signature, added, tuple(entry.slice.skip_node_operations)))
         parts.append((pool.driver, pool.has_binding_conditions, tuple(devices)))
     return tuple(parts)
 
 
 def declared_features(node: Node) -> tuple[str, ...]:
     """The node's `status.declaredFeatures`, sorted (part of what makes two nodes alike)."""
-    features = (node.raw.get("status") or {}).get("declaredFeatures") or ()
-    return tuple(sorted(str(feature) for feature in features))
+    return tuple(sorted(node.declared_features))
 
 
 def devices_in_use(pools: NodePools, state: AllocatedState) -> tuple[bool, ...]:

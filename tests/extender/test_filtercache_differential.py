@@ -4,7 +4,8 @@ with the cache gives exactly what filter without it gives on the same state.
 Random sequences (fixed seeds) mix every kind of change an outcome depends on: devices allocated and
 freed by other claims (watch events and binds), in-flight allocations reserved, released and expiring,
 DeviceClass selectors, DeviceTaintRules, slice taints, shared pools (nodeSelector, allNodes,
-perDeviceNodeSelection), node labels and pool generations that leave a pool incomplete.
+perDeviceNodeSelection), node labels, node declared features (half the nodes have slices that skip node
+operations, DRAOptionalNodeOperations) and pool generations that leave a pool incomplete.
 
 The twin layout starts with alike nodes only (node-local pools, named apart from their nodes), so that
 the verdict snapshot (extender/twins.py) answers most nodes, and the same changes make them differ
@@ -20,7 +21,7 @@ from typing import Any
 import dra_objects as o
 import pytest
 
-from allocator import FeatureGates, ResourceClaim
+from allocator import OPTIONAL_NODE_OPERATIONS, FeatureGates, ResourceClaim
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
@@ -34,6 +35,8 @@ SHARED_POOL = "shared"
 PER_DEVICE_POOL = "per-device"
 TWIN_NODES = [f"node-{index}" for index in range(6)]
 FILTER_PODS = ["one", "one-twin", "two", "h100", "pair"]
+SKIPPING_NODES = NODES[1:3]  # their second slice skips node operations
+GATES = FeatureGates({"DRAOptionalNodeOperations": True})
 
 
 class Clock:
@@ -58,13 +61,16 @@ def node_slice(node: str, part: int, generation: int, *, rv: int = 1, taint_devi
         if name == taint_device:
             extra["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
         devices.append(_device(name, "A100" if index % 2 == 0 else "H100", **extra))
-    return {
+    raw = {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
         "metadata": {"name": f"{node}-{part}", "uid": f"slice-{node}-{part}", "resourceVersion": str(rv)},
         "spec": {"driver": o.DRIVER, "nodeName": node,
                  "pool": {"name": pool or node, "generation": generation, "resourceSliceCount": 2},
                  "devices": devices},
     }
+    if part == 1 and node in SKIPPING_NODES:
+        raw["spec"]["skipNodeOperations"] = ["*"]
+    return raw
 
 
 def shared_slice(mode: str, rv: int) -> dict[str, Any]:
@@ -153,7 +159,7 @@ class World:
         self.nodes = TWIN_NODES if twins else NODES
         self.pool_of = twin_pool if twins else str
         self.clock = Clock()
-        self.cache = ClusterCache.from_objects(initial_objects(twins=twins), FeatureGates())
+        self.cache = ClusterCache.from_objects(initial_objects(twins=twins), GATES)
         self.assume = AssumeCache(clock=self.clock)
         self.assume.attach(self.cache)
         writer = ClaimWriter(None, self.cache)
@@ -169,6 +175,7 @@ class World:
         self.counter = 0
         self.generations = {name: [1, 1] for name in self.nodes}
         self.zones = {name: ("a" if index % 2 == 0 else "b") for index, name in enumerate(self.nodes)}
+        self.declaring: set[str] = set()  # nodes whose status.declaredFeatures name optional node operations
 
     def devices(self) -> list[tuple[str, str]]:
         return all_devices(self.nodes, self.pool_of)
@@ -252,10 +259,16 @@ class World:
                                                           pool=self.pool_of(node)))
 
     async def op_label(self) -> None:
+        """A node's labels or its declared features change."""
         node = self.rng.choice(self.nodes)
-        self.zones[node] = "b" if self.zones[node] == "a" else "a"
+        if self.rng.random() < 0.5:
+            self.zones[node] = "b" if self.zones[node] == "a" else "a"
+        else:
+            self.declaring ^= {node}
         raw = o.node(node, {"zone": self.zones[node]})
         raw["metadata"]["resourceVersion"] = str(self.next_rv())
+        if node in self.declaring:
+            raw["status"] = {"declaredFeatures": [OPTIONAL_NODE_OPERATIONS]}
         self.apply("Node", "MODIFIED", raw)
 
     async def op_shared(self) -> None:
