@@ -59,6 +59,8 @@ try:
     import cbor2
 except ImportError:   # the CBOR rows are skipped
     cbor2 = None
+# What cbor2 makes of a map inside a tagged item (every object in a watch event is tagged).
+FROZEN_DICT: Any = getattr(cbor2, "frozendict", dict)
 
 JSON = "application/json"
 CBOR = "application/cbor"
@@ -68,7 +70,7 @@ COLLECTIONS = {"Pod": "/api/v1/pods", "ResourceSlice": f"{RESOURCE}/resourceslic
 PODS_PER_NODE = 4
 CREATE_WORKERS = 8
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
-SELF_DESCRIBED_TAG = 55799
+SELF_DESCRIBED = b"\xd9\xd9\xf7"   # tag 55799, which starts every object kube-apiserver encodes
 
 
 # ---- CBOR as kube-apiserver writes it ---------------------------------------------------------
@@ -77,20 +79,24 @@ def cbor_to_json_types(value: Any) -> Any:
     """kube-apiserver encodes Go strings and struct field names as CBOR byte strings (cheap for Go:
     no UTF-8 check on the way out); the values our code reads are str. cbor2 gives bytes: convert."""
     kind = value.__class__
-    if kind is dict:
+    if kind is dict or kind is FROZEN_DICT:
         return {key.decode() if key.__class__ is bytes else key: cbor_to_json_types(item)
                 for key, item in value.items()}
-    if kind is list:
+    if kind is list or kind is tuple:
         return [cbor_to_json_types(item) for item in value]
     if kind is bytes:
         return value.decode()
-    if cbor2 is not None and kind is cbor2.CBORTag and value.tag == SELF_DESCRIBED_TAG:
-        return cbor_to_json_types(value.value)
     return value
 
 
+def without_self_description(data: bytes | memoryview) -> bytes | memoryview:
+    """The item after kube-apiserver's self-described CBOR tag (55799). cbor2 decodes a tagged item as
+    immutable containers (frozendict, tuple), which our cache cannot take."""
+    return data[len(SELF_DESCRIBED):] if data[:len(SELF_DESCRIBED)] == SELF_DESCRIBED else data
+
+
 def decode_cbor(data: bytes) -> Any:
-    return cbor_to_json_types(cbor2.loads(data))
+    return cbor_to_json_types(cbor2.loads(without_self_description(data)))
 
 
 def cbor_items(data: bytes) -> Iterator[Any]:
@@ -210,19 +216,28 @@ def initial_events(api: Apiserver, path: str, encoding: str) -> bytes:
                 "allowWatchBookmarks": "true", "timeoutSeconds": "600"})
     if response.status >= 300:
         raise RuntimeError(f"watch {path}: {response.status}: {response.read()[:300]!r}")
-    marker = INITIAL_EVENTS_END.encode()
     data = bytearray()
     try:
         for chunk in response.stream(1 << 16):
             data += chunk
-            # The bookmark is the last thing before the live events; nothing else carries this key.
-            if marker in data[-(len(chunk) + len(marker)):] and data.rstrip().endswith(
-                    (b"}", b"\xf5", b"\x41\x31", b"true")):
-                break
+            # Only the bookmark that ends the initial events comes before the live ones (none here).
+            if b"BOOKMARK" in data and complete(bytes(data), encoding):
+                return bytes(data)
     finally:
         response.release_conn()
-        response.drain_conn()
-    return bytes(data)
+    raise RuntimeError(f"watch {path} ended before its initial events did")
+
+
+def complete(data: bytes, encoding: str) -> bool:
+    """Whether `data` ends at the end of an event."""
+    if encoding == JSON:
+        return data.endswith(b"\n")
+    try:
+        for _ in cbor_items(data):
+            pass
+    except cbor2.CBORDecodeEOF:
+        return False
+    return True
 
 
 def write_rows(api: Apiserver, encoding: str, writes: int, tag: str) -> dict[str, float]:

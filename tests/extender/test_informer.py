@@ -9,7 +9,7 @@ import pytest
 from fakeapi import FakeApiServer
 
 from allocator import FeatureGates
-from extender.cache import ClusterCache
+from extender.cache import ClusterCache, Replacement
 from extender.informer import Backoff, ClusterWatcher, ListStrategy, WatchedKind
 from extender.kubeapi import KubeClient
 
@@ -175,16 +175,16 @@ async def test_unexpected_errors_restart_from_a_fresh_list(fake_api: FakeApiServ
                                                            cache: ClusterCache,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     fake_api.seed([node("n1")])
-    real_replace = cache.replace
+    real_replacing = cache.replacing
     failures = []
 
-    def replace_failing_once(kind: str, items: list[dict]) -> None:
+    def replacing_failing_once(kind: str) -> Replacement:
         if kind == "Node" and not failures:
             failures.append(kind)
             raise RuntimeError("bug")
-        real_replace(kind, items)
+        return real_replacing(kind)
 
-    monkeypatch.setattr(cache, "replace", replace_failing_once)
+    monkeypatch.setattr(cache, "replacing", replacing_failing_once)
     await watcher.start()
     assert await watcher.wait_ready(30)
     assert cache.node_names() == ["n1"]
