@@ -21,6 +21,7 @@ import asyncio
 import copy
 import datetime
 import inspect
+import itertools
 import random
 import ssl
 import string
@@ -417,18 +418,23 @@ class FakeApiServer:
             offset = int(offset_text)
         except ValueError as err:
             raise StatusError(400, f"invalid list parameter: {err}") from err
-        items = []
-        for (ns, _), obj in self._objects[resource].items():
-            if namespace is None or ns == namespace:
-                item = dict(obj)
-                item.pop("kind", None)        # list items carry no type meta, like the real apiserver
-                item.pop("apiVersion", None)
-                items.append(item)
-        meta = {"resourceVersion": version}
+        matching = (obj for (ns, _), obj in self._objects[resource].items()
+                    if namespace is None or ns == namespace)
         if limit > 0:
-            if offset + limit < len(items):
-                meta["continue"] = f"{version}:{offset + limit}"
-            items = items[offset:offset + limit]
+            page = list(itertools.islice(matching, offset, offset + limit + 1))
+            more = len(page) > limit
+            page = page[:limit]
+        else:
+            page, more = list(matching), False
+        items = []
+        for obj in page:
+            item = dict(obj)
+            item.pop("kind", None)        # list items carry no type meta, like the real apiserver
+            item.pop("apiVersion", None)
+            items.append(item)
+        meta = {"resourceVersion": version}
+        if more:
+            meta["continue"] = f"{version}:{offset + limit}"
         return {"kind": f"{resource.kind}List", "apiVersion": resource.group_version,
                 "metadata": meta, "items": items}
 
