@@ -8,6 +8,11 @@ that claim against the released Go code. Deliberate differences, each commented 
   upstream's "stable" variant (picked only when consumable capacity, binding conditions and list-type
   attributes are all off) follows its slice list order, which is not defined;
 - counter bookkeeping is keyed by (driver, pool), not by pool name alone;
+- DRADeviceCompatibilityGroups: compatibilityGroups are checked when a slice is parsed as the API
+  server checks them (at most 2, DNS labels, unique; its error texts), where upstream's allocator
+  takes any list; allocated peers that disagree make the starting intersection depend on their order,
+  a quirk we copy, except that slices which do not target the node come in name order here and in
+  list order (not defined) upstream;
 - a device that still holds shares is not handed out exclusively;
 - a selector whose estimated CEL cost exceeds the limit is a compile error here (as when the API
   server validates it); upstream's allocator skips the estimate and stops such a selector at run time;
@@ -28,15 +33,18 @@ from allocator.errors import AllocationError, AllocationTimeout, InvalidObjectEr
 from allocator.features import DEFAULT_GATES, FeatureGates
 from allocator.inventory import Inventory
 from allocator.model import (
+    Device,
     DeviceClass,
     DeviceTaintRule,
     Node,
+    NodeAllocatableResource,
     ResourceClaim,
     ResourceSlice,
     parse_object,
 )
 from allocator.nodes import node_matches_selector
 from allocator.outcome import PREEMPTION_MAY_HELP, AllocationOutcome, Reason, Rejection
+from allocator.quantity import Quantity
 from allocator.search import Allocator
 from allocator.state import AllocatedState, AllocationReading
 from allocator.taints import tolerates
@@ -50,13 +58,16 @@ __all__ = [
     "AllocationReading",
     "AllocationTimeout",
     "Allocator",
+    "Device",
     "DeviceClass",
     "DeviceTaintRule",
     "FeatureGates",
     "InvalidObjectError",
     "Inventory",
     "Node",
+    "NodeAllocatableResource",
     "NodeAllocationError",
+    "Quantity",
     "Reason",
     "Rejection",
     "ResourceClaim",

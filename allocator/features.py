@@ -16,9 +16,16 @@ DEFAULT_GATES: Mapping[str, bool] = {
     "DRAResourceClaimDeviceStatus": True,  # GA 1.37
     "DRAListTypeAttributes": False,  # alpha
     "DRAFractionalCapacityRange": True,  # beta 1.37: capacity ranges in milli units
+    # Alpha 1.37: devices drawing from one counter set must share a compatibility group; off, the
+    # slices declaring groups are ignored (their pools become incomplete).
+    "DRADeviceCompatibilityGroups": False,
     # Beta 1.37, off by default (needs GenericWorkload and scheduling.k8s.io/v1beta1 in the cluster).
     # Read by the servers only (extender.podgroups): the allocator does not change with it.
     "DRAWorkloadResourceClaims": False,
+    # Alpha 1.36, off by default. Read by the servers only (extender.nodeallocatable: the node
+    # allocatable footprint of a pod's devices, checked at filter and written to the pod at bind); the
+    # allocator only parses and validates the devices' nodeAllocatableResources.
+    "DRANodeAllocatableResources": False,
 }
 
 

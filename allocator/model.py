@@ -9,7 +9,9 @@ it can report them with upstream's wording; here we reject input whose structure
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -24,6 +26,7 @@ SCALAR_ATTRIBUTE_TYPES = ("int", "bool", "string", "version")
 LIST_ATTRIBUTE_TYPES = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
 _PY_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "bool": (bool,), "string": (str,), "version": (str,)}
 BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+COMPATIBILITY_GROUPS_MAX_SIZE = 2  # DeviceCompatibilityGroupsMaxSize
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -273,6 +276,94 @@ def _parse_policy(ck: _Checker, raw: dict[str, Any], path: str) -> CapacityReque
     return CapacityRequestPolicy(default, values, valid_range)
 
 
+class NodeAllocatableResource:
+    """One entry of a device's nodeAllocatableResources (gate DRANodeAllocatableResources): how an
+    allocation of the device translates into a node allocatable resource (cpu, memory, hugepages-*).
+
+    The allocator does not read it; kube-scheduler's side of the gate (the extender's
+    extender/nodeallocatable.py) does. Validated here as the API server validates it."""
+
+    __slots__ = ("capacity_key", "capacity_multiplier", "device_multiplier", "mapped", "per_container",
+                 "per_pod")
+
+    def __init__(self, ck: _Checker, raw: Any, path: str, capacity: Mapping[str, Any]) -> None:
+        if not isinstance(raw, dict):
+            raise ck.fail(path, "must be an object")
+        mapping = raw.get("mapping")
+        overhead = raw.get("overhead")
+        if mapping is None and overhead is None:
+            raise ck.fail(path, "at least one of mapping or overhead must be set")
+        self.mapped = mapping is not None
+        self.capacity_key: str | None = None
+        self.capacity_multiplier: Quantity | None = None
+        self.device_multiplier: Quantity | None = None
+        if mapping is not None:
+            where = f"{path}.mapping"
+            mapping = ck.mapping(raw, "mapping", f"{path}.")
+            if mapping.get("capacityKey") is not None:
+                key = ck.string(mapping, "capacityKey", f"{where}.")
+                if not key:
+                    raise ck.fail(f"{where}.capacityKey", "capacityKey must not be an empty string")
+                if key not in capacity:
+                    raise ck.fail(f"{where}.capacityKey", f"Not found: {key!r}")
+                self.capacity_key = key
+            self.capacity_multiplier = self._positive(ck, mapping, "capacityMultiplier", where)
+            self.device_multiplier = self._positive(ck, mapping, "deviceMultiplier", where)
+            if self.capacity_key is not None and self.capacity_multiplier is None:
+                raise ck.fail(f"{where}.capacityMultiplier",
+                              "capacityMultiplier is required when capacityKey is set")
+            if self.capacity_multiplier is not None and self.capacity_key is None:
+                raise ck.fail(f"{where}.capacityKey",
+                              "capacityKey is required when capacityMultiplier is set")
+        self.per_pod: Quantity | None = None
+        self.per_container: Quantity | None = None
+        if overhead is not None:
+            where = f"{path}.overhead"
+            overhead = ck.mapping(raw, "overhead", f"{path}.")
+            if overhead.get("perPod") is None and overhead.get("perContainer") is None:
+                raise ck.fail(where, "at least one of perPod or perContainer must be set")
+            for field in ("perPod", "perContainer"):
+                if overhead.get(field) is None:
+                    continue
+                value = ck.quantity(overhead[field], f"{where}.{field}")
+                if value.sign() < 0:
+                    raise ck.fail(f"{where}.{field}", f"{value}: must be non-negative")
+                if field == "perPod":
+                    self.per_pod = value
+                else:
+                    self.per_container = value
+
+    @staticmethod
+    def _positive(ck: _Checker, mapping: dict[str, Any], field: str, where: str) -> Quantity | None:
+        if mapping.get(field) is None:
+            return None
+        value = ck.quantity(mapping[field], f"{where}.{field}")
+        if value.sign() <= 0:
+            raise ck.fail(f"{where}.{field}", f"{value}: must be positive")
+        return value
+
+
+def _is_node_allocatable_name(name: str) -> bool:
+    return name in ("cpu", "memory") or name.startswith("hugepages-")
+
+
+def _parse_node_allocatable(ck: _Checker, raw: dict[str, Any], path: str,
+                            capacity: Mapping[str, Any]) -> Mapping[str, NodeAllocatableResource]:
+    entries = ck.mapping(raw, "nodeAllocatableResources", f"{path}.")
+    if not entries:
+        return _NO_NODE_ALLOCATABLE
+    parsed: dict[str, NodeAllocatableResource] = {}
+    for name, entry in entries.items():
+        where = f"{path}.nodeAllocatableResources[{name}]"
+        if not _is_node_allocatable_name(name):
+            raise ck.fail(where, f"{name!r}: must be a node allocatable resource name")
+        parsed[name] = NodeAllocatableResource(ck, entry, where, capacity)
+    return parsed
+
+
+_NO_NODE_ALLOCATABLE: Mapping[str, NodeAllocatableResource] = MappingProxyType({})
+
+
 class Device:
     """One entry of a ResourceSlice's spec.devices."""
 
@@ -285,11 +376,13 @@ class Device:
         "binding_failure_conditions",
         "binds_to_node",
         "capacity",
+        "compatibility_groups",
         "consumes_counters",
         "has_list_attributes",
         "has_request_policies",
         "memo_key",
         "name",
+        "node_allocatable",
         "node_name",
         "node_selector",
         "raw",
@@ -324,9 +417,19 @@ class Device:
                     ("capacity", value),
                     lambda: DeviceCapacity(ck.quantity(value, f"{where}.value"), None))  # noqa: B023
         self.has_request_policies = any(c.policy is not None for c in self.capacity.values())
-        self.consumes_counters: tuple[tuple[str, dict[str, Quantity]], ...] = tuple(
+        uses = [
             _parse_counter_use(ck, item, f"{path}.consumesCounters[{i}]")
             for i, item in enumerate(ck.list(raw, "consumesCounters", f"{path}."))
+        ]
+        self.consumes_counters: tuple[tuple[str, dict[str, Quantity]], ...] = tuple(
+            (counter_set, counters) for counter_set, counters, _ in uses
+        )
+        # DRADeviceCompatibilityGroups: per counter set consumed (in consumesCounters order), the groups
+        # declared for it; empty when the device declares none anywhere.
+        self.compatibility_groups: tuple[tuple[str, frozenset[str]], ...] = (
+            tuple((counter_set, groups) for counter_set, _, groups in uses)
+            if any(groups for _, _, groups in uses)
+            else ()
         )
         self.node_name = ck.string(raw, "nodeName", f"{path}.")
         self.node_selector = ck.node_selector(raw, "nodeSelector", f"{path}.")
@@ -339,6 +442,9 @@ class Device:
         self.binding_conditions = ck.string_list(raw, "bindingConditions", f"{path}.")
         self.binding_failure_conditions = ck.string_list(raw, "bindingFailureConditions", f"{path}.")
         self.allow_multiple_allocations = bool(ck.boolean(raw, "allowMultipleAllocations", f"{path}."))
+        # Empty (one shared empty mapping) for almost every device.
+        self.node_allocatable = (_parse_node_allocatable(ck, raw, path, self.capacity)
+                                 if raw.get("nodeAllocatableResources") is not None else _NO_NODE_ALLOCATABLE)
         self.memo_key = (*memo_prefix, self.name)
         # Everything except the name: two devices with equal signatures in the same pool behave identically
         # for every selector, constraint, counter, taint and capacity check.
@@ -369,11 +475,51 @@ def _signature(content: dict[str, Any]) -> bytes | str:
         return repr(content)
 
 
-def _parse_counter_use(ck: _Checker, raw: Any, path: str) -> tuple[str, dict[str, Quantity]]:
+def _parse_counter_use(ck: _Checker, raw: Any, path: str) -> tuple[str, dict[str, Quantity], frozenset[str]]:
     if not isinstance(raw, dict):
         raise ck.fail(path, "must be an object")
     counter_set = ck.string(raw, "counterSet", f"{path}.", required=True)
-    return counter_set, _parse_counters(ck, raw, path)
+    groups = _parse_compatibility_groups(ck, raw, f"{path}.")
+    return counter_set, _parse_counters(ck, raw, path), groups
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+    "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+
+
+def _dns_label_problem(value: str) -> str | None:
+    """The first problem the API server's short-name format (IsDNS1123Label) reports, in its words."""
+    if len(value.encode()) > 63:
+        return "must be no more than 63 bytes"
+    if _DNS_LABEL.fullmatch(value):
+        return None
+    return "must not contain dots" if _DNS_SUBDOMAIN.fullmatch(value) else _DNS_LABEL_MESSAGE
+
+
+def _parse_compatibility_groups(ck: _Checker, raw: dict[str, Any], parent: str) -> frozenset[str]:
+    """Checked like the API server's declarative validation (v1.37.1): at most
+    DeviceCompatibilityGroupsMaxSize entries, each a DNS label, no duplicates; same error texts."""
+    groups = ck.list(raw, "compatibilityGroups", parent)
+    path = f"{parent}compatibilityGroups"
+    limit = COMPATIBILITY_GROUPS_MAX_SIZE
+    if len(groups) > limit:
+        raise ck.fail(path, f"Too many: {len(groups)}: must have at most {limit} items")
+    seen: set[str] = set()
+    for i, group in enumerate(groups):
+        if not isinstance(group, str):
+            raise ck.fail(f"{path}[{i}]", f"must be a string, got {group!r}")
+        problem = _dns_label_problem(group)
+        if problem is not None:
+            raise ck.fail(f"{path}[{i}]", f"Invalid value: {orjson.dumps(group).decode()}: {problem}")
+        if group in seen:
+            raise ck.fail(f"{path}[{i}]", f"Duplicate value: {orjson.dumps(group).decode()}")
+        seen.add(group)
+    return frozenset(groups)
 
 
 def _parse_counters(ck: _Checker, raw: dict[str, Any], path: str) -> dict[str, Quantity]:
@@ -440,6 +586,7 @@ class ResourceSlice:
         "resource_slice_count",
         "shared_counters_set",
         "uid",
+        "uses_compatibility_groups",
     )
 
     def __init__(self, raw: dict[str, Any]) -> None:
@@ -482,6 +629,7 @@ class ResourceSlice:
             for i, d in enumerate(ck.list(spec, "devices", "spec."))
         )
         self.has_binding_conditions = any(d.binding_conditions for d in self.devices)
+        self.uses_compatibility_groups = any(d.compatibility_groups for d in self.devices)
 
     @classmethod
     def from_api(cls, raw: dict[str, Any]) -> ResourceSlice:

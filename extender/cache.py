@@ -26,7 +26,9 @@ from allocator import (
     ResourceClaim,
     ResourceSlice,
 )
-from extender.podclaims import group_name_of
+from common.claimrefs import group_name_of
+from extender.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
+from extender.nodeallocatable import NodeUsage
 from extender.podgroups import check_group_claims
 from extender.podtransform import slim_pod
 from extender.sharing import ObjectSharer
@@ -66,36 +68,6 @@ def object_key(raw: dict, namespaced: bool) -> str:
     if not isinstance(namespace, str) or not namespace:
         raise ValueError("metadata.namespace: required")
     return f"{namespace}/{meta['name']}"
-
-
-def claim_names_of_pod(pod: dict) -> list[str]:
-    """Names of the ResourceClaims a pod uses that can be known now.
-
-    Template-based entries resolve through status.resourceClaimStatuses; an entry not recorded there yet
-    (claim not created) or recorded with a null name (intentionally not created) contributes nothing.
-    The claim for extended resources comes from status.extendedResourceClaimStatus.
-    """
-    spec = pod.get("spec") or {}
-    statuses = {
-        entry.get("name"): entry.get("resourceClaimName")
-        for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
-        if isinstance(entry, dict)
-    }
-    names: list[str] = []
-    for entry in spec.get("resourceClaims") or ():
-        if not isinstance(entry, dict):
-            continue
-        name = entry.get("resourceClaimName")
-        if not name and entry.get("resourceClaimTemplateName"):
-            name = statuses.get(entry.get("name"))
-        if isinstance(name, str) and name:
-            names.append(name)
-    # The special claim of extended resources backed by DRA (extendedresources.py).
-    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus")
-    name = extended.get("resourceClaimName") if isinstance(extended, dict) else None
-    if isinstance(name, str) and name:
-        names.append(name)
-    return names
 
 
 def _resource_version(raw: dict) -> int | None:
@@ -140,6 +112,8 @@ class ClusterCache:
         self._ignored = 0
         self._unnamed_invalid = 0   # objects without a usable name cannot be stored at all
         self._sharer = ObjectSharer()
+        # What the pods on each node request (extender.nodeallocatable), kept only when it is read.
+        self.node_usage = NodeUsage() if features.enabled(NODE_ALLOCATABLE_GATE) else None
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -404,6 +378,8 @@ class ClusterCache:
             group = group_name_of(raw)
             if group is not None:
                 self._pods_by_group.setdefault(f"{raw['metadata']['namespace']}/{group}", set()).add(key)
+            if self.node_usage is not None:
+                self.node_usage.update(key, raw)
         elif kind == "ResourceClaim":
             self._index_claim(key, ResourceClaim.from_api(raw))
         elif kind == "ResourceSlice":
@@ -455,6 +431,8 @@ class ClusterCache:
             self.inventory.remove_taint_rule(key)
 
     def _unindex_pod(self, key: str, old: dict) -> None:
+        if self.node_usage is not None:
+            self.node_usage.remove(key)
         meta = old.get("metadata") or {}
         if self._pod_keys_by_uid.get(meta.get("uid")) == key:
             del self._pod_keys_by_uid[meta["uid"]]
