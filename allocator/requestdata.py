@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from allocator.cel import Selector
 from allocator.compatibility import Undo
+from allocator.derived import DerivedAttributes
 from allocator.model import DeviceClass, ExactRequest
 from allocator.pools import DeviceEntry
 from allocator.quantity import Quantity
@@ -20,6 +21,7 @@ class RequestData:
         "claim_index",
         "claim_ref",
         "class_programs",
+        "derived",
         "device_class",
         "eligible",
         "full_name",
@@ -65,6 +67,7 @@ class RequestData:
         # Per candidate: 0 not eligible, 1 eligible, SHARED eligible if its remaining capacity fits.
         self.eligible: list[int | None] = []
         self.mask: int | None = None  # candidates that may be selectable (pruning only)
+        self.derived: DerivedAttributes | None = None  # its derived attributes (DRADerivedAttributes)
 
 
 class Chosen:

@@ -10,9 +10,10 @@ at 008b3652, 217 in all; every one is ported under its upstream name (217 of 217
 (Kubernetes 1.37.1) has 275 in allocator_testing.go; release_1_37 ports 16 of the 62 new ones
 (claim limit per request, claim configs, fractional capacity ranges, distinctAttribute),
 compatibility_groups the 13 DRADeviceCompatibilityGroups ones, partitionable and
-consumable_capacity 19 more on counters and capacity arithmetic; the changed expectations of older
-cases follow 1.37.1. Not yet ported: optional node operations, derived attributes and the other new
-list-attribute cases; tests/conformance replays every ported case on the real v0.37.1 allocator.
+consumable_capacity 19 more on counters and capacity arithmetic, derived_attributes the 5
+derived-attributes* and optional_node_operations the 2 optional-node-operations* cases; the changed
+expectations of older cases follow 1.37.1 (55 of the 62 new cases; not yet ported: the other 7);
+tests/conformance replays every ported case on the real v0.37.1 allocator.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from importlib import import_module
 
 from .builders import Case
 
-UPSTREAM_CASE_COUNT = 265
+UPSTREAM_CASE_COUNT = 272
 
 MODULES = (
     "basic",
@@ -38,6 +39,8 @@ MODULES = (
     "lexicographic",
     "release_1_37",
     "compatibility_groups",
+    "derived_attributes",
+    "optional_node_operations",
 )
 
 
