@@ -37,4 +37,5 @@ browser:
 
 test: $(STAMP) e2e-control-plane conformance-upstream browser
 	$(BIN)/ruff check .
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest

@@ -80,7 +80,8 @@ def moved_to(outcome: AllocationOutcome, pool_ids: Sequence[tuple[str, str]], no
         if "nodeSelector" in allocation:
             moved["nodeSelector"] = pinned
         allocations.append(moved)
-    return AllocationOutcome(True, allocations, [], outcome.steps, outcome.subrequest_ranks)
+    return AllocationOutcome(success=True, allocations=allocations, reasons=[], steps=outcome.steps,
+                             subrequest_ranks=outcome.subrequest_ranks)
 
 
 def _pool_id(result: dict[str, Any]) -> tuple[str, str]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -35,10 +35,11 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # separate copies took 13 MB. Bounded: emptied when full, so unique values cannot grow it for ever.
 _SHARED_PARSES: dict[tuple[Any, ...], Any] = {}
 MAX_SHARED_PARSES = 50_000
+_T = TypeVar("_T")
 
 
-def _shared(key: tuple[Any, ...], make: Any) -> Any:
-    found = _SHARED_PARSES.get(key)
+def _shared(key: tuple[Any, ...], make: Callable[[], _T]) -> _T:
+    found: _T | None = _SHARED_PARSES.get(key)
     if found is None:
         if len(_SHARED_PARSES) >= MAX_SHARED_PARSES:
             _SHARED_PARSES.clear()
@@ -212,9 +213,10 @@ def _parse_attribute(ck: _Checker, raw: Any, path: str) -> AttributeValue:
         expected = _PY_TYPES[type_]
         if not isinstance(value, expected) or (type_ == "int" and isinstance(value, bool)):
             raise ck.fail(f"{path}.{type_}", f"must be a {type_}, got {value!r}")
-        if type_ == "version":
+        # The isinstance tests repeat the type check above for the type checker.
+        if type_ == "version" and isinstance(value, str):
             _check_version(ck, value, f"{path}.version")
-        if type_ == "int" and not _INT64_MIN <= value <= _INT64_MAX:
+        if type_ == "int" and isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
             raise ck.fail(f"{path}.int", f"out of the int64 range: {value}")
         return _shared(("attribute", type_, value), lambda: AttributeValue(type_, value))
     if type_ in LIST_ATTRIBUTE_TYPES:
@@ -224,9 +226,9 @@ def _parse_attribute(ck: _Checker, raw: Any, path: str) -> AttributeValue:
         for i, item in enumerate(value):
             if not isinstance(item, _PY_TYPES[base]) or (base == "int" and isinstance(item, bool)):
                 raise ck.fail(f"{path}.{type_}[{i}]", f"must be a {base}, got {item!r}")
-            if base == "version":
+            if base == "version" and isinstance(item, str):
                 _check_version(ck, item, f"{path}.{type_}[{i}]")
-            if base == "int" and not _INT64_MIN <= item <= _INT64_MAX:
+            if base == "int" and isinstance(item, int) and not _INT64_MIN <= item <= _INT64_MAX:
                 raise ck.fail(f"{path}.{type_}[{i}]", f"out of the int64 range: {item}")
         items = tuple(value)
         return _shared(("attribute", type_, items), lambda: AttributeValue(type_, items))
@@ -660,7 +662,7 @@ class ExactRequest:
         "tolerations",
     )
 
-    def __init__(self, ck: _Checker, raw: Any, path: str, name: str, subrequest: bool) -> None:
+    def __init__(self, ck: _Checker, raw: Any, path: str, name: str, *, subrequest: bool) -> None:
         if not isinstance(raw, dict):
             raise ck.fail(path, "must be an object")
         self.name = name
@@ -710,7 +712,8 @@ class DeviceRequest:
         if has_exactly == bool(subs):
             raise ck.fail(path, "exactly one of exactly or firstAvailable must be set")
         self.exactly = (
-            ExactRequest(ck, raw["exactly"], f"{path}.exactly", self.name, False) if has_exactly else None
+            ExactRequest(ck, raw["exactly"], f"{path}.exactly", self.name, subrequest=False)
+            if has_exactly else None
         )
         self.first_available: tuple[ExactRequest, ...] = tuple(
             ExactRequest(
@@ -720,7 +723,7 @@ class DeviceRequest:
                 ck.string(sub, "name", f"{path}.firstAvailable[{i}].", required=True)
                 if isinstance(sub, dict)
                 else "",
-                True,
+                subrequest=True,
             )
             for i, sub in enumerate(subs)
         )
@@ -862,9 +865,12 @@ class DeviceTaintRule:
         if selector is not None:
             if not isinstance(selector, dict):
                 raise ck.fail("spec.deviceSelector", "must be an object")
-            self.selector = tuple(
-                ck.string(selector, key, "spec.deviceSelector.") for key in ("driver", "pool", "device")
-            )  # type: ignore[assignment]
+            where = "spec.deviceSelector."
+            self.selector = (
+                ck.string(selector, "driver", where),
+                ck.string(selector, "pool", where),
+                ck.string(selector, "device", where),
+            )
         if spec.get("taint") is None:
             raise ck.fail("spec.taint", "required field is missing")
         self.taint = _parse_taint(ck, spec["taint"], "spec.taint")

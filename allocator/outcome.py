@@ -98,6 +98,7 @@ class AllocationOutcome:
 
     def __init__(
         self,
+        *,
         success: bool,
         allocations: list[dict[str, Any]],
         reasons: list[Reason] | Callable[[], list[Reason]],
@@ -138,7 +139,9 @@ class AllocationOutcome:
         reasons = [reason.for_claims(renames) for reason in self.reasons]
         if any(reason is None for reason in reasons):
             return None
-        carried = AllocationOutcome(False, [], [r for r in reasons if r is not None], self.steps, [])
+        kept = [r for r in reasons if r is not None]
+        carried = AllocationOutcome(success=False, allocations=[], reasons=kept, steps=self.steps,
+                                    subrequest_ranks=[])
         carried._rejection_keys = self._rejection_keys  # the counts are shared, so are their keys
         return carried
 

@@ -42,8 +42,6 @@ def _configs(claim: ResourceClaim, selected: Sequence[RequestData]) -> list[dict
     configs: list[dict[str, Any]] = []
     class_ranges: dict[str, tuple[int, int]] = {}
     for rd in selected:
-        if rd.device_class is None:
-            continue
         existing = class_ranges.get(rd.device_class.name)
         if existing is not None:
             for i in range(*existing):

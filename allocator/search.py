@@ -119,7 +119,7 @@ class _Search:
         if 2 * depth + 200 > sys.getrecursionlimit():
             sys.setrecursionlimit(2 * depth + 1000)  # two frames per search step along the current path
         try:
-            status = self._step(0, 0, 0, 0, False, 0)
+            status = self._step(0, 0, 0, 0, in_sub=False, start=0)
         except _Hopeless as hopeless:
             status = FAIL
             self._abandon_attempt()
@@ -144,7 +144,8 @@ class _Search:
                 }
                 for ci in range(len(self.claims))
             ]
-            return AllocationOutcome(True, allocations, [], self.steps, ranks)
+            return AllocationOutcome(success=True, allocations=allocations, reasons=[], steps=self.steps,
+                                     subrequest_ranks=ranks)
         # The explanation keeps what it reads, not this search.
         explanation = Explanation(
             checks=self.checks,
@@ -153,7 +154,8 @@ class _Search:
             requests=self.requests,
             constraints=self.constraints,
         )
-        outcome = AllocationOutcome(False, [], explanation, self.steps, [])
+        outcome = AllocationOutcome(success=False, allocations=[], reasons=explanation, steps=self.steps,
+                                    subrequest_ranks=[])
         if self.pools.has_invalid:
             # Upstream wraps this in ErrFailedAllocationOnNode: an error, but only for this node.
             raise NodeAllocationError("invalid resource pools were encountered", outcome)
@@ -177,7 +179,7 @@ class _Search:
                     constraint.intersections.clear()
 
     # --- one candidate --------------------------------------------------------------------------------
-    def _allocate_device(self, ci: int, rd: RequestData, entry: DeviceEntry, must: bool) -> Chosen | None:
+    def _allocate_device(self, ci: int, rd: RequestData, entry: DeviceEntry, *, must: bool) -> Chosen | None:
         """Take a selectable device for the request if admission, the claim's constraints and
         capacity allow (the order of checks.py); None if not."""
         device, key = entry.device, entry.key
@@ -254,7 +256,7 @@ class _Search:
         self.results[ci].pop()
 
     # --- the search -----------------------------------------------------------------------------------
-    def _step(self, ci: int, ri: int, si: int, di: int, in_sub: bool, start: int) -> int:
+    def _step(self, ci: int, ri: int, si: int, di: int, *, in_sub: bool, start: int) -> int:
         """Search from one position. Each turn of the loop is one step, counted like upstream's
         allocateOne invocations; moving on to the next request or claim loops instead of recursing."""
         crossed_claim = False
@@ -292,10 +294,10 @@ class _Search:
                 status = MAX_SIZE
                 break
             if all_devices is not None:
-                chosen = self._allocate_device(ci, rd, all_devices[di], True)
+                chosen = self._allocate_device(ci, rd, all_devices[di], must=True)
                 if chosen is None:
                     return FAIL
-                status = self._step(ci, ri, si, di + 1, in_sub, 0)
+                status = self._step(ci, ri, si, di + 1, in_sub=in_sub, start=0)
                 if status != OK:
                     self._undo(ci, chosen)
                     self.backtracked = True
@@ -350,7 +352,7 @@ class _Search:
         """Try the subrequests in order; MAX_SIZE only if every one of them hit the result limit."""
         all_exceeded = True
         for sub in range(len(rds)):
-            status = self._step(ci, ri, sub, 0, True, 0)
+            status = self._step(ci, ri, sub, 0, in_sub=True, start=0)
             if status == MAX_SIZE:
                 continue
             all_exceeded = False
@@ -391,12 +393,12 @@ class _Search:
                 continue
             if skip_equivalent and entry.equivalence in tried:
                 continue
-            chosen = self._allocate_device(ci, rd, entry, False)
+            chosen = self._allocate_device(ci, rd, entry, must=False)
             if chosen is None:
                 if skip_equivalent:
                     tried.add(entry.equivalence)
                 continue
-            status = self._step(ci, ri, si, di + 1, in_sub, index + 1)
+            status = self._step(ci, ri, si, di + 1, in_sub=in_sub, start=index + 1)
             if status == OK:
                 return OK
             self._undo(ci, chosen)

@@ -91,7 +91,7 @@ class Semver:
                 raise ValueError(f"invalid semantic version {text!r}: invalid build metadata {build_text!r}")
         return cls(major, minor, patch, prerelease, build)
 
-    def _precedence_key(self) -> tuple:
+    def _precedence_key(self) -> tuple[int, int, int, int, tuple[tuple[int, int, str], ...]]:
         # A release sorts after all its pre-releases; numeric identifiers sort before alphanumeric ones.
         if not self.prerelease:
             return (self.major, self.minor, self.patch, 1, ())

@@ -83,7 +83,7 @@ def _consumed(raw: Any, where: str, problems: list[str]) -> dict[str, Quantity]:
     return consumed
 
 
-class _Layered(dict):  # type: ignore[type-arg]
+class _Layered(dict[Any, Any]):
     """A dict over a base mapping: lookups fall through to `base`, writes stay in this dict.
 
     Only lookups (``in``, ``[]``, ``get``) see the base; iteration and ``len`` see this layer alone,

@@ -93,7 +93,7 @@ def known_claim_names(pod: Mapping[str, Any]) -> list[str]:
     return names
 
 
-def controller_of(claim_raw: Mapping[str, Any]) -> dict | None:
+def controller_of(claim_raw: Mapping[str, Any]) -> dict[str, Any] | None:
     """The claim's controller ownerReference (the API server allows at most one)."""
     for owner in (claim_raw.get("metadata") or {}).get("ownerReferences") or ():
         if isinstance(owner, dict) and owner.get("controller") is True:

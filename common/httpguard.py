@@ -173,4 +173,5 @@ class LimitedRunner(web.AppRunner):
         self._cap = limits.max_connections
 
     async def _make_server(self) -> web.Server:
+        # Not a web.Server subclass: a wrapper that delegates everything but the protocol factory.
         return _ConnectionCap(await super()._make_server(), self._cap)  # type: ignore[return-value]

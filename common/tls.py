@@ -68,7 +68,7 @@ class ReloadingTLS:
         self._current = self._build()
         self.server_context = self._build()
         self.server_context.sni_callback = self._select_context
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def _build(self) -> ssl.SSLContext:
         return build_context(self.cert_file, self.key_file, self.client_ca_file)

@@ -72,6 +72,8 @@ def object_key(raw: dict, namespaced: bool) -> str:
 
 def _resource_version(raw: dict) -> int | None:
     value = (raw.get("metadata") or {}).get("resourceVersion")
+    if value is None:
+        return None
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -137,7 +139,7 @@ class ClusterCache:
 
     # ---- the single entry for changes ---------------------------------------------------------
 
-    def apply(self, kind: str, event_type: str, raw: dict) -> None:
+    def apply(self, kind: str, event_type: str, raw: object) -> None:
         """Apply one watch-style change. Bad object content is logged and counted, never raised.
 
         ADDED/MODIFIED carrying an older resourceVersion than the stored object are ignored: the
@@ -194,7 +196,7 @@ class ClusterCache:
             try:
                 self._index(kind, key, raw, old if old_indexed else None)
             except ValueError as err:
-                if old_indexed:
+                if old_indexed and old is not None:
                     self._unindex(kind, key, old)
                 # InvalidObjectError already names the object; other ValueErrors do not.
                 message = str(err) if isinstance(err, InvalidObjectError) else f"{kind} {key}: {err}"
@@ -202,7 +204,7 @@ class ClusterCache:
             except Exception as err:
                 # A bug in parsing or indexing must not stop the watch that feeds every other object.
                 log.exception("internal error indexing %s %s", kind, key)
-                if old_indexed:
+                if old_indexed and old is not None:
                     self._unindex(kind, key, old)
                 message = f"{kind} {key}: internal error: {type(err).__name__}: {err}"
                 self._record_invalid(kind, key, message, raw)
@@ -434,7 +436,7 @@ class ClusterCache:
         if self.node_usage is not None:
             self.node_usage.remove(key)
         meta = old.get("metadata") or {}
-        if self._pod_keys_by_uid.get(meta.get("uid")) == key:
+        if self._pod_keys_by_uid.get(meta.get("uid", "")) == key:  # indexed pods have a uid
             del self._pod_keys_by_uid[meta["uid"]]
         namespace = meta.get("namespace")
         group = group_name_of(old)

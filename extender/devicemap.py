@@ -138,10 +138,10 @@ def take_view(server: Any) -> ClusterView:
     pods = cache.valid_objects("Pod")
     in_flight = server.scheduler.in_flight()
     wanted = {entry.get("podUID") for entry in in_flight}
-    names = {}
+    names: dict[str, str] = {}
     for pod in pods:
         uid = (pod.get("metadata") or {}).get("uid")
-        if uid in wanted:
+        if uid in wanted and isinstance(uid, str):
             names[uid] = pod_key(pod)
     return ClusterView(list(cache.inventory.slices()), cache.valid_objects("ResourceClaim"), pods, in_flight,
                        cache.taint_rules(), names)
@@ -214,7 +214,7 @@ def _pending(pods: Iterable[Mapping[str, Any]]) -> list[PendingPod]:
 def build_map(view: ClusterView) -> DeviceMap:
     flying: dict[str, list[str]] = {}
     for entry in view.in_flight:
-        who = view.pod_names_by_uid.get(entry.get("podUID"), "")
+        who = view.pod_names_by_uid.get(entry.get("podUID") or "", "")
         for device in entry.get("devices") or ():
             flying.setdefault(device, []).append(f"{entry.get('claim')}" + (f" (pod {who})" if who else ""))
     groups: dict[str, list[PoolView]] = {}
@@ -326,7 +326,7 @@ def render_page(device_map: DeviceMap, *, page: int, per_page: int, node_filter:
     return "\n".join(out)
 
 
-def _int_query(request: web.Request, name: str, default: int, maximum: int) -> int:
+def _int_query(request: web.Request, name: str, *, default: int, maximum: int) -> int:
     text = request.query.get(name) or str(default)
     # isascii: str.isdigit() is also true of "²" and other digits int() refuses.
     value = int(text) if text.isascii() and text.isdigit() and len(text) < 12 else 0
@@ -343,8 +343,8 @@ def register(app: web.Application, server: Any) -> None:
     """Add the device map to the debug app of `server` (an ExtenderServer)."""
 
     async def device_map(request: web.Request) -> web.Response:
-        page = _int_query(request, "page", 1, 10**9)
-        per_page = _int_query(request, "per_page", DEFAULT_PER_PAGE, MAX_PER_PAGE)
+        page = _int_query(request, "page", default=1, maximum=10**9)
+        per_page = _int_query(request, "per_page", default=DEFAULT_PER_PAGE, maximum=MAX_PER_PAGE)
         node_filter = request.query.get("node", "")
         view = take_view(server)
         text = await asyncio.to_thread(

@@ -31,6 +31,7 @@ from cachetools import LRUCache
 from allocator import Node, ResourceClaim
 from allocator.quantity import Quantity
 from common.claimrefs import EXTENDED_CLAIM_ANNOTATION
+from extender.cache import ClusterCache
 
 # resourceapi.ResourceDeviceClassPrefix: the implicit extended resource name of every DeviceClass.
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
@@ -159,7 +160,7 @@ class ExtendedPlan:
 class ExtendedResources:
     """DeviceClass mapping and the pods' special claims, kept up to date from the cluster cache."""
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: ClusterCache) -> None:
         self.cache = cache
         self._classes: dict[str, dict] = {}  # DeviceClass name -> raw object
         self._mapping: dict[str, str] | None = None  # resource name -> class name, rebuilt on change
@@ -291,7 +292,7 @@ def build_requests(pod: Mapping, resources: tuple[str, ...], classes: Mapping[st
             sidecar = container.get("restartPolicy") == "Always"
             if index < init_count and not sidecar:
                 continue
-            request = _container_request(index, container, resource, class_name, 0)
+            request = _container_request(index, container, resource, class_name, already=0)
             if request is not None:
                 long_lived[index] = request
                 long_mappings.append(_mapping(container, resource, request["name"]))
@@ -310,7 +311,7 @@ def build_requests(pod: Mapping, resources: tuple[str, ...], classes: Mapping[st
                     break
             own = None
             if reused < wanted:
-                own = _container_request(index, container, resource, class_name, reused)
+                own = _container_request(index, container, resource, class_name, already=reused)
                 assert own is not None
                 container_mappings.append(_mapping(container, resource, own["name"]))
             short_lived.append((index, own, container_mappings))
@@ -334,7 +335,7 @@ def build_requests(pod: Mapping, resources: tuple[str, ...], classes: Mapping[st
     return requests, mappings
 
 
-def _container_request(index: int, container: Mapping, resource: str, class_name: str,
+def _container_request(index: int, container: Mapping, resource: str, class_name: str, *,
                        already: int) -> dict | None:
     requests = container_requests(container)
     wanted = _whole_number(requests.get(resource, 0)) or 0

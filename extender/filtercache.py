@@ -230,7 +230,7 @@ class FilterCache:
         Answered from the shape's snapshot where it has the node: no node key to work out, only the
         nodes whose pools (or Node) changed since the last filter of this shape are looked up again.
         `node_of` gives the node of a name the snapshot lacks (None: skip the name)."""
-        hits = []
+        hits: list[tuple[str, AllocationOutcome, ClaimRefs | None]] = []
         snapshot = self._snapshot(signature.spec)
         found = snapshot.found
         entries = self._entries

@@ -140,9 +140,9 @@ class NodeChecker:
             # Never cached (returns before cache.put): the next filter searches this node again.
             return timed_out(node_name)
         except NodeAllocationError as error:
-            outcome = error.outcome if isinstance(error.outcome, AllocationOutcome) else None
+            failed = error.outcome if isinstance(error.outcome, AllocationOutcome) else None
             return NodeVerdict(node_name, fits=False, message=str(error), unresolvable=True,
-                               reason=Reason.NODE_ERROR, outcome=outcome)
+                               reason=Reason.NODE_ERROR, outcome=failed)
         except AllocationError as error:
             raise SchedulingError(str(error)) from None
         if node_key is not None and filter_cache is not None and filter_cache.epoch == plan.cache_epoch:

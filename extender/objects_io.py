@@ -38,6 +38,7 @@ class ObjectLoadError(ValueError):
     """A file cannot be read or parsed, or an object in it is malformed. The message names where."""
 
 
+# libyaml's loader when PyYAML was built with it; a base chosen at run time is Any to the type checker.
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """Safe YAML loading that keeps timestamps as the strings the API server sends."""
 

@@ -193,9 +193,9 @@ class Planner:
                     return plan
                 plan.pending.append(PendingShare(claim, in_flight.allocation))
                 continue
-            problem = self._class_problem(claim)
-            if problem is not None:
-                plan.blocked = problem
+            class_problem = self._class_problem(claim)
+            if class_problem is not None:
+                plan.blocked = class_problem
                 return plan
             plan.to_allocate.append(claim)
         self._plan_extended(plan)

@@ -71,7 +71,8 @@ class ObjectSharer:
             return raw
         self._share_strings(spec, ("driver", "nodeName"))
         self._share_strings(spec.get("pool"), ("name",))
-        for device in spec.get("devices") if isinstance(spec.get("devices"), list) else ():
+        devices = spec.get("devices")
+        for device in devices if isinstance(devices, list) else ():
             if not isinstance(device, dict):
                 continue
             self._share_strings(device, ("name",))

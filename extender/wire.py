@@ -43,7 +43,7 @@ _OBJECT_FIELDS: dict[str, tuple[type, dict | None]] = {
     "status": (dict, {"resourceClaimStatuses": (list, {"name": (str, None),
                                                        "resourceClaimName": (str, None)})}),
 }
-_JSON_TYPE = {dict: "an object", list: "a list", str: "a string"}
+_JSON_TYPE: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
 
 
 def check_shape(value: Any, fields: Mapping[str, tuple[type, Any]], path: str) -> None:
@@ -61,12 +61,13 @@ def check_shape(value: Any, fields: Mapping[str, tuple[type, Any]], path: str) -
             raise BadRequest(f"{where} must be {_JSON_TYPE[kind]}, got {type(item).__name__}")
         if inner is None:
             continue
-        if kind is list:
+        # isinstance(item, kind) held: the isinstance tests below only say so to the type checker.
+        if kind is list and isinstance(item, list):
             for index, entry in enumerate(item):
                 _check_member(entry, inner, f"{where}[{index}]")
         elif isinstance(inner, dict):
             check_shape(item, inner, where)
-        else:
+        elif isinstance(item, dict):
             for name, entry in item.items():
                 _check_member(entry, inner, f"{where}[{name!r}]")
 

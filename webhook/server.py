@@ -4,6 +4,7 @@ options are extender.wiring's, which builds it for `serve`."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -22,7 +23,7 @@ MAX_REVIEW_BYTES = 8 * 1024 * 1024
 
 
 def build_app(handler: AdmissionHandler) -> web.Application:
-    def endpoint(webhook: Webhook):
+    def endpoint(webhook: Webhook) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def serve(request: web.Request) -> web.Response:
             status, body = handler.handle(webhook, await request.read())
             return web.Response(status=status, body=body, content_type="application/json")

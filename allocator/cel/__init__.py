@@ -25,6 +25,7 @@ import importlib.util
 import logging
 import os
 import threading
+from typing import cast
 
 from cachetools import LRUCache
 
@@ -98,20 +99,21 @@ class Selector:
         hit = device.results.get(self)
         if hit is not None:
             if hit.__class__ is bool:
-                return hit  # type: ignore[return-value]
-            raise CELRuntimeError(hit, self.expression)  # type: ignore[arg-type]
+                return hit
+            raise CELRuntimeError(cast(str, hit), self.expression)  # a remembered error message
         activation = device.activations.get(self._backend_name)
         if activation is None:
             activation = device.activations[self._backend_name] = self._backend.activation(device)
         try:
+            # _program is None only in _DriverSelector, which answers without it.
             result: bool | str = self._program.evaluate(activation)  # type: ignore[union-attr]
         except CELRuntimeError as err:
             result = err.message  # errors are deterministic too: remembered like results
         if device.memo_key is not None:
             _remember(device.results, self, result)
         if result.__class__ is bool:
-            return result  # type: ignore[return-value]
-        raise CELRuntimeError(result, self.expression)  # type: ignore[arg-type]
+            return result
+        raise CELRuntimeError(cast(str, result), self.expression)
 
     def __repr__(self) -> str:
         return f"Selector({self.expression!r}, engine={self.engine!r})"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 from allocator.quantity import Quantity
 from allocator.semver import Semver
@@ -182,7 +182,8 @@ def _attribute_value(raw: object, where: str) -> AttributeValue:
     if kind in _LIST_KINDS:
         if not isinstance(value, list):
             raise ValueError(f"{where}: {kind} value must be a list, got {value!r}")
-        return [_checked_scalar(_LIST_KINDS[kind], item, where) for item in value]  # type: ignore[misc]
+        # One kind for every item, so the list is one of AttributeValue's list types.
+        return cast(AttributeValue, [_checked_scalar(_LIST_KINDS[kind], item, where) for item in value])
     raise ValueError(f"{where}: unknown attribute type {kind!r}")
 
 
@@ -202,8 +203,8 @@ def _capacity_value(raw: object, where: str) -> Quantity:
         raise ValueError(f"{where}: {err}") from None
 
 
-def make_device(driver: str, attributes: Mapping[str, Mapping] | None = None,
-                capacity: Mapping[str, Mapping] | None = None,
+def make_device(driver: str, attributes: Mapping[str, Mapping[str, object]] | None = None,
+                capacity: Mapping[str, Mapping[str, object]] | None = None,
                 allow_multiple_allocations: bool | None = None,
                 memo_key: Hashable | None = None) -> CELDevice:
     """Convert a device's API attributes and capacity into the CEL view (raises ValueError)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from cel_expr_python import cel
@@ -211,14 +212,14 @@ def _result_type_name(result_type: Any, tree: Node, expression: str, options: Co
     return _type_name(result_type)
 
 
-def _encoded(values: dict[str, object]) -> dict[str, object]:
-    encoded = dict(values)  # int, bool and str values pass as they are
+def _encoded(values: Mapping[str, object]) -> dict[str, object]:
+    encoded: dict[str, object] = dict(values)  # int, bool and str values pass as they are
     for ident, value in values.items():
         if value.__class__ is Semver:
-            encoded[ident] = library.encode_semver(value)  # type: ignore[arg-type]
+            encoded[ident] = library.encode_semver(value)
         elif value.__class__ is list:
             encoded[ident] = [library.encode_semver(v) if v.__class__ is Semver else v
-                              for v in value]  # type: ignore[attr-defined]
+                              for v in value]
     return encoded
 
 

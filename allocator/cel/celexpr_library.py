@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import re2
 from cel_expr_python import cel
@@ -200,19 +200,19 @@ def _is_semver(text: str, normalize: bool = False) -> bool:
 
 def cel_equal(a: object, b: object) -> bool:
     """CEL heterogeneous equality on the Python values cel-expr-python hands to functions."""
+    if type(a) is bytearray:
+        a = bytes(a)
+    if type(b) is bytearray:
+        b = bytes(b)
     ta, tb = type(a), type(b)
-    if ta is bytearray:
-        a, ta = bytes(a), bytes  # type: ignore[arg-type]
-    if tb is bytearray:
-        b, tb = bytes(b), bytes  # type: ignore[arg-type]
     if ta is bool or tb is bool:
         return ta is tb and a == b
     if ta in (int, float) and tb in (int, float):
         return a == b
-    if ta is list and tb is list:
-        return len(a) == len(b) and all(cel_equal(x, y) for x, y in zip(a, b, strict=True))  # type: ignore[arg-type]
-    if ta is dict and tb is dict:
-        return a.keys() == b.keys() and all(cel_equal(a[k], b[k]) for k in a)  # type: ignore[attr-defined,index]
+    if type(a) is list and type(b) is list:
+        return len(a) == len(b) and all(cel_equal(x, y) for x, y in zip(a, b, strict=True))
+    if type(a) is dict and type(b) is dict:
+        return a.keys() == b.keys() and all(cel_equal(a[k], b[k]) for k in a)
     return ta is tb and a == b
 
 
@@ -225,7 +225,7 @@ def _order_key(value: object, function: str) -> tuple[int, Any]:
     if kind is str:
         return (2, value)
     if kind in _BYTES:
-        data = bytes(value)  # type: ignore[call-overload]
+        data = bytes(cast("bytes | bytearray", value))
         if data[:2] == _QUANTITY_TAG:
             return (3, data)
         if data[:2] == _SEMVER_TAG:
@@ -234,19 +234,19 @@ def _order_key(value: object, function: str) -> tuple[int, Any]:
     raise NoSuchOverload(function, value)
 
 
-def _ordered(items: list, function: str) -> list[tuple[int, Any]]:
+def _ordered(items: list[Any], function: str) -> list[tuple[int, Any]]:
     keys = [_order_key(item, function) for item in items]
     if len({k[0] for k in keys}) > 1:
         raise NoSuchOverload(function, items)
     return keys
 
 
-def _is_sorted(items: list) -> bool:
+def _is_sorted(items: list[Any]) -> bool:
     keys = _ordered(items, "isSorted")
     return all(not (b[1] < a[1]) for a, b in itertools.pairwise(keys))
 
 
-def _extreme(items: list, function: str, pick: Callable[[Any, Any], bool]) -> object:
+def _extreme(items: list[Any], function: str, pick: Callable[[Any, Any], bool]) -> object:
     if not items:
         raise ValueError(f"{function} called on empty list")
     keys = _ordered(items, function)
@@ -257,20 +257,20 @@ def _extreme(items: list, function: str, pick: Callable[[Any, Any], bool]) -> ob
     return items[best]
 
 
-def _min(items: list) -> object:
+def _min(items: list[Any]) -> object:
     return _extreme(items, "min", lambda a, b: a < b)
 
 
-def _max(items: list) -> object:
+def _max(items: list[Any]) -> object:
     return _extreme(items, "max", lambda a, b: a > b)
 
 
-def _sum(items: list) -> int | float:
+def _sum(items: list[Any]) -> int | float:
     if not items:
         return 0
     kinds = {type(item) for item in items}
     if kinds == {int}:
-        total = sum(items)
+        total: int = sum(items)
         if not INT64_MIN <= total <= INT64_MAX:
             raise OverflowError("integer overflow")
         return total
@@ -279,13 +279,13 @@ def _sum(items: list) -> int | float:
     raise NoSuchOverload("sum", items)
 
 
-def _index_of(target: str | list, item: object, offset: int | None = None) -> int:
+def _index_of(target: str | list[Any], item: object, offset: int | None = None) -> int:
     if isinstance(target, str):
         return _string_index_of(target, item, offset, last=False)
     return next((i for i, x in enumerate(target) if cel_equal(x, item)), -1)
 
 
-def _last_index_of(target: str | list, item: object, offset: int | None = None) -> int:
+def _last_index_of(target: str | list[Any], item: object, offset: int | None = None) -> int:
     if isinstance(target, str):
         return _string_index_of(target, item, offset, last=True)
     return next((i for i in range(len(target) - 1, -1, -1) if cel_equal(target[i], item)), -1)
@@ -305,7 +305,7 @@ def _string_index_of(text: str, sub: object, offset: int | None, last: bool) -> 
 
 def _includes(target: object, item: object) -> bool:
     if type(target) is list:
-        return any(cel_equal(x, item) for x in target)  # type: ignore[attr-defined]
+        return any(cel_equal(x, item) for x in target)
     return cel_equal(target, item)
 
 

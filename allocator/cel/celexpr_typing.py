@@ -74,7 +74,7 @@ def _check_homogeneous(expression: str, literal: Node, parts: object) -> None:
 def walk(node: object) -> Iterator[Node]:
     if isinstance(node, Node):
         yield node
-    children: tuple = ()
+    children: tuple[Node | None, ...] = ()
     if isinstance(node, Select):
         children = (node.operand,)
     elif isinstance(node, Index):

@@ -19,11 +19,12 @@ import math
 import re
 import sys
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import celpy
 import celpy.celtypes as ct
 import lark
+from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, Evaluator
 
 from allocator.cel.backend import (
@@ -95,11 +96,11 @@ def _literal(node: Literal) -> str:
     if node.kind == "string":
         return _string_literal(str(value))
     if node.kind == "bytes":
-        return _bytes_literal(value)  # type: ignore[arg-type]
+        return _bytes_literal(cast(bytes, value))
     if node.kind == "uint":
         return f"{value}u"
     if node.kind == "double":
-        number = float(value)  # type: ignore[arg-type]
+        number = float(cast(float, value))
         if math.isinf(number):
             return "1e999" if number > 0 else "-1e999"
         return repr(number)
@@ -259,41 +260,41 @@ _RELATION_FUNCTIONS = {
 class _BudgetedEvaluator(Evaluator):
     """celpy's tree-walking evaluator with a step budget and cel-go's all()/exists()."""
 
-    def __init__(self, ast: lark.Tree, activation: Any, budget: _Budget) -> None:
+    def __init__(self, ast: lark.Tree[Any], activation: Any, budget: _Budget) -> None:
         super().__init__(ast, activation)
         self.budget = budget
 
-    def _visit_tree(self, tree: lark.Tree) -> Any:
+    def _visit_tree(self, tree: lark.Tree[Any]) -> Any:
         self.budget.steps -= 1
         if self.budget.steps < 0:
             raise EvaluationBudgetExceeded
         return super()._visit_tree(tree)
 
-    def sub_evaluator(self, ast: lark.Tree) -> Evaluator:
+    def sub_evaluator(self, ast: lark.Tree[Any]) -> Evaluator:
         return _BudgetedEvaluator(ast, self.activation, self.budget)
 
     # celpy's versions of these three evaluate `typing.cast(Tuple[...])` on every call, which costs
     # more than the operator itself; the operators are ours (FUNCTIONS), the errors the same.
-    def relation(self, tree: lark.Tree) -> Any:
+    def relation(self, tree: lark.Tree[Any]) -> Any:
         if len(tree.children) == 1:
             return self._visit_tree(tree.children[0])
         operation, right = tree.children
         name = _RELATION_FUNCTIONS[operation.data]
         return self._apply(tree, name, self._visit_tree(operation.children[0]), self._visit_tree(right))
 
-    def conditionaland(self, tree: lark.Tree) -> Any:
+    def conditionaland(self, tree: lark.Tree[Any]) -> Any:
         return self._logical(tree, "_&&_")
 
-    def conditionalor(self, tree: lark.Tree) -> Any:
+    def conditionalor(self, tree: lark.Tree[Any]) -> Any:
         return self._logical(tree, "_||_")
 
-    def _logical(self, tree: lark.Tree, name: str) -> Any:
+    def _logical(self, tree: lark.Tree[Any], name: str) -> Any:
         if len(tree.children) == 1:
             return self._visit_tree(tree.children[0])
         left, right = (self._visit_tree(child) for child in tree.children)
         return self._apply(tree, name, left, right)
 
-    def literal(self, tree: lark.Tree) -> Any:
+    def literal(self, tree: lark.Tree[Any]) -> Any:
         # celpy decodes a literal's token on every evaluation; the (immutable) value is kept on the node.
         value = tree.__dict__.get("cel_value", _NOT_DECODED)
         if value is _NOT_DECODED:
@@ -302,7 +303,7 @@ class _BudgetedEvaluator(Evaluator):
                 tree.cel_value = value  # type: ignore[attr-defined]
         return value
 
-    def _apply(self, tree: lark.Tree, name: str, left: Any, right: Any) -> Any:
+    def _apply(self, tree: lark.Tree[Any], name: str, left: Any, right: Any) -> Any:
         try:
             return self.activation.resolve_function(name)(left, right)
         except TypeError as err:
@@ -310,7 +311,7 @@ class _BudgetedEvaluator(Evaluator):
             error.__cause__ = err
             return error
 
-    def member_dot_arg(self, tree: lark.Tree) -> Any:
+    def member_dot_arg(self, tree: lark.Tree[Any]) -> Any:
         # celpy raises (instead of returning) errors from map/filter/exists_one bodies, which escapes
         # && and ||, and folds all()/exists() so that two element errors read "no such overload".
         # cel-go: all/exists stop at the deciding element and otherwise report the first error;
@@ -321,7 +322,7 @@ class _BudgetedEvaluator(Evaluator):
         values = self.visit(tree.children[0])
         if isinstance(values, CELEvalError):
             return values
-        arguments = tree.children[2].children  # type: ignore[union-attr]
+        arguments = tree.children[2].children
         if len(arguments) == 3:  # the two-variable all(k, v, p) / exists(k, v, p)
             pairs = values.items() if isinstance(values, dict) else \
                 [(ct.IntType(i), v) for i, v in enumerate(values)]
@@ -378,7 +379,7 @@ def _quantifier(name: str, values: Any, body: Callable[[Any], Any]) -> Any:
 class _BudgetedRunner(celpy.InterpretedRunner):
     max_steps: ClassVar[int] = MAX_EVALUATION_STEPS
 
-    def __init__(self, environment: celpy.Environment, ast: lark.Tree, functions: Any = None) -> None:
+    def __init__(self, environment: celpy.Environment, ast: lark.Tree[Any], functions: Any = None) -> None:
         super().__init__(environment, ast, functions)
         # Built once: every evaluation clones it before binding `device`, so it is never mutated.
         self.base_activation = self.new_activation()
@@ -395,7 +396,7 @@ _PASS_THROUGH_RULES = {"expr", "conditionalor", "conditionaland", "relation", "a
                        "unary", "member"}
 
 
-def _compact(tree: lark.Tree) -> lark.Tree:
+def _compact(tree: lark.Tree[Any]) -> lark.Tree[Any]:
     while True:
         children = tree.children
         if len(children) != 1 or not isinstance(children[0], lark.Tree):
@@ -404,7 +405,7 @@ def _compact(tree: lark.Tree) -> lark.Tree:
         if tree.data in _PASS_THROUGH_RULES:
             tree = child
         elif tree.data == "primary" and child.data == "paren_expr":
-            tree = child.children[0]  # type: ignore[assignment]
+            tree = child.children[0]
         else:
             break
     tree.children = [_compact(c) if isinstance(c, lark.Tree) else c for c in tree.children]
@@ -508,7 +509,7 @@ class CelpyBackend:
         except RecursionError:
             message = "expression is nested too deeply for the celpy backend"
             raise CELCompileError(message, expression) from None
-        except celpy.CELParseError as err:  # our emitter produced something celpy cannot read
+        except CELParseError as err:  # our emitter produced something celpy cannot read
             message = f"internal error translating the expression for celpy: {err}"
             raise CELCompileError(message, expression) from None
         runner = self.environment.program(ast, functions=FUNCTIONS)

@@ -10,6 +10,8 @@ evaluation time (attribute values are `dyn`) is left to the runtime, as in cel-g
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import re2
 
 from allocator.cel.backend import CELCompileError, CompileOptions
@@ -29,7 +31,7 @@ from allocator.cel.parser import (
 )
 
 # A static type: a CEL type name, or ("list", elem), ("map", key, value), ("optional_type", value).
-Type = str | tuple
+Type: TypeAlias = str | tuple["Type", ...]
 
 DYN = "dyn"
 BOOL, INT, UINT, DOUBLE, STRING, BYTES = "bool", "int", "uint", "double", "string", "bytes"
@@ -156,7 +158,7 @@ def _applies(receiver_type: Type | None, params: tuple[Type, ...], receiver: Typ
              args: list[Type]) -> bool:
     if (receiver_type is None) != (receiver is None) or len(params) != len(args):
         return False
-    if receiver_type is not None and not unifies(receiver_type, receiver):  # type: ignore[arg-type]
+    if receiver_type is not None and receiver is not None and not unifies(receiver_type, receiver):
         return False
     return all(unifies(p, a) for p, a in zip(params, args, strict=True))
 
@@ -195,14 +197,14 @@ class Checker:
         if isinstance(node, Ident):
             return self.identifier(node)
         if isinstance(node, Select):
-            return self.qualify(node, self.check(node.operand), node.field, None, node.optional)
+            return self.qualify(node, self.check(node.operand), node.field, None, optional=node.optional)
         if isinstance(node, Has):
             operand = self.check(node.select.operand)
-            self.qualify(node.select, operand, node.select.field, None, False)
+            self.qualify(node.select, operand, node.select.field, None, optional=False)
             return BOOL
         if isinstance(node, Index):
             operand = self.check(node.operand)
-            return self.qualify(node, operand, None, self.check(node.index), node.optional)
+            return self.qualify(node, operand, None, self.check(node.index), optional=node.optional)
         if isinstance(node, ListExpr):
             elements = [self.element(node, i, e) for i, e in enumerate(node.elements)]
             return ("list", self.homogeneous(node, elements))
@@ -246,7 +248,7 @@ class Checker:
             result = _join(result, t)
         return result
 
-    def qualify(self, node: Node, operand: Type, field: str | None, index: Type | None,
+    def qualify(self, node: Node, operand: Type, field: str | None, index: Type | None, *,
                 optional: bool) -> Type:
         was_optional = isinstance(operand, tuple) and operand[0] == "optional_type"
         target = operand[1] if was_optional else operand

@@ -15,7 +15,7 @@ import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import celpy.celtypes as ct
 import re2
@@ -126,22 +126,23 @@ def cel_equals(a: object, b: object) -> bool:
     kind = kind_of(a)
     if kind != kind_of(b):
         return False
-    if kind == "list":
-        return len(a) == len(b) and all(cel_equals(x, y) for x, y in zip(a, b, strict=True))  # type: ignore
-    if kind == "map":
-        if len(a) != len(b):  # type: ignore[arg-type]
+    # The isinstance tests only tell the type checker what equal kinds already mean.
+    if kind == "list" and isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(cel_equals(x, y) for x, y in zip(a, b, strict=True))
+    if kind == "map" and isinstance(a, dict) and isinstance(b, dict):
+        if len(a) != len(b):
             return False
-        for key, value in a.items():  # type: ignore[union-attr]
-            found = _map_find(b, key)  # type: ignore[arg-type]
+        for key, value in a.items():
+            found = _map_find(b, key)
             if found is None or not cel_equals(value, found[0]):
                 return False
         return True
-    if kind == "optional_type":
-        return a.present == b.present and (not a.present or cel_equals(a.value, b.value))  # type: ignore
+    if kind == "optional_type" and isinstance(a, OptionalValue) and isinstance(b, OptionalValue):
+        return a.present == b.present and (not a.present or cel_equals(a.value, b.value))
     return bool(a == b)
 
 
-def _map_find(mapping: dict, key: object) -> tuple[Any] | None:
+def _map_find(mapping: dict[Any, Any], key: object) -> tuple[Any] | None:
     """Look a key up with CEL key equality (1 and 1u and 1.0 name the same entry)."""
     if kind_of(key) in ("string", "bool") and dict.__contains__(mapping, key):
         return (dict.__getitem__(mapping, key),)
@@ -159,7 +160,9 @@ def _ordered(function: str, a: object, b: object) -> tuple[Any, Any]:
         return _plain(a), _plain(b)
     kind = kind_of(a)
     if kind == kind_of(b) and kind in _ORDERED_KINDS:
-        return (int(a), int(b)) if kind == "bool" else (a, b)  # type: ignore[call-overload]
+        if kind == "bool" and isinstance(a, int) and isinstance(b, int):  # celpy's BoolType is an int
+            return int(a), int(b)
+        return a, b
     raise _no_overload(function, a, b)
 
 
@@ -426,11 +429,11 @@ def _quantity_operand(function: str, a: Any, b: Any) -> Quantity:
 
 
 def _add_quantity(a: Any, b: Any) -> Quantity:
-    return a + _quantity_operand("add", a, b)
+    return cast(Quantity, a) + _quantity_operand("add", a, b)
 
 
 def _sub_quantity(a: Any, b: Any) -> Quantity:
-    return a - _quantity_operand("sub", a, b)
+    return cast(Quantity, a) - _quantity_operand("sub", a, b)
 
 
 def _quantity_method(function: str, convert: Callable[[Quantity], Any]) -> Callable[[Any], Any]:
@@ -594,7 +597,7 @@ def _list_method(function: str, scan: Callable[..., Any]) -> Callable[..., Any]:
     return implementation
 
 
-def _is_sorted(values: list) -> Any:
+def _is_sorted(values: list[Any]) -> Any:
     return ct.BoolType(not any(_less(b, a) for a, b in itertools.pairwise(values)))
 
 
@@ -603,7 +606,7 @@ def _less(a: Any, b: Any) -> bool:
     return bool(x < y)
 
 
-def _sum(values: list) -> Any:
+def _sum(values: list[Any]) -> Any:
     if not values:
         return ct.IntType(0)
     total = values[0]
@@ -614,8 +617,8 @@ def _sum(values: list) -> Any:
     return total
 
 
-def _extreme(function: str, pick_less: bool) -> Callable[[list], Any]:
-    def implementation(values: list) -> Any:
+def _extreme(function: str, pick_less: bool) -> Callable[[list[Any]], Any]:
+    def implementation(values: list[Any]) -> Any:
         if not values:
             raise LibraryError(f"{function} called on empty list")
         best = values[0]
@@ -627,11 +630,11 @@ def _extreme(function: str, pick_less: bool) -> Callable[[list], Any]:
     return implementation
 
 
-def _list_index_of(values: list, item: Any) -> Any:
+def _list_index_of(values: list[Any], item: Any) -> Any:
     return ct.IntType(next((i for i, v in enumerate(values) if cel_equals(v, item)), -1))
 
 
-def _list_last_index_of(values: list, item: Any) -> Any:
+def _list_last_index_of(values: list[Any], item: Any) -> Any:
     return ct.IntType(next((i for i in range(len(values) - 1, -1, -1) if cel_equals(values[i], item)), -1))
 
 
@@ -676,7 +679,7 @@ def _find(text: Any, pattern: Any) -> Any:
 def _find_all(text: Any, pattern: Any, limit: Any = -1) -> Any:
     _require(text, str, "findAll", pattern)
     _require(pattern, str, "findAll", text)
-    found = []
+    found: list[ct.StringType] = []
     for match in _compiled_regex(str(pattern)).finditer(str(text)):
         if 0 <= limit <= len(found):
             break
@@ -702,7 +705,7 @@ def _ends_with(value: Any, suffix: Any) -> Any:
     return ct.BoolType(str(value).endswith(str(suffix)))
 
 
-def _sets(function: str, test: Callable[[list, list], bool]) -> Callable[[Any, Any], Any]:
+def _sets(function: str, test: Callable[[list[Any], list[Any]], bool]) -> Callable[[Any, Any], Any]:
     def implementation(a: Any, b: Any) -> Any:
         _require(a, list, function, b)
         _require(b, list, function, a)
@@ -711,7 +714,7 @@ def _sets(function: str, test: Callable[[list, list], bool]) -> Callable[[Any, A
     return implementation
 
 
-def _subset(container: list, items: list) -> bool:
+def _subset(container: list[Any], items: list[Any]) -> bool:
     return all(any(cel_equals(item, c) for c in container) for item in items)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 from allocator.cel.backend import CELCompileError, CompileOptions
 from allocator.cel.parser import (
@@ -128,7 +129,7 @@ class _Estimator:
     def estimate(self, node: Node) -> tuple[int, Shape]:
         if isinstance(node, Literal):
             if node.kind in ("string", "bytes"):
-                return 0, Shape(node.kind, len(node.value))  # type: ignore[arg-type]
+                return 0, Shape(node.kind, len(cast("str | bytes", node.value)))
             return 0, Shape(node.kind, size=1)
         if isinstance(node, Ident):
             return 1, self.lookup(node.name)

@@ -244,18 +244,18 @@ def _find_string_end(text: str, start: int, quote: str, raw: bool) -> int:
     return -1
 
 
-def _number_literal(text: str, token: Token) -> Literal:
+def _number(text: str, token: Token) -> tuple[int | float, LiteralKind]:
     raw = token.text
     if raw[-1] in "uU":
         value = int(raw[:-1], 16) if raw[:2] in ("0x", "0X") else int(raw[:-1])
         if value > UINT64_MAX:
             raise _error(text, token.pos, f"uint literal {raw} out of range")
-        return Literal(token.pos, value, "uint")
+        return value, "uint"
     if raw[:2] in ("0x", "0X"):
-        return Literal(token.pos, int(raw, 16), "int")
+        return int(raw, 16), "int"
     if any(c in raw for c in ".eE"):
-        return Literal(token.pos, float(raw), "double")
-    return Literal(token.pos, int(raw), "int")
+        return float(raw), "double"
+    return int(raw), "int"
 
 
 _RELATIONS = {"==": "_==_", "!=": "_!=_", "<": "_<_", "<=": "_<=_", ">": "_>_", ">=": "_>=_", "in": "@in"}
@@ -383,11 +383,10 @@ class _Parser:
             count += 1
         if symbol == "-" and count % 2 == 1 and self.token.kind == "number" \
                 and not self.token.text.endswith(("u", "U")):
-            literal = _number_literal(self.text, self.advance())
-            negated = Literal(pos, -literal.value, literal.kind)  # type: ignore[operator]
-            if literal.kind == "int" and negated.value < INT64_MIN:  # type: ignore[operator]
-                raise _error(self.text, pos, f"int literal -{literal.value} out of range")
-            return self.member_suffixes(negated)
+            value, kind = _number(self.text, self.advance())
+            if kind == "int" and -value < INT64_MIN:
+                raise _error(self.text, pos, f"int literal -{value} out of range")
+            return self.member_suffixes(Literal(pos, -value, kind))
         self.nested()
         operand = self.unary()
         self.depth -= 1
@@ -464,10 +463,10 @@ class _Parser:
     def primary(self) -> Node:
         token = self.token
         if token.kind == "number":
-            literal = _number_literal(self.text, self.advance())
-            if literal.kind == "int" and literal.value > INT64_MAX:  # type: ignore[operator]
+            value, kind = _number(self.text, self.advance())
+            if kind == "int" and value > INT64_MAX:
                 raise _error(self.text, token.pos, f"int literal {token.text} out of range")
-            return literal
+            return Literal(token.pos, value, kind)
         if token.kind in ("string", "bytes"):
             self.advance()
             return Literal(token.pos, token.value, "bytes" if token.kind == "bytes" else "string")

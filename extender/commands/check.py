@@ -400,9 +400,9 @@ def _match(
             report.runtime_error(f"device {device.label}: {exc}")
             continue
         report.matching.append(device)
-        for name, expression in compiled_derived:
+        for name, derived_expression in compiled_derived:
             try:
-                expression.value(device.view)
+                derived_expression.value(device.view)
             except cel.CELRuntimeError as exc:
                 report.runtime_error(f"device {device.label}: derived attribute {name}: {exc}")
     return report

@@ -87,7 +87,7 @@ async def _simulate(args: argparse.Namespace, features: FeatureGates, objects: l
     if result.error:
         return output.error(result.error)
     scores = await scheduler.prioritize(pod, result.passed) if result.passed else {}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for node in nodes:
         reason = result.failed.get(node) or result.unresolvable.get(node) or ""
         rows.append(

@@ -34,8 +34,9 @@ def allocated_results(raw: Mapping[str, Any]) -> list[dict]:
 
 def result_device(result: Mapping[str, Any]) -> DeviceId | None:
     driver, pool, device = result.get("driver"), result.get("pool"), result.get("device")
-    if all(isinstance(v, str) and v for v in (driver, pool, device)):
-        return driver, pool, device  # type: ignore[return-value]
+    if isinstance(driver, str) and isinstance(pool, str) and isinstance(device, str) \
+            and driver and pool and device:
+        return driver, pool, device
     return None
 
 

@@ -135,9 +135,11 @@ def test_a_failed_outcome_is_carried_over_only_when_every_reason_is() -> None:
                     "claim ns/a: request gpu: needs 1 device, 0 match")
     joint = Reason("ns/a,ns/b", "a/gpu,b/gpu", None, 2, 1, {}, {},
                    "claims ns/a, ns/b: requests a/gpu, b/gpu need 2 devices")
-    moved = AllocationOutcome(False, [], [single], 3, []).for_claims({"ns/a": "ns/z"})
+    moved = AllocationOutcome(success=False, allocations=[], reasons=[single], steps=3,
+                              subrequest_ranks=[]).for_claims({"ns/a": "ns/z"})
     assert moved is not None and moved.summary() == "claim ns/z: request gpu: needs 1 device, 0 match"
-    assert AllocationOutcome(False, [], [single, joint], 3, []).for_claims({"ns/a": "ns/z"}) is None
+    assert AllocationOutcome(success=False, allocations=[], reasons=[single, joint], steps=3,
+                             subrequest_ranks=[]).for_claims({"ns/a": "ns/z"}) is None
 
 
 def test_a_failed_outcome_keeps_what_its_explanation_reads_not_the_search() -> None:
