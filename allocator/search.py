@@ -201,8 +201,11 @@ class _Search:
     # --- entry point ----------------------------------------------------------------------------------
     def run(self) -> AllocationOutcome:
         self._prepare()
+        # A path holds at most the result limit of devices per claim (a larger count is refused first).
         depth = len(self.claims) + sum(
-            2 + max(rd.num_devices for rd in rds) for claim in self.requests for rds in claim
+            2 + min(MAX_RESULTS_PER_CLAIM, max(rd.num_devices for rd in rds))
+            for claim in self.requests
+            for rds in claim
         )
         if 2 * depth + 200 > sys.getrecursionlimit():
             sys.setrecursionlimit(2 * depth + 1000)  # two frames per search step along the current path

@@ -525,4 +525,36 @@ CASES = [
             )
         ],
     ),
+    Case(
+        # device-1's share, allocated in an earlier cycle, holds the pool's only counter; device-2
+        # (mode "b") consumes the same counter, so it cannot be shared out now.
+        "allow-multiple-allocations-with-shared-device-counter-cross-cycle",
+        features=features(PARTITIONABLE, CAPACITY),
+        claims=[
+            claim(
+                "claim-0",
+                request(
+                    "req-0", CLASS_A, 1, cel('device.attributes["driver-a"].mode == "b"'), capacity={CAP: "1"}
+                ),
+            )
+        ],
+        allocated_claims=[in_use("device-1", "1")],
+        classes=[MULTI_CLASS],
+        slices=[
+            one_slice(
+                *(
+                    device(
+                        name,
+                        attrs={"mode": mode},
+                        counters={"counter-set-1": {CAP: "1"}},
+                        capacity_from_counters=True,
+                        multiple=True,
+                    )
+                    for name, mode in (("device-1", "a"), ("device-2", "b"))
+                ),
+                count=2,
+            ),
+            counter_slice("slice-2", NODE_1, "pool-1", DRIVER_A, {"counter-set-1": {CAP: "1"}}),
+        ],
+    ),
 ]

@@ -15,6 +15,7 @@ from .builders import (
     REGION_1,
     TAINTS,
     Case,
+    all_devices,
     allocation,
     cel,
     claim,
@@ -542,5 +543,19 @@ CASES += [
             )
         ],
         fixes_upstream_bug="kubernetes/kubernetes#140436",
+    ),
+    Case(
+        # An "All" request takes a device that consumes counters, when the counters suffice.
+        "all-devices-with-consumed-counters",
+        features=ON,
+        claims=[claim("claim-0", all_devices("req-0"))],
+        classes=[CLASS],
+        slices=[
+            devices_slice(
+                "slice-1", "pool-1", part("device-1", from_counters=False, counter_set_1={"memory": "4Gi"})
+            ),
+            counters("slice-2", "pool-1", counter_set_1={"memory": "8Gi"}),
+        ],
+        expect=[allocation(local(), result("req-0", DRIVER_A, "pool-1", "device-1"))],
     ),
 ]
