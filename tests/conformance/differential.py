@@ -182,12 +182,6 @@ KNOWN_DIFFERENCES: dict[str, Callable[[Obj, Verdict, Verdict], bool]] = {
     # Without pruning our search takes the same allocateOne steps as upstream's, about five times
     # slower in Python; with pruning it often finishes where Go gives up.
     "search deadline": lambda w, o, t: (o.kind == "timeout") != (t.kind == "timeout"),
-    # Open (our bug, rare: 2 worlds in 20,000): when pruning gives up on a claim that cannot be
-    # satisfied, upstream's full search may still reach a later request of that claim whose selector
-    # fails at run time, and abort with that error where we say "does not fit".
-    "CEL error in a request our pruning skips": lambda w, o, t: (
-        o.kind == "unschedulable" and t.kind == "error" and "CEL runtime error" in t.error
-    ),
     # We always search pools and slices in lexicographic order; upstream's stable variant (only with
     # non-default gates) follows the order of its slice list, which is not defined.
     "pool order of upstream's stable variant": lambda w, o, t: (
