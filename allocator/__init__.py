@@ -16,9 +16,10 @@ that claim against the released Go code. Deliberate differences, each commented 
   error upstream's search would reach (a failing selector, a capacity request its range arithmetic
   cannot represent): bounds only look as far as the first request that could hit one.
 
-Open CEL differences from cel-go found by the differential campaigns (stricter static typing in cel-go,
-``x in []``, milli sums and asInteger, cost estimates) are listed one by one, with the reason, in
-tests/conformance/differential.py (KNOWN_CEL_DIFFERENCES).
+Open CEL differences from cel-go found by the differential campaigns (cost estimates of stored
+selectors, milli sums and asInteger, opaque == in cel-expr, cel-go's typing of an empty list's
+filter) are listed one by one, with the reason, in tests/conformance/differential.py
+(KNOWN_CEL_DIFFERENCES).
 
 Upstream bugs we used to fix on our own are fixed in 1.37.1 too (distinctAttribute #140438,
 counters rollback #140436, list intersection restored on backtracking #140326).

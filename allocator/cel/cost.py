@@ -108,11 +108,12 @@ def _traversal(size: int, factor: float = STRING_TRAVERSAL_FACTOR) -> int:
 
 
 _SAME_SIZE_STRING_FUNCTIONS = {"lowerAscii", "upperAscii", "trim", "substring"}
-_LIST_SCANS = {"isSorted", "sum", "min", "max", "indexOf", "lastIndexOf"}
-_BOOL_RESULTS = {"isQuantity", "isSemver", "isInteger", "hasValue", "isGreaterThan", "isLessThan", "includes",
+_LIST_SCANS = {"isSorted", "sum", "min", "max", "indexOf", "lastIndexOf", "includes"}
+_BOOL_RESULTS = {"isQuantity", "isSemver", "isInteger", "hasValue", "isGreaterThan", "isLessThan",
                  "sets.contains", "sets.equivalent", "sets.intersects"}
 _INT_RESULTS = {"size", "int", "uint", "compareTo", "sign", "asInteger", "major", "minor", "patch", "charAt"}
 _COMPARISONS = {"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"}
+_SIZED_KINDS = {"string", "bytes", "list", "map", "dyn"}
 
 
 class _Estimator:
@@ -247,7 +248,9 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
     first = operands[0] if operands else DYN
     second = operands[1] if len(operands) > 1 else DYN
     if name in _COMPARISONS:
-        # Proportional to the smaller operand for strings, bytes and lists; 1 for scalars.
+        # Proportional to the smaller operand for strings, bytes, lists and dynamic values; 1 for scalars.
+        if not {first.kind, second.kind} & _SIZED_KINDS:
+            return 1, BOOL
         return max(1, _traversal(min(first.size, second.size))), BOOL
     if name == "@in":
         return (1 if second.kind == "map" else max(1, second.size)), BOOL
@@ -270,8 +273,15 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         return cost, found if name == "find" else Shape("list", first.size, elem=found)
     if name in _LIST_SCANS and first.kind != "string":
         elem = first.elem or SCALAR_DYN
-        per_element = 1 + (_traversal(elem.size) if elem.kind in ("string", "bytes") else 0)
-        result = INT if name in ("indexOf", "lastIndexOf") else BOOL if name == "isSorted" else elem
+        result = INT if name in ("indexOf", "lastIndexOf") else Shape(elem.kind)  # no size known
+        if name in ("isSorted", "includes"):
+            result = BOOL
+        if first.kind != "list" and name != "includes":
+            # the Kubernetes estimator takes a dynamic receiver (an attribute) for a string
+            return _traversal(first.size), result
+        # per element 1, plus a traversal for strings, whose size it does not know in a typed list
+        text_size = UNBOUNDED if first.kind == "list" else elem.size
+        per_element = 1 + (_traversal(text_size) if elem.kind in ("string", "bytes") else 0)
         return _mul(first.size, per_element), result
     if name in ("indexOf", "lastIndexOf"):  # on a string
         return _traversal(first.size), INT
@@ -290,7 +300,10 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         part = Shape("string", first.size)
         return _traversal(first.size, 2 * STRING_TRAVERSAL_FACTOR), Shape("list", first.size, elem=part)
     if name == "join":
-        size = _mul(first.size, (first.elem or DYN).size)
+        # As the Kubernetes estimator: the elements of a typed list (a literal, a split() or map()
+        # result) have no size it knows, so neither has the result; a dynamic list (an attribute
+        # value) has no element type at all, and only its separators are counted.
+        size = UNBOUNDED if first.kind == "list" and first.size else 0
         if len(operands) > 1:
             size = _add(size, _mul(second.size, max(0, first.size - 1)))
         return _traversal(size), Shape("string", size)
@@ -300,16 +313,28 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         return _traversal(first.size), Shape("string", _add(_mul(first.size, 2), 2))
     if name in ("sets.contains", "sets.equivalent", "sets.intersects"):
         return _add(_mul(first.size, second.size), 1), BOOL
-    if name in ("quantity", "semver", "add", "sub"):
-        return 1, Shape("kubernetes.Quantity" if name != "semver" else "kubernetes.Semver", size=1)
+    if name in ("quantity", "semver", "isQuantity", "isSemver"):
+        # parsing traverses the text (the Kubernetes estimator), unbounded for a computed string
+        result = BOOL if name.startswith("is") else Shape(f"kubernetes.{name.capitalize()}", size=1)
+        return _traversal(first.size), result
+    if name in ("add", "sub"):
+        return 1, Shape("kubernetes.Quantity", size=1)
     if name == "string":
-        # cel-go knows no size for a conversion's result, so searching it cannot be bounded.
+        # cel-go knows no size for the conversion of a typed value, so searching it cannot be bounded;
+        # converting a dynamic value (an attribute) keeps that value's size and traverses it.
+        if first.kind == "dyn":
+            return _traversal(first.size), Shape("string", first.size)
         return 1, Shape("string")
     if name in _BOOL_RESULTS or name in ("!_",):
         return 1, BOOL
     if name in _INT_RESULTS:
         return 1, INT
-    if name in ("dyn", "orValue", "value", "optional.of", "optional.ofNonZeroValue"):
+    if name in ("orValue", "value"):
+        # cel-go keeps no size for what an optional holds
+        return 1, Shape(first.kind, elem=first.elem)
+    if name == "dyn":
+        return 1, Shape("dyn", first.size, elem=first.elem, key=first.key)
+    if name in ("optional.of", "optional.ofNonZeroValue"):
         return 1, first
     if name in ("_-_", "_*_", "_/_", "_%_", "-_"):
         return 1, Shape(first.kind, size=1)
