@@ -37,13 +37,14 @@ from allocator.model import (
     parse_object,
 )
 from allocator.nodes import node_matches_selector
-from allocator.outcome import AllocationOutcome, Reason
+from allocator.outcome import PREEMPTION_MAY_HELP, AllocationOutcome, Reason, Rejection
 from allocator.search import Allocator
 from allocator.state import AllocatedState, AllocationReading
 from allocator.taints import tolerates
 
 __all__ = [
     "DEFAULT_GATES",
+    "PREEMPTION_MAY_HELP",
     "AllocatedState",
     "AllocationError",
     "AllocationOutcome",
@@ -58,6 +59,7 @@ __all__ = [
     "Node",
     "NodeAllocationError",
     "Reason",
+    "Rejection",
     "ResourceClaim",
     "ResourceSlice",
     "node_matches_selector",

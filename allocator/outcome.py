@@ -4,21 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-REJECTION_KEYS = (
-    "class selector",
-    "request selector",
-    "in use",
-    "taint",
-    "counters",
-    "capacity",
-    "constraint",
-    "incomplete pool",
-    "invalid pool",
-    "node",
-    "binding conditions",
-)
+
+class Rejection(StrEnum):
+    """Why a device was turned away from a request: the keys of ``Reason.rejected``, as served and
+    shown (their values are part of the explain output)."""
+
+    CLASS_SELECTOR = "class selector"
+    REQUEST_SELECTOR = "request selector"
+    IN_USE = "in use"
+    TAINT = "taint"
+    COUNTERS = "counters"
+    CAPACITY = "capacity"
+    CONSTRAINT = "constraint"
+    INCOMPLETE_POOL = "incomplete pool"
+    INVALID_POOL = "invalid pool"
+    NODE = "node"
+    BINDING_CONDITIONS = "binding conditions"
+
+
+# Rejections that other pods' allocations cause, so evicting pods could undo them.
+PREEMPTION_MAY_HELP = frozenset({Rejection.IN_USE, Rejection.COUNTERS, Rejection.CAPACITY})
 
 
 @dataclass
@@ -30,14 +38,14 @@ class Reason:
     subrequest: str | None
     needed: int
     considered: int
-    rejected: dict[str, int] = field(default_factory=dict)
+    rejected: dict[Rejection, int] = field(default_factory=dict)
     in_use_by: dict[str, int] = field(default_factory=dict)
     message: str = ""
 
     @property
     def matching(self) -> int:
         """Devices that passed every per-device check."""
-        return self.considered - sum(v for k, v in self.rejected.items() if k != "constraint")
+        return self.considered - sum(v for k, v in self.rejected.items() if k != Rejection.CONSTRAINT)
 
     def for_claims(self, renames: Mapping[str, str]) -> Reason | None:
         """This reason about other claims with identical specs: `renames` maps each old claim key
@@ -66,7 +74,7 @@ class Reason:
             "subrequest": self.subrequest,
             "needed": self.needed,
             "considered": self.considered,
-            "rejected": dict(self.rejected),
+            "rejected": {str(key): count for key, count in self.rejected.items()},
             "inUseBy": dict(self.in_use_by),
             "message": self.message,
         }
@@ -95,7 +103,7 @@ class AllocationOutcome:
         self.allocations = allocations
         self.steps = steps
         self.subrequest_ranks = subrequest_ranks
-        self._rejection_keys: frozenset[str] | None = None
+        self._rejection_keys: frozenset[Rejection] | None = None
         if callable(reasons):
             self._reasons: list[Reason] | None = None
             self._explain: Callable[[], list[Reason]] | None = reasons
@@ -110,8 +118,8 @@ class AllocationOutcome:
             self._explain = None
         return self._reasons
 
-    def rejection_keys(self) -> frozenset[str]:
-        """The rejection keys (REJECTION_KEYS) that turned away at least one device, over all reasons;
+    def rejection_keys(self) -> frozenset[Rejection]:
+        """The rejections that turned away at least one device, over all reasons;
         worked out once (the scheduler asks for every node a cached failure is reused on)."""
         if self._rejection_keys is None:
             self._rejection_keys = frozenset(

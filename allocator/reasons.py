@@ -3,104 +3,69 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import NamedTuple
 
-from allocator import capacity as cap
-from allocator.constraints import DistinctAttribute, lookup_attribute
-from allocator.errors import AllocationError
-from allocator.model import claim_ref
-from allocator.outcome import Reason
-from allocator.pools import INCOMPLETE, INVALID, DeviceEntry
-from allocator.taints import untolerated
-
-if TYPE_CHECKING:
-    from allocator.search import RequestData, _Search
+from allocator.checks import DeviceChecks
+from allocator.constraints import Constraint, DistinctAttribute, lookup_attribute
+from allocator.model import ResourceClaim, claim_ref
+from allocator.outcome import Reason, Rejection
+from allocator.pools import INCOMPLETE, INVALID, DeviceEntry, NodePools
+from allocator.requestdata import RequestData
 
 _PHRASES = {  # in the order messages list them
-    "in use": "in use",
-    "taint": "tainted",
-    "counters": "without enough shared counters",
-    "capacity": "without enough capacity",
-    "constraint": "failing claim constraints",
-    "request selector": "rejected by request selectors",
-    "node": "not available on this node",
-    "binding conditions": "with binding conditions (feature disabled)",
-    "incomplete pool": "in incomplete pools",
-    "invalid pool": "in invalid pools",
+    Rejection.IN_USE: "in use",
+    Rejection.TAINT: "tainted",
+    Rejection.COUNTERS: "without enough shared counters",
+    Rejection.CAPACITY: "without enough capacity",
+    Rejection.CONSTRAINT: "failing claim constraints",
+    Rejection.REQUEST_SELECTOR: "rejected by request selectors",
+    Rejection.NODE: "not available on this node",
+    Rejection.BINDING_CONDITIONS: "with binding conditions (feature disabled)",
+    Rejection.INCOMPLETE_POOL: "in incomplete pools",
+    Rejection.INVALID_POOL: "in invalid pools",
 }
 
 
-def _counters_short(search: _Search, entry: DeviceEntry) -> bool:
-    """Would the device exceed its pool's counters given only what is already allocated?"""
-    if not entry.device.consumes_counters:
-        return False
-    if not search.partitionable:
-        return True
-    available = search._pool_counters(entry.pool)
-    for set_name, counters in entry.device.consumes_counters:
-        for counter, value in counters.items():
-            if available[set_name][counter] < value:
-                return True
-    return False
+class Explanation:
+    """What explaining a failed search reads, kept by its outcome until asked (a filter over many
+    nodes rarely asks): the device checks, with the attempt given back, and the prepared claims."""
+
+    __slots__ = ("checks", "claims", "constraints", "pools", "requests")
+
+    def __init__(
+        self,
+        *,
+        checks: DeviceChecks,
+        pools: NodePools,
+        claims: Sequence[ResourceClaim],
+        requests: list[list[list[RequestData]]],
+        constraints: list[list[Constraint]],
+    ) -> None:
+        self.checks = checks
+        self.pools = pools
+        self.claims = claims
+        self.requests = requests
+        self.constraints = constraints
+
+    def __call__(self) -> list[Reason]:
+        return explain(self)
 
 
-def _selection_rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) -> str | None:
-    if entry.device.binding_conditions and not search.binding_and_status:
-        return "binding conditions"
-    try:
-        if not search._selectors_match(ci, rd, entry, True):
-            return "class selector"
-    except AllocationError:
-        return "class selector"
-    try:
-        if not search._selectors_match(ci, rd, entry, False):
-            return "request selector"
-    except AllocationError:
-        return "request selector"
-    if not entry.node_ok:
-        return "node"
-    return None
+class _ClaimTotal(NamedTuple):
+    ref: str
+    requests: list[str]
+    needed: int
+    usable: set[int]  # candidate indices some request of the claim could use
 
 
-def _rejection(search: _Search, ci: int, rd: RequestData, entry: DeviceEntry) -> str | None:
-    device = entry.device
-    if rd.selectable[entry.index] is not True:  # the search already knows when it is selectable
-        why = _selection_rejection(search, ci, rd, entry)
-        if why is not None:
-            return why
-    if not rd.admin and search._in_use(entry):
-        return "in use"
-    if search.taints_on and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
-        return "taint"
-    skip_counters = (
-        search.consumable and device.allow_multiple_allocations and entry.key in search.allocated.capacity
-    )
-    if not skip_counters and _counters_short(search, entry):
-        return "counters"
-    if search.consumable and (
-        cap.undefined_requests(rd.capacity_requests, device, entry.key[0])
-        or not _capacity_fits(search, rd, entry)
-    ):
-        return "capacity"
-    return None
-
-
-def _capacity_fits(search: _Search, rd: RequestData, entry: DeviceEntry) -> bool:
-    device = entry.device
-    try:
-        return cap.fits(rd.capacity_requests, device, entry.key[0], device.allow_multiple_allocations,
-                        search.allocated.capacity.get(entry.key), None, search.fractional)
-    except cap.CapacityError:
-        return False  # the search reports it as an error; an explanation just counts the device out
-
-
-def _constraint_losses(search: _Search, ci: int, rd: RequestData, usable: list[DeviceEntry]) -> int:
+def _constraint_losses(constraints: list[Constraint], rd: RequestData, usable: list[DeviceEntry]) -> int:
     """Usable devices that cannot be part of the best group any applicable constraint allows."""
     worst = 0
-    for constraint in search.constraints[ci]:
+    for constraint in constraints:
         if not constraint.applies(rd.base_name, rd.sub_name):
             continue
-        values = Counter()
+        values: Counter[object] = Counter()
         for entry in usable:
             value = lookup_attribute(entry.device, entry.key[0], constraint.attribute)
             if value is not None:
@@ -133,38 +98,38 @@ def _joint(claims: list[str], requests: list[str], needed: int, usable: int, con
     return Reason(",".join(claims), ",".join(requests), None, needed, considered, {}, {}, message)
 
 
-def explain(search: _Search) -> list[Reason]:
-    pools = search.pools
+def explain(failed: Explanation) -> list[Reason]:
+    pools, checks = failed.pools, failed.checks
     incomplete = sum(p.device_count for p in pools.pools if p.status == INCOMPLETE)
     invalid = sum(p.device_count for p in pools.pools if p.status == INVALID)
-    considered = len(search.candidates) + incomplete + invalid
+    considered = len(pools.candidates) + incomplete + invalid
     short: list[Reason] = []
-    claim_totals: list[tuple[str, list[str], int, set[int]]] = []
-    for ci, claim in enumerate(search.claims):
+    claim_totals: list[_ClaimTotal] = []
+    for ci, claim in enumerate(failed.claims):
         claim_usable: set[int] = set()
         claim_needed = 0
-        for rds in search.requests[ci]:
+        for rds in failed.requests[ci]:
             claim_needed += min(rd.num_devices for rd in rds)
             for rd in rds:
-                rejected: Counter[str] = Counter()
+                rejected: Counter[Rejection] = Counter()
                 if incomplete:
-                    rejected["incomplete pool"] = incomplete
+                    rejected[Rejection.INCOMPLETE_POOL] = incomplete
                 if invalid:
-                    rejected["invalid pool"] = invalid
+                    rejected[Rejection.INVALID_POOL] = invalid
                 in_use_by: Counter[str] = Counter()
                 usable = []
-                for entry in search.candidates:
-                    why = _rejection(search, ci, rd, entry)
+                for entry in pools.candidates:
+                    why = checks.rejection(rd, entry)
                     if why is None:
                         usable.append(entry)
                         continue
                     rejected[why] += 1
-                    if why == "in use":
-                        in_use_by[search.allocated.owner_of(*entry.key) or "?"] += 1
+                    if why == Rejection.IN_USE:
+                        in_use_by[checks.allocated.owner_of(*entry.key) or "?"] += 1
                 claim_usable.update(e.index for e in usable)
-                lost = _constraint_losses(search, ci, rd, usable)
+                lost = _constraint_losses(failed.constraints[ci], rd, usable)
                 if lost:
-                    rejected["constraint"] = lost
+                    rejected[Rejection.CONSTRAINT] = lost
                 reason = Reason(
                     claim.key,
                     rd.base_name,
@@ -179,24 +144,24 @@ def explain(search: _Search) -> list[Reason]:
                     reason.message = _message(claim_ref(claim), rd, reason)
                     short.append(reason)
         names = [r.name for r in claim.requests]
-        claim_totals.append((claim_ref(claim), names, claim_needed, claim_usable))
+        claim_totals.append(_ClaimTotal(claim_ref(claim), names, claim_needed, claim_usable))
     if short:
         return short
-    for name, requests, needed, usable in claim_totals:
-        if needed > len(usable):
-            short.append(_joint([name], requests, needed, len(usable), considered))
+    for total in claim_totals:
+        if total.needed > len(total.usable):
+            short.append(_joint([total.ref], total.requests, total.needed, len(total.usable), considered))
     if short:
         return short
-    everything = set().union(*(u for *_, u in claim_totals)) if claim_totals else set()
+    everything: set[int] = set().union(*(total.usable for total in claim_totals))
     return [
         _joint(
-            [claim_ref(c) for c in search.claims],
+            [claim_ref(c) for c in failed.claims],
             [
                 f"{c.name}/{r}"
-                for c, (_, reqs, _, _) in zip(search.claims, claim_totals, strict=True)
-                for r in reqs
+                for c, total in zip(failed.claims, claim_totals, strict=True)
+                for r in total.requests
             ],
-            sum(n for _, _, n, _ in claim_totals),
+            sum(total.needed for total in claim_totals),
             len(everything),
             considered,
         )

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from allocator.errors import AllocationError
 from allocator.model import ResourceClaim
-
-if TYPE_CHECKING:
-    from allocator.search import Chosen, RequestData
+from allocator.requestdata import Chosen, RequestData
 
 
 def device_result(chosen: Chosen, binding_and_status: bool) -> dict[str, Any]:

@@ -7,7 +7,11 @@ then the other half by the measured pods. Steady state: on the half-full cluster
 and the oldest bound pods deleted continuously, keeping a window of pending pods.
 
 Each set-up gets a fresh control plane (same binaries, flags and workload) so neither inherits the
-other's objects. Needs the binaries of tests/e2e/build_control_plane.py (built if missing).
+other's objects, and runs in its own bench process whose control-plane data is deleted when it ends;
+before each one the bench waits (--settle-s) for the machine to be idle. Each run's entry in `runs`
+keeps its order, both set-ups' figures, the idle share before it started, and the ratio reached if
+dra-extender's own CPU cost nothing (both set-ups saturate the cores, so that bounds what a faster
+extender can show here). Needs the binaries of tests/e2e/build_control_plane.py (built if missing).
 
     python bench/e2e_throughput.py --json                      # 500 nodes, 2,500 + 2,500 pods
     python bench/e2e_throughput.py --nodes 50 --pods 250 --json  # a quick run
@@ -38,7 +42,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -285,6 +291,52 @@ def _steady_state(
     return _measure(created, watch.bound_at)
 
 
+SETTLE_IDLE = 0.8  # the share of both cores idle over SETTLE_WINDOW_S before a set-up starts
+SETTLE_WINDOW_S = 3.0
+
+
+def _idle_share(window_s: float) -> float:
+    """The share of all CPUs idle (idle + iowait) over the next `window_s` seconds, from /proc/stat."""
+
+    def sample() -> tuple[int, int]:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return values[3] + values[4], sum(values)
+
+    idle0, total0 = sample()
+    time.sleep(window_s)
+    idle1, total1 = sample()
+    return (idle1 - idle0) / max(1, total1 - total0)
+
+
+def _settle(max_s: float) -> float:
+    """Wait until the machine is idle (the previous control plane's processes and writes are gone),
+    up to `max_s`; return the idle share measured last, which the report keeps per run."""
+    deadline = time.monotonic() + max_s
+    idle = _idle_share(SETTLE_WINDOW_S)
+    while idle < SETTLE_IDLE and time.monotonic() < deadline:
+        idle = _idle_share(SETTLE_WINDOW_S)
+    return round(idle, 2)
+
+
+def run_isolated(mode: str, nodes: int, pods: int, steady: int, work: Path, workload: str,
+                 settle_s: float) -> dict[str, Any]:
+    """One set-up in a fresh bench process, its control plane's data removed as soon as it is done.
+
+    Nothing of an earlier set-up (client threads and connection pools, the bench's heap, etcd's data
+    on disk and in the page cache) is left to speed up or slow down a later one: the earlier in-process
+    runs showed a run-position effect that this removes from the comparison."""
+    idle_before = _settle(settle_s)
+    command = [sys.executable, __file__, "--run-one", mode, "--nodes", str(nodes), "--pods", str(pods),
+               "--steady-pods", str(steady), "--workload", workload, "--work", str(work)]
+    try:
+        done = subprocess.run(command, stdout=subprocess.PIPE, check=False)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{mode} set-up failed (exit {done.returncode}); its log is above")
+    return orjson.loads(done.stdout.splitlines()[-1]) | {"idle_before": idle_before}
+
+
 def _progress(mode: str, what: str) -> None:
     print(f"[e2e_throughput] {mode}: {what}", file=sys.stderr, flush=True)
 
@@ -478,7 +530,15 @@ def _shape(text: str) -> tuple[int, int, int]:
     return nodes, groups, pods
 
 
-def _report(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+PER_RUN_KEYS = ("pods_per_s", "p99_s", "steady_pods_per_s", "steady_p99_s", "idle_before")
+
+
+def _free_extender_ratio(run: dict[str, dict[str, Any]], key: str) -> float:
+    extender = run["extender"][key]
+    return round(run["in-tree"][key]["total"] / (extender["total"] - extender.get("dra-extender", 0.0)), 3)
+
+
+def _report(runs: list[dict[str, dict[str, Any]]], orders: list[list[str]]) -> dict[str, Any]:
     """The issue's keys (medians over the runs), each run's ratios, and CPU per pod by component."""
 
     def median(mode: str, key: str, digits: int) -> float:
@@ -508,12 +568,20 @@ def _report(runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         },
         "runs": [
             {
+                "order": order,
                 "ratio": round(run["extender"]["pods_per_s"] / run["in-tree"]["pods_per_s"], 3),
                 "steady_state_ratio": round(
                     run["extender"]["steady_pods_per_s"] / run["in-tree"]["steady_pods_per_s"], 3
                 ),
+                # Both set-ups use the 2 cores fully, so a ratio is about in-tree's CPU per pod over
+                # ours; this is the ratio dra-extender would reach if its own CPU were free.
+                "ratio_if_dra_extender_cost_nothing": _free_extender_ratio(run, "cpu_ms_per_pod"),
+                "steady_state_ratio_if_dra_extender_cost_nothing": _free_extender_ratio(
+                    run, "steady_cpu_ms_per_pod"),
+                **{mode: {key: round(run[mode][key], 3) for key in PER_RUN_KEYS if key in run[mode]}
+                   for mode in order},
             }
-            for run in runs
+            for run, order in zip(runs, orders, strict=True)
         ],
         # CPU time each component spent per pod (the bench client itself is not counted).
         "cpu_ms_per_pod": {
@@ -553,6 +621,10 @@ def main() -> int:
         "drifts by tens of percent over minutes); figures are medians of the runs, ratios the medians "
         "of each run's own ratio",
     )
+    parser.add_argument("--settle-s", type=float, default=90.0,
+                        help="before each set-up, wait up to this long for the machine to be idle "
+                        f"({SETTLE_IDLE * 100:.0f}%% idle over {SETTLE_WINDOW_S:.0f} s; "
+                        "default 90, 0 to start at once)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--workload", choices=WORKLOADS, default=CLAIM_TEMPLATE,
                         help=f"the workload of the default run (default {CLAIM_TEMPLATE}; see above)")
@@ -560,7 +632,16 @@ def main() -> int:
                         help="run upstream's SharedPodGroupResourceClaimTemplate shapes instead (see above)")
     parser.add_argument("--shape", type=_shape, action="append", metavar="NODES:PODGROUPS:PODS",
                         help="with --shared-podgroups: a shape to run instead of upstream's two (repeatable)")
+    # A single set-up, as run_isolated runs it in its own process: prints its result as one JSON line.
+    parser.add_argument("--run-one", choices=("in-tree", "extender"), help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.run_one:
+        if args.work is None or args.pods is None or args.steady_pods is None:
+            parser.error("--run-one needs --work, --pods and --steady-pods")
+        result = run_setup(args.run_one, args.nodes, args.pods, args.steady_pods, args.work, args.workload)
+        print(orjson.dumps(result).decode(), flush=True)
+        return 0
     if args.shape and not args.shared_podgroups:
         parser.error("--shape goes with --shared-podgroups")
     if args.shared_podgroups and args.workload != CLAIM_TEMPLATE:
@@ -574,6 +655,8 @@ def main() -> int:
         parser.error(f"--pods {pods}: twice that must fit on {args.nodes * DEVICES_PER_NODE} devices")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.settle_s < 0:
+        parser.error("--settle-s must be 0 or more")
     steady = args.steady_pods or pods
     runs: list[dict[str, dict[str, Any]]] = []
     orders: list[list[str]] = []
@@ -585,11 +668,11 @@ def main() -> int:
             results: dict[str, dict[str, Any]] = {}
             for mode in order:
                 _progress(mode, f"{args.nodes} nodes, {pods} + {pods} pods (run {index + 1}) ...")
-                results[mode] = run_setup(mode, args.nodes, pods, steady, Path(tmp) / f"{mode}-{index}",
-                                          args.workload)
+                results[mode] = run_isolated(mode, args.nodes, pods, steady, Path(tmp) / f"{mode}-{index}",
+                                             args.workload, args.settle_s)
                 _progress(mode, str(results[mode]))
             runs.append(results)
-    report = _report(runs)
+    report = _report(runs, orders)
     report.update(
         nodes=args.nodes, devices_per_node=DEVICES_PER_NODE, pods=pods, repeats=args.repeats, order=orders,
         workload=args.workload,

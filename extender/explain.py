@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from allocator import Rejection
 from extender.planning import SchedulingError
 from extender.podclaims import pod_key
 from extender.scheduling import Scheduler
@@ -121,7 +122,7 @@ def _rejections(request: dict[str, Any]) -> str:
         if not count:
             continue
         text = f"{step} {count}"
-        if step == "in use" and request.get("inUseBy"):
+        if step == Rejection.IN_USE and request.get("inUseBy"):
             owners = ", ".join(f"{owner}: {n}" for owner, n in sorted(request["inUseBy"].items()))
             text += f" ({owners})"
         parts.append(text)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
-from allocator import AllocationOutcome
+from allocator import PREEMPTION_MAY_HELP, AllocationOutcome
 from extender.filtercache import ClaimRefs, renames
 
 
@@ -38,8 +38,6 @@ class Reason(StrEnum):
     ERROR = "error"  # a real error (SchedulingError): the whole filter failed
 
 
-# Allocator rejections that evicting pods could undo: kube-scheduler may try preemption for these nodes.
-PREEMPTION_MAY_HELP = frozenset({"in use", "counters", "capacity"})
 # Verdicts of bind's re-check that mean another pod got there first.
 CONFLICT_REASONS = frozenset({Reason.DEVICES, Reason.CLAIM_IN_FLIGHT, Reason.CLAIM_IN_USE,
                               Reason.CLAIM_ON_OTHER_NODE})

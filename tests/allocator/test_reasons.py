@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from allocator_objects import (
     DRIVER,
     allocate,
@@ -14,7 +16,7 @@ from allocator_objects import (
     slice_obj,
 )
 
-from allocator import AllocatedState, Node
+from allocator import PREEMPTION_MAY_HELP, AllocatedState, Node, Rejection
 from allocator.outcome import AllocationOutcome, Reason
 
 
@@ -136,3 +138,23 @@ def test_a_failed_outcome_is_carried_over_only_when_every_reason_is() -> None:
     moved = AllocationOutcome(False, [], [single], 3, []).for_claims({"ns/a": "ns/z"})
     assert moved is not None and moved.summary() == "claim ns/z: request gpu: needs 1 device, 0 match"
     assert AllocationOutcome(False, [], [single, joint], 3, []).for_claims({"ns/a": "ns/z"}) is None
+
+
+def test_a_failed_outcome_keeps_what_its_explanation_reads_not_the_search() -> None:
+    inv = inventory([slice_obj("s", [dev("a"), dev("b")], pool="p")])
+    state = AllocatedState()
+    state.add_claim(allocated_claim("holder", (DRIVER, "p", "a")))
+    outcome = allocate(inv, claim_obj("c", req("r", 2)), state=state)
+    gc.collect()
+    assert not [o for o in gc.get_objects() if type(o).__name__ == "_Search"]
+    (reason,) = outcome.reasons  # worked out only now, from the state the outcome kept
+    assert reason.rejected == {Rejection.IN_USE: 1} and reason.in_use_by == {"default/holder": 1}
+
+
+def test_rejection_keys_are_the_served_strings() -> None:
+    # Served by explain and read by tools: renaming a member must not change these.
+    assert sorted(str(key) for key in Rejection) == [
+        "binding conditions", "capacity", "class selector", "constraint", "counters", "in use",
+        "incomplete pool", "invalid pool", "node", "request selector", "taint",
+    ]
+    assert sorted(PREEMPTION_MAY_HELP) == ["capacity", "counters", "in use"]

@@ -202,7 +202,7 @@ def known_difference(world: Obj, ours: Verdict, theirs: Verdict) -> str | None:
 
 def question_options(question: Obj) -> cel.CompileOptions:
     """Validation of new objects declares only what the features enable; the allocator compiles as
-    upstream does for stored expressions, with everything declared (allocator.search)."""
+    upstream does for stored expressions, with everything declared (allocator.checks)."""
     if not question.get("newExpressions"):
         return cel.CompileOptions(consumable_capacity=True, list_type_attributes=True)
     return cel.CompileOptions(
