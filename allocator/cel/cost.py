@@ -260,7 +260,9 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         if first.kind in ("string", "bytes") or second.kind in ("string", "bytes"):
             size = min(UNBOUNDED, first.size + second.size)
             return _traversal(size), Shape(first.kind if first.kind != "dyn" else second.kind, size)
-        return 1, Shape(first.kind, size=1)
+        if first.kind == "dyn" and second.kind == "dyn":  # may be two lists or strings: sizes add up
+            return 1, Shape("dyn", min(UNBOUNDED, first.size + second.size), elem=first.elem or second.elem)
+        return 1, _arithmetic_result(first, second)
     if name in ("startsWith", "endsWith"):
         return _traversal(second.size), BOOL
     if name == "contains":
@@ -313,12 +315,14 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         return _traversal(first.size), Shape("string", _add(_mul(first.size, 2), 2))
     if name in ("sets.contains", "sets.equivalent", "sets.intersects"):
         return _add(_mul(first.size, second.size), 1), BOOL
+    # Computed scalars (parsed, added, multiplied) have no size in cel-go, only literals do: that
+    # matters where such a value meets a dynamic one (a comparison, string()).
     if name in ("quantity", "semver", "isQuantity", "isSemver"):
         # parsing traverses the text (the Kubernetes estimator), unbounded for a computed string
-        result = BOOL if name.startswith("is") else Shape(f"kubernetes.{name.capitalize()}", size=1)
+        result = BOOL if name.startswith("is") else Shape(f"kubernetes.{name.capitalize()}")
         return _traversal(first.size), result
     if name in ("add", "sub"):
-        return 1, Shape("kubernetes.Quantity", size=1)
+        return 1, Shape("kubernetes.Quantity")
     if name == "string":
         # cel-go knows no size for the conversion of a typed value, so searching it cannot be bounded;
         # converting a dynamic value (an attribute) keeps that value's size and traverses it.
@@ -337,8 +341,17 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
     if name in ("optional.of", "optional.ofNonZeroValue"):
         return 1, first
     if name in ("_-_", "_*_", "_/_", "_%_", "-_"):
-        return 1, Shape(first.kind, size=1)
+        return 1, _arithmetic_result(first, second if len(operands) > 1 else first)
     return 1, DYN
+
+
+def _arithmetic_result(first: Shape, second: Shape) -> Shape:
+    """A number has size 1 for the estimator; a dynamic operand with no number beside it may be
+    anything (cel-go resolves no overload), so its result has no size."""
+    for operand in (first, second):
+        if operand.kind in ("int", "uint", "double"):
+            return Shape(operand.kind, size=1)
+    return Shape(first.kind)
 
 
 def estimate_cost(expression: str, options: CompileOptions) -> int:
