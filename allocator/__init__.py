@@ -29,15 +29,18 @@ from allocator.errors import AllocationError, AllocationTimeout, InvalidObjectEr
 from allocator.features import DEFAULT_GATES, FeatureGates
 from allocator.inventory import Inventory
 from allocator.model import (
+    Device,
     DeviceClass,
     DeviceTaintRule,
     Node,
+    NodeAllocatableResource,
     ResourceClaim,
     ResourceSlice,
     parse_object,
 )
 from allocator.nodes import node_matches_selector
 from allocator.outcome import PREEMPTION_MAY_HELP, AllocationOutcome, Reason, Rejection
+from allocator.quantity import Quantity
 from allocator.search import Allocator
 from allocator.state import AllocatedState, AllocationReading
 from allocator.taints import tolerates
@@ -51,13 +54,16 @@ __all__ = [
     "AllocationReading",
     "AllocationTimeout",
     "Allocator",
+    "Device",
     "DeviceClass",
     "DeviceTaintRule",
     "FeatureGates",
     "InvalidObjectError",
     "Inventory",
     "Node",
+    "NodeAllocatableResource",
     "NodeAllocationError",
+    "Quantity",
     "Reason",
     "Rejection",
     "ResourceClaim",

@@ -19,6 +19,10 @@ DEFAULT_GATES: Mapping[str, bool] = {
     # Beta 1.37, off by default (needs GenericWorkload and scheduling.k8s.io/v1beta1 in the cluster).
     # Read by the servers only (extender.podgroups): the allocator does not change with it.
     "DRAWorkloadResourceClaims": False,
+    # Alpha 1.36, off by default. Read by the servers only (extender.nodeallocatable: the node
+    # allocatable footprint of a pod's devices, checked at filter and written to the pod at bind); the
+    # allocator only parses and validates the devices' nodeAllocatableResources.
+    "DRANodeAllocatableResources": False,
 }
 
 

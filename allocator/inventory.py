@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from allocator.features import FeatureGates
-from allocator.model import DeviceClass, DeviceTaintRule, Node, ResourceSlice
+from allocator.model import Device, DeviceClass, DeviceTaintRule, Node, ResourceSlice
 from allocator.pools import COMPLETE, INCOMPLETE, INVALID, NodePools, gather_pools
 
 _MAX_CACHED_NODES = 20_000
@@ -29,6 +29,8 @@ class Inventory:
         self._rule_list: tuple[DeviceTaintRule, ...] = ()
         # node name -> (its labels, the feature gates, its pools) as last computed
         self._node_cache: dict[str, tuple[tuple[tuple[str, str], ...], FeatureGates, NodePools]] = {}
+        # Names of the slices with a device declaring nodeAllocatableResources.
+        self._node_allocatable_slices: set[str] = set()
         self.version = 0
 
     # --- slices -------------------------------------------------------------------------------------
@@ -37,6 +39,8 @@ class Inventory:
         if old is not None:
             self._unindex(old)
         self._slices[slice_.name] = slice_
+        if any(device.node_allocatable for device in slice_.devices):
+            self._node_allocatable_slices.add(slice_.name)
         self._by_pool.setdefault((slice_.driver, slice_.pool), {})[slice_.name] = slice_
         if slice_.node_name:
             self._by_node.setdefault(slice_.node_name, {})[slice_.name] = slice_
@@ -51,6 +55,7 @@ class Inventory:
             self._invalidate_for(old, None)
 
     def _unindex(self, slice_: ResourceSlice) -> None:
+        self._node_allocatable_slices.discard(slice_.name)
         pool = self._by_pool.get((slice_.driver, slice_.pool))
         if pool is not None:
             pool.pop(slice_.name, None)
@@ -85,6 +90,18 @@ class Inventory:
 
     def slices(self) -> Iterable[ResourceSlice]:
         return self._slices.values()
+
+    @property
+    def has_node_allocatable_devices(self) -> bool:
+        """Does any device declare nodeAllocatableResources (DRANodeAllocatableResources)?"""
+        return bool(self._node_allocatable_slices)
+
+    def devices_named(self, driver: str, pool: str, device: str) -> list[tuple[ResourceSlice, Device]]:
+        """Every device of that name in the pool's slices, newest pool generation first: what an
+        allocation result (driver, pool, device) can refer to."""
+        slices = sorted(self._by_pool.get((driver, pool), {}).values(),
+                        key=lambda s: (-s.pool_generation, s.name))
+        return [(slice_, entry) for slice_ in slices for entry in slice_.devices if entry.name == device]
 
     # --- classes and taint rules ----------------------------------------------------------------------
     def upsert_class(self, device_class: DeviceClass) -> None:

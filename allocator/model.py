@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -273,6 +274,94 @@ def _parse_policy(ck: _Checker, raw: dict[str, Any], path: str) -> CapacityReque
     return CapacityRequestPolicy(default, values, valid_range)
 
 
+class NodeAllocatableResource:
+    """One entry of a device's nodeAllocatableResources (gate DRANodeAllocatableResources): how an
+    allocation of the device translates into a node allocatable resource (cpu, memory, hugepages-*).
+
+    The allocator does not read it; kube-scheduler's side of the gate (the extender's
+    extender/nodeallocatable.py) does. Validated here as the API server validates it."""
+
+    __slots__ = ("capacity_key", "capacity_multiplier", "device_multiplier", "mapped", "per_container",
+                 "per_pod")
+
+    def __init__(self, ck: _Checker, raw: Any, path: str, capacity: Mapping[str, Any]) -> None:
+        if not isinstance(raw, dict):
+            raise ck.fail(path, "must be an object")
+        mapping = raw.get("mapping")
+        overhead = raw.get("overhead")
+        if mapping is None and overhead is None:
+            raise ck.fail(path, "at least one of mapping or overhead must be set")
+        self.mapped = mapping is not None
+        self.capacity_key: str | None = None
+        self.capacity_multiplier: Quantity | None = None
+        self.device_multiplier: Quantity | None = None
+        if mapping is not None:
+            where = f"{path}.mapping"
+            mapping = ck.mapping(raw, "mapping", f"{path}.")
+            if mapping.get("capacityKey") is not None:
+                key = ck.string(mapping, "capacityKey", f"{where}.")
+                if not key:
+                    raise ck.fail(f"{where}.capacityKey", "capacityKey must not be an empty string")
+                if key not in capacity:
+                    raise ck.fail(f"{where}.capacityKey", f"Not found: {key!r}")
+                self.capacity_key = key
+            self.capacity_multiplier = self._positive(ck, mapping, "capacityMultiplier", where)
+            self.device_multiplier = self._positive(ck, mapping, "deviceMultiplier", where)
+            if self.capacity_key is not None and self.capacity_multiplier is None:
+                raise ck.fail(f"{where}.capacityMultiplier",
+                              "capacityMultiplier is required when capacityKey is set")
+            if self.capacity_multiplier is not None and self.capacity_key is None:
+                raise ck.fail(f"{where}.capacityKey",
+                              "capacityKey is required when capacityMultiplier is set")
+        self.per_pod: Quantity | None = None
+        self.per_container: Quantity | None = None
+        if overhead is not None:
+            where = f"{path}.overhead"
+            overhead = ck.mapping(raw, "overhead", f"{path}.")
+            if overhead.get("perPod") is None and overhead.get("perContainer") is None:
+                raise ck.fail(where, "at least one of perPod or perContainer must be set")
+            for field in ("perPod", "perContainer"):
+                if overhead.get(field) is None:
+                    continue
+                value = ck.quantity(overhead[field], f"{where}.{field}")
+                if value.sign() < 0:
+                    raise ck.fail(f"{where}.{field}", f"{value}: must be non-negative")
+                if field == "perPod":
+                    self.per_pod = value
+                else:
+                    self.per_container = value
+
+    @staticmethod
+    def _positive(ck: _Checker, mapping: dict[str, Any], field: str, where: str) -> Quantity | None:
+        if mapping.get(field) is None:
+            return None
+        value = ck.quantity(mapping[field], f"{where}.{field}")
+        if value.sign() <= 0:
+            raise ck.fail(f"{where}.{field}", f"{value}: must be positive")
+        return value
+
+
+def _is_node_allocatable_name(name: str) -> bool:
+    return name in ("cpu", "memory") or name.startswith("hugepages-")
+
+
+def _parse_node_allocatable(ck: _Checker, raw: dict[str, Any], path: str,
+                            capacity: Mapping[str, Any]) -> Mapping[str, NodeAllocatableResource]:
+    entries = ck.mapping(raw, "nodeAllocatableResources", f"{path}.")
+    if not entries:
+        return _NO_NODE_ALLOCATABLE
+    parsed: dict[str, NodeAllocatableResource] = {}
+    for name, entry in entries.items():
+        where = f"{path}.nodeAllocatableResources[{name}]"
+        if not _is_node_allocatable_name(name):
+            raise ck.fail(where, f"{name!r}: must be a node allocatable resource name")
+        parsed[name] = NodeAllocatableResource(ck, entry, where, capacity)
+    return parsed
+
+
+_NO_NODE_ALLOCATABLE: Mapping[str, NodeAllocatableResource] = MappingProxyType({})
+
+
 class Device:
     """One entry of a ResourceSlice's spec.devices."""
 
@@ -290,6 +379,7 @@ class Device:
         "has_request_policies",
         "memo_key",
         "name",
+        "node_allocatable",
         "node_name",
         "node_selector",
         "raw",
@@ -339,6 +429,9 @@ class Device:
         self.binding_conditions = ck.string_list(raw, "bindingConditions", f"{path}.")
         self.binding_failure_conditions = ck.string_list(raw, "bindingFailureConditions", f"{path}.")
         self.allow_multiple_allocations = bool(ck.boolean(raw, "allowMultipleAllocations", f"{path}."))
+        # Empty (one shared empty mapping) for almost every device.
+        self.node_allocatable = (_parse_node_allocatable(ck, raw, path, self.capacity)
+                                 if raw.get("nodeAllocatableResources") is not None else _NO_NODE_ALLOCATABLE)
         self.memo_key = (*memo_prefix, self.name)
         # Everything except the name: two devices with equal signatures in the same pool behave identically
         # for every selector, constraint, counter, taint and capacity check.

@@ -26,6 +26,8 @@ from allocator import (
     ResourceClaim,
     ResourceSlice,
 )
+from extender.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
+from extender.nodeallocatable import NodeUsage
 from extender.podclaims import group_name_of
 from extender.podgroups import check_group_claims
 from extender.podtransform import slim_pod
@@ -140,6 +142,8 @@ class ClusterCache:
         self._ignored = 0
         self._unnamed_invalid = 0   # objects without a usable name cannot be stored at all
         self._sharer = ObjectSharer()
+        # What the pods on each node request (extender.nodeallocatable), kept only when it is read.
+        self.node_usage = NodeUsage() if features.enabled(NODE_ALLOCATABLE_GATE) else None
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -405,6 +409,8 @@ class ClusterCache:
             group = group_name_of(raw)
             if group is not None:
                 self._pods_by_group.setdefault(f"{raw['metadata']['namespace']}/{group}", set()).add(key)
+            if self.node_usage is not None:
+                self.node_usage.update(key, raw)
         elif kind == "ResourceClaim":
             self._index_claim(key, ResourceClaim.from_api(raw))
         elif kind == "ResourceSlice":
@@ -456,6 +462,8 @@ class ClusterCache:
             self.inventory.remove_taint_rule(key)
 
     def _unindex_pod(self, key: str, old: dict) -> None:
+        if self.node_usage is not None:
+            self.node_usage.remove(key)
         meta = old.get("metadata") or {}
         if self._pod_keys_by_uid.get(meta.get("uid")) == key:
             del self._pod_keys_by_uid[meta["uid"]]

@@ -11,6 +11,11 @@ A pod's special claim for extended resources backed by DRA (extender/extendedres
 created, owned by the pod, then goes through the same steps, and the pod's
 status.extendedResourceClaimStatus is written before the Binding (upstream's PreBind). Undo deletes it.
 
+With DRANodeAllocatableResources, the pod's status.nodeAllocatableResourceClaimStatuses (what its
+claims' devices add to its cpu, memory or hugepages: extender/nodeallocatable.py) is written with a
+merge patch just before the Binding, as upstream's PreBind does; undo clears it with an empty list,
+as upstream's Unreserve does.
+
 In snapshot mode (no client) the same steps run against the cache's objects, with the API server's
 rules that matter here (resourceVersion checks, status separation, reservedFor limit, binding once).
 """
@@ -23,7 +28,7 @@ import datetime
 import logging
 import secrets
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,6 +38,7 @@ from allocator import ResourceClaim
 from extender.cache import ClusterCache
 from extender.extendedresources import Variant, creation_body
 from extender.kubeapi import ApiError, KubeClient
+from extender.nodeallocatable import STATUS_FIELD
 from extender.rules import RESERVED_FOR_MAX
 
 log = logging.getLogger(__name__)
@@ -287,13 +293,15 @@ class ClaimWriter:
         self.undone = 0        # binds whose partial writes were rolled back
 
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
-                   consumers: Mapping[str, dict] | None = None, extended: Variant | None = None) -> None:
+                   consumers: Mapping[str, dict] | None = None, extended: Variant | None = None,
+                   node_allocatable: Sequence[dict] = ()) -> None:
         """Write allocations and reservations for `pod`'s claims, then bind it to `node`.
 
         `claims`: each claim with the allocation to write, or None when it is already allocated and
         only needs the reservation. `consumers`: by claim UID, the reservedFor entry to add instead of
         the pod (a PodGroup's). `extended`: the pod's special claim variant; its in-memory claim, one of
-        `claims`, is created first. Raises BindError; on error nothing this call wrote remains, except a
+        `claims`, is created first. `node_allocatable`: the pod's nodeAllocatableResourceClaimStatuses to
+        write before the Binding. Raises BindError; on error nothing this call wrote remains, except a
         PodGroup's reservation on a claim this bind did not allocate (other pods of the group may
         already count on it, as upstream's Unreserve keeps it too).
         """
@@ -302,6 +310,7 @@ class ClaimWriter:
         if not (isinstance(namespace, str) and isinstance(name, str) and isinstance(uid, str)):
             raise BindError("pod is missing metadata.namespace, metadata.name or metadata.uid")
         written: list[_Written] = []
+        status_written = False
         try:
             created_name = None
             for claim, allocation in claims:
@@ -314,13 +323,16 @@ class ClaimWriter:
                 await self._reserve(claim, allocation, record, name, uid)
             if extended is not None and created_name is not None:
                 await self._write_extended_status(namespace, name, extended, created_name)
+            if node_allocatable:
+                status_written = True  # before the call: an answer lost in transit must still be undone
+                await self._write_pod_status(namespace, name, STATUS_FIELD, list(node_allocatable))
             await self._bind_pod(namespace, name, uid, node)
         except asyncio.CancelledError:
-            await asyncio.shield(self._undo(written, uid))
+            await asyncio.shield(self._undo(written, uid, namespace, name, status_written))
             raise
         except (BindError, *_CALL_ERRORS) as err:
             message = str(err) if isinstance(err, BindError) else _describe(err)
-            problems, unsettled = await self._undo(written, uid)
+            problems, unsettled = await self._undo(written, uid, namespace, name, status_written)
             if problems:
                 message += "; undo incomplete: " + "; ".join(problems)
             raise BindError(f"binding pod {namespace}/{name} to node {node}: {message}",
@@ -343,11 +355,14 @@ class ClaimWriter:
                                      claim_name: str) -> None:
         """pod.status.extendedResourceClaimStatus: kubelet reads which devices each container gets
         from it, and the resourceclaim controller finds the claim to clean up through it."""
-        status = {"extendedResourceClaimStatus": extended.extended_status(claim_name)}
+        await self._write_pod_status(namespace, name, "extendedResourceClaimStatus",
+                                     extended.extended_status(claim_name))
+
+    async def _write_pod_status(self, namespace: str, name: str, field: str, value: object) -> None:
         try:
-            await self._store.patch_pod_status(namespace, name, status)
+            await self._store.patch_pod_status(namespace, name, {field: value})
         except _CALL_ERRORS as err:
-            raise BindError(f"writing the pod's extendedResourceClaimStatus: {_describe(err)}") from err
+            raise BindError(f"writing the pod's {field}: {_describe(err)}") from err
 
     async def remove_claim(self, namespace: str, name: str, uid: str) -> None:
         """Delete a special claim (ours): its delete-protection finalizer first, as upstream does, so it
@@ -454,8 +469,10 @@ class ClaimWriter:
 
     # ---- undo -----------------------------------------------------------------------------------
 
-    async def _undo(self, written: list[_Written], pod_uid: str) -> tuple[list[str], frozenset[str]]:
-        """Remove this bind's reservations, allocations and finalizers.
+    async def _undo(self, written: list[_Written], pod_uid: str, namespace: str, name: str,
+                    status_written: bool) -> tuple[list[str], frozenset[str]]:
+        """Remove this bind's reservations, allocations and finalizers, and the pod's
+        nodeAllocatableResourceClaimStatuses when it wrote them (`status_written`).
 
         Returns what could not be undone, and the UIDs of claims that may still hold an allocation
         this bind wrote.
@@ -467,6 +484,12 @@ class ClaimWriter:
         """
         problems = []
         unsettled = set()
+        if status_written:
+            try:
+                await self._write_pod_status(namespace, name, STATUS_FIELD, [])
+            except BindError as err:
+                problems.append(str(err))
+                log.error("could not clear %s of pod %s/%s: %s", STATUS_FIELD, namespace, name, err)
         touched = [record for record in written if record.anything]
         for record in reversed(touched):
             try:
@@ -479,7 +502,7 @@ class ClaimWriter:
                 unsettled.add(record.uid)
                 if record.created_from is not None:
                     unsettled.add(record.created_from)  # what the scheduler knows the claim by
-        if touched:
+        if touched or status_written:
             self.undone += 1
         return problems, frozenset(unsettled)
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from allocator import Rejection
-from extender.planning import SchedulingError
+from extender.planning import PodPlan, SchedulingError
 from extender.podclaims import pod_key
 from extender.scheduling import Scheduler
 from extender.verdicts import NodeVerdict
@@ -109,6 +109,10 @@ async def explain_pod(
         report["error"] = str(error)
         return report
     report["nodes"] = [_node_report(verdict, to_allocate) for verdict in verdicts]
+    for entry, verdict in zip(report["nodes"], verdicts, strict=True):
+        statuses = _node_allocatable(scheduler, plan, verdict)
+        if statuses:
+            entry["nodeAllocatable"] = statuses
     if variant is not None:
         for node in report["nodes"]:
             node["message"] = variant.describe(node["message"])
@@ -127,6 +131,31 @@ def _rejections(request: dict[str, Any]) -> str:
             text += f" ({owners})"
         parts.append(text)
     return "; ".join(parts) or "none"
+
+
+def _node_allocatable(scheduler: Scheduler, plan: PodPlan, verdict: NodeVerdict) -> list[dict[str, Any]]:
+    """With DRANodeAllocatableResources, what the devices the pod gets on a fitting node add to its
+    requests (the pod status bind would write)."""
+    node = scheduler.cache.node(verdict.node)
+    if not verdict.fits or node is None or scheduler.cache.node_usage is None:
+        return []
+    try:
+        found = scheduler.checker.node_fit(scheduler.planner.on(plan, verdict.node), node, verdict)
+    except SchedulingError:
+        return []
+    return found.statuses if found is not None else []
+
+
+OVERHEAD_PARTS = (("perPod", "per pod"), ("perContainer", "per container"))
+
+
+def _footprint(status: dict[str, Any]) -> str:
+    parts = [f"{entry['name']} {entry['quantity']}" for entry in status.get("mapping", [])]
+    for entry in status.get("overhead", []):
+        overhead = [f"{entry[key]} {label}" for key, label in OVERHEAD_PARTS if key in entry]
+        parts.append(f"{entry['name']} overhead {' + '.join(overhead)}")
+    containers = ", ".join(status.get("containers", [])) or "none"
+    return f"{'; '.join(parts)} (containers: {containers})"
 
 
 def render_text(report: dict[str, Any]) -> str:
@@ -159,6 +188,9 @@ def render_text(report: dict[str, Any]) -> str:
             for claim in node["allocation"]:
                 for device in claim["devices"]:
                     lines.append(f"  claim {claim['claim']}, request {device['request']}: {device['device']}")
+            for status in node.get("nodeAllocatable", []):
+                lines.append(f"  node allocatable resources of claim {status['resourceClaimName']}: "
+                             f"{_footprint(status)}")
             continue
         kind = "unresolvable" if node["unresolvable"] else "unschedulable"
         lines.append(f"{node['node']}: does not fit ({kind}): {node['message']}")

@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 
 from allocator import (
     AllocationError,
@@ -26,6 +26,7 @@ from allocator import (
 from allocator.errors import AllocationTimeout
 from extender.cache import ClusterCache
 from extender.filtercache import FilterCache
+from extender.nodeallocatable import ClaimUse, NodeAllocatableError, NodeFit, PodDemand, fit
 from extender.planning import Planner, PodPlan, SchedulingError
 from extender.verdicts import UNKNOWN_NODE, NodeVerdict, Reason, cached_verdict, outcome_verdict, timed_out
 
@@ -51,6 +52,8 @@ class NodeChecker:
         self.clock = clock
         self._filtered: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS,
                                                                          ttl=RESULT_TTL_S)
+        # DRANodeAllocatableResources: each pod's requests per footprint, by pod UID and resourceVersion.
+        self._demands: LRUCache[tuple[str, str], PodDemand] = LRUCache(maxsize=RESULT_PODS)
 
     def remember(self, pod_uid: str, verdicts: dict[str, NodeVerdict]) -> None:
         """Keep a filter's verdicts for the same pod's prioritize (`check_all(reuse_for=...)`)."""
@@ -73,12 +76,14 @@ class NodeChecker:
         use_cache: bool,
         node_objects: Mapping[str, dict] | None = None,
         time_left_s: float | None = None,
+        evicting: frozenset[str] = frozenset(),
     ) -> NodeVerdict:
         """Does the pod fit this node? Raises SchedulingError for real errors.
 
         `use_cache`: reuse outcomes from the FilterCache (filter, prioritize, preempt); bind, the filter
         hold and explain compute afresh. `time_left_s` shortens the search below `node_deadline_s`
-        (what is left of a multi-node check's budget)."""
+        (what is left of a multi-node check's budget). `evicting`: UIDs of pods whose node allocatable
+        requests count as gone (preempt's victims)."""
         if plan.blocked is not None:
             return plan.blocked.on(node_name)
         node = self._node(node_name, node_objects)
@@ -100,14 +105,14 @@ class NodeChecker:
                 return NodeVerdict(node_name, fits=False, message="resourceclaim not available on the node",
                                    unresolvable=True, reason=Reason.CLAIM_ON_OTHER_NODE)
         if not plan.to_allocate:
-            return NodeVerdict(node_name, fits=True)
+            return self._node_allocatable(plan, node, NodeVerdict(node_name, fits=True), evicting)
         node_key = None
         filter_cache = self.filter_cache
         if use_cache and plan.signature is not None and filter_cache is not None:
             node_key, cached, computed_for = filter_cache.get(plan.signature, node)
             if cached is not None:
-                return cached_verdict(node_name, cached, computed_for=computed_for,
-                                      claims=plan.signature.claims)
+                return self._node_allocatable(plan, node, cached_verdict(
+                    node_name, cached, computed_for=computed_for, claims=plan.signature.claims), evicting)
         allocator = self.planner.allocator_for(plan)
         allocator.deadline_s = self.node_deadline_s if time_left_s is None else min(
             self.node_deadline_s, time_left_s)
@@ -125,7 +130,49 @@ class NodeChecker:
         if node_key is not None and filter_cache is not None and filter_cache.epoch == plan.cache_epoch:
             assert plan.signature is not None
             filter_cache.put(plan.signature, node_key, outcome)
-        return outcome_verdict(node_name, outcome)
+        return self._node_allocatable(plan, node, outcome_verdict(node_name, outcome), evicting)
+
+    def _footprints(self) -> bool:
+        """May a pod's devices add to its requests (DRANodeAllocatableResources, and devices declaring
+        nodeAllocatableResources)?"""
+        return self.cache.node_usage is not None and self.cache.inventory.has_node_allocatable_devices
+
+    def node_fit(self, plan: PodPlan, node: Node, verdict: NodeVerdict, *,
+                 evicting: frozenset[str] = frozenset()) -> NodeFit | None:
+        """With DRANodeAllocatableResources: the node allocatable footprint of the devices the pod's
+        claims have or get on `node` (`verdict`: the node's fitting device verdict), and whether the node
+        holds it; None without the gate or without such devices. Raises SchedulingError for bad data."""
+        usage = self.cache.node_usage
+        if usage is None or not self.cache.inventory.has_node_allocatable_devices:
+            return None
+        extended = plan.extended_variant.claim if plan.extended_variant is not None else None
+        uses = [ClaimUse(claim, claim.allocation or {}) for claim in plan.allocated]
+        uses += [ClaimUse(share.claim, share.allocation) for share in plan.pending]
+        allocations = verdict.outcome.allocations if verdict.outcome is not None else []
+        uses += [ClaimUse(claim, allocation) for claim, allocation
+                 in zip(plan.to_allocate, allocations, strict=True) if claim is not extended]
+        names: dict[str, set[str]] = {}
+        for entry in plan.claims:
+            names.setdefault(entry.claim.uid, set()).add(entry.pod_claim_name)
+        meta = plan.pod.get("metadata") or {}
+        key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+        demand = self._demands.get(key)
+        if demand is None or demand.pod is not plan.pod:
+            demand = self._demands[key] = PodDemand(plan.pod)
+        try:
+            return fit(demand, uses, names, self.cache.inventory, node, usage, evicting=evicting)
+        except NodeAllocatableError as error:
+            raise SchedulingError(str(error)) from None
+
+    def _node_allocatable(self, plan: PodPlan, node: Node, verdict: NodeVerdict,
+                          evicting: frozenset[str]) -> NodeVerdict:
+        if not verdict.fits or not self._footprints():
+            return verdict
+        found = self.node_fit(plan, node, verdict, evicting=evicting)
+        if found is None or found.problem is None:
+            return verdict
+        return NodeVerdict(node.name, fits=False, message=found.problem, unresolvable=found.unresolvable,
+                           reason=Reason.NODE_ALLOCATABLE)
 
     async def check_all(
         self,
@@ -190,12 +237,12 @@ class NodeChecker:
                          node_objects: Mapping[str, dict] | None) -> dict[str, NodeVerdict]:
         """The verdicts the filter cache already has for `names`, in one pass (what `check` would
         answer for them, without its per-node overhead: most of a filter's nodes are hits). Only for
-        the usual plan, claims to allocate and nothing else to check per node; with anything else
-        every node goes through `check`."""
+        the usual plan, claims to allocate and nothing else to check per node (no allocated claim, no
+        node allocatable footprint); with anything else every node goes through `check`."""
         filter_cache = self.filter_cache
         signature = plan.signature
         if (filter_cache is None or signature is None or plan.blocked is not None or plan.allocated
-                or plan.pending or node_objects is not None):
+                or plan.pending or node_objects is not None or self._footprints()):
             return {}
         verdicts: dict[str, NodeVerdict] = {}
         nodes = [node for node in map(self.cache.node, names) if node is not None]

@@ -16,6 +16,8 @@ from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.extendedresources import ExtendedPlan, ExtendedResources, Variant
 from extender.filtercache import ClaimsSignature, FilterCache
+from extender.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
+from extender.nodeallocatable import unshareable
 from extender.podclaims import (
     ClaimNotCreated,
     ClaimsNotReady,
@@ -26,7 +28,14 @@ from extender.podclaims import (
     pod_uid,
     resolve_pod_claims,
 )
-from extender.podgroups import WORKLOAD_CLAIMS, GroupBinding, group_binding, outsider_problem, reservable
+from extender.podgroups import (
+    WORKLOAD_CLAIMS,
+    GroupBinding,
+    group_binding,
+    outsider_problem,
+    reservable,
+    reserved_for_pod,
+)
 from extender.rules import RESERVED_FOR_MAX
 from extender.verdicts import NodeVerdict, Reason, blocked
 
@@ -167,6 +176,11 @@ class Planner:
                                   limit=RESERVED_FOR_MAX):
                     plan.blocked = blocked("resourceclaim in use", Reason.CLAIM_IN_USE)
                     return plan
+                others = (bool(claim.reserved_for)
+                          and not reserved_for_pod(claim.raw, pod, accept_group=workload_claims))
+                plan.blocked = self._mapped_claim_shared(claim, claim.allocation, others=others)
+                if plan.blocked is not None:
+                    return plan
                 plan.allocated.append(claim)
                 continue
             in_flight = self.assume.pending(claim.uid)
@@ -175,6 +189,10 @@ class Planner:
                                        Reason.CLAIM_IN_FLIGHT)
                 return plan
             if in_flight is not None and group is not None and not rebinding:
+                # Another pod of the group is allocating it now.
+                plan.blocked = self._mapped_claim_shared(claim, in_flight.allocation, others=True)
+                if plan.blocked is not None:
+                    return plan
                 plan.pending.append(PendingShare(claim, in_flight.allocation))
                 continue
             problem = self._class_problem(claim)
@@ -193,6 +211,15 @@ class Planner:
             plan.rebinding_uid = uid if rebinding else None
             plan.rebinding_group = plan.group.owner if rebinding and plan.group is not None else None
         return plan
+
+    def _mapped_claim_shared(self, claim: ResourceClaim, allocation: dict, *,
+                             others: bool) -> NodeVerdict | None:
+        """With DRANodeAllocatableResources, a claim with a mapped device that others use (`others`)
+        blocks the pod (extender.nodeallocatable)."""
+        if not others or not self.cache.features.enabled(NODE_ALLOCATABLE_GATE):
+            return None
+        message = unshareable(claim, allocation, self.cache.inventory)
+        return blocked(message, Reason.CLAIM_IN_USE) if message is not None else None
 
     def _plan_extended(self, plan: PodPlan) -> None:
         """Add the pod's special claim (extended resources backed by DRA) to the claims to allocate."""

@@ -15,7 +15,9 @@ Kept:
   preemption, nodeSelector, schedulingGates, schedulingGroup, overhead and pod-level resources) and,
   per container and init container, its name, resources and restartPolicy (what extended resources
   backed by DRA and sidecar accounting need);
-- status: phase, nominatedNodeName, resourceClaimStatuses, extendedResourceClaimStatus.
+- status: phase, nominatedNodeName, resourceClaimStatuses, extendedResourceClaimStatus,
+  nodeAllocatableResourceClaimStatuses (what a bound pod's claims add to its requests, read by
+  extender.nodeallocatable).
 
 The result is still a valid Pod for the cache and for `serve --snapshot` (snapshots stay replayable),
 not one to create in a cluster (containers have no image).
@@ -40,6 +42,7 @@ SPEC_FIELDS = frozenset({
 CONTAINER_FIELDS = frozenset({"name", "resources", "restartPolicy"})
 STATUS_FIELDS = frozenset({
     "phase", "nominatedNodeName", "resourceClaimStatuses", "extendedResourceClaimStatus",
+    "nodeAllocatableResourceClaimStatuses",
 })
 
 

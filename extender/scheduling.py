@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from allocator import AllocationError, Allocator, NodeAllocationError, ResourceClaim
@@ -30,6 +30,7 @@ from extender.extendedresources import Variant
 from extender.filtercache import FilterCache
 from extender.holds import FilterHolds
 from extender.metrics import Metrics
+from extender.nodeallocatable import NodeFit, as_fit_units, pod_requests
 from extender.nodecheck import NodeChecker
 from extender.placement import NodeScorer
 from extender.planning import Planner, PodPlan, SchedulingError
@@ -79,7 +80,7 @@ class BindWriter(Protocol):
     conflicts: int  # write conflicts answered by a fresh read (a metric)
 
     async def bind(self, pod: dict, node: str, claims: list[ClaimWrite], consumers: Mapping[str, dict], *,
-                   extended: Variant | None = None) -> None: ...
+                   extended: Variant | None = None, node_allocatable: Sequence[dict] = ()) -> None: ...
 
     async def remove_claim(self, namespace: str, name: str, uid: str) -> None: ...
 
@@ -280,13 +281,14 @@ class Scheduler:
             # kube-scheduler gave up on the earlier bind and retried; that bind still writes.
             raise BindFailed(f"pod {pod_key(pod)} is already being bound by an earlier request")
         self.bind_attempts += 1
-        writes, consumers, extended = (self._reserve_for_bind(pod, node_name) if self.planner.needs_dra(pod)
-                                       else ([], {}, None))
+        writes, consumers, extended, footprint = (
+            self._reserve_for_bind(pod, node_name) if self.planner.needs_dra(pod) else ([], {}, None, None))
         self.holds.handed_to_bind(uid)
         self._binding.add(uid)
         group_write = self._start_group_write(pod) if consumers else None
         try:
-            await self.writer.bind(pod, node_name, writes, consumers, extended=extended)
+            await self.writer.bind(pod, node_name, writes, consumers, extended=extended,
+                                   node_allocatable=footprint.statuses if footprint is not None else ())
         except BaseException as error:
             unsettled = error.unsettled if isinstance(error, BindError) else frozenset()
             for claim, allocation in writes:
@@ -309,6 +311,10 @@ class Scheduler:
             self._binding.discard(uid)
             if group_write is not None:
                 self._group_writes.pop(group_write).set_result(None)
+        usage = self.cache.node_usage
+        if usage is not None:  # kube-scheduler counts the pod on the node from now on: so do we
+            requests = footprint.requests if footprint is not None else as_fit_units(pod_requests(pod, ()))
+            usage.assume(uid, node_name, requests)
         if extended is not None and extended.claim is not None:
             # The created claim, allocated, is in the cache now (the writer stores what it wrote): the
             # in-memory claim's entry, under a UID no watch event will ever confirm, has done its job.
@@ -340,12 +346,13 @@ class Scheduler:
         self._group_writes[key] = done
         return key
 
-    def _reserve_for_bind(self, pod: dict,
-                          node_name: str) -> tuple[list[ClaimWrite], dict[str, dict], Variant | None]:
+    def _reserve_for_bind(self, pod: dict, node_name: str
+                          ) -> tuple[list[ClaimWrite], dict[str, dict], Variant | None, NodeFit | None]:
         """Synchronous: re-check and reserve with no await in between (atomic on the event loop).
 
-        Returns the claims to write, by claim UID the PodGroup to reserve a shared claim for, and the
-        special claim to create (extended resources), if the pod gets one."""
+        Returns the claims to write, by claim UID the PodGroup to reserve a shared claim for, the
+        special claim to create (extended resources), if the pod gets one, and (DRANodeAllocatableResources)
+        the node allocatable footprint of its devices."""
         uid = pod_uid(pod)
         held_on = self.holds.node_of(uid)
         if held_on is not None and held_on != node_name:
@@ -380,12 +387,16 @@ class Scheduler:
         consumers = {claim.uid: plan.group.reference() for claim, _ in writes
                      if plan.group is not None and plan.group_owner(claim) is not None}
         extended = plan.extended_variant
-        return writes, consumers, extended if extended is not None and extended.claim is not None else None
+        node = self.cache.node(node_name)
+        footprint = self.checker.node_fit(plan, node, verdict) if node is not None else None
+        return (writes, consumers, extended if extended is not None and extended.claim is not None else None,
+                footprint)
 
     # ---- preempt ------------------------------------------------------------------------------
 
     async def preempt(self, pod: dict, victims: Mapping[str, dict]) -> dict[str, dict]:
-        """Keep candidates where the pod fits now, or where evicting victims could free devices.
+        """Keep candidates where the pod fits now, or where evicting victims could free devices (or,
+        with DRANodeAllocatableResources, the cpu or memory its devices add to its requests).
 
         kube-scheduler's dry run ignores extender filters, so candidates may come with empty victim
         lists; those are kept only if the pod already fits there. Candidates can be hundreds of
@@ -402,6 +413,13 @@ class Scheduler:
         kept = {}
         for node, node_victims in victims.items():
             verdict = verdicts[node]
+            if verdict.reason == Reason.NODE_ALLOCATABLE and not verdict.unresolvable:
+                # The node lacks cpu or memory for the pod's devices: do the victims free enough?
+                evicting = frozenset(str(victim.get("UID")) for victim in node_victims.get("Pods") or ())
+                try:
+                    verdict = self.checker.check(plan, node, use_cache=True, evicting=evicting)
+                except SchedulingError:
+                    continue
             # A node whose check timed out is not known to help: evicting pods there could be for nothing.
             if verdict.fits or (not verdict.unresolvable and not verdict.timed_out
                                 and await self._eviction_frees_enough(plan, node, node_victims=node_victims,

@@ -26,6 +26,7 @@ class Reason(StrEnum):
     NODE_ERROR = "node error"
     CLAIM_ON_OTHER_NODE = "claim on other node"
     EXTENDED_RESOURCE = "extended resource"
+    NODE_ALLOCATABLE = "node allocatable"  # the node cannot hold the cpu/memory the pod's devices add
     HELD_ELSEWHERE = "held elsewhere"  # --filter-holds-devices chose another node
     # Verdicts for every node, from the pod's claims (PodPlan.blocked):
     CLAIMS_NOT_READY = "claims not ready"
@@ -40,7 +41,7 @@ class Reason(StrEnum):
 
 # Verdicts of bind's re-check that mean another pod got there first.
 CONFLICT_REASONS = frozenset({Reason.DEVICES, Reason.CLAIM_IN_FLIGHT, Reason.CLAIM_IN_USE,
-                              Reason.CLAIM_ON_OTHER_NODE})
+                              Reason.CLAIM_ON_OTHER_NODE, Reason.NODE_ALLOCATABLE})
 # Upstream's plugin's words for a node without devices for the pod; ours too where another node fits
 # (see split), or where no reason could be given.
 CANNOT_ALLOCATE = "cannot allocate all claims"

@@ -4,7 +4,7 @@ outcome is unknown, shared claims. No device may ever end up in two claims."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dra_objects as o
@@ -34,11 +34,12 @@ class GatedWriter(ClaimWriter):
         self.gates: dict[str, asyncio.Event] = {}
 
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
-                   consumers: Mapping[str, dict] | None = None, extended: Variant | None = None) -> None:
+                   consumers: Mapping[str, dict] | None = None, extended: Variant | None = None,
+                   node_allocatable: Sequence[dict] = ()) -> None:
         gate = self.gates.get(pod["metadata"]["name"])
         if gate is not None:
             await gate.wait()
-        await super().bind(pod, node, claims, consumers, extended)
+        await super().bind(pod, node, claims, consumers, extended, node_allocatable)
 
 
 def make(objs: list[dict[str, Any]], **options: Any) -> tuple[Scheduler, GatedWriter, Clock]:
