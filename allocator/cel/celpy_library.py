@@ -157,24 +157,23 @@ def go_equal(a: object, b: object) -> bool | None:
     if isinstance(a, Quantity):
         return a == b if isinstance(b, Quantity) and not isinstance(b, ArithmeticQuantity) else None
     if _is_number(a):
-        return _is_number(b) and _plain(a) == _plain(b)  # type: ignore[arg-type]
-    kind = kind_of(a)
-    if kind != kind_of(b):
+        return _is_number(b) and _plain(a) == _plain(b)
+    if kind_of(a) != kind_of(b):
         return False
-    if kind == "list":
-        return len(a) == len(b) and all(go_equal(x, y) is not False for x, y in zip(a, b, strict=True))  # type: ignore
-    if kind == "map":
-        if len(a) != len(b):  # type: ignore[arg-type]
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(go_equal(x, y) is not False for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        if len(a) != len(b):
             return False
-        for key, value in a.items():  # type: ignore[union-attr]
-            found = _map_find(b, key)  # type: ignore[arg-type]
+        for key, value in a.items():
+            found = _map_find(b, key)
             if found is None or go_equal(value, found[0]) is False:
                 return False
         return True
-    if kind == "optional_type":
-        if not a.present or not b.present:  # type: ignore[union-attr]
-            return a.present == b.present  # type: ignore[union-attr]
-        return go_equal(a.value, b.value)  # type: ignore[union-attr]
+    if isinstance(a, OptionalValue) and isinstance(b, OptionalValue):
+        if not a.present or not b.present:
+            return a.present == b.present
+        return go_equal(a.value, b.value)
     return bool(a == b)
 
 
