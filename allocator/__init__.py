@@ -8,6 +8,11 @@ that claim against the released Go code. Deliberate differences, each commented 
   upstream's "stable" variant (picked only when consumable capacity, binding conditions and list-type
   attributes are all off) follows its slice list order, which is not defined;
 - counter bookkeeping is keyed by (driver, pool), not by pool name alone;
+- DRADeviceCompatibilityGroups: compatibilityGroups are checked when a slice is parsed as the API
+  server checks them (at most 2, DNS labels, unique; its error texts), where upstream's allocator
+  takes any list; allocated peers that disagree make the starting intersection depend on their order,
+  a quirk we copy, except that slices which do not target the node come in name order here and in
+  list order (not defined) upstream;
 - a device that still holds shares is not handed out exclusively;
 - a selector whose estimated CEL cost exceeds the limit is a compile error here (as when the API
   server validates it); upstream's allocator skips the estimate and stops such a selector at run time;

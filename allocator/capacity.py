@@ -9,6 +9,7 @@ from allocator.model import CapacityRequestPolicy, Device
 from allocator.quantity import Quantity
 
 ZERO = Quantity.parse("0")
+_INT64_MAX = 2**63 - 1
 
 
 def _requested(requests: Mapping[str, Quantity] | None, name: str, driver: str) -> Quantity | None:
@@ -41,12 +42,15 @@ class CapacityError(ValueError):
     """A request the device's range arithmetic cannot represent (upstream aborts the allocation)."""
 
 
+_NOT_REPRESENTABLE = "capacity request cannot be represented in the device's range arithmetic"
+
+
 def _milli(value: Quantity) -> int:
-    """The exact milli value, like upstream's safeMilliValue (an error when it would round)."""
+    """The exact milli value, like upstream's safeMilliValue (an error when it would round or leave
+    the int64 range)."""
     milli = value.value * 1000
-    if milli.denominator != 1:
-        raise CapacityError(f"capacity request cannot be represented in the device's range arithmetic: "
-                            f"request {value} is not a representable milli value")
+    if milli.denominator != 1 or not -_INT64_MAX - 1 <= milli <= _INT64_MAX:
+        raise CapacityError(f"{_NOT_REPRESENTABLE}: request {value} is not a representable milli value")
     return int(milli)
 
 
@@ -76,12 +80,24 @@ def _round_up(value: Quantity, policy: CapacityRequestPolicy, fractional: bool) 
             return minimum
         if step is None or step.sign() <= 0:
             return value
+        # Upstream computes in int64 and refuses (aborting the allocation) what would not fit in it.
         if _use_milli(policy.valid_range, fractional):
             base, unit = _milli(minimum), _milli(step)
             steps = -(-(_milli(value) - base) // unit)
+            if steps > (_INT64_MAX - base) // unit:
+                raise CapacityError(
+                    f"{_NOT_REPRESENTABLE}: rounding request {value} up to the next step passes the "
+                    "milli-value range"
+                )
             return Quantity.from_fraction(Fraction(base + steps * unit, 1000), step.format)
+        if value.value > _INT64_MAX:
+            raise CapacityError(f"{_NOT_REPRESENTABLE}: request {value} exceeds MaxInt64")
         base, unit = _whole(minimum), _whole(step)
         steps = -(-(_whole(value) - base) // unit)
+        if base >= 0 and steps > (_INT64_MAX - base) // unit:
+            raise CapacityError(
+                f"{_NOT_REPRESENTABLE}: rounding request {value} up to the next step passes MaxInt64"
+            )
         return Quantity.from_fraction(base + steps * unit, step.format)
     for candidate in policy.valid_values:
         if candidate >= value:

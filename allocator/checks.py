@@ -4,7 +4,7 @@ explanation of a failed search, so a check cannot be added to one and forgotten 
 Per device and request, in this order (the explanation counts a device under the first that fails):
 
 1. selection (``selection``): binding conditions, class selectors, request selectors, node;
-2. admission (``admit``): in use, taints, shared counters;
+2. admission (``admit``): in use, taints, compatibility groups, shared counters;
 3. claim constraints (the search checks them on the devices chosen together; the explanation
    estimates them over the devices left);
 4. capacity (``capacity_fits``).
@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from allocator import capacity as cap
 from allocator import cel
+from allocator.compatibility import CompatibilityGroups
 from allocator.errors import AllocationError
 from allocator.features import FeatureGates
 from allocator.outcome import Rejection
@@ -53,6 +54,7 @@ class Switches(NamedTuple):
     list_attributes: bool
     distinct_attribute: bool
     fractional: bool
+    compatibility_groups: bool
 
     @classmethod
     def of(cls, gates: FeatureGates) -> Switches:
@@ -71,6 +73,7 @@ class Switches(NamedTuple):
             # Upstream's "stable" variant (chosen when none of these is on) has no distinctAttribute.
             distinct_attribute=consumable or binding_and_status or list_attributes or fractional,
             fractional=fractional,
+            compatibility_groups=gates.enabled("DRADeviceCompatibilityGroups"),
         )
 
 
@@ -84,6 +87,7 @@ class DeviceChecks:
         "allocating_capacity",
         "available_counters",
         "binding_and_status",
+        "compatibility",
         "consumable",
         "consumed_counters",
         "fractional",
@@ -103,6 +107,7 @@ class DeviceChecks:
         self.allocating_capacity: dict[DeviceKey, dict[str, Quantity]] = {}
         self.available_counters: dict[PoolKey, Counters] = {}  # left over by earlier allocations
         self.consumed_counters: dict[PoolKey, Counters] = {}  # taken by this attempt
+        self.compatibility = CompatibilityGroups(allocated) if switches.compatibility_groups else None
 
     # --- 1. selection -------------------------------------------------------------------------------
     def selection(
@@ -180,7 +185,10 @@ class DeviceChecks:
             return Rejection.IN_USE
         if self.taints and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
             return Rejection.TAINT
+        if not self.take_compatibility(chosen):
+            return Rejection.COMPATIBILITY_GROUPS
         if not self.take_counters(chosen):
+            self.release(chosen)
             return Rejection.COUNTERS
         return None
 
@@ -200,6 +208,25 @@ class DeviceChecks:
         # off) must not be handed out exclusively on top of them.
         return self.consumable and entry.device.allow_multiple_allocations
 
+    def counted_already(self, chosen: Chosen) -> bool:
+        """A further share of a device whose counters are already counted (they are not charged, nor
+        its compatibility groups checked, again)."""
+        key = chosen.entry.key
+        return chosen.multiple and (key in self.allocated.capacity or key in self.allocating_capacity)
+
+    def take_compatibility(self, chosen: Chosen) -> bool:
+        """DRADeviceCompatibilityGroups: join the groups of the devices drawing from the same counter
+        sets (allocated ones and this attempt's), if they have one in common with the device."""
+        if (
+            self.compatibility is None
+            or not chosen.entry.device.consumes_counters
+            or not self.partitionable  # the counters turn it away
+            or self.counted_already(chosen)
+        ):
+            return True
+        chosen.compatibility = self.compatibility.take(chosen.entry)
+        return chosen.compatibility is not None
+
     def take_counters(self, chosen: Chosen) -> bool:
         """Take the device's shared counters for this attempt, if they suffice."""
         entry = chosen.entry
@@ -208,9 +235,8 @@ class DeviceChecks:
             return True
         if not self.partitionable:
             return False
-        key = entry.key
-        if chosen.multiple and (key in self.allocated.capacity or key in self.allocating_capacity):
-            return True  # a share of a device already counted
+        if self.counted_already(chosen):
+            return True
         available = self.pool_counters(entry.pool)
         consumed = self._apply_counters(entry, +1)
         for set_name, counters in available.items():
@@ -229,6 +255,10 @@ class DeviceChecks:
         if chosen.counted:
             self._apply_counters(chosen.entry, -1)
             chosen.counted = False
+        if chosen.compatibility is not None:
+            assert self.compatibility is not None, "groups are only taken with the gate on"
+            self.compatibility.give_back(chosen.compatibility)
+            chosen.compatibility = None
 
     def pool_counters(self, pool: Pool) -> Counters:
         # Keyed by (driver, pool): upstream keys these caches by pool name only, so two drivers with

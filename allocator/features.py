@@ -16,6 +16,9 @@ DEFAULT_GATES: Mapping[str, bool] = {
     "DRAResourceClaimDeviceStatus": True,  # GA 1.37
     "DRAListTypeAttributes": False,  # alpha
     "DRAFractionalCapacityRange": True,  # beta 1.37: capacity ranges in milli units
+    # Alpha 1.37: devices drawing from one counter set must share a compatibility group; off, the
+    # slices declaring groups are ignored (their pools become incomplete).
+    "DRADeviceCompatibilityGroups": False,
     # Beta 1.37, off by default (needs GenericWorkload and scheduling.k8s.io/v1beta1 in the cluster).
     # Read by the servers only (extender.podgroups): the allocator does not change with it.
     "DRAWorkloadResourceClaims": False,

@@ -150,8 +150,9 @@ class Inventory:
     def _slices_of_pool(self, driver: str, pool: str) -> Iterable[ResourceSlice]:
         return self._by_pool.get((driver, pool), {}).values()
 
-    def describe_pools(self) -> list[dict[str, Any]]:
+    def describe_pools(self, features: FeatureGates | None = None) -> list[dict[str, Any]]:
         """Cluster-wide pool summary (newest generation of each pool), sorted by driver and pool."""
+        groups_off = not (features or FeatureGates()).enabled("DRADeviceCompatibilityGroups")
         summary = []
         for (driver, pool_name), by_name in sorted(self._by_pool.items()):
             newest = max(s.pool_generation for s in by_name.values())
@@ -159,9 +160,16 @@ class Inventory:
                 (s for s in by_name.values() if s.pool_generation == newest), key=lambda s: s.name
             )
             expected = current[0].resource_slice_count
+            ignored = sum(1 for s in current if groups_off and s.uses_compatibility_groups)
             status, reason = COMPLETE, ""
             if len(current) != expected:
                 status, reason = INCOMPLETE, f"{len(current)} of {expected} slices published"
+            elif ignored:
+                status = INCOMPLETE
+                reason = (
+                    f"{ignored} of {expected} slices declare compatibility groups, ignored while "
+                    "DRADeviceCompatibilityGroups is off"
+                )
             else:
                 reason = _pool_problem(current)
                 if reason:

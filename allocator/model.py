@@ -9,6 +9,7 @@ it can report them with upstream's wording; here we reject input whose structure
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -25,6 +26,7 @@ SCALAR_ATTRIBUTE_TYPES = ("int", "bool", "string", "version")
 LIST_ATTRIBUTE_TYPES = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
 _PY_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "bool": (bool,), "string": (str,), "version": (str,)}
 BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+COMPATIBILITY_GROUPS_MAX_SIZE = 2  # DeviceCompatibilityGroupsMaxSize
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -374,6 +376,7 @@ class Device:
         "binding_failure_conditions",
         "binds_to_node",
         "capacity",
+        "compatibility_groups",
         "consumes_counters",
         "has_list_attributes",
         "has_request_policies",
@@ -414,9 +417,19 @@ class Device:
                     ("capacity", value),
                     lambda: DeviceCapacity(ck.quantity(value, f"{where}.value"), None))  # noqa: B023
         self.has_request_policies = any(c.policy is not None for c in self.capacity.values())
-        self.consumes_counters: tuple[tuple[str, dict[str, Quantity]], ...] = tuple(
+        uses = [
             _parse_counter_use(ck, item, f"{path}.consumesCounters[{i}]")
             for i, item in enumerate(ck.list(raw, "consumesCounters", f"{path}."))
+        ]
+        self.consumes_counters: tuple[tuple[str, dict[str, Quantity]], ...] = tuple(
+            (counter_set, counters) for counter_set, counters, _ in uses
+        )
+        # DRADeviceCompatibilityGroups: per counter set consumed (in consumesCounters order), the groups
+        # declared for it; empty when the device declares none anywhere.
+        self.compatibility_groups: tuple[tuple[str, frozenset[str]], ...] = (
+            tuple((counter_set, groups) for counter_set, _, groups in uses)
+            if any(groups for _, _, groups in uses)
+            else ()
         )
         self.node_name = ck.string(raw, "nodeName", f"{path}.")
         self.node_selector = ck.node_selector(raw, "nodeSelector", f"{path}.")
@@ -462,11 +475,51 @@ def _signature(content: dict[str, Any]) -> bytes | str:
         return repr(content)
 
 
-def _parse_counter_use(ck: _Checker, raw: Any, path: str) -> tuple[str, dict[str, Quantity]]:
+def _parse_counter_use(ck: _Checker, raw: Any, path: str) -> tuple[str, dict[str, Quantity], frozenset[str]]:
     if not isinstance(raw, dict):
         raise ck.fail(path, "must be an object")
     counter_set = ck.string(raw, "counterSet", f"{path}.", required=True)
-    return counter_set, _parse_counters(ck, raw, path)
+    groups = _parse_compatibility_groups(ck, raw, f"{path}.")
+    return counter_set, _parse_counters(ck, raw, path), groups
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+    "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+
+
+def _dns_label_problem(value: str) -> str | None:
+    """The first problem the API server's short-name format (IsDNS1123Label) reports, in its words."""
+    if len(value.encode()) > 63:
+        return "must be no more than 63 bytes"
+    if _DNS_LABEL.fullmatch(value):
+        return None
+    return "must not contain dots" if _DNS_SUBDOMAIN.fullmatch(value) else _DNS_LABEL_MESSAGE
+
+
+def _parse_compatibility_groups(ck: _Checker, raw: dict[str, Any], parent: str) -> frozenset[str]:
+    """Checked like the API server's declarative validation (v1.37.1): at most
+    DeviceCompatibilityGroupsMaxSize entries, each a DNS label, no duplicates; same error texts."""
+    groups = ck.list(raw, "compatibilityGroups", parent)
+    path = f"{parent}compatibilityGroups"
+    limit = COMPATIBILITY_GROUPS_MAX_SIZE
+    if len(groups) > limit:
+        raise ck.fail(path, f"Too many: {len(groups)}: must have at most {limit} items")
+    seen: set[str] = set()
+    for i, group in enumerate(groups):
+        if not isinstance(group, str):
+            raise ck.fail(f"{path}[{i}]", f"must be a string, got {group!r}")
+        problem = _dns_label_problem(group)
+        if problem is not None:
+            raise ck.fail(f"{path}[{i}]", f"Invalid value: {orjson.dumps(group).decode()}: {problem}")
+        if group in seen:
+            raise ck.fail(f"{path}[{i}]", f"Duplicate value: {orjson.dumps(group).decode()}")
+        seen.add(group)
+    return frozenset(groups)
 
 
 def _parse_counters(ck: _Checker, raw: dict[str, Any], path: str) -> dict[str, Quantity]:
@@ -533,6 +586,7 @@ class ResourceSlice:
         "resource_slice_count",
         "shared_counters_set",
         "uid",
+        "uses_compatibility_groups",
     )
 
     def __init__(self, raw: dict[str, Any]) -> None:
@@ -575,6 +629,7 @@ class ResourceSlice:
             for i, d in enumerate(ck.list(spec, "devices", "spec."))
         )
         self.has_binding_conditions = any(d.binding_conditions for d in self.devices)
+        self.uses_compatibility_groups = any(d.compatibility_groups for d in self.devices)
 
     @classmethod
     def from_api(cls, raw: dict[str, Any]) -> ResourceSlice:

@@ -17,16 +17,20 @@ class Rejection(StrEnum):
     IN_USE = "in use"
     TAINT = "taint"
     COUNTERS = "counters"
+    COMPATIBILITY_GROUPS = "compatibility groups"  # DRADeviceCompatibilityGroups, against allocated devices
     CAPACITY = "capacity"
     CONSTRAINT = "constraint"
     INCOMPLETE_POOL = "incomplete pool"
+    GROUPS_IGNORED = "groups ignored"  # in pools left incomplete: DRADeviceCompatibilityGroups is off
     INVALID_POOL = "invalid pool"
     NODE = "node"
     BINDING_CONDITIONS = "binding conditions"
 
 
 # Rejections that other pods' allocations cause, so evicting pods could undo them.
-PREEMPTION_MAY_HELP = frozenset({Rejection.IN_USE, Rejection.COUNTERS, Rejection.CAPACITY})
+PREEMPTION_MAY_HELP = frozenset(
+    {Rejection.IN_USE, Rejection.COUNTERS, Rejection.COMPATIBILITY_GROUPS, Rejection.CAPACITY}
+)
 
 
 @dataclass

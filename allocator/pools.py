@@ -58,6 +58,7 @@ class Pool:
         "driver",
         "entries",
         "generation",
+        "groups_ignored",
         "has_binding_conditions",
         "name",
         "reason",
@@ -75,6 +76,8 @@ class Pool:
         self.devices_not_targeting: list[Device] = []
         self.has_binding_conditions = False
         self.device_count = 0  # devices visible from the node, also for incomplete and invalid pools
+        # Devices of slices ignored because they declare compatibility groups with the gate off.
+        self.groups_ignored = 0
 
     @property
     def pool_id(self) -> str:
@@ -102,9 +105,15 @@ class NodePools:
         self.has_invalid = any(p.status == INVALID for p in pools)
 
 
+def _partitionable_ok(slice_: ResourceSlice, features: FeatureGates) -> bool:
+    """False for a slice using partitionable-device fields while that gate is off (it is skipped)."""
+    return features.enabled("DRAPartitionableDevices") or (
+        slice_.per_device_node_selection is None and not slice_.shared_counters_set
+    )
+
+
 def _slice_relevant(slice_: ResourceSlice, node: Node, features: FeatureGates) -> bool:
-    partitionable = features.enabled("DRAPartitionableDevices")
-    if not partitionable and (slice_.per_device_node_selection is not None or slice_.shared_counters_set):
+    if not _partitionable_ok(slice_, features):
         return False
     # Slices with shared counters follow the same node selection as any other (1.37.1): one that does
     # not target the node leaves the pool incomplete here, and completing the pool fetches it.
@@ -128,6 +137,13 @@ def _slice_relevant(slice_: ResourceSlice, node: Node, features: FeatureGates) -
     return False  # no node selection field we know of
 
 
+def _counts_for_node(slice_: ResourceSlice, node: Node, features: FeatureGates) -> bool:
+    try:
+        return _slice_relevant(slice_, node, features)
+    except AllocationError:
+        return False  # upstream skips such a slice before node selection: no error either
+
+
 def effective_taints(
     slice_: ResourceSlice, device: Device, rules: Sequence[DeviceTaintRule]
 ) -> tuple[dict[str, Any], ...]:
@@ -146,7 +162,16 @@ def gather_pools(
     """Pools visible from ``node``. ``slices`` are the candidate slices (node-local plus shared);
     ``slices_of_pool(driver, pool)`` returns every slice of a pool, for completeness checks."""
     kept: dict[tuple[str, str], list[ResourceSlice]] = {}
+    # DRADeviceCompatibilityGroups off: we cannot check co-allocation against the groups, so a slice
+    # that declares them is ignored (as upstream); its pool is then incomplete and none of it is used.
+    groups_off = not features.enabled("DRADeviceCompatibilityGroups")
+    ignored: dict[tuple[str, str], int] = {}
     for slice_ in sorted(slices, key=lambda s: s.name):
+        if groups_off and slice_.uses_compatibility_groups:
+            if _counts_for_node(slice_, node, features):  # only to tell why its pool is incomplete
+                pool_key = (slice_.driver, slice_.pool)
+                ignored[pool_key] = ignored.get(pool_key, 0) + len(slice_.devices)
+            continue
         if not _slice_relevant(slice_, node, features):
             continue
         pool_key = (slice_.driver, slice_.pool)
@@ -163,11 +188,16 @@ def gather_pools(
         not_targeting: list[ResourceSlice] = []
         pool = Pool(driver, pool_name, generation)
         pool.device_count = sum(len(s.devices) for s in pool_slices)
+        pool.groups_ignored = ignored.get((driver, pool_name), 0)
         if len(pool_slices) != expected:
             everything = list(slices_of_pool(driver, pool_name))
             if any(s.pool_generation > generation for s in everything):
                 continue  # obsolete: the driver is publishing a newer generation, ignore the pool entirely
-            same_generation = [s for s in everything if s.pool_generation == generation]
+            same_generation = [
+                s
+                for s in everything
+                if s.pool_generation == generation and not (groups_off and s.uses_compatibility_groups)
+            ]
             if len(same_generation) != expected:
                 pool.status = INCOMPLETE
                 pool.reason = f"{len(same_generation)} of {expected} slices published"

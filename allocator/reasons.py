@@ -17,12 +17,14 @@ _PHRASES = {  # in the order messages list them
     Rejection.IN_USE: "in use",
     Rejection.TAINT: "tainted",
     Rejection.COUNTERS: "without enough shared counters",
+    Rejection.COMPATIBILITY_GROUPS: "sharing no compatibility group with allocated devices on a counter set",
     Rejection.CAPACITY: "without enough capacity",
     Rejection.CONSTRAINT: "failing claim constraints",
     Rejection.REQUEST_SELECTOR: "rejected by request selectors",
     Rejection.NODE: "not available on this node",
     Rejection.BINDING_CONDITIONS: "with binding conditions (feature disabled)",
     Rejection.INCOMPLETE_POOL: "in incomplete pools",
+    Rejection.GROUPS_IGNORED: "in pools with compatibility groups (DRADeviceCompatibilityGroups is off)",
     Rejection.INVALID_POOL: "in invalid pools",
 }
 
@@ -87,22 +89,29 @@ def _message(claim_ref_text: str, rd: RequestData, reason: Reason, note: str = "
     return text + note
 
 
-def _joint(claims: list[str], requests: list[str], needed: int, usable: int, considered: int) -> Reason:
+def _joint(
+    claims: list[str], requests: list[str], needed: int, usable: int, considered: int, groups: bool
+) -> Reason:
     """Every request fits on its own: say how many devices the requests need together."""
     noun = "device" if needed == 1 else "devices"
     who = f"claim {claims[0]}" if len(claims) == 1 else "claims " + ", ".join(claims)
+    why = ", e.g. they draw from one counter set but share no compatibility group" if groups else ""
     message = (
         f"{who}: requests {', '.join(requests)} need {needed} {noun} together, {usable} match "
-        "(or the devices that match cannot be combined)"
+        f"(or the devices that match cannot be combined{why})"
     )
     return Reason(",".join(claims), ",".join(requests), None, needed, considered, {}, {}, message)
 
 
 def explain(failed: Explanation) -> list[Reason]:
     pools, checks = failed.pools, failed.checks
-    incomplete = sum(p.device_count for p in pools.pools if p.status == INCOMPLETE)
+    incomplete = sum(p.device_count for p in pools.pools if p.status == INCOMPLETE and not p.groups_ignored)
+    # Incomplete because slices declaring compatibility groups were ignored (the gate is off).
+    groups_ignored = sum(
+        p.device_count + p.groups_ignored for p in pools.pools if p.status == INCOMPLETE and p.groups_ignored
+    )
     invalid = sum(p.device_count for p in pools.pools if p.status == INVALID)
-    considered = len(pools.candidates) + incomplete + invalid
+    considered = len(pools.candidates) + incomplete + groups_ignored + invalid
     short: list[Reason] = []
     claim_totals: list[_ClaimTotal] = []
     for ci, claim in enumerate(failed.claims):
@@ -114,6 +123,8 @@ def explain(failed: Explanation) -> list[Reason]:
                 rejected: Counter[Rejection] = Counter()
                 if incomplete:
                     rejected[Rejection.INCOMPLETE_POOL] = incomplete
+                if groups_ignored:
+                    rejected[Rejection.GROUPS_IGNORED] = groups_ignored
                 if invalid:
                     rejected[Rejection.INVALID_POOL] = invalid
                 in_use_by: Counter[str] = Counter()
@@ -147,9 +158,13 @@ def explain(failed: Explanation) -> list[Reason]:
         claim_totals.append(_ClaimTotal(claim_ref(claim), names, claim_needed, claim_usable))
     if short:
         return short
+    # DRADeviceCompatibilityGroups: devices that each fit may still exclude one another.
+    groups = checks.compatibility is not None and any(e.device.compatibility_groups for e in pools.candidates)
     for total in claim_totals:
         if total.needed > len(total.usable):
-            short.append(_joint([total.ref], total.requests, total.needed, len(total.usable), considered))
+            short.append(
+                _joint([total.ref], total.requests, total.needed, len(total.usable), considered, groups)
+            )
     if short:
         return short
     everything: set[int] = set().union(*(total.usable for total in claim_totals))
@@ -164,5 +179,6 @@ def explain(failed: Explanation) -> list[Reason]:
             sum(total.needed for total in claim_totals),
             len(everything),
             considered,
+            groups,
         )
     ]

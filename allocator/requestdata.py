@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from allocator.cel import Selector
+from allocator.compatibility import Undo
 from allocator.model import DeviceClass, ExactRequest
 from allocator.pools import DeviceEntry
 from allocator.quantity import Quantity
@@ -71,12 +72,13 @@ class RequestData:
 class Chosen:
     """A device tentatively allocated to a request."""
 
-    __slots__ = ("consumed", "counted", "entry", "multiple", "request", "share_id")
+    __slots__ = ("compatibility", "consumed", "counted", "entry", "multiple", "request", "share_id")
 
     def __init__(self, entry: DeviceEntry, request: RequestData, *, multiple: bool) -> None:
         self.entry = entry
         self.request = request
         self.multiple = multiple
         self.counted = False  # counters were consumed for it
+        self.compatibility: Undo | None = None  # how it narrowed compatibility groups
         self.share_id: str | None = None
         self.consumed: dict[str, Quantity] | None = None

@@ -167,6 +167,8 @@ class _Search:
         self.allocating_capacity.clear()
         self.allocating_shares.clear()
         self.checks.consumed_counters.clear()
+        if self.checks.compatibility is not None:
+            self.checks.compatibility.clear()
         for results in self.results:
             results.clear()
         for constraints in self.constraints:

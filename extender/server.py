@@ -237,7 +237,7 @@ class ExtenderServer:
         scheduler = self.scheduler
         body = {
             "cache": self.cache.stats(),
-            "pools": self.cache.inventory.describe_pools(),
+            "pools": self.cache.inventory.describe_pools(self.cache.features),
             **scheduler.describe_state(),
             "watch": self.watch_health() if self.watch_health else {"mode": "snapshot"},
         }

@@ -8,11 +8,12 @@ their cluster before applying a claim.
 from __future__ import annotations
 
 import argparse
+import copy
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocator import InvalidObjectError, cel, parse_object
+from allocator import FeatureGates, InvalidObjectError, cel, parse_object
 from extender.commands import output
 from extender.objects_io import ObjectLoadError, load_objects
 from extender.scoring import scoring_annotation_problem
@@ -80,6 +81,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="evaluate selectors with list-type attributes enabled (DRAListTypeAttributes)",
     )
+    parser.add_argument(
+        "--feature-gates",
+        default="",
+        metavar="NAME=true|false,...",
+        help="the API server's gates, for fields behind them (default: the Kubernetes 1.37 defaults)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -88,20 +95,30 @@ def run(args: argparse.Namespace) -> int:
         raw_objects = load_objects(args.paths)
     except ObjectLoadError as exc:
         return output.error(str(exc))
+    try:
+        gates = FeatureGates.parse(args.feature_gates)
+    except ValueError as exc:
+        return output.error(f"--feature-gates: {exc}")
     options = cel.CompileOptions(consumable_capacity=True, list_type_attributes=args.list_type_attributes)
-    report = build_report(raw_objects, options)
+    report = build_report(raw_objects, options, gates)
     output.write(report, args.output, render_text)
     return output.EXIT_OK if report["ok"] else output.EXIT_PROBLEMS
 
 
-def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOptions) -> dict[str, Any]:
+def build_report(
+    raw_objects: Iterable[dict[str, Any]], options: cel.CompileOptions, gates: FeatureGates | None = None
+) -> dict[str, Any]:
+    gates = gates or FeatureGates()
     counts: dict[str, int] = {}
     invalid: list[str] = []
+    warnings: list[str] = []
     classes: dict[str, dict[str, Any]] = {}
     slices: list[dict[str, Any]] = []
     claims: list[dict[str, Any]] = []
     for raw in raw_objects:
         kind = raw.get("kind", "<no kind>")
+        if kind == "ResourceSlice":
+            raw = _drop_disabled_fields(raw, gates, warnings)
         try:
             parsed = parse_object(raw)
         except InvalidObjectError as exc:
@@ -137,9 +154,36 @@ def build_report(raw_objects: Iterable[dict[str, Any]], options: cel.CompileOpti
         "counts": counts,
         "devices": len(devices),
         "invalidObjects": invalid,
+        "warnings": warnings,
         "deviceClasses": [r.to_dict() for r in class_reports],
         "requests": [r.to_dict() for r in request_reports],
     }
+
+
+def _drop_disabled_fields(raw: dict[str, Any], gates: FeatureGates, warnings: list[str]) -> dict[str, Any]:
+    """What the API server does with a new slice: fields behind a gate that is off are dropped, not
+    validated. Returns the slice as stored (a copy when something was dropped)."""
+    if gates.enabled("DRADeviceCompatibilityGroups"):
+        return raw  # validated by parse_object, with the API server's error texts
+    stored = copy.deepcopy(raw)
+    spec = stored.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    dropped = []
+    for i, device in enumerate(devices if isinstance(devices, list) else []):
+        uses = device.get("consumesCounters") if isinstance(device, dict) else None
+        for j, use in enumerate(uses if isinstance(uses, list) else []):
+            if isinstance(use, dict) and use.pop("compatibilityGroups", None):
+                dropped.append(f"spec.devices[{i}].consumesCounters[{j}].compatibilityGroups")
+    if not dropped:
+        return raw
+    meta = raw.get("metadata")
+    name = meta.get("name", "<unnamed>") if isinstance(meta, dict) else "<unnamed>"
+    warnings.append(
+        f"ResourceSlice {name}: {', '.join(dropped)}: dropped, DRADeviceCompatibilityGroups is off (the API "
+        "server drops them from new slices; the scheduler ignores a stored slice that has them, and its "
+        "pool with it)"
+    )
+    return stored
 
 
 def _pod_problems(raw: dict[str, Any]) -> list[str]:
@@ -262,6 +306,9 @@ def render_text(report: dict[str, Any]) -> str:
         lines.extend(f"  - {message}" for message in report["invalidObjects"])
     else:
         lines.append("Invalid objects: none.")
+    if report["warnings"]:
+        lines.append(f"Warnings ({len(report['warnings'])}):")
+        lines.extend(f"  - {message}" for message in report["warnings"])
     for title, section in (("Device classes", "deviceClasses"), ("Claim requests", "requests")):
         lines.append("")
         lines.append(f"{title}:")

@@ -92,3 +92,29 @@ def test_step_violation_is_judged_in_the_same_units() -> None:
     assert fits({"bw": q("1600m")}, shared, DRIVER, True, None, None, True)
     capped = device({"validRange": {"min": "100m", "step": "1500m", "max": "4"}}, "10")
     assert not fits({"bw": q("4")}, capped, DRIVER, True, None, None, True)  # 4600m is above the maximum
+
+
+@pytest.mark.parametrize(
+    ("policy", "amount", "fractional", "problem"),
+    [
+        # whole units: the request, or what it rounds up to, past int64 (upstream aborts, not skips)
+        ({"validRange": {"min": "2", "step": "2"}}, "9223372036854775808", False, "exceeds MaxInt64"),
+        ({"validRange": {"min": "2", "step": "2"}}, "9223372036854775807", False, "passes MaxInt64"),
+        # milli units: past the int64 range of milli values
+        ({"validRange": {"min": "500m", "step": "250m"}}, "9223372036854775807", True, "not a representable"),
+        ({"validRange": {"min": "500m", "step": "250m"}}, "9223372036854775.806", True, "milli-value range"),
+    ],
+)
+def test_range_arithmetic_past_int64_is_an_error(
+    policy: dict, amount: str, fractional: bool, problem: str
+) -> None:
+    with pytest.raises(CapacityError, match="cannot be represented") as caught:
+        consumed_capacity({"bw": q(amount)}, device(policy, value="1E"), DRIVER, fractional)
+    assert problem in str(caught.value)
+
+
+def test_range_arithmetic_up_to_int64_is_exact() -> None:
+    policy = {"validRange": {"min": "1", "step": "2"}}
+    assert str(consumed_capacity({"bw": q("9223372036854775806")}, device(policy), DRIVER, False)["bw"]) == (
+        "9223372036854775807"
+    )

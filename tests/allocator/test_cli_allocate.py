@@ -336,3 +336,41 @@ def test_invalid_pool_only_rules_out_this_node(capsys: pytest.CaptureFixture[str
     code, doc = run_json(capsys, "-f", str(files), "--node", "node-a", "--claim", "default/one")
     assert code == 1 and doc["unschedulable"] is True
     assert doc["reasons"][0]["rejected"] == {"invalid pool": 4}
+
+
+def partitioned_slices() -> list[dict[str, Any]]:
+    """node-a's GPU as two partitions of one counter set: gpu-0 declares "vgpu", gpu-1 "mig"."""
+    devices = make_slice(devices=2)
+    devices["spec"]["pool"]["resourceSliceCount"] = 2
+    for device, group in zip(devices["spec"]["devices"], ("vgpu", "mig"), strict=True):
+        device["consumesCounters"] = [
+            {"counterSet": "gpu", "counters": {"memory": {"value": "1"}}, "compatibilityGroups": [group]}
+        ]
+    counters = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "node-a-counters"},
+        "spec": {
+            "driver": "gpu.example.com",
+            "nodeName": "node-a",
+            "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 2},
+            "sharedCounters": [{"name": "gpu", "counters": {"memory": {"value": "2"}}}],
+        },
+    }
+    return [devices, counters]
+
+
+def test_compatibility_groups_reasons_name_the_gate_and_the_groups(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    files = write_yaml(
+        tmp_path / "c.yaml", CLASS, NODE, *partitioned_slices(), make_claim("held", allocated=["gpu-1"]),
+        make_claim("new"),
+    )
+    args = ("-f", str(files), "--node", "node-a", "--claim", "default/new")
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 1
+    assert "2 in pools with compatibility groups (DRADeviceCompatibilityGroups is off)" in out
+    code, out, _ = run_cli(capsys, *args, "--feature-gates", "DRADeviceCompatibilityGroups=true")
+    assert code == 1
+    assert "1 in use, 1 sharing no compatibility group with allocated devices on a counter set" in out

@@ -154,7 +154,8 @@ def test_a_failed_outcome_keeps_what_its_explanation_reads_not_the_search() -> N
 def test_rejection_keys_are_the_served_strings() -> None:
     # Served by explain and read by tools: renaming a member must not change these.
     assert sorted(str(key) for key in Rejection) == [
-        "binding conditions", "capacity", "class selector", "constraint", "counters", "in use",
-        "incomplete pool", "invalid pool", "node", "request selector", "taint",
+        "binding conditions", "capacity", "class selector", "compatibility groups", "constraint",
+        "counters", "groups ignored", "in use", "incomplete pool", "invalid pool", "node",
+        "request selector", "taint",
     ]
-    assert sorted(PREEMPTION_MAY_HELP) == ["capacity", "counters", "in use"]
+    assert sorted(PREEMPTION_MAY_HELP) == ["capacity", "compatibility groups", "counters", "in use"]

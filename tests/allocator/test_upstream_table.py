@@ -59,6 +59,7 @@ GATES_FOR_FEATURE: dict[str, tuple[str, ...]] = {
     "DeviceBindingAndStatus": ("DRADeviceBindingConditions", "DRAResourceClaimDeviceStatus"),
     "ListTypeAttributes": ("DRAListTypeAttributes",),
     "FractionalCapacityRange": ("DRAFractionalCapacityRange",),
+    "CompatibilityGroups": ("DRADeviceCompatibilityGroups",),
 }
 
 

@@ -54,6 +54,9 @@ VARIED_GATES = (
     "DRAListTypeAttributes",
     "DRAFractionalCapacityRange",
 )
+COMPATIBILITY_GATE = "DRADeviceCompatibilityGroups"
+# DRADeviceCompatibilityGroups: the groups a device declares for one counter set (none is common).
+COMPATIBILITY_GROUPS: tuple[tuple[str, ...], ...] = ((), (), ("mig",), ("vgpu",), ("mig", "vgpu"))
 
 
 def _attributes(draw: st.DrawFn, lists: bool) -> Obj:
@@ -75,8 +78,14 @@ def _attributes(draw: st.DrawFn, lists: bool) -> Obj:
 
 @st.composite
 def devices_for_pool(
-    draw: st.DrawFn, prefix: str, gates: dict[str, bool], used: set[str], counter_sets: list[str]
+    draw: st.DrawFn,
+    prefix: str,
+    gates: dict[str, bool],
+    used: set[str],
+    counter_sets: list[str],
+    partitioned: bool = False,
 ) -> list[Obj]:
+    """Devices of one slice; `partitioned`: all of them draw from the counter sets (GPU partitions)."""
     devs = []
     for index in range(draw(st.sampled_from([0, 1, 2, 2, 3, 3, 4, 4]))):
         dev: Obj = {"name": f"{prefix}{index}"}
@@ -116,13 +125,17 @@ def devices_for_pool(
                 )
             ]
             used.add("taints")
-        if counter_sets and draw(st.booleans()):
+        if counter_sets and (partitioned or draw(st.booleans())):
+            sets = draw(st.lists(st.sampled_from(counter_sets), min_size=1, max_size=2, unique=True))
             dev["consumesCounters"] = [
-                {
-                    "counterSet": draw(st.sampled_from(counter_sets)),
-                    "counters": {"mem": {"value": draw(st.sampled_from(["1", "2"]))}},
-                }
+                {"counterSet": name, "counters": {"mem": {"value": draw(st.sampled_from(["1", "2"]))}}}
+                for name in sets
             ]
+            for use in dev["consumesCounters"]:
+                groups = draw(st.sampled_from(COMPATIBILITY_GROUPS))
+                if groups:
+                    use["compatibilityGroups"] = list(groups)
+                    used.add("compatibility groups")
             used.add("shared counters")
         if gates["DRADeviceBindingConditions"] and draw(st.integers(0, 5)) == 0:
             dev["bindingConditions"] = ["ready"]
@@ -137,10 +150,15 @@ def devices_for_pool(
 @st.composite
 def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[str]) -> list[Obj]:
     """The slices of one pool: one to three, sometimes fewer published than announced (incomplete),
-    with counters in a slice of their own when partitionable devices are on."""
-    driver = draw(st.sampled_from(DRIVERS))
+    with counters in a slice of their own when partitionable devices are on. One pool in four is then
+    a partitioned GPU on this node (every device draws from the counters), where devices contend for
+    counters and compatibility groups."""
+    partitioned = gates["DRAPartitionableDevices"] and draw(st.integers(0, 3)) == 0
+    driver = DRIVERS[0] if partitioned else draw(st.sampled_from(DRIVERS))
     pool = f"pool-{index}"
-    where = draw(st.sampled_from([NODE, NODE, NODE, NODE, OTHER_NODE, ALL_NODES, "selector", PER_DEVICE]))
+    where = NODE if partitioned else draw(
+        st.sampled_from([NODE, NODE, NODE, NODE, OTHER_NODE, ALL_NODES, "selector", PER_DEVICE])
+    )
     if where == PER_DEVICE and not gates["DRAPartitionableDevices"]:
         where = NODE
     if where == "selector":
@@ -150,16 +168,20 @@ def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[s
         where_obj = where
     counter_sets: list[str] = []
     slices: list[Obj] = []
-    if gates["DRAPartitionableDevices"] and draw(st.integers(0, 2)) == 0:
-        counter_sets = ["cs-0"]
-        capacity = draw(st.sampled_from(["2", "3", "4"]))
+    if partitioned or (gates["DRAPartitionableDevices"] and draw(st.integers(0, 2)) == 0):
+        counter_sets = ["cs-0", "cs-1"][: draw(st.integers(1, 2))]
+        capacity = draw(st.sampled_from(["4", "6"] if partitioned else ["2", "3", "4"]))
         slices.append(
             resource_slice(
-                f"{pool}-counters", where_obj, pool, driver, counter_sets={"cs-0": {"mem": capacity}}
+                f"{pool}-counters",
+                where_obj,
+                pool,
+                driver,
+                counter_sets={name: {"mem": capacity} for name in counter_sets},
             )
         )
     for part in range(draw(st.integers(1, 2))):
-        devs = draw(devices_for_pool(f"{pool}-{part}-", gates, used, counter_sets))
+        devs = draw(devices_for_pool(f"{pool}-{part}-", gates, used, counter_sets, partitioned))
         if where == PER_DEVICE:  # each device says where it is: this node, another one, or everywhere
             for dev in devs:
                 placement = draw(st.sampled_from(["nodeName", "nodeName", "other", "allNodes"]))
@@ -300,6 +322,8 @@ def worlds(draw: st.DrawFn) -> Obj:
     for gate in VARIED_GATES:
         if draw(st.integers(0, 5)) == 0:
             gates[gate] = not gates[gate]
+    # Alpha and off by default, but worth comparing as often as its off-state (slices ignored).
+    gates[COMPATIBILITY_GATE] = draw(st.booleans())
     used: set[str] = set()
     slices = [
         raw
@@ -321,5 +345,7 @@ def worlds(draw: st.DrawFn) -> Obj:
     }
     if len(world["claims"]) > 1:
         used.add("several claims")
+    if "compatibility groups" in used and not gates[COMPATIBILITY_GATE]:
+        used.add(f"-{COMPATIBILITY_GATE}")
     world["features"] = sorted(used | {f"-{gate}" for gate in VARIED_GATES if not gates[gate]})
     return world

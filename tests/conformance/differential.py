@@ -118,6 +118,18 @@ def _prune(value: Any) -> Any:
     return value
 
 
+# Go's Quantity cannot print a DecimalSI value from 1e21 on (no suffix past "E": 1e21 comes out as
+# "1"), so the upstream program prints those in exponent form; they are compared by value.
+_BEYOND_SUFFIXES = Quantity.parse("1e21")
+
+
+def _printed_quantity(text: str) -> str:
+    quantity = Quantity.parse(text)
+    if abs(quantity.value) >= _BEYOND_SUFFIXES.value:
+        return str(quantity.value)
+    return str(quantity)
+
+
 def canonical(allocation: Obj) -> bytes:
     allocation = _prune(copy.deepcopy(allocation))
     allocation.pop("allocationTimestamp", None)
@@ -126,7 +138,7 @@ def canonical(allocation: Obj) -> bytes:
             result["shareID"] = SHARE_ID
         if "consumedCapacity" in result:
             result["consumedCapacity"] = {
-                k: str(Quantity.parse(v)) for k, v in result["consumedCapacity"].items()
+                k: _printed_quantity(v) for k, v in result["consumedCapacity"].items()
             }
     for term in allocation.get("nodeSelector", {}).get("nodeSelectorTerms", []):
         for key in ("matchExpressions", "matchFields"):
@@ -166,7 +178,12 @@ def difference(ours: Verdict, theirs: Verdict) -> str | None:
 
 # Features only upstream's "incubating" and "experimental" variants support; with none of them on,
 # upstream picks its "stable" variant, which walks pools in the order the slices were listed.
-_BEYOND_STABLE = ("DRAConsumableCapacity", "DRAListTypeAttributes", "DRAFractionalCapacityRange")
+_BEYOND_STABLE = (
+    "DRAConsumableCapacity",
+    "DRAListTypeAttributes",
+    "DRAFractionalCapacityRange",
+    "DRADeviceCompatibilityGroups",
+)
 
 
 def _upstream_picks_stable(world: Obj) -> bool:

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import build_control_plane
 import orjson
+import pytest
 import urllib3
 import yaml
 from cryptography import x509
@@ -590,6 +592,20 @@ def running(plane: ControlPlane, extender_flags: list[str]) -> Iterator[ControlP
     plane.stop()
     refused = plane.forbidden_requests()
     assert not refused, "the API server refused the extender's requests:\n" + "\n".join(refused[:20])
+
+
+@contextlib.contextmanager
+def own_control_plane(
+    work: Path, extra_args: dict[str, list[str]], extender_flags: list[str]
+) -> Iterator[ControlPlane]:
+    """A running control plane of a test module's own, for flags the shared one does not have (feature
+    gates, API versions); skips the module when the Kubernetes binaries cannot be built."""
+    try:
+        bin_dir = build_control_plane.ensure_built()
+    except build_control_plane.BuildUnavailable as missing:
+        pytest.skip(f"end-to-end tests need the Kubernetes binaries: {missing}")
+    with running(ControlPlane(bin_dir, work, extra_args=extra_args), extender_flags) as plane:
+        yield plane
 
 
 def extender_supports(flag: str) -> bool:

@@ -15,10 +15,9 @@ import os
 import time
 from collections.abc import Iterator
 
-import build_control_plane
 import pytest
 from e2e_api import Api, temporary_namespace, wait_for
-from e2e_cluster import ControlPlane, running
+from e2e_cluster import ControlPlane, own_control_plane
 from e2e_objects import (
     RESOURCE,
     Driver,
@@ -41,21 +40,14 @@ TAINT = {"key": "example.com/broken", "value": "true", "effect": "NoExecute"}
 
 @pytest.fixture(scope="module")
 def workload_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    try:
-        bin_dir = build_control_plane.ensure_built()
-    except build_control_plane.BuildUnavailable as missing:
-        pytest.skip(f"end-to-end tests need the Kubernetes binaries: {missing}")
-    plane = ControlPlane(
-        bin_dir,
-        tmp_path_factory.mktemp("workload-plane"),
-        extra_args={
-            "kube-apiserver": [GATES, "--runtime-config=scheduling.k8s.io/v1beta1=true"],
-            "kube-controller-manager": [GATES],
-            "kube-scheduler": [GATES],
-            "dra-extender": ["--feature-gates=DRAWorkloadResourceClaims=true"],
-        },
-    )
-    with running(plane, ["--controllers=taint-eviction"]):
+    extra_args = {
+        "kube-apiserver": [GATES, "--runtime-config=scheduling.k8s.io/v1beta1=true"],
+        "kube-controller-manager": [GATES],
+        "kube-scheduler": [GATES],
+        "dra-extender": ["--feature-gates=DRAWorkloadResourceClaims=true"],
+    }
+    work = tmp_path_factory.mktemp("workload-plane")
+    with own_control_plane(work, extra_args, ["--controllers=taint-eviction"]) as plane:
         yield plane
 
 

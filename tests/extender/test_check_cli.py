@@ -62,9 +62,11 @@ def claim(name: str, selectors: list[str], class_name: str = "gpu.example.com") 
     }
 
 
-def run_check(tmp_path: Path, objects: list[dict], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+def run_check(
+    tmp_path: Path, objects: list[dict], capsys: pytest.CaptureFixture[str], *flags: str
+) -> tuple[int, dict]:
     (tmp_path / "objects.yaml").write_text(yaml.safe_dump_all(objects))
-    code = main(["check", str(tmp_path), "-o", "json"])
+    code = main(["check", str(tmp_path), "-o", "json", *flags])
     return code, orjson.loads(capsys.readouterr().out)
 
 
@@ -170,3 +172,46 @@ def test_unknown_scoring_annotation_is_reported(tmp_path: Path, capsys: pytest.C
     assert report["invalidObjects"] == [
         "Pod default/p: dra-extender.io/scoring='pack' is unknown (binpack, spread, none): "
         "the default policy applies"]
+
+
+def partitioned_slice(*groups: str) -> dict:
+    """A slice of one GPU partition that draws from counter set gpu-0, declaring `groups`."""
+    raw = gpu_slice("n1", ["A100"])
+    use = {"counterSet": "gpu-0", "counters": {"memory": {"value": "10Gi"}}}
+    raw["spec"]["devices"][0]["consumesCounters"] = [{**use, "compatibilityGroups": list(groups)}]
+    return raw
+
+
+def test_compatibility_groups_are_dropped_with_a_warning_while_the_gate_is_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, report = run_check(tmp_path, [GPU_CLASS, partitioned_slice("Not-A-Label")], capsys)
+    assert code == 0, report  # the API server drops the field without validating it
+    assert report["invalidObjects"] == []
+    (warning,) = report["warnings"]
+    assert warning.startswith(
+        "ResourceSlice n1-gpus: spec.devices[0].consumesCounters[0].compatibilityGroups: dropped, "
+        "DRADeviceCompatibilityGroups is off"
+    )
+    main(["check", str(tmp_path)])
+    assert "Warnings (1):" in capsys.readouterr().out
+
+
+def test_compatibility_groups_are_validated_when_the_gate_is_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gate = ("--feature-gates", "DRADeviceCompatibilityGroups=true")
+    code, report = run_check(tmp_path, [GPU_CLASS, partitioned_slice("mig", "vgpu")], capsys, *gate)
+    assert (code, report["warnings"], report["invalidObjects"]) == (0, [], [])
+    code, report = run_check(tmp_path, [GPU_CLASS, partitioned_slice("a", "b", "c")], capsys, *gate)
+    assert code == 1
+    assert report["invalidObjects"] == [
+        "ResourceSlice n1-gpus: spec.devices[0].consumesCounters[0].compatibilityGroups: Too many: 3: "
+        "must have at most 2 items"
+    ]
+
+
+def test_unknown_feature_gate_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "objects.yaml").write_text(yaml.safe_dump_all([GPU_CLASS]))
+    assert main(["check", str(tmp_path), "--feature-gates", "NoSuchGate=true"]) == 2
+    assert "--feature-gates: unknown feature gate 'NoSuchGate'" in capsys.readouterr().err

@@ -61,6 +61,7 @@ CAPACITY = "ConsumableCapacity"
 BINDING = "DeviceBindingAndStatus"
 LIST_ATTRS = "ListTypeAttributes"
 FRACTIONAL = "FractionalCapacityRange"
+COMPATIBILITY = "CompatibilityGroups"
 
 
 def features(*names: str) -> frozenset[str]:
@@ -295,6 +296,7 @@ def device(
     attrs: Mapping[str, Any] | None = None,
     counters: Mapping[str, Mapping[str, str]] | None = None,
     capacity_from_counters: bool = False,
+    groups: Mapping[str, Iterable[str]] | None = None,
     taints: Iterable[Obj] = (),
     node_name: str | None = None,
     all_nodes: bool | None = None,
@@ -304,7 +306,8 @@ def device(
     binds_to_node: bool | None = None,
     multiple: bool | None = None,
 ) -> Obj:
-    """A device; `capacity` values are quantity strings or full DeviceCapacity dicts."""
+    """A device; `capacity` values are quantity strings or full DeviceCapacity dicts; `groups` gives
+    the compatibility groups declared for some of the counter sets in `counters`."""
     dev: Obj = {"name": name}
     if attrs:
         dev["attributes"] = {key: attribute(value) for key, value in attrs.items()}
@@ -316,6 +319,9 @@ def device(
             {"counterSet": counter_set, "counters": {n: {"value": v} for n, v in values.items()}}
             for counter_set, values in counters.items()
         ]
+        for use in dev["consumesCounters"]:
+            if groups and groups.get(use["counterSet"]):
+                use["compatibilityGroups"] = list(groups[use["counterSet"]])
         if capacity_from_counters:
             for values in counters.values():
                 for counter_name, value in values.items():

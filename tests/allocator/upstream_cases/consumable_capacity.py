@@ -59,8 +59,9 @@ def got(request_name: str, device_name: str, consumed: dict[str, str] | None = N
     return result(request_name, DRIVER_A, "pool-1", device_name, shared=True, consumed=consumed)
 
 
-def in_use(device_name: str, amount: str) -> dict:
-    """A claim that already consumes capacity of a shared device."""
+def in_use(device_name: str, amount: str | None) -> dict:
+    """A claim that already consumes capacity of a shared device (a share without consumedCapacity
+    when `amount` is None)."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -80,7 +81,7 @@ def in_use(device_name: str, amount: str) -> dict:
                             "pool": "pool-1",
                             "device": device_name,
                             "shareID": "11111111-1111-1111-1111-111111111111",
-                            "consumedCapacity": {CAP: amount},
+                            **({"consumedCapacity": {CAP: amount}} if amount is not None else {}),
                         }
                     ]
                 }
@@ -525,16 +526,151 @@ CASES = [
             )
         ],
     ),
+]
+
+
+def kind_is(kind: str, *more: str) -> dict:
+    return cel(" || ".join(f'device.attributes["{DRIVER_A}"].kind == "{k}"' for k in (kind, *more)))
+
+
+def string_is(value: str) -> dict:
+    return cel(f'device.attributes["{DRIVER_A}"].stringAttribute == "{value}"')
+
+
+def counter_c(name: str, **kw: object) -> dict:
+    """A device consuming counter c: 1 of counter-set-1."""
+    return device(name, counters={"counter-set-1": {"c": "1"}}, **kw)  # type: ignore[arg-type]
+
+
+def c_counter_slice() -> dict:
+    return counter_slice("slice-2", NODE_1, "pool-1", DRIVER_A, {"counter-set-1": {"c": "1"}})
+
+
+NOT_REPRESENTABLE = "cannot be represented"
+ABOVE_INT64 = "18446744073709551616"
+
+# New in the v0.37.1 table.
+CASES += [
     Case(
-        # device-1's share, allocated in an earlier cycle, holds the pool's only counter; device-2
-        # (mode "b") consumes the same counter, so it cannot be shared out now.
+        # req-0 first takes the shareable device-1 and its only counter; req-1 needs that counter
+        # for device-3, so device-1 is given back (and its counter with it) for device-2.
+        "partitionable-consumable-capacity-backtrack-releases-counter",
+        features=features(PARTITIONABLE, CAPACITY),
+        claims=[
+            claim(
+                "claim-0",
+                request("req-0", CLASS_A, 1, kind_is("shared")),
+                request("req-1", CLASS_A, 1, kind_is("counteronly")),
+            )
+        ],
+        classes=[PLAIN_CLASS],
+        slices=[
+            one_slice(
+                counter_c("device-1", attrs={"kind": "shared"}, multiple=True),
+                device("device-2", attrs={"kind": "shared"}),
+                counter_c("device-3", attrs={"kind": "counteronly"}),
+                count=2,
+            ),
+            c_counter_slice(),
+        ],
+        expect=[
+            allocation(
+                local(),
+                result("req-0", DRIVER_A, "pool-1", "device-2"),
+                result("req-1", DRIVER_A, "pool-1", "device-3"),
+            )
+        ],
+    ),
+    Case(
+        # claim-1's "all" subrequest adds device-1 to its constraint, then finds it full: the
+        # constraint must forget device-1 so that subReq-1 can take device-2 ("fb").
+        "consumable-capacity-rejection-rolls-back-constraints",
+        features=features(CAPACITY, PRIORITIZED),
+        claims=[
+            claim("claim-0", request("req-0", CLASS_A, 1, string_is("cap"), capacity={CAP: "2"})),
+            claim(
+                "claim-1",
+                first_available(
+                    "req-0",
+                    sub("subReq-0", CLASS_A, 1, string_is("cap"), mode="All", capacity={CAP: "2"}),
+                    sub("subReq-1", CLASS_A, 1, string_is("fb")),
+                ),
+                constraints=[match(f"{DRIVER_A}/stringAttribute")],
+            ),
+        ],
+        classes=[PLAIN_CLASS],
+        slices=[
+            one_slice(
+                shared("device-1", capacity={CAP: "2"}, attrs={"stringAttribute": "cap"}),
+                device("device-2", attrs={"stringAttribute": "fb"}),
+            )
+        ],
+        expect=[
+            allocation(local(), got("req-0", "device-1", {CAP: "2"})),
+            allocation(local(), result("req-0/subReq-1", DRIVER_A, "pool-1", "device-2")),
+        ],
+    ),
+    Case(
+        # claim-0's share of device-1 holds the counter; claim-1's req-1 shares device-1 too, is
+        # moved to device-2 by its constraint with req-2, and req-3 shares device-1 again: undoing
+        # req-1's share must not drop claim-0's hold on the counter.
+        "partitionable-empty-capacity-multiple-share-backtrack-keeps-counter-ownership",
+        features=features(PARTITIONABLE, CAPACITY),
+        claims=[
+            claim("claim-0", request("req-0", CLASS_A, 1, kind_is("shared"))),
+            claim(
+                "claim-1",
+                request("req-1", CLASS_A, 1, kind_is("shared", "fallback")),
+                request("req-2", CLASS_A, 1, kind_is("gate")),
+                request("req-3", CLASS_A, 1, kind_is("shared")),
+                constraints=[match(f"{DRIVER_A}/stringAttribute", "req-1", "req-2")],
+            ),
+        ],
+        classes=[PLAIN_CLASS],
+        slices=[
+            one_slice(
+                counter_c("device-1", attrs={"kind": "shared", "stringAttribute": "red"}, multiple=True),
+                device("device-2", attrs={"kind": "fallback", "stringAttribute": "blue"}),
+                device("device-3", attrs={"kind": "gate", "stringAttribute": "blue"}),
+                count=2,
+            ),
+            c_counter_slice(),
+        ],
+        expect=[
+            allocation(local(), got("req-0", "device-1")),
+            allocation(
+                local(),
+                result("req-1", DRIVER_A, "pool-1", "device-2"),
+                result("req-2", DRIVER_A, "pool-1", "device-3"),
+                got("req-3", "device-1"),
+            ),
+        ],
+    ),
+    Case(
+        # device-1 is already shared (a share without consumed capacity): another share does not
+        # charge its counter again.
+        "partitionable-consumable-capacity-shared-device-counter-not-recharged",
+        features=features(PARTITIONABLE, CAPACITY),
+        claims=[claim("claim-0", request("req-0"))],
+        allocated_claims=[in_use("device-1", None)],
+        classes=[PLAIN_CLASS],
+        slices=[one_slice(counter_c("device-1", multiple=True), count=2), c_counter_slice()],
+        expect=[allocation(local(), got("req-0", "device-1"))],
+    ),
+    Case(
+        # device-1's existing share holds the only counter: device-2 (the one the selector wants)
+        # cannot get it.
         "allow-multiple-allocations-with-shared-device-counter-cross-cycle",
         features=features(PARTITIONABLE, CAPACITY),
         claims=[
             claim(
                 "claim-0",
                 request(
-                    "req-0", CLASS_A, 1, cel('device.attributes["driver-a"].mode == "b"'), capacity={CAP: "1"}
+                    "req-0",
+                    CLASS_A,
+                    1,
+                    cel(f'device.attributes["{DRIVER_A}"].mode == "b"'),
+                    capacity={CAP: "1"},
                 ),
             )
         ],
@@ -545,9 +681,9 @@ CASES = [
                 *(
                     device(
                         name,
-                        attrs={"mode": mode},
                         counters={"counter-set-1": {CAP: "1"}},
                         capacity_from_counters=True,
+                        attrs={"mode": mode},
                         multiple=True,
                     )
                     for name, mode in (("device-1", "a"), ("device-2", "b"))
@@ -555,6 +691,83 @@ CASES = [
                 count=2,
             ),
             counter_slice("slice-2", NODE_1, "pool-1", DRIVER_A, {"counter-set-1": {CAP: "1"}}),
+        ],
+    ),
+    Case(
+        "consumable-capacity-negative-request-aborts",
+        features=ON,
+        claims=[claim("claim-0", wants("req-0", "-5"))],
+        classes=[MULTI_CLASS],
+        slices=[one_slice(shared("device-1", capacity={CAP: "10"}))],
+        error="negative",
+    ),
+    Case(
+        "consumable-capacity-range-policy-request-above-int64-rejected",
+        features=ON,
+        claims=[claim("claim-0", wants("req-0", ABOVE_INT64))],
+        classes=[MULTI_CLASS],
+        slices=[one_slice(shared("device-1", capacity={CAP: range_policy("4")}))],
+        error=NOT_REPRESENTABLE,
+    ),
+    Case(
+        "consumable-capacity-range-policy-rounded-value-overflow-rejected",
+        features=ON,
+        claims=[claim("claim-0", wants("req-0", "9223372036854775807"))],
+        classes=[MULTI_CLASS],
+        slices=[one_slice(shared("device-1", capacity={CAP: range_policy("4")}))],
+        error=NOT_REPRESENTABLE,
+    ),
+    Case(
+        # device-2 could take the request (no step to round to), but the request device-1 cannot
+        # represent aborts the whole allocation.
+        "consumable-capacity-range-policy-overflow-aborts-not-skip",
+        features=ON,
+        claims=[claim("claim-0", wants("req-0", ABOVE_INT64))],
+        classes=[MULTI_CLASS],
+        slices=[
+            one_slice(
+                shared("device-1", capacity={CAP: range_policy("4")}),
+                shared("device-2", capacity={CAP: "36893488147419103232"}),
+            )
+        ],
+        error=NOT_REPRESENTABLE,
+    ),
+    Case(
+        "consumable-capacity-range-policy-allocation-mode-all-overflow-aborts",
+        features=ON,
+        claims=[claim("claim-0", wants_all("req-0", ABOVE_INT64))],
+        classes=[MULTI_CLASS],
+        slices=[one_slice(shared("device-1", capacity={CAP: range_policy("4")}))],
+        error=NOT_REPRESENTABLE,
+    ),
+    Case(
+        # Quantities far above int64: the requests and what they consume stay exact.
+        "consumable-capacity-requests-are-not-modified",
+        features=ON,
+        claims=[claim("claim-0", wants("req-0", "2"), wants("req-1", "1000000000000000000000"))],
+        classes=[PLAIN_CLASS],
+        slices=[
+            one_slice(
+                shared(
+                    "device-1",
+                    capacity={
+                        CAP: {
+                            "value": "1000000000000000000002",
+                            "requestPolicy": {
+                                "default": "1000000000000000000000",
+                                "validRange": {"min": "2"},
+                            },
+                        }
+                    },
+                )
+            )
+        ],
+        expect=[
+            allocation(
+                local(),
+                got("req-0", "device-1", {CAP: "2"}),
+                got("req-1", "device-1", {CAP: "1000000000000000000000"}),
+            )
         ],
     ),
 ]

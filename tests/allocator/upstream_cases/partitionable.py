@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .builders import (
     CLASS_A,
     CLASS_B,
@@ -28,6 +30,7 @@ from .builders import (
     local,
     match,
     memory_at_least,
+    node,
     request,
     resource_slice,
     result,
@@ -544,18 +547,206 @@ CASES += [
         ],
         fixes_upstream_bug="kubernetes/kubernetes#140436",
     ),
+]
+
+
+def consumer(name: str, counter_set: str, counter: str, amount: str, **kw: Any) -> dict:
+    """A device consuming one counter of one counter set (upstream's "c"/"d" counters)."""
+    return device(name, counters={counter_set: {counter: amount}}, **kw)
+
+
+def counter_pool(
+    driver: str,
+    devs: list[dict],
+    counter_set: str,
+    counter: str,
+    amount: str,
+    names: tuple[str, str] = ("slice-1", "slice-2"),
+) -> list[dict]:
+    return [
+        resource_slice(names[0], NODE_1, "pool-1", driver, *devs, count=2),
+        counter_slice(names[1], NODE_1, "pool-1", driver, {counter_set: {counter: amount}}),
+    ]
+
+
+# New in the v0.37.1 table.
+CASES += [
     Case(
-        # An "All" request takes a device that consumes counters, when the counters suffice.
         "all-devices-with-consumed-counters",
         features=ON,
         claims=[claim("claim-0", all_devices("req-0"))],
         classes=[CLASS],
         slices=[
             devices_slice(
-                "slice-1", "pool-1", part("device-1", from_counters=False, counter_set_1={"memory": "4Gi"})
+                "slice-1", "pool-1", device("device-1", counters={"counter-set-1": {"memory": "4Gi"}})
             ),
             counters("slice-2", "pool-1", counter_set_1={"memory": "8Gi"}),
         ],
         expect=[allocation(local(), result("req-0", DRIVER_A, "pool-1", "device-1"))],
+    ),
+    Case(
+        # device-2 takes the only counter, then fails the constraint: "all" makes that a hard error
+        # (and the counter it took is given back on the way).
+        "partitionable-all-mode-constraint-must-error-with-reserved-counter",
+        features=ON,
+        claims=[claim("claim-0", all_devices("req-0"), constraints=[match("driver-a/numa")])],
+        classes=[CLASS],
+        slices=counter_pool(
+            DRIVER_A,
+            [
+                device("device-1", attrs={"numa": 1}),
+                consumer("device-2", "counter-set-1", "c", "1", attrs={"numa": 2}),
+            ],
+            "counter-set-1",
+            "c",
+            "1",
+        ),
+        error="claim claim-0, request req-0: cannot add device driver-a/pool-1/device-2 because a claim "
+        "constraint would not be satisfied",
+    ),
+    Case(
+        # Counters far above int64 (as quantities): device-1 holds 9e18 of 10e18, device-2 needs 1.
+        "partitionable-devices-counter-quantities-are-not-modified",
+        features=ON,
+        claims=[claim("claim-0", request("req-0"))],
+        allocated=[(DRIVER_A, "pool-1", "device-1")],
+        classes=[CLASS],
+        slices=counter_pool(
+            DRIVER_A,
+            [
+                consumer("device-1", "counter-set-1", "c", "9000000000000000000"),
+                consumer("device-2", "counter-set-1", "c", "1"),
+            ],
+            "counter-set-1",
+            "c",
+            "10000000000000000000",
+        ),
+        expect=[allocation(local(), result("req-0", DRIVER_A, "pool-1", "device-2"))],
+    ),
+    Case(
+        # Two drivers with a pool of the same name: each has its own counters.
+        "partitionable-devices-counter-cache-scoped-by-pool-ID",
+        features=ON,
+        claims=[claim("claim-0", request("req-0")), claim("claim-1", request("req-1", CLASS_B))],
+        classes=[CLASS, device_class(CLASS_B, DRIVER_B)],
+        slices=[
+            *counter_pool(
+                DRIVER_A, [consumer("device-1", "counter-set-1", "c", "1")], "counter-set-1", "c", "1"
+            ),
+            *counter_pool(
+                DRIVER_B,
+                [consumer("device-2", "counter-set-1", "c", "2")],
+                "counter-set-1",
+                "c",
+                "2",
+                names=("slice-3", "slice-4"),
+            ),
+        ],
+        expect=[
+            allocation(local(), result("req-0", DRIVER_A, "pool-1", "device-1")),
+            allocation(local(), result("req-1", DRIVER_B, "pool-1", "device-2")),
+        ],
+    ),
+    Case(
+        # driver-b's device-2 needs 2 of its own counter d (1 available): it must not be checked
+        # against driver-a's counter set of the same pool name.
+        "partitionable-devices-counter-cache-not-crossed-between-driver-schemas",
+        features=ON,
+        claims=[claim("claim-0", request("req-0")), claim("claim-1", request("req-1", CLASS_B))],
+        classes=[CLASS, device_class(CLASS_B, DRIVER_B)],
+        slices=[
+            *counter_pool(
+                DRIVER_A, [consumer("device-1", "counter-set-1", "c", "1")], "counter-set-1", "c", "1"
+            ),
+            *counter_pool(
+                DRIVER_B,
+                [consumer("device-2", "counter-set-2", "d", "2")],
+                "counter-set-2",
+                "d",
+                "1",
+                names=("slice-3", "slice-4"),
+            ),
+        ],
+    ),
+    Case(
+        "partitionable-devices-taint-releases-counter",
+        features=features(PARTITIONABLE, TAINTS),
+        claims=[claim("claim-0", request("req-0"))],
+        classes=[CLASS],
+        slices=counter_pool(
+            DRIVER_A,
+            [
+                consumer(
+                    "device-1",
+                    "counter-set-1",
+                    "c",
+                    "1",
+                    taints=[taint("taint-key", "taint-value", "NoSchedule")],
+                ),
+                consumer("device-2", "counter-set-1", "c", "1"),
+            ],
+            "counter-set-1",
+            "c",
+            "1",
+        ),
+        expect=[allocation(local(), result("req-0", DRIVER_A, "pool-1", "device-2"))],
+    ),
+    Case(
+        "partitionable-devices-constraint-releases-counter",
+        features=ON,
+        claims=[
+            claim("claim-0", request("req-0", CLASS_A, 2), constraints=[match("driver-a/stringAttribute")])
+        ],
+        classes=[CLASS],
+        slices=counter_pool(
+            DRIVER_A,
+            [
+                consumer(f"device-{i}", "counter-set-1", "c", "1", attrs={"stringAttribute": colour})
+                for i, colour in ((1, "red"), (2, "blue"), (3, "blue"))
+            ],
+            "counter-set-1",
+            "c",
+            "2",
+        ),
+        expect=[
+            allocation(
+                local(),
+                result("req-0", DRIVER_A, "pool-1", "device-2"),
+                result("req-0", DRIVER_A, "pool-1", "device-3"),
+            )
+        ],
+    ),
+    Case(
+        # device-1 (allocated, on node-1) already took 6Gi of the 8Gi: on node-2, device-2 (6Gi) does
+        # not fit any more, device-3 (2Gi) does.
+        "partitionable-devices-devices-consume-counter-set-in-different-nodes",
+        features=ON,
+        claims=[claim("claim-0", request("req-0"))],
+        allocated=[(DRIVER_A, "pool-1", "device-1")],
+        classes=[CLASS],
+        node=node(NODE_2, REGION_1),
+        slices=[
+            counter_slice(
+                "slice-1", NODE_1, "pool-1", DRIVER_A, {"counter-set-1": {"memory": "8Gi"}}, count=3
+            ),
+            resource_slice(
+                "slice-2",
+                NODE_1,
+                "pool-1",
+                DRIVER_A,
+                part("device-1", counter_set_1={"memory": "6Gi"}),
+                count=3,
+            ),
+            resource_slice(
+                "slice-3",
+                NODE_2,
+                "pool-1",
+                DRIVER_A,
+                part("device-2", counter_set_1={"memory": "6Gi"}),
+                part("device-3", counter_set_1={"memory": "2Gi"}),
+                count=3,
+            ),
+        ],
+        expect=[allocation(local(NODE_2), result("req-0", DRIVER_A, "pool-1", "device-3"))],
     ),
 ]

@@ -31,6 +31,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/cel/environment"
@@ -199,7 +200,23 @@ func allocate(req request) answer {
 	case results == nil && len(req.Claims) > 0:
 		return answer{Outcome: "unschedulable", Steps: steps}
 	}
+	exactConsumedCapacity(results)
 	return answer{Outcome: "allocated", Results: results, Steps: steps}
+}
+
+// exactConsumedCapacity works around Quantity's JSON form, which drops the suffix past "E" (a
+// DecimalSI 1e21 prints as "1"): such a value is written in exponent form instead, same value.
+func exactConsumedCapacity(results []resourceapi.AllocationResult) {
+	for i := range results {
+		for j := range results[i].Devices.Results {
+			consumed := results[i].Devices.Results[j].ConsumedCapacity
+			for name, quantity := range consumed {
+				if printed, err := resource.ParseQuantity(quantity.String()); err != nil || printed.Cmp(quantity) != 0 {
+					consumed[name] = *resource.NewDecimalQuantity(*quantity.AsDec(), resource.DecimalExponent)
+				}
+			}
+		}
+	}
 }
 
 // allocateOneInvocations reads the allocator's optional statistics (GetStats) without naming
