@@ -275,7 +275,10 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         return cost, found if name == "find" else Shape("list", first.size, elem=found)
     if name in _LIST_SCANS and first.kind != "string":
         elem = first.elem or SCALAR_DYN
-        result = INT if name in ("indexOf", "lastIndexOf") else Shape(elem.kind)  # no size known
+        # sum/min/max: a number has size 1, as cel-go's estimator sees it (an empty literal's is an int,
+        # its first overload); another element's size it does not know
+        numeric = name in ("indexOf", "lastIndexOf") or first.size == 0
+        result = INT if numeric else _arithmetic_result(elem, elem)
         if name in ("isSorted", "includes"):
             result = BOOL
         if first.kind != "list" and name != "includes":
