@@ -9,9 +9,10 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 WORKDIR /src
-# Only what the package build reads (see .dockerignore): metadata first, then the three packages.
+# Only what the package build reads (see .dockerignore): metadata first, then the four packages.
 COPY pyproject.toml README.md ./
 COPY allocator/ allocator/
+COPY common/ common/
 COPY extender/ extender/
 COPY webhook/ webhook/
 # A regular (not editable) install: the runtime stage gets no source tree. pip byte-compiles the

@@ -366,7 +366,8 @@ async def profile_cpu(args: argparse.Namespace, url: str, nodes: int) -> dict[st
     import io
     import pstats
 
-    from extender.commands.serve import Cluster, build_scheduler, tune_gc_after_sync, warm_node_views
+    from extender.commands.serve import tune_gc_after_sync, warm_node_views
+    from extender.wiring import Cluster, build_scheduler
 
     def report(profile: cProfile.Profile, title: str) -> None:
         out = io.StringIO()
@@ -386,7 +387,7 @@ async def profile_cpu(args: argparse.Namespace, url: str, nodes: int) -> dict[st
     warm_views_s = time.perf_counter() - started
     try:
         cluster = Cluster(cache, client, watcher)
-        scheduler = build_scheduler(cluster, argparse.Namespace())
+        scheduler = build_scheduler(cluster)
         pod = cache.pod("default", "probe-0")
         names = cache.node_names()
         profile = cProfile.Profile()

@@ -26,9 +26,9 @@ from allocator import (
     ResourceClaim,
     ResourceSlice,
 )
+from common.claimrefs import group_name_of
 from extender.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
 from extender.nodeallocatable import NodeUsage
-from extender.podclaims import group_name_of
 from extender.podgroups import check_group_claims
 from extender.podtransform import slim_pod
 from extender.sharing import ObjectSharer
@@ -68,36 +68,6 @@ def object_key(raw: dict, namespaced: bool) -> str:
     if not isinstance(namespace, str) or not namespace:
         raise ValueError("metadata.namespace: required")
     return f"{namespace}/{meta['name']}"
-
-
-def claim_names_of_pod(pod: dict) -> list[str]:
-    """Names of the ResourceClaims a pod uses that can be known now.
-
-    Template-based entries resolve through status.resourceClaimStatuses; an entry not recorded there yet
-    (claim not created) or recorded with a null name (intentionally not created) contributes nothing.
-    The claim for extended resources comes from status.extendedResourceClaimStatus.
-    """
-    spec = pod.get("spec") or {}
-    statuses = {
-        entry.get("name"): entry.get("resourceClaimName")
-        for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
-        if isinstance(entry, dict)
-    }
-    names: list[str] = []
-    for entry in spec.get("resourceClaims") or ():
-        if not isinstance(entry, dict):
-            continue
-        name = entry.get("resourceClaimName")
-        if not name and entry.get("resourceClaimTemplateName"):
-            name = statuses.get(entry.get("name"))
-        if isinstance(name, str) and name:
-            names.append(name)
-    # The special claim of extended resources backed by DRA (extendedresources.py).
-    extended = (pod.get("status") or {}).get("extendedResourceClaimStatus")
-    name = extended.get("resourceClaimName") if isinstance(extended, dict) else None
-    if isinstance(name, str) and name:
-        names.append(name)
-    return names
 
 
 def _resource_version(raw: dict) -> int | None:

@@ -35,11 +35,11 @@ from typing import Protocol
 import aiohttp
 
 from allocator import ResourceClaim
+from common.rules import RESERVED_FOR_MAX
 from extender.cache import ClusterCache
 from extender.extendedresources import Variant, creation_body
 from extender.kubeapi import ApiError, KubeClient
 from extender.nodeallocatable import STATUS_FIELD
-from extender.rules import RESERVED_FOR_MAX
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from allocator import DeviceTaintRule, ResourceSlice
+from common.claimrefs import is_group_reference, pod_key
 from extender import wire
-from extender.podclaims import ClaimsNotReady, InvalidPodError, claim_name_for, claim_references, pod_key
-from extender.podgroups import is_group_reference
+from extender.podclaims import ClaimsNotReady, InvalidPodError, claim_name_for, claim_references
 
 ROUTE = "/debug/ui"
 DEFAULT_PER_PAGE = 50

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from allocator import Rejection
+from common.claimrefs import pod_key
 from extender.planning import PodPlan, SchedulingError
-from extender.podclaims import pod_key
 from extender.scheduling import Scheduler
 from extender.verdicts import NodeVerdict
 

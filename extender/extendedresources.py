@@ -30,9 +30,8 @@ from cachetools import LRUCache
 
 from allocator import Node, ResourceClaim
 from allocator.quantity import Quantity
+from common.claimrefs import EXTENDED_CLAIM_ANNOTATION
 
-# resourceapi.ExtendedResourceClaimAnnotation
-EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 # resourceapi.ResourceDeviceClassPrefix: the implicit extended resource name of every DeviceClass.
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
 # The special claim before bind creates it. Not a valid object name, so it can never be a real claim's.

@@ -11,11 +11,11 @@ import logging
 from typing import NamedTuple
 
 from allocator import ResourceClaim
+from common.claimrefs import pod_key, pod_uid
 from extender.assume import AssumeCache
 from extender.nodecheck import NodeChecker
 from extender.placement import NodeScorer
 from extender.planning import Planner, PodPlan, SchedulingError
-from extender.podclaims import pod_key, pod_uid
 from extender.verdicts import FilterResult, NodeVerdict, Reason, answer
 
 log = logging.getLogger(__name__)

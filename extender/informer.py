@@ -20,9 +20,9 @@ from typing import Any
 
 import aiohttp
 
+from common.claimrefs import WORKLOAD_CLAIMS
 from extender.cache import ClusterCache
 from extender.kubeapi import ApiError, KubeClient
-from extender.podgroups import WORKLOAD_CLAIMS
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the extender. Each server owns its registry, so tests can run several."""
+"""Prometheus metrics of the extender (served with the controllers' on the debug port's /metrics).
+Each Scheduler gets its own registry unless given one, so tests can run several."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from common.metrics import MetricSet
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Filter must stay far below kube-scheduler's 5 s extender timeout; buckets resolve the fast path.
@@ -23,7 +26,7 @@ class _StateCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         state = self.sources()
         in_flight = GaugeMetricFamily("dra_extender_allocations_in_flight",
-                                      "Claim allocations chosen but not yet confirmed by the watch.")
+                                      "Claim allocations chosen at bind, status not written yet.")
         in_flight.add_metric([], state.get("in_flight", 0))
         yield in_flight
         objects = GaugeMetricFamily("dra_extender_cache_objects", "Objects in the cluster cache.",
@@ -42,9 +45,9 @@ class _StateCollector(Collector):
         yield conflicts
 
 
-class Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+class Metrics(MetricSet):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
         self.filter_seconds = Histogram("dra_extender_filter_duration_seconds", "Filter request latency.",
                                         buckets=LATENCY_BUCKETS, registry=self.registry)
         self.prioritize_seconds = Histogram("dra_extender_prioritize_duration_seconds",

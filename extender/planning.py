@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from allocator import AllocatedState, Allocator, InvalidObjectError, Node, ResourceClaim
+from common.claimrefs import WORKLOAD_CLAIMS, pod_key, pod_uid
+from common.rules import RESERVED_FOR_MAX
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.extendedresources import ExtendedPlan, ExtendedResources, Variant
@@ -24,19 +26,15 @@ from extender.podclaims import (
     InvalidPodError,
     PodClaim,
     has_claims,
-    pod_key,
-    pod_uid,
     resolve_pod_claims,
 )
 from extender.podgroups import (
-    WORKLOAD_CLAIMS,
     GroupBinding,
     group_binding,
     outsider_problem,
     reservable,
     reserved_for_pod,
 )
-from extender.rules import RESERVED_FOR_MAX
 from extender.verdicts import NodeVerdict, Reason, blocked
 
 

@@ -21,11 +21,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from extender.podclaims import ClaimsNotReady, claim_references, group_name_of, pod_key, pod_uid
+from common.claimrefs import (
+    PODGROUP_API_GROUP,
+    PODGROUP_RESOURCE,
+    controller_of,
+    group_name_of,
+    is_group_reference,
+    pod_key,
+    pod_uid,
+)
+from extender.podclaims import ClaimsNotReady, claim_references
 
-WORKLOAD_CLAIMS = "DRAWorkloadResourceClaims"  # the feature gate
-API_GROUP = "scheduling.k8s.io"
-RESOURCE = "podgroups"
 # In-flight owner prefix for allocations made for a PodGroup (see AssumeCache): group members share
 # them, every other pod sees the claim "in the process of being allocated".
 OWNER_PREFIX = "podgroup:"
@@ -36,11 +42,6 @@ _SOURCE_FIELDS = ("resourceClaimName", "resourceClaimTemplateName")
 
 class PodGroupLookup(Protocol):
     def pod_group(self, namespace: str, name: str) -> dict | None: ...
-
-
-def is_group_reference(entry: Any) -> bool:
-    return (isinstance(entry, dict) and entry.get("apiGroup") == API_GROUP
-            and entry.get("resource") == RESOURCE)
 
 
 def check_group_claims(claims: list) -> None:
@@ -80,7 +81,8 @@ class GroupBinding:
         return OWNER_PREFIX + self.uid
 
     def reference(self) -> dict:
-        return {"apiGroup": API_GROUP, "resource": RESOURCE, "name": self.name, "uid": self.uid}
+        return {"apiGroup": PODGROUP_API_GROUP, "resource": PODGROUP_RESOURCE, "name": self.name,
+                "uid": self.uid}
 
 
 def group_binding(pod: Mapping[str, Any], lookup: PodGroupLookup) -> GroupBinding | None:
@@ -95,7 +97,7 @@ def group_binding(pod: Mapping[str, Any], lookup: PodGroupLookup) -> GroupBindin
     namespace = str((pod.get("metadata") or {}).get("namespace") or "")
     group = lookup.pod_group(namespace, group_name)
     if group is None:
-        raise ClaimsNotReady(f'podgroup.{API_GROUP} "{group_name}" not found')
+        raise ClaimsNotReady(f'podgroup.{PODGROUP_API_GROUP} "{group_name}" not found')
     group_entries = ((group.get("spec") or {}).get("resourceClaims")) or []
     shared = frozenset(
         str(entry.get("name"))
@@ -122,21 +124,14 @@ def reserved_for_pod(claim_raw: Mapping[str, Any], pod: Mapping[str, Any], *, ac
     return False
 
 
-def _controller(claim_raw: Mapping[str, Any]) -> dict | None:
-    for owner in (claim_raw.get("metadata") or {}).get("ownerReferences") or ():
-        if isinstance(owner, dict) and owner.get("controller") is True:
-            return owner
-    return None
-
-
 def owning_group(claim_raw: Mapping[str, Any]) -> str | None:
     """The PodGroup the claim belongs to: the one it is reserved for, else the one controlling it."""
     for entry in (claim_raw.get("status") or {}).get("reservedFor") or ():
         if is_group_reference(entry):
             return str(entry.get("name"))
-    controller = _controller(claim_raw)
+    controller = controller_of(claim_raw)
     if controller is not None and controller.get("kind") == "PodGroup" and str(
-            controller.get("apiVersion") or "").startswith(API_GROUP + "/"):
+            controller.get("apiVersion") or "").startswith(PODGROUP_API_GROUP + "/"):
         return str(controller.get("name"))
     return None
 

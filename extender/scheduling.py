@@ -21,10 +21,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from prometheus_client import CollectorRegistry
+
 from allocator import AllocationError, Allocator, NodeAllocationError, ResourceClaim
 from allocator.errors import AllocationTimeout
+from common.claimrefs import WORKLOAD_CLAIMS, group_name_of, known_claim_names, pod_key, pod_uid
+from common.rules import DEFAULT_SCORING_POLICY
 from extender.assume import AssumeCache
-from extender.cache import ClusterCache, claim_names_of_pod
+from extender.cache import ClusterCache
 from extender.claimwriter import BindError
 from extender.extendedresources import Variant
 from extender.filtercache import FilterCache
@@ -34,8 +38,7 @@ from extender.nodeallocatable import NodeFit, as_fit_units, pod_requests
 from extender.nodecheck import NodeChecker
 from extender.placement import NodeScorer
 from extender.planning import Planner, PodPlan, SchedulingError
-from extender.podclaims import group_name_of, pod_key, pod_uid
-from extender.podgroups import OWNER_PREFIX, WORKLOAD_CLAIMS, reserved_for_pod
+from extender.podgroups import OWNER_PREFIX, reserved_for_pod
 from extender.verdicts import CONFLICT_REASONS, FilterResult, Reason, answer
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,8 @@ DEFAULT_NODE_TIMEOUT_S = 1.0
 # request's node search can hold for up to DEFAULT_NODE_TIMEOUT_S; 3 s plus that plus parsing and
 # encoding stays under even the 5 s default.
 DEFAULT_FILTER_TIMEOUT_S = 3.0
+# How long a filter hold (--filter-holds-devices) lasts without a bind.
+DEFAULT_HOLD_TTL_S = 30.0
 # kube-scheduler tries a pod as soon as it is created, a moment before the resourceclaim controller
 # creates its template claims; the in-tree plugin's PreEnqueue keeps such a pod out of scheduling until
 # they exist. An extender cannot, and a rejection costs the pod kube-scheduler's backoff (median 1.6 s
@@ -92,9 +97,9 @@ class Scheduler:
         assume: AssumeCache,
         writer: BindWriter,
         *,
-        scoring: str = "binpack",
+        scoring: str = DEFAULT_SCORING_POLICY,
         hold_devices: bool = False,
-        hold_ttl_s: float = 30.0,
+        hold_ttl_s: float = DEFAULT_HOLD_TTL_S,
         node_deadline_s: float = DEFAULT_NODE_TIMEOUT_S,
         filter_deadline_s: float = DEFAULT_FILTER_TIMEOUT_S,
         claim_wait_s: float = DEFAULT_CLAIM_WAIT_S,
@@ -109,7 +114,7 @@ class Scheduler:
         self.node_deadline_s = node_deadline_s
         self.filter_deadline_s = filter_deadline_s
         self.claim_wait_s = claim_wait_s
-        self.metrics = metrics if metrics is not None else Metrics()
+        self.metrics = metrics if metrics is not None else Metrics.on(CollectorRegistry())
         self.clock = clock
         self.filter_cache = filter_cache
         self.planner = Planner(cache, assume, filter_cache=filter_cache, node_deadline_s=node_deadline_s)
@@ -456,7 +461,7 @@ class Scheduler:
             if victim is None:
                 continue
             namespace = str((victim.get("metadata") or {}).get("namespace") or "")
-            for name in claim_names_of_pod(victim):
+            for name in known_claim_names(victim):
                 claim = self.cache.claim(namespace, name)
                 if claim is None or claim.allocation is None:
                     continue

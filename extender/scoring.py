@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-POLICIES = ("binpack", "spread", "none")
-SCORING_ANNOTATION = "dra-extender.io/scoring"
+from common.rules import SCORING_POLICIES, annotated_scoring_policy
+
 MAX_SCORE = 10
 # Upstream's FirstAvailableDeviceRequestMaxSize: the first subrequest earns 8 points, the eighth 1.
 FIRST_AVAILABLE_MAX = 8
@@ -40,25 +40,11 @@ def rank_points(subrequest_ranks: Iterable[Mapping[str, int]]) -> int:
     return sum(FIRST_AVAILABLE_MAX - index for ranks in subrequest_ranks for index in ranks.values())
 
 
-def _annotated_policy(pod: Mapping) -> object:
-    meta = pod.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    return annotations.get(SCORING_ANNOTATION) if isinstance(annotations, dict) else None
-
-
 def policy_for(pod: Mapping, default: str) -> str:
     """The pod's annotation wins over the global default; an unknown value falls back to the default
-    (scoring_annotation_problem says so to whoever creates the pod: the webhook, `check`)."""
-    chosen = _annotated_policy(pod)
-    return chosen if isinstance(chosen, str) and chosen in POLICIES else default
-
-
-def scoring_annotation_problem(pod: Mapping) -> str:
-    """Why the pod's scoring annotation is ignored ("" when it is absent or valid)."""
-    chosen = _annotated_policy(pod)
-    if chosen is None or chosen in POLICIES:
-        return ""
-    return f"{SCORING_ANNOTATION}={chosen!r} is unknown ({', '.join(POLICIES)}): the default policy applies"
+    (common.rules.scoring_annotation_problem says so to whoever creates the pod: the webhook, `check`)."""
+    chosen = annotated_scoring_policy(pod)
+    return chosen if isinstance(chosen, str) and chosen in SCORING_POLICIES else default
 
 
 def _placement(policy: str, fit: NodeFit) -> float | None:
@@ -72,8 +58,8 @@ def _placement(policy: str, fit: NodeFit) -> float | None:
 
 def node_scores(policy: str, fits: Mapping[str, NodeFit]) -> dict[str, int]:
     """Score every node 0..MAX_SCORE. Raises ValueError for an unknown policy."""
-    if policy not in POLICIES:
-        raise ValueError(f"unknown scoring policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    if policy not in SCORING_POLICIES:
+        raise ValueError(f"unknown scoring policy {policy!r}; expected one of {', '.join(SCORING_POLICIES)}")
     best_rank = max((fit.rank_points for fit in fits.values()), default=0)
     scale = best_rank + (0 if policy == "none" else 1)
     scores: dict[str, int] = {}

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 import orjson
+from prometheus_client import REGISTRY
 
 from allocator import FeatureGates
-from extender.podgroups import WORKLOAD_CLAIMS
-from webhook import metrics
+from common.claimrefs import WORKLOAD_CLAIMS
 from webhook.claim_status import validate_claim_status
 from webhook.lookup import ClusterLookup
+from webhook.metrics import WebhookMetrics
 from webhook.pods import validate_pod_create
 from webhook.review import AdmissionRequest, Decision, MalformedReview, parse_review, review_response
 from webhook.selectors import Compiler, validate_selectors
@@ -65,10 +66,12 @@ class AdmissionHandler:
         reserved_for_limit: int = 256,
         features: FeatureGates | None = None,
         compile_selector: Compiler | None = None,
+        metrics: WebhookMetrics | None = None,
     ) -> None:
         if reserved_for_limit < 1:
             raise ValueError(f"reserved_for_limit must be at least 1, got {reserved_for_limit}")
         compiler = compile_selector or cel_compiler(features or FeatureGates())
+        self.metrics = metrics if metrics is not None else WebhookMetrics.on(REGISTRY)
         workload_claims = (features or FeatureGates()).enabled(WORKLOAD_CLAIMS)
         status_rule = Rule(lambda r: validate_claim_status(r, lookup, reserved_for_limit), fail_open=True)
         selector_rule = Rule(lambda r: validate_selectors(r, lookup, compiler), fail_open=True)
@@ -94,21 +97,22 @@ class AdmissionHandler:
         try:
             return self._answer(webhook, body)
         finally:
-            metrics.LATENCY.labels(webhook).observe(time.perf_counter() - started)
+            self.metrics.latency.labels(webhook).observe(time.perf_counter() - started)
 
     def _answer(self, webhook: Webhook, body: bytes) -> tuple[int, bytes]:
         try:
             request = parse_review(body)
         except MalformedReview as err:
-            metrics.DECISIONS.labels(webhook, "", "", "malformed").inc()
+            self.metrics.decisions.labels(webhook, "", "", "malformed").inc()
             return 400, orjson.dumps({"error": f"malformed AdmissionReview: {err}"})
         try:
             decision, outcome = self._decide(webhook, request)
         except MalformedReview as err:
             resource = self._resource_label(request)
-            metrics.DECISIONS.labels(webhook, request.operation, resource, "malformed").inc()
+            self.metrics.decisions.labels(webhook, request.operation, resource, "malformed").inc()
             return 400, orjson.dumps({"error": f"malformed AdmissionReview (uid {request.uid}): {err}"})
-        metrics.DECISIONS.labels(webhook, request.operation, self._resource_label(request), outcome).inc()
+        resource = self._resource_label(request)
+        self.metrics.decisions.labels(webhook, request.operation, resource, outcome).inc()
         return 200, review_response(request.uid, decision)
 
     def _resource_label(self, request: AdmissionRequest) -> str:

@@ -7,7 +7,7 @@ controller that cleans it up would be locked out.
 
 from __future__ import annotations
 
-from extender.rules import RESERVED_FOR_MAX
+from common.rules import RESERVED_FOR_MAX
 from webhook.claims import pod_references_claim, request_target
 from webhook.lookup import ClusterLookup
 from webhook.review import AdmissionRequest, Decision, mapping, sequence, summarize_problems, text

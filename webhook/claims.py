@@ -5,10 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from common.claimrefs import (
+    EXTENDED_CLAIM_ANNOTATION,
+    POD_CLAIM_NAME_ANNOTATION,
+    is_controlled_by,
+    known_claim_names,
+    pod_uid,
+)
 from webhook.review import mapping, sequence, text
-
-POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
-EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,44 +69,29 @@ def _selectors(request: dict, path: str) -> Iterator[tuple[str, str]]:
 
 
 def pod_references_claim(pod: dict, claim: dict) -> bool:
-    """Whether `pod` uses `claim`, directly by name or through a claim generated for it.
-
-    Generated claims are found through pod.status.resourceClaimStatuses (what the resourceclaim controller
-    records) and, in case our view of the pod lags behind, through the claim being controlled by the pod.
-    """
+    """Whether `pod` uses `claim`, directly by name or through a claim generated for it (the names
+    common.claimrefs resolves) or, in case our view of the pod lags behind, through the claim being
+    controlled by the pod and annotated as generated for one of its template entries or as its
+    extended-resource claim. Raises MalformedReview naming a field of the wrong type."""
     claim_meta = mapping(claim.get("metadata"), "claim.metadata")
-    claim_name = claim_meta.get("name")
     spec_entries = [
         e
         for e in sequence(mapping(pod.get("spec"), "pod.spec").get("resourceClaims"), "pod claims")
         if isinstance(e, dict)
     ]
-    if any(e.get("resourceClaimName") == claim_name for e in spec_entries):
-        return True
     status = mapping(pod.get("status"), "pod.status")
+    sequence(status.get("resourceClaimStatuses"), "pod.status.resourceClaimStatuses")
+    mapping(status.get("extendedResourceClaimStatus"), "pod.status.extendedResourceClaimStatus")
+    if claim_meta.get("name") in known_claim_names(pod):
+        return True
+    mapping(pod.get("metadata"), "pod.metadata")
+    sequence(claim_meta.get("ownerReferences"), "metadata.ownerReferences")
+    if not is_controlled_by(claim, pod_uid(pod)):
+        return False
     # A list, not a set: names from the request may be of any JSON type, including unhashable ones.
     templated = [e.get("name") for e in spec_entries if e.get("resourceClaimTemplateName")]
-    for entry in sequence(status.get("resourceClaimStatuses"), "pod.status.resourceClaimStatuses"):
-        if (
-            isinstance(entry, dict)
-            and entry.get("name") in templated
-            and entry.get("resourceClaimName") == claim_name
-        ):
-            return True
-    extended = mapping(status.get("extendedResourceClaimStatus"), "pod.status.extendedResourceClaimStatus")
-    if extended.get("resourceClaimName") == claim_name:
-        return True
-    if not _controlled_by(claim_meta, mapping(pod.get("metadata"), "pod.metadata").get("uid")):
-        return False
     annotations = mapping(claim_meta.get("annotations"), "claim.metadata.annotations")
     return (
         annotations.get(POD_CLAIM_NAME_ANNOTATION) in templated
-        or annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true"
-    )
-
-
-def _controlled_by(meta: dict, owner_uid: object) -> bool:
-    return bool(owner_uid) and any(
-        isinstance(ref, dict) and ref.get("controller") is True and ref.get("uid") == owner_uid
-        for ref in sequence(meta.get("ownerReferences"), "metadata.ownerReferences")
+        or annotations.get(EXTENDED_CLAIM_ANNOTATION) == "true"
     )

@@ -6,9 +6,8 @@ With DRAWorkloadResourceClaims a pod of a PodGroup that the claim is reserved fo
 
 from __future__ import annotations
 
-from extender.podclaims import group_name_of
-from extender.podgroups import is_group_reference
-from extender.scoring import scoring_annotation_problem
+from common.claimrefs import group_name_of, is_group_reference
+from common.rules import scoring_annotation_problem
 from webhook.claim_status import effective_limit
 from webhook.lookup import ClusterLookup
 from webhook.review import AdmissionRequest, Decision, mapping, sequence, text

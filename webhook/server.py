@@ -1,20 +1,19 @@
-"""The webhook's HTTPS server: /webhook/mutate and /webhook/validate on their own TLS port."""
+"""The webhook's HTTPS server: /webhook/mutate and /webhook/validate on their own TLS port. Its flags and
+options are extender.wiring's, which builds it for `serve`."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from allocator import FeatureGates
-from extender.httpguard import HttpLimits, LimitedRunner, expect_handler
-from extender.rules import RESERVED_FOR_MAX
-from extender.tls import ReloadingTLS
+from common.httpguard import HttpLimits, LimitedRunner, expect_handler
+from common.rules import RESERVED_FOR_MAX
+from common.tls import ReloadingTLS
 from webhook.admission import AdmissionHandler, Webhook
 from webhook.cache_lookup import as_lookup
-from webhook.metrics import CERT_RELOADS
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +30,8 @@ def build_app(handler: AdmissionHandler) -> web.Application:
         return serve
 
     async def metrics(_: web.Request) -> web.Response:
-        # The extender's debug port renders only its own registry; the webhook's live in the default one.
-        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        body = generate_latest(handler.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application(client_max_size=MAX_REVIEW_BYTES)
     expect = expect_handler(lambda _: MAX_REVIEW_BYTES)
@@ -70,13 +69,13 @@ class WebhookServer:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        """Raises extender.tls.CertificateLoadError when the certificate cannot be loaded, OSError on bind."""
+        """Raises common.tls.CertificateLoadError when the certificate cannot be loaded, OSError on bind."""
         self.tls = ReloadingTLS(
             self.cert_file,
             self.key_file,
             name="webhook serving",
             poll_interval_s=self.cert_poll_interval_s,
-            on_reload=lambda outcome: CERT_RELOADS.labels(outcome).inc(),
+            on_reload=lambda outcome: self.handler.metrics.cert_reloads.labels(outcome).inc(),
         )
         runner = LimitedRunner(build_app(self.handler), self.limits, access_log=None)
         await runner.setup()
@@ -102,52 +101,3 @@ class WebhookServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("admission webhook")
-    group.add_argument(
-        "--tls-cert-file",
-        help="serving certificate (PEM) of the webhook; reloaded when it changes. "
-        "Without it and --tls-private-key-file the webhook is not served",
-    )
-    group.add_argument("--tls-private-key-file", help="private key (PEM) of the webhook serving certificate")
-    group.add_argument(
-        "--reserved-for-limit",
-        type=_reserved_for_limit,
-        default=RESERVED_FOR_MAX,
-        help=f"most consumers one ResourceClaim may be reserved for (1-{RESERVED_FOR_MAX}, "
-        f"default {RESERVED_FOR_MAX})",
-    )
-
-
-def _reserved_for_limit(value: str) -> int:
-    try:
-        limit = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-    if not 1 <= limit <= RESERVED_FOR_MAX:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {RESERVED_FOR_MAX}, got {limit}")
-    return limit
-
-
-def server_from_args(
-    args: argparse.Namespace, cache: object, *, features: FeatureGates, host: str, port: int,
-    limits: HttpLimits | None = None,
-) -> WebhookServer | None:
-    """The webhook server `serve` should start, or None (logged) when no certificate was given."""
-    if not args.tls_cert_file or not args.tls_private_key_file:
-        log.warning(
-            "admission webhook disabled: --tls-cert-file and --tls-private-key-file are both required"
-        )
-        return None
-    return WebhookServer(
-        cache,
-        cert_file=args.tls_cert_file,
-        key_file=args.tls_private_key_file,
-        host=host,
-        port=port,
-        reserved_for_limit=args.reserved_for_limit,
-        features=features,
-        limits=limits,
-    )

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from allocator import FeatureGates, InvalidObjectError, cel, parse_object
+from common.rules import scoring_annotation_problem
 from extender.commands import output
 from extender.objects_io import ObjectLoadError, load_objects
-from extender.scoring import scoring_annotation_problem
 
 MAX_LISTED_ERRORS = 3
 

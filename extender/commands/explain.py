@@ -11,15 +11,16 @@ import asyncio
 from typing import Any
 
 from extender.commands import output
-from extender.commands.serve import (
-    add_logging_arguments,
+from extender.commands.serve import add_logging_arguments, configure_logging
+from extender.names import split_ref
+from extender.wiring import (
+    OptionsError,
+    SourceOptions,
     add_source_arguments,
     build_scheduler,
-    configure_logging,
     open_cluster,
-    parse_features,
+    source_options,
 )
-from extender.names import split_ref
 
 SYNC_TIMEOUT_S = 60.0
 
@@ -55,21 +56,22 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         return output.error(f"pod: {error}")
     try:
-        features = parse_features(args.feature_gates)
-    except ValueError as error:
-        return output.error(f"--feature-gates: {error}")
-    return asyncio.run(_explain(args, features, namespace, name))
+        source = source_options(args)
+    except OptionsError as error:
+        return output.error(str(error))
+    return asyncio.run(_explain(args, source, namespace, name))
 
 
-async def _explain(args: argparse.Namespace, features: Any, namespace: str, name: str) -> int:
+async def _explain(args: argparse.Namespace, source: SourceOptions, namespace: str, name: str) -> int:
     from extender.explain import ExplainError, explain_pod, render_text
 
     try:
-        cluster = await open_cluster(args, features, wait_ready_s=SYNC_TIMEOUT_S)
+        cluster = await open_cluster(source, wait_ready_s=SYNC_TIMEOUT_S)
     except Exception as error:
         return output.error(f"cannot read the cluster: {error}")
     try:
-        report = await explain_pod(build_scheduler(cluster, args), namespace, name, args.node)
+        # explain has no scheduling flags: it checks nodes as serve does with its defaults.
+        report = await explain_pod(build_scheduler(cluster), namespace, name, args.node)
     except ExplainError as error:
         return output.error(str(error))
     finally:

@@ -1,7 +1,8 @@
 """`dra-extender serve`: the scheduler extender, its debug port and the admission webhook.
 
 The cluster comes from a kubeconfig / in-cluster credentials (list+watch), or from a directory of
-YAML files with `--snapshot DIR` (binds then only change the in-memory objects).
+YAML files with `--snapshot DIR` (binds then only change the in-memory objects). The flags, their
+options and the components they build are extender.wiring's; this module runs them.
 """
 
 from __future__ import annotations
@@ -15,28 +16,31 @@ import logging
 import shlex
 import signal
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from allocator import AllocationError, FeatureGates, cel
-from extender import controllers, eventloop
+from allocator import AllocationError, cel
+from common.tls import ReloadingTLS
+from extender import eventloop
 from extender.commands.output import EXIT_ERROR, examples
-from extender.httpguard import (
-    DEFAULT_IDLE_TIMEOUT_S,
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_REQUEST_BYTES,
-    HttpLimits,
-)
 from extender.podclaims import has_claims
-from extender.podgroups import WORKLOAD_CLAIMS
-from extender.rules import parse_positive_duration
-from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
-from extender.scoring import POLICIES
-from extender.server import DEFAULT_PREFIX, ExtenderServer
-from extender.tls import ReloadingTLS
-from webhook import server as webhook_server
+from extender.server import ExtenderServer
+from extender.wiring import (
+    Cluster,
+    OptionsError,
+    ServeOptions,
+    add_controller_arguments,
+    add_network_arguments,
+    add_scheduler_arguments,
+    add_source_arguments,
+    add_webhook_arguments,
+    build_scheduler,
+    build_webhook,
+    controllers_for,
+    open_cluster,
+    serve_options,
+)
 
 log = logging.getLogger("dra-extender")
 
@@ -54,160 +58,17 @@ def register(subparsers: Any) -> None:
         ) + "\n  (serve: 0 stopped by a signal, 2 bad flags or could not start)",
     )
     add_source_arguments(parser)
-    net = parser.add_argument_group("network")
-    net.add_argument(
-        "--bind-address",
-        default="127.0.0.1",
-        help="address all ports listen on (default 127.0.0.1; use 0.0.0.0 in a cluster)",
-    )
-    net.add_argument(
-        "--extender-port",
-        type=_port,
-        default=8888,
-        help=f"scheduler-extender port, verbs under {DEFAULT_PREFIX}/ (default 8888)",
-    )
-    net.add_argument(
-        "--debug-port",
-        type=_port,
-        default=8889,
-        help="read-only /debug/*, /metrics, /healthz, /readyz (default 8889)",
-    )
-    net.add_argument(
-        "--webhook-port", type=_port, default=8443, help="admission webhook port (TLS, default 8443)"
-    )
-    net.add_argument(
-        "--extender-tls-cert-file", help="serve the extender port over HTTPS with this certificate"
-    )
-    net.add_argument("--extender-tls-private-key-file", help="private key of --extender-tls-cert-file")
-    net.add_argument(
-        "--extender-client-ca-file",
-        help="require extender clients (kube-scheduler) to present a certificate signed by this CA",
-    )
-    net.add_argument(
-        "--max-request-bytes",
-        type=_positive_int,
-        default=DEFAULT_MAX_REQUEST_BYTES,
-        help="largest filter, prioritize or preempt body accepted (413 beyond; bind takes at most 64 KiB). "
-        "The default fits a Pod and node names (nodeCacheCapable: true, as deploy/ configures); raise it "
-        f"only for full NodeLists (default {DEFAULT_MAX_REQUEST_BYTES})",
-    )
-    net.add_argument(
-        "--max-connections",
-        type=_positive_int,
-        default=DEFAULT_MAX_CONNECTIONS,
-        help="connections each port keeps open at once; more are closed at once (default "
-        f"{DEFAULT_MAX_CONNECTIONS}). Keep the ports' sum below the process's file-descriptor limit",
-    )
-    net.add_argument(
-        "--idle-timeout",
-        type=parse_positive_duration,
-        default=DEFAULT_IDLE_TIMEOUT_S,
-        help="seconds a connection may stay open without sending a complete request, from when it opens "
-        f"or got its last answer (default {DEFAULT_IDLE_TIMEOUT_S:g})",
-    )
-    net.add_argument(
-        "--debug-from-anywhere",
-        action="store_true",
-        help="answer /debug/ pages (pods and claims of the cluster) on every address of the debug port; by "
-        "default only loopback connections (kubectl port-forward) get them. /healthz, /readyz and "
-        "/metrics answer everyone either way",
-    )
-    sched = parser.add_argument_group("scheduling")
-    sched.add_argument(
-        "--scoring",
-        choices=POLICIES,
-        default="binpack",
-        help="device placement policy for prioritize; pods override it with the annotation "
-        "dra-extender.io/scoring (default binpack)",
-    )
-    sched.add_argument(
-        "--filter-holds-devices",
-        action="store_true",
-        help="filter returns one chosen node and holds its devices until bind or --hold-timeout",
-    )
-    sched.add_argument(
-        "--no-filter-cache",
-        dest="filter_cache",
-        action="store_false",
-        help="recompute every node on every filter instead of reusing outcomes while the node's pools "
-        "are unchanged",
-    )
-    sched.add_argument(
-        "--hold-timeout",
-        type=parse_positive_duration,
-        default=30.0,
-        help="how long a filter hold lasts without a bind (plain seconds or a Go duration such as 90s, 5m; "
-        "default 30)",
-    )
-    sched.add_argument(
-        "--node-timeout",
-        type=parse_positive_duration,
-        default=DEFAULT_NODE_TIMEOUT_S,
-        help="seconds one node's device search may run (filter, bind, explain); a node that takes longer "
-        "is 'timed out', not 'does not fit'. The search holds the event loop meanwhile "
-        f"(default {DEFAULT_NODE_TIMEOUT_S:g})",
-    )
-    sched.add_argument(
-        "--filter-timeout",
-        type=parse_positive_duration,
-        default=DEFAULT_FILTER_TIMEOUT_S,
-        help="seconds one filter (and prioritize, preempt) may spend on all its nodes together; nodes not "
-        "checked by then count as timed out. Keep it below kube-scheduler's extender httpTimeout (5 s "
-        "unless set; deploy/ sets 10 s) minus --node-timeout. Timed-out nodes are resolvable failures "
-        "when another node fits; when none fits, filter answers with an error and kube-scheduler "
-        f"retries the pod after its backoff (default {DEFAULT_FILTER_TIMEOUT_S:g})",
-    )
+    add_network_arguments(parser)
+    add_scheduler_arguments(parser)
     add_logging_arguments(parser)
-    webhook_server.add_arguments(parser)
-    controllers.add_arguments(parser)
+    add_webhook_arguments(parser)
+    add_controller_arguments(parser)
     parser.set_defaults(func=run)
-
-
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("cluster source (in-cluster credentials by default)")
-    group.add_argument("--kubeconfig", help="kubeconfig file to use instead of in-cluster credentials")
-    group.add_argument("--context", help="kubeconfig context to use")
-    group.add_argument(
-        "--snapshot", metavar="DIR", help="read the cluster from YAML/JSON files instead of an API server"
-    )
-    group.add_argument(
-        "--feature-gates",
-        default="",
-        help="comma-separated Name=true|false overrides of the Kubernetes 1.37 defaults",
-    )
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument("--log-format", default="text", choices=("text", "json"))
-
-
-def _port(value: str) -> int:
-    try:
-        port = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be 0-65535, got {port}")
-    return port
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
-    return number
-
-
-def http_limits(args: argparse.Namespace) -> HttpLimits:
-    return HttpLimits(
-        max_request_bytes=getattr(args, "max_request_bytes", DEFAULT_MAX_REQUEST_BYTES),
-        max_connections=getattr(args, "max_connections", DEFAULT_MAX_CONNECTIONS),
-        idle_timeout_s=getattr(args, "idle_timeout", DEFAULT_IDLE_TIMEOUT_S),
-    )
 
 
 class _JsonFormatter(logging.Formatter):
@@ -232,49 +93,6 @@ def configure_logging(level: str, log_format: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-
-
-def parse_features(text: str) -> FeatureGates:
-    return FeatureGates.parse(text) if text else FeatureGates()
-
-
-@dataclass
-class Cluster:
-    """The cache plus what keeps it current (nothing in snapshot mode)."""
-
-    cache: Any
-    client: Any = None
-    watcher: Any = None
-
-    async def close(self) -> None:
-        if self.watcher is not None:
-            await self.watcher.stop()
-        if self.client is not None:
-            await self.client.close()
-
-
-async def open_cluster(
-    args: argparse.Namespace, features: FeatureGates, *, wait_ready_s: float | None
-) -> Cluster:
-    """A ClusterCache from --snapshot or from the API server (watched until closed)."""
-    from extender.cache import ClusterCache
-
-    if args.snapshot:
-        from extender.objects_io import load_objects
-
-        return Cluster(ClusterCache.from_objects(load_objects([args.snapshot]), features))
-    from extender.informer import ClusterWatcher, watched_kinds
-    from extender.kubeapi import KubeClient
-
-    client = await KubeClient.connect(kubeconfig=args.kubeconfig, context=args.context)
-    cache = ClusterCache(features)
-    watcher = ClusterWatcher(client, cache, kinds=watched_kinds(features))
-    await watcher.start()
-    cluster = Cluster(cache, client, watcher)
-    if wait_ready_s is not None and not await watcher.wait_ready(wait_ready_s):
-        await cluster.close()
-        raise RuntimeError(f"the cluster cache did not sync within {wait_ready_s:g} s")
-    return cluster
 
 
 # The allocator makes many short-lived objects per node; collecting every 700 allocations (the default)
@@ -341,28 +159,6 @@ async def _warm_when_ready(cluster: Cluster) -> None:
     if cluster.watcher is not None:
         await cluster.watcher.wait_ready()
     await warm_node_views(cluster.cache)
-
-
-def build_scheduler(cluster: Cluster, args: argparse.Namespace) -> Any:
-    from extender.assume import AssumeCache
-    from extender.claimwriter import ClaimWriter
-    from extender.filtercache import FilterCache
-    from extender.scheduling import Scheduler
-
-    assume = AssumeCache()
-    assume.attach(cluster.cache)
-    filter_cache = FilterCache(cluster.cache, assume) if getattr(args, "filter_cache", True) else None
-    return Scheduler(
-        cluster.cache,
-        assume,
-        ClaimWriter(cluster.client, cluster.cache),
-        scoring=getattr(args, "scoring", "binpack"),
-        hold_devices=getattr(args, "filter_holds_devices", False),
-        hold_ttl_s=getattr(args, "hold_timeout", 30.0),
-        node_deadline_s=getattr(args, "node_timeout", DEFAULT_NODE_TIMEOUT_S),
-        filter_deadline_s=getattr(args, "filter_timeout", DEFAULT_FILTER_TIMEOUT_S),
-        filter_cache=filter_cache,
-    )
 
 
 # The banner's example filter names this many nodes: enough to show the shape, short enough to paste
@@ -439,33 +235,12 @@ async def print_banner_when_synced(server: ExtenderServer, cluster: Cluster) -> 
     print(usage_banner(server, cluster.cache, kubectl_template=cluster.client is not None), flush=True)
 
 
-def flag_problem(args: argparse.Namespace) -> str:
-    """Why this flag combination cannot run ("" when it can). TLS flags fail closed: half a TLS setup
-    never falls back to plain HTTP or to running without the webhook."""
-    if args.snapshot and (args.kubeconfig or args.context):
-        return "--snapshot cannot be combined with --kubeconfig or --context"
-    if bool(args.extender_tls_cert_file) != bool(args.extender_tls_private_key_file):
-        return "--extender-tls-cert-file and --extender-tls-private-key-file go together"
-    if args.extender_client_ca_file and not args.extender_tls_cert_file:
-        return ("--extender-client-ca-file needs --extender-tls-cert-file and "
-                "--extender-tls-private-key-file: client certificates are only checked over HTTPS, "
-                "and the extender would otherwise serve plain HTTP to anyone")
-    if bool(getattr(args, "tls_cert_file", None)) != bool(getattr(args, "tls_private_key_file", None)):
-        return ("--tls-cert-file and --tls-private-key-file go together (the admission webhook needs both; "
-                "leave both out to run without it)")
-    return ""
-
-
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
-    problem = flag_problem(args)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return EXIT_ERROR
     try:
-        features = parse_features(args.feature_gates)
-    except ValueError as error:
-        print(f"error: --feature-gates: {error}", file=sys.stderr)
+        options = serve_options(args)
+    except OptionsError as error:
+        print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR
     try:
         cel.default_engine()
@@ -473,25 +248,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {cel.BACKEND_ENV}: {error}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        return eventloop.run(serve(args, features))
+        return eventloop.run(serve(options))
     except KeyboardInterrupt:
         return 0
 
 
-async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.Event | None = None) -> int:
+async def serve(options: ServeOptions, stop: asyncio.Event | None = None) -> int:
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
     try:
-        cluster = await open_cluster(args, features, wait_ready_s=None)
+        cluster = await open_cluster(options.source, wait_ready_s=None)
     except Exception as error:
         log.error("cannot read the cluster: %s", error)
         return EXIT_ERROR
+    network = options.network
     server = ExtenderServer(
-        build_scheduler(cluster, args), watch_health=cluster.watcher.health if cluster.watcher else None,
-        limits=http_limits(args), debug_from_anywhere=getattr(args, "debug_from_anywhere", False),
+        build_scheduler(cluster, options.scheduler),
+        watch_health=cluster.watcher.health if cluster.watcher else None,
+        limits=network.limits, debug_from_anywhere=network.debug_from_anywhere,
     )
     webhook = None
     running = None
@@ -500,37 +277,27 @@ async def serve(args: argparse.Namespace, features: FeatureGates, stop: asyncio.
     gc_task = asyncio.create_task(_tune_gc_when_ready(cluster))
     warm_task = asyncio.create_task(_warm_when_ready(cluster))
     try:
-        if args.extender_tls_cert_file:
+        if network.extender_tls_cert_file and network.extender_tls_private_key_file:
             extender_tls = ReloadingTLS(
-                args.extender_tls_cert_file,
-                args.extender_tls_private_key_file,
-                client_ca_file=args.extender_client_ca_file,
+                network.extender_tls_cert_file,
+                network.extender_tls_private_key_file,
+                client_ca_file=network.extender_client_ca_file,
                 name="extender serving",
             )
         await server.start(
-            args.bind_address,
-            args.extender_port,
-            args.debug_port,
+            network.bind_address,
+            network.extender_port,
+            network.debug_port,
             extender_tls.server_context if extender_tls else None,
         )
         if extender_tls:
             extender_tls.start()
-        webhook = webhook_server.server_from_args(
-            args, cluster.cache, features=features, host=args.bind_address, port=args.webhook_port,
-            limits=http_limits(args),
-        )
-        if webhook is not None:  # otherwise server_from_args logged why the port stays closed
+        webhook = build_webhook(options.webhook, cluster.cache, features=options.source.features,
+                                host=network.bind_address, limits=network.limits)
+        if webhook is not None:  # otherwise build_webhook logged why the port stays closed
             await webhook.start()
-        if args.controllers and cluster.client is None:
-            log.warning(
-                "--controllers %s need an API server: not started in snapshot mode",
-                ",".join(args.controllers),
-            )
-        elif args.controllers:
-            running = await controllers.start_from_args(
-                cluster.cache, cluster.client, args, registry=server.metrics.registry,
-                workload_claims=features.enabled(WORKLOAD_CLAIMS),
-            )
+        running = await controllers_for(options.controllers, cluster, registry=server.metrics.registry)
+        if running is not None:
             server.add_state("controllers", running.state)
             server.driver_lost = running.driver_lost
         banner_task = asyncio.create_task(print_banner_when_synced(server, cluster))

@@ -10,9 +10,15 @@ import argparse
 import asyncio
 from typing import Any
 
+from allocator import FeatureGates
 from extender.commands import output
-from extender.commands.serve import add_logging_arguments, configure_logging, parse_features
-from extender.scoring import POLICIES
+from extender.commands.serve import add_logging_arguments, configure_logging
+from extender.wiring import (
+    SchedulerOptions,
+    add_feature_gates_argument,
+    add_scoring_argument,
+    features_of,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -35,10 +41,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--pod", metavar="FILE", required=True, help="the pod (and optionally its claims)")
     parser.add_argument("--node", action="append", default=None, help="only this node (repeatable)")
-    parser.add_argument(
-        "--scoring", choices=POLICIES, default="binpack", help="placement policy (default binpack)"
-    )
-    parser.add_argument("--feature-gates", default="", help="Name=true|false overrides of the 1.37 defaults")
+    add_scoring_argument(parser)
+    add_feature_gates_argument(parser)
     output.add_output_argument(parser)
     add_logging_arguments(parser)
     parser.set_defaults(func=run, log_level="warning")
@@ -54,10 +58,10 @@ def run(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level, args.log_format)
     try:
-        features = parse_features(args.feature_gates)
+        features = features_of(args)
         snapshot = load_objects([args.snapshot])
         extra = load_objects([args.pod])
-    except (ObjectLoadError, ValueError) as error:
+    except (ObjectLoadError, ValueError) as error:  # OptionsError is a ValueError
         return output.error(str(error))
     pods = [raw for raw in extra if raw.get("kind") == "Pod"]
     if len(pods) != 1:
@@ -67,16 +71,17 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_simulate(args, features, objects, pods[0]))
 
 
-async def _simulate(args: argparse.Namespace, features: Any, objects: list[dict], pod_raw: dict) -> int:
+async def _simulate(args: argparse.Namespace, features: FeatureGates, objects: list[dict],
+                    pod_raw: dict) -> int:
     from extender.cache import ClusterCache
-    from extender.commands.serve import Cluster, build_scheduler
+    from extender.wiring import Cluster, build_scheduler
 
     cache = ClusterCache.from_objects(objects, features)
     _, namespace, name = _key(pod_raw)
     pod = cache.pod(namespace, name)
     if pod is None:
         return output.error(f"pod {namespace}/{name} is invalid: {cache.stats()['invalidObjects']}")
-    scheduler = build_scheduler(Cluster(cache), args)
+    scheduler = build_scheduler(Cluster(cache), SchedulerOptions(scoring=args.scoring))
     nodes = args.node or cache.node_names()
     result = await scheduler.filter(pod, nodes)
     if result.error:

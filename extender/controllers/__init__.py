@@ -1,8 +1,7 @@
 """Controllers run by `dra-extender serve --controllers=...`: device taint eviction and driver loss.
 
-Entry points for `serve`:
-    add_arguments(parser)                       # --controllers, --taint-eviction-workers, ...
-    handle = await start_from_args(cache, client, args)    # or start_controllers(...) directly
+Entry point (extender.wiring maps serve's flags onto ControllerOptions and calls it):
+    handle = await start_controllers(cache, client, ControllerOptions(...), registry=registry)
     handle.driver_lost(); handle.state()        # for /debug/state and explanations
     await handle.stop()
 
@@ -12,7 +11,6 @@ With leader election only the Lease holder acts; the others keep nothing but the
 
 from __future__ import annotations
 
-import argparse
 import logging
 import socket
 import uuid
@@ -20,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import CollectorRegistry
 
 from extender.controllers.claims import ClaimIndex
 from extender.controllers.clock import Clock, RealClock
@@ -32,7 +30,6 @@ from extender.controllers.metrics import ControllerMetrics
 from extender.controllers.pools import PoolIndex
 from extender.controllers.taint_eviction import RuleRef, TaintEvictionController
 from extender.controllers.workqueue import RateLimiter, WorkQueue
-from extender.rules import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -58,62 +55,10 @@ def check_names(names: Iterable[str]) -> tuple[str, ...]:
     return names
 
 
-def parse_names(text: str) -> tuple[str, ...]:
-    try:
-        return check_names(text.split(","))
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("controllers")
-    group.add_argument(
-        "--controllers",
-        type=parse_names,
-        default=(),
-        metavar="NAMES",
-        help=f"comma-separated controllers to run: {', '.join(CONTROLLER_NAMES)} (default: none)",
-    )
-    group.add_argument(
-        "--taint-eviction-workers",
-        type=_positive_int,
-        default=10,
-        metavar="N",
-        help="pods evicted concurrently at most (default: 10)",
-    )
-    group.add_argument(
-        "--driver-loss-grace-period",
-        type=parse_duration,
-        default=300.0,
-        metavar="DURATION",
-        help="how long devices of a pool without ResourceSlices stay reserved (default: 5m)",
-    )
-    group.add_argument(
-        "--evict-on-driver-loss",
-        action="store_true",
-        help="evict pods whose devices' driver stayed gone past the grace period",
-    )
-    group.add_argument(
-        "--leader-elect",
-        action="store_true",
-        help="run the controllers only while holding a coordination.k8s.io Lease",
-    )
-    group.add_argument("--leader-elect-namespace", default="kube-system", metavar="NS")
-    group.add_argument("--leader-elect-lease-name", default="dra-extender-controllers", metavar="NAME")
-
-
 @dataclass(frozen=True)
 class ControllerOptions:
+    """What runs and how; the defaults here are the flags' defaults (extender.wiring)."""
+
     names: tuple[str, ...] = ()
     workers: int = 10
     driver_loss_grace_period: float = 300.0
@@ -121,7 +66,7 @@ class ControllerOptions:
     leader_elect: bool = False
     lease_namespace: str = "kube-system"
     lease_name: str = "dra-extender-controllers"
-    identity: str = ""
+    identity: str = ""  # of this replica in the Lease; "" picks hostname_random
     workload_claims: bool = False  # gate DRAWorkloadResourceClaims: claims reserved for PodGroups
 
     def __post_init__(self) -> None:
@@ -254,7 +199,7 @@ class Controllers:
         self._cache = cache
         self._client = client
         self._clock = clock
-        self.metrics = ControllerMetrics(registry)
+        self.metrics = ControllerMetrics.on(registry)
         self._term: _Term | None = None
         self._elector: LeaderElector | None = None
         self.metrics.watch_queue(
@@ -340,7 +285,7 @@ class Controllers:
         self._elector = LeaderElector(
             self._client,
             self._clock,
-            identity=self.options.identity,
+            identity=self.options.identity or default_identity(),
             namespace=self.options.lease_namespace,
             name=self.options.lease_name,
             on_started=self._start_term,
@@ -355,58 +300,18 @@ class Controllers:
         await self._stop_term()
 
 
+def default_identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
 async def start_controllers(
     cache: ControllerCache,
     client: Any,
+    options: ControllerOptions,
     *,
-    names: Iterable[str],
+    registry: CollectorRegistry,
     clock: Clock | None = None,
-    workers: int = 10,
-    driver_loss_grace_period: float = 300.0,
-    evict_on_driver_loss: bool = False,
-    leader_elect: bool = False,
-    lease_namespace: str = "kube-system",
-    lease_name: str = "dra-extender-controllers",
-    identity: str | None = None,
-    registry: CollectorRegistry = REGISTRY,
-    workload_claims: bool = False,
 ) -> Controllers:
-    options = ControllerOptions(
-        workload_claims=workload_claims,
-        names=tuple(names),
-        workers=workers,
-        driver_loss_grace_period=driver_loss_grace_period,
-        evict_on_driver_loss=evict_on_driver_loss,
-        leader_elect=leader_elect,
-        lease_namespace=lease_namespace,
-        lease_name=lease_name,
-        identity=identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
-    )
     controllers = Controllers(cache, client, clock or RealClock(), options, registry)
     await controllers.start()
     return controllers
-
-
-async def start_from_args(
-    cache: ControllerCache,
-    client: Any,
-    args: argparse.Namespace,
-    *,
-    clock: Clock | None = None,
-    registry: CollectorRegistry = REGISTRY,
-    workload_claims: bool = False,
-) -> Controllers:
-    return await start_controllers(
-        cache,
-        client,
-        workload_claims=workload_claims,
-        names=args.controllers,
-        clock=clock,
-        workers=args.taint_eviction_workers,
-        driver_loss_grace_period=args.driver_loss_grace_period,
-        evict_on_driver_loss=args.evict_on_driver_loss,
-        leader_elect=args.leader_elect,
-        lease_namespace=args.leader_elect_namespace,
-        lease_name=args.leader_elect_lease_name,
-        registry=registry,
-    )

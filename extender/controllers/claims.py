@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from common.claimrefs import controlled_by_group_of, is_controlled_by, is_group_reference, pod_uid
 from extender.controllers.pools import DeviceId, PoolId
 from extender.podclaims import (
     ClaimsNotReady,
@@ -13,12 +14,8 @@ from extender.podclaims import (
     allocation_of,
     claim_name_for,
     claim_references,
-    controlled_by_group_of,
-    is_controlled_by,
-    pod_uid,
     reserved_for,
 )
-from extender.podgroups import is_group_reference
 
 log = logging.getLogger(__name__)
 

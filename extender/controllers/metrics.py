@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from common.metrics import MetricSet
 
 # Upstream's buckets for device_taint_eviction_controller_pod_deletion_duration_seconds.
 DELETION_LATENCY_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 120, 180, 240)
 
 
-class ControllerMetrics:
-    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+class ControllerMetrics(MetricSet):
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
         self.pod_deletions = Counter(
             "device_taint_eviction_controller_pod_deletions",
             "Pods deleted because of NoExecute device taints (or lost drivers) since start.",

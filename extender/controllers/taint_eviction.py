@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
+from common.claimrefs import pod_uid
 from extender.controllers.claims import (
     ClaimIndex,
     allocated_results,
@@ -27,7 +28,6 @@ from extender.controllers.evictor import Eviction, PodEvictor, PodRef, Reason
 from extender.controllers.pools import DeviceId, PoolId, PoolIndex
 from extender.controllers.rule_status import current_condition, eviction_condition, same_condition
 from extender.controllers.tolerations import NO_EXECUTE, eviction_time
-from extender.podclaims import pod_uid
 from extender.podgroups import reserved_for_pod
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from allocator import FeatureGates
 from extender.cache import ClusterCache
-from extender.controllers import Controllers, start_controllers
+from extender.controllers import ControllerOptions, Controllers, start_controllers
 from extender.kubeapi import KubeClient
 
 KINDS = {"Pod", "ResourceClaim", "ResourceSlice", "DeviceTaintRule"}
@@ -115,13 +115,13 @@ class Env:
 
     async def start(self, names: tuple[str, ...] = ("taint-eviction",), **options: Any) -> Controllers:
         await self.settle()
+        registry = options.pop("registry", self.registry)
         controllers = await start_controllers(
             self.cache,
             self.client,
-            names=names,
+            ControllerOptions(names=names, **options),
             clock=self.clock,
-            registry=options.pop("registry", self.registry),
-            **options,
+            registry=registry,
         )
         self.controllers.append(controllers)
         await self.settle()

@@ -6,9 +6,10 @@ import pytest
 from ctrl_objects import claim, consumer, device_class, node, pending_claim, pod, resource_slice
 
 from allocator import Allocator, FeatureGates, ResourceClaim
+from common.rules import parse_duration
 from extender.cache import ClusterCache
-from extender.controllers import ControllerOptions, add_arguments
-from extender.rules import parse_duration
+from extender.controllers import ControllerOptions
+from extender.wiring import add_controller_arguments
 
 LOST = "dra_extender_driver_lost_devices"
 
@@ -94,7 +95,7 @@ async def test_deallocated_claim_ends_driver_loss(env) -> None:
 
 def test_command_line() -> None:
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    add_controller_arguments(parser)
     args = parser.parse_args(
         [
             "--controllers=taint-eviction,driver-loss",

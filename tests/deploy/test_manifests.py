@@ -36,8 +36,8 @@ from deploy_manifests import (
 
 from allocator import FeatureGates
 from extender.cache import ClusterCache
-from extender.commands.serve import Cluster, build_scheduler
 from extender.server import DEFAULT_PREFIX, ExtenderServer
+from extender.wiring import Cluster, build_scheduler
 from webhook.admission import AdmissionHandler
 from webhook.server import build_app
 
@@ -63,7 +63,7 @@ def _routes(app: Any) -> set[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def extender_server() -> ExtenderServer:
     cache = ClusterCache.from_objects([], FeatureGates())
-    return ExtenderServer(build_scheduler(Cluster(cache), argparse.Namespace()))
+    return ExtenderServer(build_scheduler(Cluster(cache)))
 
 
 # ---- structure ----------------------------------------------------------------------------------------
@@ -167,10 +167,10 @@ def test_overlay_args_parse_together_with_the_base_args() -> None:
 
 
 def test_eviction_component_args_match_the_controllers_flags() -> None:
-    from extender.controllers import add_arguments
+    from extender.wiring import add_controller_arguments
 
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    add_controller_arguments(parser)
     parsed = parser.parse_args(json_patch_args(EVICTION / "args.yaml"))
     assert "taint-eviction" in parsed.controllers
     assert parsed.leader_elect

@@ -29,7 +29,7 @@ from deploy_manifests import (
 
 from extender.informer import DEFAULT_KINDS, POD_GROUPS
 
-SOURCE_PACKAGES = ("extender", "webhook")
+SOURCE_PACKAGES = ("common", "extender", "webhook")
 # The client itself: its methods are the calls, not call sites.
 CLIENT_MODULE = "extender/kubeapi.py"
 CLIENT_METHODS = {"get", "list", "watch", "create", "update", "patch", "delete"}

@@ -10,22 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import build_control_plane
 import pytest
 from e2e_api import Api, temporary_namespace
-from e2e_cluster import ControlPlane, extender_supports, running
+from e2e_cluster import ControlPlane, control_plane_binaries, extender_supports, running
 
 CONTROLLERS_FLAG = "--controllers"
 
 
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    try:
-        bin_dir = build_control_plane.ensure_built()
-    except build_control_plane.BuildUnavailable as missing:
-        pytest.skip(f"end-to-end tests need the Kubernetes binaries: {missing}")
     work = tmp_path_factory.mktemp("control-plane")
-    plane = ControlPlane(bin_dir, work)
+    plane = ControlPlane(control_plane_binaries(), work)
     flags = [f"{CONTROLLERS_FLAG}=taint-eviction"] if extender_supports(CONTROLLERS_FLAG) else []
     with running(plane, flags):
         yield plane

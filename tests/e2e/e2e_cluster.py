@@ -594,17 +594,23 @@ def running(plane: ControlPlane, extender_flags: list[str]) -> Iterator[ControlP
     assert not refused, "the API server refused the extender's requests:\n" + "\n".join(refused[:20])
 
 
+def control_plane_binaries() -> Path:
+    """The directory of the built Kubernetes binaries (built now if missing); skips the calling test or
+    fixture when they cannot be built, i.e. without a Go toolchain."""
+    try:
+        return build_control_plane.ensure_built()
+    except build_control_plane.BuildUnavailable as missing:
+        pytest.skip(f"end-to-end tests need the Kubernetes binaries: {missing}")
+
+
 @contextlib.contextmanager
 def own_control_plane(
     work: Path, extra_args: dict[str, list[str]], extender_flags: list[str]
 ) -> Iterator[ControlPlane]:
     """A running control plane of a test module's own, for flags the shared one does not have (feature
     gates, API versions); skips the module when the Kubernetes binaries cannot be built."""
-    try:
-        bin_dir = build_control_plane.ensure_built()
-    except build_control_plane.BuildUnavailable as missing:
-        pytest.skip(f"end-to-end tests need the Kubernetes binaries: {missing}")
-    with running(ControlPlane(bin_dir, work, extra_args=extra_args), extender_flags) as plane:
+    plane = ControlPlane(control_plane_binaries(), work, extra_args=extra_args)
+    with running(plane, extender_flags):
         yield plane
 
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import build_control_plane
 import pytest
 from e2e_api import Api, temporary_namespace, wait_for
-from e2e_cluster import ControlPlane, running
+from e2e_cluster import ControlPlane, own_control_plane
 from e2e_objects import RESOURCE, claim_spec, create_claim, unique, wait_for_reason
 
 GATE = "--feature-gates=DRANodeAllocatableResources=true"
@@ -23,17 +22,9 @@ STATUS = "nodeAllocatableResourceClaimStatuses"
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    try:
-        bin_dir = build_control_plane.ensure_built()
-    except build_control_plane.BuildUnavailable as missing:
-        pytest.skip(f"end-to-end tests need the Kubernetes binaries: {missing}")
-    cluster = ControlPlane(
-        bin_dir,
-        tmp_path_factory.mktemp("node-allocatable-plane"),
-        extra_args={name: [GATE] for name in
-                    ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "dra-extender")},
-    )
-    with running(cluster, []):
+    extra_args = {name: [GATE] for name in
+                  ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "dra-extender")}
+    with own_control_plane(tmp_path_factory.mktemp("node-allocatable-plane"), extra_args, []) as cluster:
         yield cluster
 
 

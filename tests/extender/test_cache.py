@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from allocator import FeatureGates
-from extender.cache import CacheError, ClusterCache, claim_names_of_pod
+from common.claimrefs import known_claim_names
+from extender.cache import CacheError, ClusterCache
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
 
@@ -70,8 +71,8 @@ def test_snapshot_of_the_example_cluster(cache: ClusterCache) -> None:
     worker = cache.pod("default", "worker")
     assert cache.pod_by_uid(worker["metadata"]["uid"]) is worker
     # template claim resolved through status.resourceClaimStatuses
-    assert claim_names_of_pod(worker) == ["worker-gpu-k8f2x"]
-    assert claim_names_of_pod(cache.pod("default", "inference")) == ["single-gpu"]
+    assert known_claim_names(worker) == ["worker-gpu-k8f2x"]
+    assert known_claim_names(cache.pod("default", "inference")) == ["single-gpu"]
     stats = cache.stats()
     assert stats["objects"]["ResourceClaim"] == 8 and stats["allocatedClaims"] == 1 and stats["invalid"] == {}
     assert stats["objects"]["PodGroup"] == 1
@@ -140,10 +141,10 @@ def test_pods_follow_pod_updates() -> None:
     template_ref = [{"name": "gpu", "resourceClaimTemplateName": "t"},
                     {"name": "shared", "resourceClaimName": "s"}]
     cache.apply("Pod", "ADDED", pod("p", "p1", claims=template_ref))
-    assert claim_names_of_pod(cache.pod_by_uid("p1")) == ["s"]
+    assert known_claim_names(cache.pod_by_uid("p1")) == ["s"]
     cache.apply("Pod", "MODIFIED", pod("p", "p1", claims=template_ref, rv="2",
                                        statuses=[{"name": "gpu", "resourceClaimName": "p-gpu-abcde"}]))
-    assert claim_names_of_pod(cache.pod_by_uid("p1")) == ["p-gpu-abcde", "s"]
+    assert known_claim_names(cache.pod_by_uid("p1")) == ["p-gpu-abcde", "s"]
     cache.apply("Pod", "ADDED", pod("q", "q1", claims=[{"name": "shared", "resourceClaimName": "s"}]))
     assert cache.pod_by_uid("q1")["metadata"]["name"] == "q"
     cache.apply("Pod", "DELETED", pod("p", "p1", claims=template_ref, rv="3"))
@@ -157,7 +158,7 @@ def test_claim_names_of_pod_skips_unresolved_and_null_entries() -> None:
                                {"name": "b", "resourceClaimTemplateName": "t"},
                                {"name": "c", "resourceClaimName": "direct"}],
             statuses=[{"name": "a", "resourceClaimName": None}])
-    assert claim_names_of_pod(p) == ["direct"]
+    assert known_claim_names(p) == ["direct"]
 
 
 def test_invalid_objects_are_counted_not_indexed_and_never_raise(caplog: pytest.LogCaptureFixture) -> None:

@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from common.rules import RESERVED_FOR_MAX
 from extender.podclaims import (
     ClaimsNotReady,
     InvalidPodError,
@@ -11,7 +12,6 @@ from extender.podclaims import (
     resolve_pod_claims,
 )
 from extender.podgroups import reservable
-from extender.rules import RESERVED_FOR_MAX
 
 
 @dataclass

@@ -10,6 +10,7 @@ import podgroup_objects as g
 import pytest
 
 from allocator import FeatureGates
+from common.rules import RESERVED_FOR_MAX
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
@@ -17,7 +18,6 @@ from extender.explain import explain_pod, render_text
 from extender.informer import DEFAULT_KINDS, POD_GROUPS, ClusterWatcher, watched_kinds
 from extender.podclaims import ClaimsNotReady, resolve_pod_claims
 from extender.podgroups import OWNER_PREFIX, group_binding, reservable, reserved_for_pod
-from extender.rules import RESERVED_FOR_MAX
 from extender.scheduling import BindFailed, Scheduler
 
 NODES = ["node-0", "node-1", "node-2"]

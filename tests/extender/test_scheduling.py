@@ -8,10 +8,10 @@ import pytest
 from loop_turns import loop_turns
 
 from allocator import FeatureGates, ResourceClaim
+from common.rules import RESERVED_FOR_MAX
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
-from extender.rules import RESERVED_FOR_MAX
 from extender.scheduling import BindFailed, Scheduler
 
 NODES = ["node-0", "node-1", "node-2"]

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from extender.scoring import SCORING_ANNOTATION, NodeFit, node_scores, policy_for, rank_points
+from common.rules import SCORING_ANNOTATION
+from extender.scoring import NodeFit, node_scores, policy_for, rank_points
 
 
 def fit(rank: int = 0, used: int = 0, total: int = 8, need: int = 1) -> NodeFit:
@@ -56,7 +57,7 @@ def test_unknown_policy_is_an_error() -> None:
 
 
 def test_scoring_annotation_problem_of_odd_pods() -> None:
-    from extender.scoring import scoring_annotation_problem
+    from common.rules import scoring_annotation_problem
 
     for odd in ({"metadata": True}, {"metadata": {"annotations": ["x"]}}, {}):
         assert scoring_annotation_problem(odd) == ""

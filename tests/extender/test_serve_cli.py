@@ -22,6 +22,7 @@ import yaml
 from allocator import FeatureGates
 from extender.cli import build_parser, main
 from extender.objects_io import load_objects
+from extender.wiring import serve_options
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "cluster"
@@ -268,7 +269,7 @@ async def test_serve_against_an_api_server_via_kubeconfig(
         ]
     )
     stop = asyncio.Event()
-    task = asyncio.create_task(serve_command.serve(args, FeatureGates(), stop))
+    task = asyncio.create_task(serve_command.serve(serve_options(args), stop))
     try:
         out = await read_banner(task, capsys)
         # Printed once, after the sync: it names a pending pod with claims and the cluster's nodes.
@@ -326,7 +327,7 @@ async def test_serve_without_pods_prints_a_curl_template_that_works_once_filled_
         ]
     )
     stop = asyncio.Event()
-    task = asyncio.create_task(serve_command.serve(args, FeatureGates(), stop))
+    task = asyncio.create_task(serve_command.serve(serve_options(args), stop))
     try:
         out = await read_banner(task, capsys)
         assert "no pending pod with resource claims yet" in out
@@ -350,17 +351,18 @@ async def test_serve_without_pods_prints_a_curl_template_that_works_once_filled_
 
 def test_timeout_flags_reach_the_scheduler() -> None:
     from extender.cache import ClusterCache
-    from extender.commands.serve import Cluster, build_scheduler
     from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
+    from extender.wiring import Cluster, build_scheduler, scheduler_options
 
     cluster = Cluster(ClusterCache.from_objects(load_objects([EXAMPLES]), FeatureGates()))
     parser = build_parser()
-    defaults = build_scheduler(cluster, parser.parse_args(["serve", "--snapshot", str(EXAMPLES)]))
+    defaults = build_scheduler(cluster, scheduler_options(parser.parse_args(["serve", "--snapshot",
+                                                                            str(EXAMPLES)])))
     assert (defaults.node_deadline_s, defaults.filter_deadline_s) == (DEFAULT_NODE_TIMEOUT_S,
                                                                      DEFAULT_FILTER_TIMEOUT_S)
     args = parser.parse_args(["serve", "--snapshot", str(EXAMPLES), "--node-timeout", "0.25",
                               "--filter-timeout", "2.5s"])
-    scheduler = build_scheduler(cluster, args)
+    scheduler = build_scheduler(cluster, scheduler_options(args))
     assert (scheduler.node_deadline_s, scheduler.filter_deadline_s) == (0.25, 2.5)
 
 

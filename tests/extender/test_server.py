@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocator import FeatureGates
+from common.tls import ReloadingTLS
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.objects_io import load_objects
 from extender.scheduling import Scheduler
 from extender.server import ExtenderServer
-from extender.tls import ReloadingTLS
 from extender.verdicts import CANNOT_ALLOCATE
 
 PAYLOADS = Path(__file__).parent / "payloads"

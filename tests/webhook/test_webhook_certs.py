@@ -98,7 +98,7 @@ async def test_client_certificate_passes_the_extenders_mutual_tls(tmp_path: Path
     --extender-client-ca-file) accepts `certs --client`'s certificate and refuses a serving one."""
     import asyncio
 
-    from extender.tls import build_context
+    from common.tls import build_context
 
     out = tmp_path / "tls"
     assert main(["certs", "--service", "dra-extender", "-n", "dra-extender", "--out", str(out), "--ip",

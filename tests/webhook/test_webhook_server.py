@@ -22,10 +22,11 @@ from webhook_fixtures import (
 )
 
 from allocator import FeatureGates
-from extender.tls import CertificateLoadError
+from common.tls import CertificateLoadError
+from extender.wiring import OptionsError, add_webhook_arguments, build_webhook, webhook_options
 from webhook import certs
 from webhook.lookup import StaticClusterLookup
-from webhook.server import WebhookServer, add_arguments, server_from_args
+from webhook.server import WebhookServer
 
 TOLERATIONS = [{"key": "maintenance", "operator": "Exists", "effect": "NoExecute"}]
 
@@ -201,24 +202,25 @@ async def test_an_oversized_review_announced_with_expect_100_continue_gets_413(
 
 def test_serve_flags(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    add_webhook_arguments(parser)
     assert parser.parse_args([]).reserved_for_limit == 256
     with pytest.raises(SystemExit):
         parser.parse_args(["--reserved-for-limit", "257"])
+    with pytest.raises(OptionsError, match="go together"):  # half a TLS set-up refuses to start
+        webhook_options(parser.parse_args(["--tls-cert-file", "c.pem"]))
     with caplog.at_level(logging.WARNING):
-        disabled = server_from_args(
-            parser.parse_args(["--tls-cert-file", "c.pem"]),
+        disabled = build_webhook(
+            webhook_options(parser.parse_args([])),
             StaticClusterLookup(),
             features=FeatureGates(),
             host="127.0.0.1",
-            port=0,
         )
     assert disabled is None and "webhook disabled" in caplog.text
     args = parser.parse_args(
         ["--tls-cert-file", "c.pem", "--tls-private-key-file", "k.pem", "--reserved-for-limit", "64"]
     )
-    enabled = server_from_args(
-        args, StaticClusterLookup(), features=FeatureGates(), host="127.0.0.1", port=8443
+    enabled = build_webhook(
+        webhook_options(args), StaticClusterLookup(), features=FeatureGates(), host="127.0.0.1"
     )
     assert enabled is not None and (enabled.cert_file, enabled.key_file, enabled.port) == (
         "c.pem",

@@ -1,0 +1,140 @@
+"""extender.wiring: typed options (one frozen class per component, defaults written once), the flags that
+fill them, and the refusal of every combination that cannot run."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+
+import pytest
+
+from allocator import FeatureGates
+from common.httpguard import HttpLimits
+from extender.cache import ClusterCache
+from extender.cli import build_parser
+from extender.controllers import ControllerOptions
+from extender.objects_io import load_objects
+from extender.wiring import (
+    Cluster,
+    NetworkOptions,
+    OptionsError,
+    SchedulerOptions,
+    ServeOptions,
+    SourceOptions,
+    WebhookOptions,
+    build_scheduler,
+    serve_options,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
+
+
+PARSER = build_parser()
+
+
+def parsed(*flags: str) -> ServeOptions:
+    return serve_options(PARSER.parse_args(["serve", *flags]))
+
+
+def test_the_flags_defaults_are_the_options_defaults() -> None:
+    assert parsed() == ServeOptions()
+    assert parsed("--snapshot", "dir") == ServeOptions(source=SourceOptions(snapshot="dir"))
+
+
+def test_every_serve_flag_lands_in_its_options_field() -> None:
+    options = parsed(
+        "--kubeconfig", "kc", "--context", "ctx", "--feature-gates", "DRAWorkloadResourceClaims=true",
+        "--bind-address", "0.0.0.0", "--extender-port", "1", "--debug-port", "2",
+        "--extender-tls-cert-file", "e.crt", "--extender-tls-private-key-file", "e.key",
+        "--extender-client-ca-file", "ca.crt", "--max-request-bytes", "3", "--max-connections", "4",
+        "--idle-timeout", "5s", "--debug-from-anywhere",
+        "--scoring", "spread", "--filter-holds-devices", "--no-filter-cache", "--hold-timeout", "1m",
+        "--node-timeout", "250ms", "--filter-timeout", "2",
+        "--webhook-port", "6", "--tls-cert-file", "w.crt", "--tls-private-key-file", "w.key",
+        "--reserved-for-limit", "7",
+        "--controllers", "taint-eviction,driver-loss", "--taint-eviction-workers", "8",
+        "--driver-loss-grace-period", "9s", "--evict-on-driver-loss", "--leader-elect",
+        "--leader-elect-namespace", "ns", "--leader-elect-lease-name", "lease",
+    )
+    assert options == ServeOptions(
+        source=SourceOptions(kubeconfig="kc", context="ctx",
+                             features=FeatureGates({"DRAWorkloadResourceClaims": True})),
+        network=NetworkOptions(
+            bind_address="0.0.0.0", extender_port=1, debug_port=2, extender_tls_cert_file="e.crt",
+            extender_tls_private_key_file="e.key", extender_client_ca_file="ca.crt",
+            limits=HttpLimits(max_request_bytes=3, max_connections=4, idle_timeout_s=5.0),
+            debug_from_anywhere=True),
+        scheduler=SchedulerOptions(scoring="spread", hold_devices=True, hold_timeout_s=60.0,
+                                   node_timeout_s=0.25, filter_timeout_s=2.0, filter_cache=False),
+        webhook=WebhookOptions(port=6, tls_cert_file="w.crt", tls_private_key_file="w.key",
+                               reserved_for_limit=7),
+        controllers=ControllerOptions(names=("taint-eviction", "driver-loss"), workers=8,
+                                      driver_loss_grace_period=9.0, evict_on_driver_loss=True,
+                                      leader_elect=True, lease_namespace="ns", lease_name="lease",
+                                      workload_claims=True),
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: SourceOptions(snapshot="s", kubeconfig="k"), "--snapshot cannot be combined"),
+        (lambda: SourceOptions(snapshot="s", context="c"), "--snapshot cannot be combined"),
+        (lambda: NetworkOptions(extender_tls_cert_file="c"), "go together"),
+        (lambda: NetworkOptions(extender_tls_private_key_file="k"), "go together"),
+        (lambda: NetworkOptions(extender_client_ca_file="ca"), "plain HTTP"),
+        (lambda: WebhookOptions(tls_cert_file="c"), "--tls-cert-file and --tls-private-key-file"),
+        (lambda: WebhookOptions(tls_private_key_file="k"), "--tls-cert-file and --tls-private-key-file"),
+        (lambda: WebhookOptions(reserved_for_limit=0), "--reserved-for-limit"),
+        (lambda: WebhookOptions(reserved_for_limit=257), "--reserved-for-limit"),
+        (lambda: SchedulerOptions(scoring="tightest"), "--scoring"),
+        (lambda: SchedulerOptions(node_timeout_s=0), "--node-timeout"),
+        (lambda: SchedulerOptions(filter_timeout_s=-1), "--filter-timeout"),
+        (lambda: SchedulerOptions(hold_timeout_s=float("nan")), "--hold-timeout"),
+    ],
+)
+def test_options_refuse_what_cannot_run_naming_the_flags(make: object, message: str) -> None:
+    with pytest.raises(OptionsError, match=message):
+        make()  # type: ignore[operator]
+
+
+def test_options_are_frozen() -> None:
+    for options in (SourceOptions(), NetworkOptions(), SchedulerOptions(), WebhookOptions(), ServeOptions()):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            options.port = 1  # type: ignore[misc, attr-defined]
+
+
+# Flags whose combinations have rules: every subset either gives options or an OptionsError naming a flag.
+COMBINED_FLAGS = (
+    ("--snapshot", "s"), ("--kubeconfig", "k"), ("--context", "c"),
+    ("--extender-tls-cert-file", "e.crt"), ("--extender-tls-private-key-file", "e.key"),
+    ("--extender-client-ca-file", "ca.crt"),
+    ("--tls-cert-file", "w.crt"), ("--tls-private-key-file", "w.key"),
+    ("--controllers", "taint-eviction"), ("--evict-on-driver-loss",),
+)
+
+
+def test_every_combination_of_the_related_flags_runs_or_is_refused_by_name() -> None:
+    refused = 0
+    for size in range(len(COMBINED_FLAGS) + 1):
+        for chosen in itertools.combinations(COMBINED_FLAGS, size):
+            flags = [part for flag in chosen for part in flag]
+            try:
+                parsed(*flags)
+            except OptionsError as error:
+                refused += 1
+                assert str(error).startswith("--"), (flags, str(error))
+    assert 0 < refused < 2 ** len(COMBINED_FLAGS)
+
+
+def test_explain_and_simulate_build_the_scheduler_serve_builds_by_default() -> None:
+    cluster = Cluster(ClusterCache.from_objects(load_objects([EXAMPLES]), FeatureGates()))
+    default = build_scheduler(cluster)
+    served = build_scheduler(cluster, parsed("--snapshot", str(EXAMPLES)).scheduler)
+    for scheduler in (default, served):
+        assert (scheduler.node_deadline_s, scheduler.filter_deadline_s) == (1.0, 3.0)
+        assert not scheduler.hold_devices
+        assert scheduler.filter_cache is not None
+    uncached = build_scheduler(cluster, SchedulerOptions(filter_cache=False, hold_devices=True))
+    assert uncached.filter_cache is None and uncached.hold_devices
