@@ -5,8 +5,9 @@ v0.37.1, incubating/experimental variants) with the lexicographic pool order; te
 that claim against the released Go code. Deliberate differences, each commented where implemented:
 
 - pool order of upstream's stable variant: we always walk pools and slices in lexicographic order;
-  upstream's "stable" variant (picked only when consumable capacity, binding conditions and list-type
-  attributes are all off) follows its slice list order, which is not defined;
+  upstream's "stable" variant (picked only when consumable capacity, binding conditions, fractional
+  capacity ranges and the alpha allocator gates are all off) follows its slice list order, which is
+  not defined;
 - counter bookkeeping is keyed by (driver, pool), not by pool name alone;
 - DRADeviceCompatibilityGroups: compatibilityGroups are checked when a slice is parsed as the API
   server checks them (at most 2, DNS labels, unique; its error texts), where upstream's allocator
@@ -26,6 +27,10 @@ selectors, milli sums and asInteger, opaque == in cel-expr, cel-go's typing of a
 filter) are listed one by one, with the reason, in tests/conformance/differential.py
 (KNOWN_CEL_DIFFERENCES).
 
+Upstream quirk we copy: with DRAOptionalNodeOperations off, devices of slices with skipNodeOperations are
+usable unless another alpha allocator gate is on (upstream's variants differ; allocator.checks says which).
+Derived attribute expressions (DRADerivedAttributes) follow the selectors' cost rule above.
+
 Upstream bugs we used to fix on our own are fixed in 1.37.1 too (distinctAttribute #140438,
 counters rollback #140436, list intersection restored on backtracking #140326).
 """
@@ -43,7 +48,12 @@ from allocator.model import (
     ResourceSlice,
     parse_object,
 )
-from allocator.nodes import node_matches_selector
+from allocator.nodes import (
+    OPTIONAL_NODE_OPERATIONS,
+    allocation_skips_node_operations,
+    node_matches_selector,
+    takes_skipped_node_operations,
+)
 from allocator.outcome import PREEMPTION_MAY_HELP, AllocationOutcome, Reason, Rejection
 from allocator.quantity import Quantity
 from allocator.search import Allocator
@@ -52,6 +62,7 @@ from allocator.taints import tolerates
 
 __all__ = [
     "DEFAULT_GATES",
+    "OPTIONAL_NODE_OPERATIONS",
     "PREEMPTION_MAY_HELP",
     "AllocatedState",
     "AllocationError",
@@ -73,7 +84,9 @@ __all__ = [
     "Rejection",
     "ResourceClaim",
     "ResourceSlice",
+    "allocation_skips_node_operations",
     "node_matches_selector",
     "parse_object",
+    "takes_skipped_node_operations",
     "tolerates",
 ]

@@ -4,7 +4,8 @@ explanation of a failed search, so a check cannot be added to one and forgotten 
 Per device and request, in this order (the explanation counts a device under the first that fails):
 
 1. selection (``selection``): binding conditions, class selectors, request selectors, node;
-2. admission (``admit``): in use, taints, compatibility groups, shared counters;
+2. admission (``admit``): in use, node operations the node must support, taints, compatibility groups,
+   shared counters;
 3. claim constraints (the search checks them on the devices chosen together; the explanation
    estimates them over the devices left);
 4. capacity (``capacity_fits``).
@@ -24,6 +25,8 @@ from allocator import cel
 from allocator.compatibility import CompatibilityGroups
 from allocator.errors import AllocationError
 from allocator.features import FeatureGates
+from allocator.model import Node
+from allocator.nodes import takes_skipped_node_operations
 from allocator.outcome import Rejection
 from allocator.pools import DeviceEntry, DeviceKey, Pool
 from allocator.quantity import Quantity
@@ -36,6 +39,9 @@ from allocator.taints import untolerated
 # attributes and includes()); only validation of new objects follows the gates.
 STORED_EXPRESSIONS = cel.CompileOptions(consumable_capacity=True, list_type_attributes=True)
 SHARED = 2  # eligibility of a shareable device: depends on what is allocated in this attempt
+# The gates that make upstream pick its experimental allocator.
+EXPERIMENTAL_GATES = ("DRAListTypeAttributes", "DRADerivedAttributes", "DRADeviceCompatibilityGroups",
+                      "DRAOptionalNodeOperations")
 
 Counters = dict[str, dict[str, Quantity]]  # counter set -> counter -> amount
 PoolKey = tuple[str, str]  # (driver, pool)
@@ -54,6 +60,12 @@ class Switches(NamedTuple):
     list_attributes: bool
     distinct_attribute: bool
     fractional: bool
+    derived_attributes: bool
+    optional_node_operations: bool
+    # Upstream quirk we copy: its allocator variants without the alpha features ignore a slice's
+    # skipNodeOperations; the experimental one, picked when any alpha allocator gate is on, refuses
+    # those devices unless DRAOptionalNodeOperations is on and the node declares it.
+    node_operations_checked: bool
     compatibility_groups: bool
 
     @classmethod
@@ -62,6 +74,7 @@ class Switches(NamedTuple):
         binding_and_status = gates.binding_and_status
         list_attributes = gates.enabled("DRAListTypeAttributes")
         fractional = gates.enabled("DRAFractionalCapacityRange")
+        experimental = any(gates.enabled(gate) for gate in EXPERIMENTAL_GATES)
         return cls(
             admin_access=gates.enabled("DRAAdminAccess"),
             prioritized_list=gates.enabled("DRAPrioritizedList"),
@@ -71,8 +84,11 @@ class Switches(NamedTuple):
             binding_and_status=binding_and_status,
             list_attributes=list_attributes,
             # Upstream's "stable" variant (chosen when none of these is on) has no distinctAttribute.
-            distinct_attribute=consumable or binding_and_status or list_attributes or fractional,
+            distinct_attribute=consumable or binding_and_status or fractional or experimental,
             fractional=fractional,
+            derived_attributes=gates.enabled("DRADerivedAttributes"),
+            optional_node_operations=gates.enabled("DRAOptionalNodeOperations"),
+            node_operations_checked=experimental,
             compatibility_groups=gates.enabled("DRADeviceCompatibilityGroups"),
         )
 
@@ -92,11 +108,16 @@ class DeviceChecks:
         "consumed_counters",
         "fractional",
         "partitionable",
+        "skipping_usable",
         "taints",
     )
 
-    def __init__(self, allocated: AllocatedState, switches: Switches) -> None:
+    def __init__(self, allocated: AllocatedState, switches: Switches, node: Node) -> None:
         self.allocated = allocated
+        # Whether devices of slices that skip node operations may be used on this node.
+        self.skipping_usable = not switches.node_operations_checked or (
+            switches.optional_node_operations and takes_skipped_node_operations(node)
+        )
         self.binding_and_status = switches.binding_and_status
         self.consumable = switches.consumable
         self.partitionable = switches.partitionable
@@ -183,6 +204,8 @@ class DeviceChecks:
         rd, entry = chosen.request, chosen.entry
         if self.in_use(rd, entry, multiple=chosen.multiple):
             return Rejection.IN_USE
+        if entry.slice.skip_node_operations and not self.skipping_usable:
+            return Rejection.NODE_OPERATIONS
         if self.taints and entry.blocking_taints and untolerated(entry.blocking_taints, rd.tolerations):
             return Rejection.TAINT
         if not self.take_compatibility(chosen):

@@ -6,7 +6,7 @@ removal restores exactly the state before the matching add.
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Callable, Set
 
 from allocator.model import AttributeValue, Device
 
@@ -40,12 +40,24 @@ class Constraint:
             return True
         return subrequest is not None and f"{request}/{subrequest}" in self.requests
 
-    def add(self, device: Device, driver: str, request: str, subrequest: str | None) -> bool:
+    def add(
+        self,
+        device: Device,
+        driver: str,
+        request: str,
+        subrequest: str | None,
+        lookup: Callable[[str], AttributeValue | None] | None = None,
+    ) -> bool:
+        """Add a device if it keeps the constraint satisfied. ``lookup`` finds the attribute instead of
+        the device itself (the request's derived attributes; it may raise AllocationError)."""
         if not self.applies(request, subrequest):
             return True
-        value = lookup_attribute(device, driver, self.attribute)
+        attribute = self.attribute
+        value = lookup_attribute(device, driver, attribute) if lookup is None else lookup(attribute)
         if value is None:
             return False
+        if value.is_list and not value.value and self.list_semantics:
+            return False  # an empty list (only derived attributes have one) matches nothing, as upstream
         if value.is_list and not self.list_semantics and self.stack:
             # Without list semantics upstream (1.37.1) takes a list value only as the first device's;
             # any later one cannot be compared as a scalar.

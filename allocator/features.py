@@ -16,6 +16,8 @@ DEFAULT_GATES: Mapping[str, bool] = {
     "DRAResourceClaimDeviceStatus": True,  # GA 1.37
     "DRAListTypeAttributes": False,  # alpha
     "DRAFractionalCapacityRange": True,  # beta 1.37: capacity ranges in milli units
+    "DRADerivedAttributes": False,  # alpha 1.37: request-scoped attributes computed by CEL for constraints
+    "DRAOptionalNodeOperations": False,  # alpha 1.37: devices skipping node operations need a node for it
     # Alpha 1.37: devices drawing from one counter set must share a compatibility group; off, the
     # slices declaring groups are ignored (their pools become incomplete).
     "DRADeviceCompatibilityGroups": False,

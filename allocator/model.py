@@ -585,6 +585,7 @@ class ResourceSlice:
         "raw",
         "resource_slice_count",
         "shared_counters_set",
+        "skip_node_operations",
         "uid",
         "uses_compatibility_groups",
     )
@@ -609,6 +610,9 @@ class ResourceSlice:
         self.all_nodes = bool(ck.boolean(spec, "allNodes", "spec."))
         # Tri-state like the API pointer: None (unset), True/False when set.
         self.per_device_node_selection = ck.boolean(spec, "perDeviceNodeSelection", "spec.")
+        # Node operations the kubelet skips for these devices (DRAOptionalNodeOperations): only a node
+        # declaring that feature can take them.
+        self.skip_node_operations = ck.string_list(spec, "skipNodeOperations", "spec.")
         self.shared_counters_set = spec.get("sharedCounters") is not None
         self.counter_sets: list[tuple[str, dict[str, Quantity]]] = []
         for i, item in enumerate(ck.list(spec, "sharedCounters", "spec.")):
@@ -649,6 +653,7 @@ class ExactRequest:
         "capacity_requests",
         "compiled",
         "count",
+        "derived_attributes",
         "device_class_name",
         "name",
         "selectors",
@@ -669,6 +674,11 @@ class ExactRequest:
             raise ck.fail(f"{path}.count", f"must be greater than zero, got {self.count}")
         self.admin_access: bool | None = None if subrequest else ck.boolean(raw, "adminAccess", f"{path}.")
         self.tolerations = _parse_tolerations(ck, raw, f"{path}.")
+        # (name, CEL expression) in the order given; the allocator refuses them without DRADerivedAttributes
+        self.derived_attributes: tuple[tuple[str, str], ...] = tuple(
+            _parse_derived_attribute(ck, item, f"{path}.derivedAttributes[{i}]")
+            for i, item in enumerate(ck.list(raw, "derivedAttributes", f"{path}."))
+        )
         capacity = raw.get("capacity")
         self.capacity_requests: dict[str, Quantity] | None = None
         if capacity is not None:
@@ -678,6 +688,14 @@ class ExactRequest:
                 key: ck.quantity(value, f"{path}.capacity.requests[{key}]")
                 for key, value in ck.mapping(capacity, "requests", f"{path}.capacity.").items()
             }
+
+
+def _parse_derived_attribute(ck: _Checker, raw: Any, path: str) -> tuple[str, str]:
+    if not isinstance(raw, dict):
+        raise ck.fail(path, "must be an object")
+    return ck.string(raw, "name", f"{path}.", required=True), ck.string(
+        raw, "expression", f"{path}.", required=True
+    )
 
 
 class DeviceRequest:
@@ -780,12 +798,19 @@ def _check_allocation(ck: _Checker, allocation: Any) -> None:
         for key in ("request", "driver", "pool", "device"):
             ck.string(result, key, f"{where}.", required=True)
         ck.string(result, "shareID", f"{where}.")
+        ck.string_list(result, "skipNodeOperations", f"{where}.")
         for name, value in ck.mapping(result, "consumedCapacity", f"{where}.").items():
             ck.quantity(value, f"{where}.consumedCapacity[{name}]")
 
 
 class Node:
-    __slots__ = ("labels", "labels_key", "name", "raw", "uid")
+    """A node as allocation sees it: its name, labels (node selectors) and status.declaredFeatures.
+
+    ``labels_key`` is what the node's pool view depends on; ``verdict_key`` is what an allocation
+    verdict for the node depends on besides its name and the cluster (labels and declared features).
+    """
+
+    __slots__ = ("declared_features", "labels", "labels_key", "name", "raw", "uid", "verdict_key")
 
     def __init__(self, raw: dict[str, Any]) -> None:
         ck, meta = _metadata(raw, "Node")
@@ -798,16 +823,29 @@ class Node:
                 raise ck.fail(f"metadata.labels[{key}]", f"must be a string, got {value!r}")
         self.labels: dict[str, str] = labels
         self.labels_key = tuple(sorted(labels.items()))
+        status = ck.mapping(raw, "status", "")
+        self.declared_features = frozenset(ck.string_list(status, "declaredFeatures", "status."))
+        self.verdict_key = (self.labels_key, tuple(sorted(self.declared_features)))
 
     @classmethod
     def from_api(cls, raw: dict[str, Any]) -> Node:
         return cls(raw)
 
+    def declares(self, feature: str) -> bool:
+        return feature in self.declared_features
+
     @classmethod
-    def named(cls, name: str, labels: Mapping[str, str] | None = None) -> Node:
-        return cls(
-            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels or {})}}
-        )
+    def named(
+        cls, name: str, labels: Mapping[str, str] | None = None, declared_features: tuple[str, ...] = ()
+    ) -> Node:
+        raw: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": dict(labels or {})},
+        }
+        if declared_features:
+            raw["status"] = {"declaredFeatures": list(declared_features)}
+        return cls(raw)
 
 
 class DeviceTaintRule:

@@ -87,3 +87,20 @@ def node_matches(
     if node_selector is not None:
         return node is not None and node_matches_selector(node, node_selector)
     return False
+
+
+# DRAOptionalNodeOperations: the feature gate and, in a node's status.declaredFeatures, the node's word
+# that its kubelet knows when it may skip node operations.
+OPTIONAL_NODE_OPERATIONS = "DRAOptionalNodeOperations"
+
+
+def takes_skipped_node_operations(node: Node) -> bool:
+    """Whether devices whose slice skips node operations may be used on ``node`` (gate aside)."""
+    return node.declares(OPTIONAL_NODE_OPERATIONS)
+
+
+def allocation_skips_node_operations(allocation: Mapping[str, Any] | None) -> bool:
+    """Whether an allocation result holds a device that skips node operations (it then only works on a
+    node that declares DRAOptionalNodeOperations, whatever the gates: upstream's Filter checks it)."""
+    results = ((allocation or {}).get("devices") or {}).get("results") or ()
+    return any(isinstance(r, dict) and r.get("skipNodeOperations") for r in results)

@@ -24,6 +24,7 @@ class Rejection(StrEnum):
     GROUPS_IGNORED = "groups ignored"  # in pools left incomplete: DRADeviceCompatibilityGroups is off
     INVALID_POOL = "invalid pool"
     NODE = "node"
+    NODE_OPERATIONS = "node operations"  # skips node operations the node does not declare (or gate off)
     BINDING_CONDITIONS = "binding conditions"
 
 

@@ -295,5 +295,6 @@ def _assign_equivalence(pools: list[Pool]) -> None:
                 entry.device.signature,
                 entry.node_ok,
                 repr(entry.taints) if entry.taints is not entry.device.taints else None,
+                entry.slice.skip_node_operations,  # slice-wide, so not in the device's signature
             )
             entry.equivalence = tokens.setdefault(signature, len(tokens))

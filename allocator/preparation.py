@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from allocator.checks import DeviceChecks, Switches
+from allocator.checks import STORED_EXPRESSIONS, DeviceChecks, Switches
 from allocator.constraints import Constraint, DistinctAttribute, MatchAttribute
+from allocator.derived import DerivedAttributes, Values
 from allocator.errors import AllocationError
 from allocator.inventory import Inventory
 from allocator.model import ExactRequest, ResourceClaim, claim_ref
@@ -25,6 +26,7 @@ class PreparedClaims:
     first_available: list[list[bool]] = field(default_factory=list)  # per claim, per request
     constraints: list[list[Constraint]] = field(default_factory=list)  # per claim
     no_shortcuts: set[int] = field(default_factory=set)  # claims the search's bounds must not cut short
+    derived_values: Values = field(default_factory=dict)  # derived attributes evaluated in this call
 
 
 def prepare(
@@ -42,7 +44,13 @@ def prepare(
         flags: list[bool] = []
         min_devices = 0
         context = _Context(
-            inventory=inventory, pools=pools, checks=checks, switches=switches, claim_index=ci, ref=ref
+            inventory=inventory,
+            pools=pools,
+            checks=checks,
+            switches=switches,
+            claim_index=ci,
+            ref=ref,
+            derived_values=prepared.derived_values,
         )
         for request in claim.requests:
             if request.first_available and not switches.prioritized_list:
@@ -99,13 +107,18 @@ def prepare(
             # Upstream reports a constraint that rejects one of "all" devices as a hard error when
             # its search gets there: no shortcut may skip this claim's attempt.
             prepared.no_shortcuts.add(ci)
+        derived = {n for rds in claim_requests for rd in rds if rd.derived for n in rd.derived.names}
+        if not derived.isdisjoint(c.attribute for c in constraints):
+            # Upstream evaluates derived attributes (which may fail) on every device its search tries:
+            # so must ours, and value groups of the device's own attribute would bound it wrongly.
+            prepared.no_shortcuts.add(ci)
     return prepared
 
 
 class _Context:
     """What preparing one claim's requests needs."""
 
-    __slots__ = ("checks", "claim_index", "inventory", "pools", "ref", "switches")
+    __slots__ = ("checks", "claim_index", "derived_values", "inventory", "pools", "ref", "switches")
 
     def __init__(
         self,
@@ -116,8 +129,10 @@ class _Context:
         switches: Switches,
         claim_index: int,
         ref: str,
+        derived_values: Values,
     ) -> None:
         self.inventory = inventory
+        self.derived_values = derived_values
         self.pools = pools
         self.checks = checks
         self.switches = switches
@@ -126,6 +141,12 @@ class _Context:
 
     def request_data(self, request: ExactRequest, parent_name: str | None) -> RequestData:
         ref, switches = self.ref, self.switches
+        if request.derived_attributes and not switches.derived_attributes:
+            # Refused rather than ignored: the constraints would silently compare something else.
+            raise AllocationError(
+                f"claim {ref}, request {request.name}: cannot handle request with derived attributes, "
+                "the feature is disabled"
+            )
         for i, selector in enumerate(request.selectors):
             if selector is None:
                 raise AllocationError(
@@ -155,6 +176,10 @@ class _Context:
             device_class=device_class,
             admin=switches.admin_access and bool(request.admin_access),
         )
+        if request.derived_attributes:
+            rd.derived = DerivedAttributes(
+                request.derived_attributes, STORED_EXPRESSIONS, self.derived_values
+            )
         capacity_key = tuple(sorted(request.capacity_requests.items())) if request.capacity_requests else None
         # Selection never changes for a node view, so requests with the same class object, selectors,
         # capacity requests and gates share per-candidate results, across allocate() calls too.

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from allocator.checks import DeviceChecks
 from allocator.constraints import Constraint, DistinctAttribute, lookup_attribute
+from allocator.errors import AllocationError
 from allocator.model import ResourceClaim, claim_ref
 from allocator.outcome import Reason, Rejection
 from allocator.pools import INCOMPLETE, INVALID, DeviceEntry, NodePools
@@ -22,6 +23,9 @@ _PHRASES = {  # in the order messages list them
     Rejection.CONSTRAINT: "failing claim constraints",
     Rejection.REQUEST_SELECTOR: "rejected by request selectors",
     Rejection.NODE: "not available on this node",
+    Rejection.NODE_OPERATIONS: (
+        "skipping node operations without DRAOptionalNodeOperations enabled and declared by the node"
+    ),
     Rejection.BINDING_CONDITIONS: "with binding conditions (feature disabled)",
     Rejection.INCOMPLETE_POOL: "in incomplete pools",
     Rejection.GROUPS_IGNORED: "in pools with compatibility groups (DRADeviceCompatibilityGroups is off)",
@@ -69,7 +73,11 @@ def _constraint_losses(constraints: list[Constraint], rd: RequestData, usable: l
             continue
         values: Counter[object] = Counter()
         for entry in usable:
-            value = lookup_attribute(entry.device, entry.key[0], constraint.attribute)
+            try:
+                value = (rd.derived.lookup(entry.device, entry.key, constraint.attribute) if rd.derived
+                         else lookup_attribute(entry.device, entry.key[0], constraint.attribute))
+            except AllocationError:  # a failing derived attribute: the search reports it
+                value = None
             if value is not None:
                 values[value] += 1
         best = len(values) if isinstance(constraint, DistinctAttribute) else max(values.values(), default=0)

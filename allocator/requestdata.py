@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from allocator.cel import Selector
 from allocator.compatibility import Undo
+from allocator.derived import DerivedAttributes
 from allocator.model import DeviceClass, ExactRequest
 from allocator.pools import DeviceEntry
 from allocator.quantity import Quantity
@@ -20,6 +21,7 @@ class RequestData:
         "claim_index",
         "claim_ref",
         "class_programs",
+        "derived",
         "device_class",
         "eligible",
         "error_mask",
@@ -67,6 +69,7 @@ class RequestData:
         self.eligible: list[int | None] = []
         self.mask: int | None = None  # candidates that may be selectable (pruning only)
         self.error_mask = 0  # candidates whose check is a hard error (set with mask)
+        self.derived: DerivedAttributes | None = None  # its derived attributes (DRADerivedAttributes)
 
 
 class Chosen:

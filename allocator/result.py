@@ -10,7 +10,7 @@ from allocator.model import ResourceClaim
 from allocator.requestdata import Chosen, RequestData
 
 
-def device_result(chosen: Chosen, binding_and_status: bool) -> dict[str, Any]:
+def device_result(chosen: Chosen, binding_and_status: bool, skipped_operations: bool) -> dict[str, Any]:
     entry, rd = chosen.entry, chosen.request
     result: dict[str, Any] = {
         "request": rd.full_name,
@@ -32,6 +32,8 @@ def device_result(chosen: Chosen, binding_and_status: bool) -> dict[str, Any]:
         result["shareID"] = chosen.share_id
     if chosen.consumed:
         result["consumedCapacity"] = {name: str(value) for name, value in chosen.consumed.items()}
+    if skipped_operations and entry.slice.skip_node_operations:  # from the slice, for the kubelet
+        result["skipNodeOperations"] = list(entry.slice.skip_node_operations)
     return result
 
 
@@ -121,8 +123,11 @@ def build_allocation(
     selected: Sequence[RequestData],
     node_name: str,
     binding_and_status: bool,
+    skipped_operations: bool,
 ) -> dict[str, Any]:
-    devices: dict[str, Any] = {"results": [device_result(c, binding_and_status) for c in chosen]}
+    devices: dict[str, Any] = {
+        "results": [device_result(c, binding_and_status, skipped_operations) for c in chosen]
+    }
     configs = _configs(claim, selected)
     if configs:
         devices["config"] = configs

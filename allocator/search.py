@@ -92,7 +92,7 @@ class _Search:
         self.claims = claims
         self.switches = switches = allocator.switches
         self.consumable = switches.consumable
-        self.checks = checks = DeviceChecks(allocator.allocated, switches)
+        self.checks = checks = DeviceChecks(allocator.allocated, switches, node)
         prepared = prepare(claims, inventory=self.inventory, pools=pools, checks=checks, switches=switches)
         self.requests = prepared.requests
         self.first_available = prepared.first_available
@@ -134,6 +134,7 @@ class _Search:
                     [rds[self.selected_sub[ci][ri]] for ri, rds in enumerate(self.requests[ci])],
                     self.node.name,
                     self.switches.binding_and_status,
+                    self.switches.optional_node_operations,
                 )
                 for ci, claim in enumerate(self.claims)
             ]
@@ -188,8 +189,10 @@ class _Search:
         # Upstream (issue #140436) leaked the counters admission took when a later check rejected the
         # device; every rejection below gives them back.
         constraints = self.constraints[ci]
+        lookup = rd.derived.for_device(device, key) if rd.derived is not None else None
         for i, constraint in enumerate(constraints):
-            if not constraint.add(device, key[0], rd.base_name, rd.sub_name):
+            # A derived attribute that fails raises AllocationError: the whole search stops.
+            if not constraint.add(device, key[0], rd.base_name, rd.sub_name, lookup):
                 for added in reversed(constraints[:i]):
                     added.remove(rd.base_name, rd.sub_name)
                 self.checks.release(chosen)
@@ -299,13 +302,12 @@ class _Search:
                     self._undo(ci, chosen)
                     self.backtracked = True
                 break
-            if self.prune:
+            if self.prune and ci not in self._no_shortcuts:
                 # Cheap bound first; the full one (selectable free devices) once the search has backtracked.
                 if rd.num_devices - di > len(self.candidates) - start:
                     self._evaluate_remaining(ci, rd, start)
                     return FAIL
-                if (self.backtracked and ci not in self._no_shortcuts
-                        and self._hopeless(ci, ri, rd, di, start)):
+                if self.backtracked and self._hopeless(ci, ri, rd, di, start):
                     self._evaluate_remaining(ci, rd, start)
                     return FAIL
             status = self._try_candidates(ci, ri, si, di, in_sub, start, rd)

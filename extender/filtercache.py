@@ -1,13 +1,14 @@
 """Reuse per-node allocation outcomes across filter calls while nothing they depend on has changed.
 
-An outcome for one node depends on the claims' specs (and namespace), the node's labels, the
-inventory (slices with their taints and pool generations, shared slices, classes, taint rules: all
-move `Inventory.version`) and which devices are in use in the pools the node sees. We keep a version
-per pool, bumped whenever an allocation touching the pool appears or disappears, in the cache (claim
-events) or in flight (the assume cache, diffed at every lookup round, so releases and TTL expiry
-count too). Feature gates are fixed for the process. Claim status (allocated, reservedFor, deletion)
-is checked per call before this cache is consulted. tests/extender/test_filtercache_differential.py
-checks that answers with and without this cache are identical under random changes of all these.
+An outcome for one node depends on the claims' specs (and namespace), the node's labels and
+status.declaredFeatures (DRAOptionalNodeOperations), the inventory (slices with their taints and
+pool generations, shared slices, classes, taint rules: all move `Inventory.version`) and which devices
+are in use in the pools the node sees. We keep a version per pool, bumped whenever an allocation
+touching the pool appears or disappears, in the cache (claim events) or in flight (the assume cache,
+diffed at every lookup round, so releases and TTL expiry count too). Feature gates are fixed for the
+process. Claim status (allocated, reservedFor, deletion) is checked per call before this cache is
+consulted. tests/extender/test_filtercache_differential.py checks that answers with and without this
+cache are identical under random changes of all these.
 Pods of one workload have claims with identical specs (one template), so after the first pod the
 filter only recomputes the nodes whose pools changed.
 
@@ -42,7 +43,7 @@ class ClaimsSignature(NamedTuple):
 
 
 class _NodeMemo(NamedTuple):
-    labels_key: tuple
+    verdict_key: tuple
     inventory_version: int
     token: int
     pool_ids: tuple[PoolId, ...]
@@ -72,8 +73,8 @@ class FilterCache:
         # compared by identity: an id() could be reused by a new allocation once the old one is freed.
         self._in_flight: dict[str, tuple[dict, frozenset[PoolId]]] = {}
         self.epoch = 0  # moves with every bump: outcomes computed from an older view are not stored
-        # node name -> (labels key, inventory version, token, pool ids) for node_key. A token is never
-        # reused, so a key made for other labels or an older inventory can never match.
+        # node name -> (verdict key, inventory version, token, pool ids) for node_key. A token is never
+        # reused, so a key made for other labels, declared features or an older inventory can never match.
         self._node_memo: dict[str, _NodeMemo] = {}
         self._last_token = 0
         self.hits = 0
@@ -89,7 +90,7 @@ class FilterCache:
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if kind != "ResourceClaim":
-            return  # slices, classes and taint rules move Inventory.version; node labels are in the key
+            return  # slices, classes and taint rules move Inventory.version; the node is in the key
         before = ((old or {}).get("status") or {}).get("allocation") if isinstance(old, dict) else None
         after = None if event_type == "DELETED" else (new.get("status") or {}).get("allocation")
         if before != after:
@@ -122,17 +123,18 @@ class FilterCache:
 
     def node_key(self, node: Node) -> tuple[int, ...]:
         """What the outcome of any claims on `node` depends on besides the claims, as of now: a token
-        for (node name, labels, inventory version), then the version of each pool the node sees.
+        for (node name, labels and declared features, inventory version), then the version of each
+        pool the node sees.
 
         Filter and prioritize ask this for every node they are given; the token saves hashing the
         labels and looking up the node's pools on every call."""
         inventory = self.cache.inventory
         memo = self._node_memo.get(node.name)
         if memo is None or memo.inventory_version != inventory.version or not (
-                memo.labels_key is node.labels_key or memo.labels_key == node.labels_key):
+                memo.verdict_key is node.verdict_key or memo.verdict_key == node.verdict_key):
             self._last_token += 1
             pool_ids = inventory.node_pools(node, self.cache.features).pool_ids
-            memo = _NodeMemo(node.labels_key, inventory.version, self._last_token, pool_ids)
+            memo = _NodeMemo(node.verdict_key, inventory.version, self._last_token, pool_ids)
             if len(self._node_memo) >= MAX_ENTRIES:
                 self._node_memo.clear()
             self._node_memo[node.name] = memo

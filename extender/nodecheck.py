@@ -21,7 +21,9 @@ from allocator import (
     InvalidObjectError,
     Node,
     NodeAllocationError,
+    allocation_skips_node_operations,
     node_matches_selector,
+    takes_skipped_node_operations,
 )
 from allocator.errors import AllocationTimeout
 from extender.cache import ClusterCache
@@ -40,6 +42,8 @@ HIT_BATCH = 512
 # verdict per node).
 RESULT_TTL_S = 30.0
 RESULT_PODS = 64
+NODE_OPERATIONS_MESSAGE = ("resourceclaim not available on the node: its devices skip node operations, and "
+                           "the node does not declare DRAOptionalNodeOperations in status.declaredFeatures")
 
 
 class NodeChecker:
@@ -104,6 +108,10 @@ class NodeChecker:
             if selector and not node_matches_selector(node, selector):
                 return NodeVerdict(node_name, fits=False, message="resourceclaim not available on the node",
                                    unresolvable=True, reason=Reason.CLAIM_ON_OTHER_NODE)
+            # Checked whatever the gates, as upstream's Filter does: the kubelet would skip operations.
+            if allocation_skips_node_operations(allocation) and not takes_skipped_node_operations(node):
+                return NodeVerdict(node_name, fits=False, message=NODE_OPERATIONS_MESSAGE, unresolvable=True,
+                                   reason=Reason.NODE_OPERATIONS)
         if not plan.to_allocate:
             return self._node_allocatable(plan, node, NodeVerdict(node_name, fits=True), evicting)
         node_key = None

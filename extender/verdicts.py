@@ -25,6 +25,7 @@ class Reason(StrEnum):
     UNKNOWN_NODE = "unknown node"
     NODE_ERROR = "node error"
     CLAIM_ON_OTHER_NODE = "claim on other node"
+    NODE_OPERATIONS = "node operations"  # an allocated claim skips node operations the node does not declare
     EXTENDED_RESOURCE = "extended resource"
     NODE_ALLOCATABLE = "node allocatable"  # the node cannot hold the cpu/memory the pod's devices add
     HELD_ELSEWHERE = "held elsewhere"  # --filter-holds-devices chose another node

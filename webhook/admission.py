@@ -18,6 +18,7 @@ from prometheus_client import REGISTRY
 from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
 from webhook.claim_status import validate_claim_status
+from webhook.derived import derived_check
 from webhook.lookup import ClusterLookup
 from webhook.metrics import WebhookMetrics
 from webhook.pods import validate_pod_create
@@ -74,7 +75,8 @@ class AdmissionHandler:
         self.metrics = metrics if metrics is not None else WebhookMetrics.on(REGISTRY)
         workload_claims = (features or FeatureGates()).enabled(WORKLOAD_CLAIMS)
         status_rule = Rule(lambda r: validate_claim_status(r, lookup, reserved_for_limit), fail_open=True)
-        selector_rule = Rule(lambda r: validate_selectors(r, lookup, compiler), fail_open=True)
+        check_derived = derived_check(features or FeatureGates())
+        selector_rule = Rule(lambda r: validate_selectors(r, lookup, compiler, check_derived), fail_open=True)
         taint_rule = Rule(lambda r: validate_taint_rule(r, lookup), fail_open=False)
         self._rules: dict[tuple[Webhook, str, str, str], Rule] = {
             ("mutate", RESOURCE_GROUP, "resourceclaims/status", "UPDATE"): Rule(

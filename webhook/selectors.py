@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 
 from webhook.claims import claim_selectors
+from webhook.derived import DerivedCheck
 from webhook.lookup import ClusterLookup
 from webhook.review import AdmissionRequest, Decision, mapping
 
@@ -54,8 +55,12 @@ def indexed_names(expression: str) -> Iterator[tuple[str, str]]:
 
 
 def validate_selectors(
-    request: AdmissionRequest, lookup: ClusterLookup, compile_selector: Compiler
+    request: AdmissionRequest,
+    lookup: ClusterLookup,
+    compile_selector: Compiler,
+    check_derived: DerivedCheck | None = None,
 ) -> Decision:
+    """Selectors (and, with `check_derived`, derived attributes) of a new claim or template."""
     obj = request.object or {}
     if request.resource == "resourceclaimtemplates":
         spec, path = mapping(mapping(obj.get("spec"), "spec").get("spec"), "spec.spec"), "spec.spec"
@@ -64,6 +69,8 @@ def validate_selectors(
     problems: list[str] = []
     warnings: list[str] = []
     check_names = lookup.ready and bool(lookup.attribute_names() or lookup.capacity_names())
+    if check_derived is not None:
+        problems.extend(check_derived(spec, path))
     for field_path, expression in claim_selectors(spec, path):
         if len(expression) > EXPRESSION_MAX_LENGTH:
             problems.append(

@@ -3,6 +3,9 @@
     selector = cel.compile('device.attributes["gpu.example.com"].model == "A100"')
     selector.matches(cel.make_device("gpu.example.com", attributes, capacity, memo_key=key))
 
+``cel.compile_derived(expression)`` compiles a derived attribute (DRADerivedAttributes) instead: an
+expression whose value, not a bool, is the result.
+
 Two engines implement the same semantics: "cel-expr" (cel-expr-python, Google's cel-cpp; used when
 importable) and "celpy" (pure Python, always available). ``DRA_EXTENDER_CEL_BACKEND`` picks one.
 
@@ -28,13 +31,16 @@ from cachetools import LRUCache
 from allocator.cel.backend import (
     DEFAULT_COST_LIMIT,
     MAX_EXPRESSION_BYTES,
+    AttributeValue,
     Backend,
     CELCompileError,
     CELDevice,
     CELError,
+    CELResultTypeError,
     CELRuntimeError,
     CompileOptions,
     Program,
+    derived_result_problem,
     make_device,
 )
 from allocator.cel.cost import estimate_cost
@@ -45,16 +51,21 @@ __all__ = [
     "DEFAULT_COST_LIMIT",
     "ENGINE_NAMES",
     "MAX_EXPRESSION_BYTES",
+    "AttributeValue",
     "CELCompileError",
     "CELDevice",
     "CELError",
+    "CELResultTypeError",
     "CELRuntimeError",
     "CompileOptions",
+    "DerivedExpression",
     "Engine",
     "Selector",
     "cel_expr_available",
     "compile",
+    "compile_derived",
     "default_engine",
+    "estimate_cost",
     "get_engine",
     "make_device",
 ]
@@ -113,6 +124,27 @@ def _remember(results: dict[object, bool | str], selector: Selector, result: boo
     results[selector] = result
 
 
+class DerivedExpression:
+    """A compiled derived-attribute expression (DRADerivedAttributes): ``value`` evaluates it on a device
+    and raises CELRuntimeError when that fails or gives no attribute value."""
+
+    __slots__ = ("_backend", "_program", "expression")
+
+    def __init__(self, expression: str, backend: Backend, program: Program) -> None:
+        self.expression = expression
+        self._backend = backend
+        self._program = program
+
+    def value(self, device: CELDevice) -> AttributeValue:
+        activation = device.activations.get(self._backend.name)
+        if activation is None:
+            activation = device.activations[self._backend.name] = self._backend.activation(device)
+        return self._program.value(activation)
+
+    def __repr__(self) -> str:
+        return f"DerivedExpression({self.expression!r}, engine={self._backend.name!r})"
+
+
 class _DriverSelector(Selector):
     """``device.driver == "<name>"``: answered by a string comparison, no engine call."""
 
@@ -151,6 +183,8 @@ class Engine:
         self.name = backend.name
         self._backend = backend
         self._compiled: LRUCache[tuple[str, CompileOptions], Selector] = LRUCache(COMPILED_CACHE_SIZE)
+        self._derived: LRUCache[tuple[str, CompileOptions, bool], DerivedExpression] = LRUCache(
+            COMPILED_CACHE_SIZE)
         self._lock = threading.Lock()
 
     def compile(self, expression: str, options: CompileOptions | None = None) -> Selector:
@@ -166,23 +200,53 @@ class Engine:
         return selector
 
     def _compile_uncached(self, expression: str, options: CompileOptions) -> Selector:
-        if not isinstance(expression, str):
-            raise CELCompileError(f"expression must be a string, not {type(expression).__name__}")
-        size = len(expression.encode())
-        if size > MAX_EXPRESSION_BYTES:
-            raise CELCompileError(f"expression is {size} bytes long, more than the limit of "
-                                  f"{MAX_EXPRESSION_BYTES} bytes (10 KiB)", expression[:80] + "...")
+        _check_size(expression)
         driver = _driver_equality(expression)
         if driver is not None:
             return _DriverSelector(expression, options, self._backend, driver)
         program = self._backend.compile(expression, options)
-        if options.cost_limit is not None:
-            cost = estimate_cost(expression, options)
-            if cost > options.cost_limit:
-                raise CELCompileError(f"estimated cost {cost} exceeds the limit of {options.cost_limit}; "
-                                      "reduce the work per device (fewer or smaller comprehensions, "
-                                      "shorter strings and lists)", expression)
+        _check_cost(expression, options)
         return Selector(expression, options, self._backend, program)
+
+    def compile_derived(self, expression: str, options: CompileOptions, *,
+                        lists_allowed: bool = True) -> DerivedExpression:
+        """Compile a derived attribute's expression: its result type must be a scalar attribute type
+        (or dynamic), or with ``lists_allowed`` a list of one (upstream always allows lists for stored
+        expressions, and for new ones with DRAListTypeAttributes). Raises CELCompileError, and its
+        subclass CELResultTypeError for a result type that cannot be an attribute."""
+        key = (expression, options, lists_allowed)
+        with self._lock:
+            derived = self._derived.get(key)
+        if derived is not None:
+            return derived
+        _check_size(expression)
+        program, result_type = self._backend.compile_value(expression, options)
+        problem = derived_result_problem(result_type, lists_allowed)
+        if problem is not None:
+            raise CELResultTypeError(problem, expression)
+        _check_cost(expression, options)
+        derived = DerivedExpression(expression, self._backend, program)
+        with self._lock:
+            self._derived[key] = derived
+        return derived
+
+
+def _check_size(expression: str) -> None:
+    if not isinstance(expression, str):
+        raise CELCompileError(f"expression must be a string, not {type(expression).__name__}")
+    size = len(expression.encode())
+    if size > MAX_EXPRESSION_BYTES:
+        raise CELCompileError(f"expression is {size} bytes long, more than the limit of "
+                              f"{MAX_EXPRESSION_BYTES} bytes (10 KiB)", expression[:80] + "...")
+
+
+def _check_cost(expression: str, options: CompileOptions) -> None:
+    if options.cost_limit is not None:
+        cost = estimate_cost(expression, options)
+        if cost > options.cost_limit:
+            raise CELCompileError(f"estimated cost {cost} exceeds the limit of {options.cost_limit}; "
+                                  "reduce the work per device (fewer or smaller comprehensions, "
+                                  "shorter strings and lists)", expression)
 
 
 _engines: dict[str, Engine] = {}
@@ -236,3 +300,11 @@ def default_engine() -> Engine:
 def compile(expression: str, options: CompileOptions | None = None) -> Selector:
     """Compile with the default engine (cached); raises CELCompileError."""
     return default_engine().compile(expression, options)
+
+
+def compile_derived(expression: str, options: CompileOptions | None = None, *,
+                    lists_allowed: bool = True) -> DerivedExpression:
+    """Compile a derived attribute's expression with the default engine (cached): see
+    Engine.compile_derived."""
+    return default_engine().compile_derived(expression, options or CompileOptions(),
+                                            lists_allowed=lists_allowed)

@@ -7,7 +7,7 @@ backend and reused by every selector evaluated against that device.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,6 +48,10 @@ class CELRuntimeError(CELError):
     pass
 
 
+class CELResultTypeError(CELCompileError):
+    """An expression whose static result type cannot serve where it is used (a derived attribute)."""
+
+
 class CELDevice:
     """The DRA CEL view of one device. Build it once per ResourceSlice generation (``make_device``)."""
 
@@ -76,17 +80,67 @@ class Program(Protocol):
         """The selector's result; raises CELRuntimeError (also when the result is not a bool)."""
         ...
 
+    def value(self, activation: object) -> AttributeValue:
+        """The result as an attribute value (derived attributes); raises CELRuntimeError when it is
+        none of bool, int, string, semver or a list of one of them."""
+        ...
+
 
 class Backend(Protocol):
     name: str
 
     def compile(self, expression: str, options: CompileOptions) -> Program:
-        """Raises CELCompileError."""
+        """Raises CELCompileError, also when the result cannot be a bool."""
+        ...
+
+    def compile_value(self, expression: str, options: CompileOptions) -> tuple[Program, str]:
+        """The program and the CEL name of its static result type ("dyn" when only known at run
+        time); raises CELCompileError."""
         ...
 
     def activation(self, device: CELDevice) -> object:
         """This backend's input for ``device``; callers cache it in ``device.activations[name]``."""
         ...
+
+
+def attribute_result(value: object, kind_of: Callable[[object], str],
+                     plain: Callable[[object], object]) -> AttributeValue:
+    """An evaluation result as an attribute value, with cel-go's checks (upstream's valToDeviceAttribute):
+    a scalar, or a list whose elements all have the first one's type (an empty list is a string list).
+    ``kind_of`` names a backend value's CEL type, ``plain`` turns a scalar into its Python value."""
+    kind = kind_of(value)
+    if kind in _RESULT_KINDS:
+        return plain(value)  # type: ignore[return-value]
+    if kind != "list":
+        raise CELRuntimeError(f"unsupported CEL return type: {kind}")
+    items = list(value)  # type: ignore[call-overload]
+    if not items:
+        return []
+    first = kind_of(items[0])
+    if first not in _RESULT_KINDS:
+        raise CELRuntimeError(f"unsupported list element type: {first}")
+    for index, item in enumerate(items):
+        if kind_of(item) != first:
+            raise CELRuntimeError(
+                f"expected list element at index {index} to be {first}, got {kind_of(item)}"
+            )
+    return [plain(item) for item in items]  # type: ignore[return-value]
+
+
+_RESULT_KINDS = ("bool", "int", "string", "kubernetes.Semver")
+# Static result types a derived attribute may have (cel-go's checker; attribute values are dyn).
+DERIVED_RESULT_TYPES = ("bool", "int", "string", "dyn", "kubernetes.Semver")
+
+
+def derived_result_problem(type_name: str, lists_allowed: bool) -> str | None:
+    """Why an expression of static type ``type_name`` cannot be a derived attribute, None if it can."""
+    element = type_name[5:-1] if type_name.startswith("list(") and type_name.endswith(")") else None
+    if type_name in DERIVED_RESULT_TYPES or (lists_allowed and element in DERIVED_RESULT_TYPES):
+        return None
+    if lists_allowed:
+        return ("must evaluate to a primitive scalar (string, integer, boolean, semver) or a list of these "
+                f"scalars, not {type_name}")
+    return f"must evaluate to a primitive scalar (string, integer, boolean, semver), not {type_name}"
 
 
 def _split_name(driver: str, name: str) -> tuple[str, str]:

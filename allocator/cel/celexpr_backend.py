@@ -28,10 +28,17 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from allocator.cel import celexpr_library as library
-from allocator.cel.backend import CELCompileError, CELDevice, CELRuntimeError, CompileOptions
-from allocator.cel.celexpr_typing import QUANTITY, static_type, walk
+from allocator.cel.backend import (
+    AttributeValue,
+    CELCompileError,
+    CELDevice,
+    CELRuntimeError,
+    CompileOptions,
+    attribute_result,
+)
+from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
-from allocator.cel.celpy_check import Checker
+from allocator.cel.celpy_check import DYN, Checker, type_name
 from allocator.cel.parser import Call, Node, Token, is_empty_list_membership, parse
 from allocator.cel.parser import tokenize as _tokenize_uncached
 from allocator.quantity import Quantity
@@ -84,13 +91,24 @@ class CelExprBackend:
         self._lock = threading.Lock()  # compile is rare; the binding's thread safety is unproven there
 
     def compile(self, expression: str, options: CompileOptions) -> CelExprProgram:
+        program, result_type, _ = self._compile(expression, options)
+        if result_type not in (T.BOOL, T.DYN):
+            raise CELCompileError(f"must evaluate to bool or the unknown type, not {_type_name(result_type)}",
+                                  expression)
+        return program
+
+    def compile_value(self, expression: str, options: CompileOptions) -> tuple[CelExprProgram, str]:
+        program, result_type, tree = self._compile(expression, options)
+        return program, _result_type_name(result_type, tree, expression, options)
+
+    def _compile(self, expression: str, options: CompileOptions) -> tuple[CelExprProgram, Any, Node]:
         tokens = tokenize(expression)
         _reject_disabled_features(tokens, options)
         checked_text = _same_length_rewrites(expression, tokens)
         with self._lock:
             compiled, unchecked = self._compile_checked(checked_text, expression)
         tree = parse(expression)
-        Checker(expression, options, optional_map_entries=True).check_selector(tree)
+        Checker(expression, options, optional_map_entries=True).check(tree)  # compile() checks the result
         check_opaque_types(expression, tree)
         with self._lock:
             result_type = compiled.return_type()
@@ -98,10 +116,7 @@ class CelExprBackend:
             executable = _with_constant_values(_with_domain_defaults(executable, tokenize(executable)))
             if executable != checked_text:
                 compiled = self._env.compile(executable, disable_check=unchecked)
-        if result_type not in (T.BOOL, T.DYN):
-            raise CELCompileError(f"must evaluate to bool or the unknown type, not {_type_name(result_type)}",
-                                  expression)
-        return CelExprProgram(compiled)
+        return CelExprProgram(compiled), result_type, tree
 
     def _compile_checked(self, text: str, expression: str) -> tuple[Any, bool]:
         """``text`` (the user's ``expression`` after same-length rewrites) compiled, and whether the
@@ -139,6 +154,62 @@ class CelExprProgram:
         if result.type() == T.ERROR:
             raise CELRuntimeError(_runtime_message(str(value)))
         raise CELRuntimeError(f"selector must evaluate to a bool, got {_type_name(result.type())} {value!r}")
+
+    def value(self, activation: object) -> AttributeValue:
+        result = self._compiled.eval(activation)
+        value = result.value()
+        if result.type() == T.ERROR:
+            raise CELRuntimeError(_runtime_message(str(value)))
+        return attribute_result(_native(value, result.type()), _kind_of, _plain)
+
+
+class _Unsigned(int):
+    """A uint result: a Python int like an int one, so it is marked to be told apart."""
+
+
+def _native(value: Any, cel_type: Any) -> object:
+    """A result as plain Python values (cel-expr-python hands out list elements as typed accessors)."""
+    if cel_type == T.UINT:
+        return _Unsigned(value)
+    if isinstance(value, list):
+        return [_native(item.value(), item.type()) for item in value]
+    return value
+
+
+_KINDS = {bool: "bool", int: "int", _Unsigned: "uint", float: "double", str: "string", list: "list",
+          dict: "map", type(None): "null_type"}
+
+
+def _kind_of(value: object) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        return library.opaque_kind(value)
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, (bytes, bytearray)):
+        return library.decode_semver(value)
+    return value
+
+
+def _result_type_name(result_type: Any, tree: Node, expression: str, options: CompileOptions) -> str:
+    """cel-go's name for a static result type. Quantities and versions are both bytes to cel-cpp, and
+    its checker leaves more results dyn than cel-go's: there our own static check (the celpy
+    backend's) tells what it can; else "dyn" (the value decides at run time)."""
+    if result_type in (T.BYTES, T.DYN):
+        known = static_type(tree)
+        if known in (QUANTITY, SEMVER, "bytes"):
+            return known
+        try:
+            return type_name(Checker(expression, options).check(tree))
+        except CELCompileError:  # something only cel-cpp accepts: no opinion
+            return DYN
+    for element in (T.BOOL, T.INT, T.STRING, T.DYN):
+        if result_type == T.List(element):
+            return f"list({_type_name(element)})"
+    if result_type == T.List(T.BYTES):
+        return "list(dyn)"
+    return _type_name(result_type)
 
 
 def _encoded(values: dict[str, object]) -> dict[str, object]:

@@ -52,10 +52,21 @@ class NoSuchOverload(TypeError):
 _BYTES = (bytes, bytearray)  # cel-expr-python hands bytes values to functions as bytearray
 
 
+def opaque_kind(value: bytes | bytearray) -> str:
+    """The CEL type of a bytes value: a quantity, a version or plain bytes (how they reach cel-cpp)."""
+    tag = value[:2]
+    if tag == _QUANTITY_TAG:
+        return "kubernetes.Quantity"
+    return "kubernetes.Semver" if tag == _SEMVER_TAG else "bytes"
+
+
+def decode_semver(value: bytes | bytearray) -> Semver:
+    return _decoded_semver(bytes(value))
+
+
 def _kind(value: object) -> str:
     if isinstance(value, _BYTES):
-        tag = value[:2]
-        return "Quantity" if tag == _QUANTITY_TAG else "Semver" if tag == _SEMVER_TAG else "bytes"
+        return opaque_kind(value).removeprefix("kubernetes.")
     return {bool: "bool", int: "int", float: "double", str: "string", list: "list", dict: "map",
             type(None): "null"}.get(type(value), type(value).__name__)
 

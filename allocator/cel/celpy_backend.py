@@ -26,8 +26,15 @@ import celpy.celtypes as ct
 import lark
 from celpy.evaluation import CELEvalError, Evaluator
 
-from allocator.cel.backend import CELCompileError, CELDevice, CELRuntimeError, CompileOptions
-from allocator.cel.celpy_check import NAMESPACES, Checker
+from allocator.cel.backend import (
+    AttributeValue,
+    CELCompileError,
+    CELDevice,
+    CELRuntimeError,
+    CompileOptions,
+    attribute_result,
+)
+from allocator.cel.celpy_check import NAMESPACES, Checker, Type, type_name
 from allocator.cel.celpy_library import (
     FUNCTIONS,
     DomainMap,
@@ -438,9 +445,9 @@ class CelpyProgram:
         self.runner = runner
         self.expression = expression
 
-    def evaluate(self, activation: object) -> bool:
+    def _run(self, activation: object) -> Any:
         try:
-            result = self.runner.evaluate(activation)  # type: ignore[arg-type]
+            return self.runner.evaluate(activation)  # type: ignore[arg-type]
         except CELEvalError as err:
             raise CELRuntimeError(_runtime_message(err), self.expression) from None
         except EvaluationBudgetExceeded:
@@ -451,9 +458,28 @@ class CelpyProgram:
         except Exception as err:  # a celpy code path that does not wrap Python errors as CEL errors
             message = f"evaluation failed: {type(err).__name__}: {err}"
             raise CELRuntimeError(message, self.expression) from None
+
+    def evaluate(self, activation: object) -> bool:
+        result = self._run(activation)
         if not isinstance(result, ct.BoolType):
             raise CELRuntimeError(f"selector must evaluate to bool, got {kind_of(result)}", self.expression)
         return bool(result)
+
+    def value(self, activation: object) -> AttributeValue:
+        try:
+            return attribute_result(self._run(activation), kind_of, _plain)
+        except CELRuntimeError as err:
+            raise CELRuntimeError(err.message, self.expression) from None
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, ct.BoolType):
+        return bool(value)
+    if isinstance(value, ct.IntType):
+        return int(value)
+    if isinstance(value, ct.StringType):
+        return str(value)
+    return value  # a Semver
 
 
 class CelpyBackend:
@@ -469,9 +495,18 @@ class CelpyBackend:
         sys.setrecursionlimit(max(previous, sys.getrecursionlimit()))
 
     def compile(self, expression: str, options: CompileOptions) -> CelpyProgram:
+        return self._compile(expression, options, lambda checker, tree: checker.check_selector(tree))[0]
+
+    def compile_value(self, expression: str, options: CompileOptions) -> tuple[CelpyProgram, str]:
+        program, result = self._compile(expression, options, lambda checker, tree: checker.check(tree))
+        assert result is not None  # check() always gives a type
+        return program, type_name(result)
+
+    def _compile(self, expression: str, options: CompileOptions,
+                 check: Callable[[Checker, Node], Type | None]) -> tuple[CelpyProgram, Type | None]:
         tree = parse(expression)
         try:
-            Checker(expression, options).check_selector(tree)
+            result = check(Checker(expression, options), tree)
             ast = _compact(self.environment.compile(emit(tree)))
         except RecursionError:
             message = "expression is nested too deeply for the celpy backend"
@@ -480,7 +515,7 @@ class CelpyBackend:
             message = f"internal error translating the expression for celpy: {err}"
             raise CELCompileError(message, expression) from None
         runner = self.environment.program(ast, functions=FUNCTIONS)
-        return CelpyProgram(runner, expression)
+        return CelpyProgram(runner, expression), result
 
     def activation(self, device: CELDevice) -> dict[str, Any]:
         return {"device": device_to_cel(device)}

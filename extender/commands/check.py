@@ -2,18 +2,22 @@
 
 Loads every object, reports the invalid ones, compiles every CEL selector and prints, per DeviceClass
 and per claim request, which devices match. Users keep it to test selectors against a snapshot of
-their cluster before applying a claim.
+their cluster before applying a claim. Fields behind a gate (--feature-gates, the API server's) are
+checked as the API server checks them with the gate on, and dropped with a warning while it is off:
+for example a request's derivedAttributes (DRADerivedAttributes: compiled, and evaluated on the devices
+the request matches) and a slice's skipNodeOperations (DRAOptionalNodeOperations).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from allocator import FeatureGates, InvalidObjectError, cel, parse_object
+from allocator.derived import claim_problems
 from common.rules import scoring_annotation_problem
 from extender.commands import output
 from extender.objects_io import ObjectLoadError, load_objects
@@ -44,6 +48,11 @@ class MatchReport:
     compile_errors: list[str] = field(default_factory=list)
     runtime_errors: list[str] = field(default_factory=list)
     runtime_error_count: int = 0
+
+    def runtime_error(self, message: str) -> None:
+        self.runtime_error_count += 1
+        if len(self.runtime_errors) < MAX_LISTED_ERRORS:
+            self.runtime_errors.append(message)
 
     @property
     def ok(self) -> bool:
@@ -119,6 +128,9 @@ def build_report(
         kind = raw.get("kind", "<no kind>")
         if kind == "ResourceSlice":
             raw = _drop_disabled_fields(raw, gates, warnings)
+            raw = _drop_gated(raw, gates, "DRAOptionalNodeOperations", _skip_node_operations_fields, warnings)
+        elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
+            raw = _drop_gated(raw, gates, "DRADerivedAttributes", _derived_attributes_fields, warnings)
         try:
             parsed = parse_object(raw)
         except InvalidObjectError as exc:
@@ -138,9 +150,18 @@ def build_report(
             classes[raw["metadata"]["name"]] = raw
         elif kind == "ResourceSlice":
             slices.append(raw)
+            invalid.extend(_skip_node_operations_problems(raw))
         elif kind == "ResourceClaim":
             claims.append(raw)
 
+    for raw in claims:
+        meta = raw["metadata"]
+        owner = f"{raw['kind']} {meta.get('namespace', '')}/{meta['name']}"
+        devices_spec = (raw.get("spec") or {}).get("devices")
+        if not isinstance(devices_spec, dict):
+            continue  # a template's spec is not parsed: nothing to read
+        problems = claim_problems(devices_spec, "spec.devices", options, options.list_type_attributes)
+        invalid.extend(f"{owner}: {problem}" for problem in problems)
     devices, device_errors = _devices(slices)
     invalid.extend(device_errors)
     class_reports = [
@@ -191,6 +212,74 @@ def _pod_problems(raw: dict[str, Any]) -> list[str]:
     meta = raw.get("metadata") or {}
     problem = scoring_annotation_problem(raw)
     return [f"Pod {meta.get('namespace', '')}/{meta.get('name', '')}: {problem}"] if problem else []
+
+
+def _drop_gated(
+    raw: dict[str, Any],
+    gates: FeatureGates,
+    gate: str,
+    fields: Callable[[dict[str, Any]], Iterator[tuple[dict[str, Any], str, str]]],
+    warnings: list[str],
+) -> dict[str, Any]:
+    """``raw`` as the API server stores a new object while ``gate`` is off: without the ``fields``
+    (mapping, key, path) behind it, with a warning naming them; unchanged while the gate is on."""
+    if gates.enabled(gate) or not any(True for _ in fields(raw)):
+        return raw
+    stored = copy.deepcopy(raw)
+    dropped = []
+    for mapping, key, path in fields(stored):
+        del mapping[key]
+        dropped.append(path)
+    meta = raw.get("metadata")
+    name = meta.get("name", "<unnamed>") if isinstance(meta, dict) else "<unnamed>"
+    warnings.append(f"{raw.get('kind')} {name}: {', '.join(dropped)}: dropped, {gate} is off (the API "
+                    "server drops them from new objects)")
+    return stored
+
+
+def _skip_node_operations_fields(raw: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, str]]:
+    spec = raw.get("spec")
+    if isinstance(spec, dict) and "skipNodeOperations" in spec:
+        yield spec, "skipNodeOperations", "spec.skipNodeOperations"
+
+
+def _derived_attributes_fields(raw: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, str]]:
+    spec, path = raw.get("spec"), "spec"
+    if raw.get("kind") == "ResourceClaimTemplate" and isinstance(spec, dict):
+        spec, path = spec.get("spec"), "spec.spec"
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    requests = devices.get("requests") if isinstance(devices, dict) else None
+    for i, request in enumerate(requests if isinstance(requests, list) else []):
+        if not isinstance(request, dict):
+            continue
+        bodies = [(request.get("exactly"), f"{path}.devices.requests[{i}].exactly")]
+        subs = request.get("firstAvailable")
+        bodies += [(sub, f"{path}.devices.requests[{i}].firstAvailable[{j}]")
+                   for j, sub in enumerate(subs if isinstance(subs, list) else [])]
+        for body, where in bodies:
+            if isinstance(body, dict) and "derivedAttributes" in body:
+                yield body, "derivedAttributes", f"{where}.derivedAttributes"
+
+
+SKIP_NODE_OPERATIONS = ("NodePrepareResources", "NodeUnprepareResources", "*")
+
+
+def _skip_node_operations_problems(raw: dict[str, Any]) -> list[str]:
+    """The API server's checks of spec.skipNodeOperations (DRAOptionalNodeOperations)."""
+    skipped = spec_of(raw).get("skipNodeOperations") or []
+    where = f"ResourceSlice {raw['metadata']['name']}: spec.skipNodeOperations"
+    supported = ", ".join(map(repr, SKIP_NODE_OPERATIONS))
+    problems = [
+        f"{where}: Unsupported value: {value!r}: supported values: {supported}"
+        for value in skipped
+        if value not in SKIP_NODE_OPERATIONS
+    ]
+    if len(set(map(str, skipped))) != len(skipped):
+        problems.append(f"{where}: Duplicate value: each operation may be listed once")
+    if "NodePrepareResources" in skipped and not {"NodeUnprepareResources", "*"} & set(skipped):
+        problems.append(f"{where}: Invalid value: NodePrepareResources cannot be skipped unless "
+                        "NodeUnprepareResources is also skipped")
+    return problems
 
 
 def spec_of(raw: dict[str, Any]) -> dict[str, Any]:
@@ -271,12 +360,23 @@ def _request_reports(
                     )
                     continue
                 selectors = _selectors(spec_of(device_class)) + _selectors(body)
-                yield _match(subject, selectors, devices, options)
+                derived = [
+                    (d.get("name", ""), d.get("expression", ""))
+                    for d in body.get("derivedAttributes") or ()
+                    if isinstance(d, dict)
+                ]
+                yield _match(subject, selectors, devices, options, derived)
 
 
 def _match(
-    subject: str, expressions: list[str], devices: list[DeviceRef], options: cel.CompileOptions
+    subject: str,
+    expressions: list[str],
+    devices: list[DeviceRef],
+    options: cel.CompileOptions,
+    derived: Sequence[tuple[str, str]] = (),
 ) -> MatchReport:
+    """Which devices the selectors accept; the request's derived attributes are evaluated on those,
+    as the allocator would (a failure there aborts its search)."""
     report = MatchReport(subject, expressions)
     compiled: list[cel.Selector] = []
     for index, expression in enumerate(expressions):
@@ -284,16 +384,27 @@ def _match(
             compiled.append(cel.compile(expression, options))
         except cel.CELCompileError as exc:
             report.compile_errors.append(f"selector #{index}: {exc}")
+    compiled_derived: list[tuple[str, cel.DerivedExpression]] = []
+    for name, expression in derived:
+        try:
+            compiled_derived.append((name, cel.compile_derived(expression, options)))
+        except cel.CELCompileError as exc:
+            report.compile_errors.append(f"derived attribute {name}: {exc}")
     if report.compile_errors:
         return report
     for device in devices:
         try:
-            if all(selector.matches(device.view) for selector in compiled):
-                report.matching.append(device)
+            if not all(selector.matches(device.view) for selector in compiled):
+                continue
         except cel.CELRuntimeError as exc:
-            report.runtime_error_count += 1
-            if len(report.runtime_errors) < MAX_LISTED_ERRORS:
-                report.runtime_errors.append(f"device {device.label}: {exc}")
+            report.runtime_error(f"device {device.label}: {exc}")
+            continue
+        report.matching.append(device)
+        for name, expression in compiled_derived:
+            try:
+                expression.value(device.view)
+            except cel.CELRuntimeError as exc:
+                report.runtime_error(f"device {device.label}: derived attribute {name}: {exc}")
     return report
 
 

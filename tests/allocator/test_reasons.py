@@ -156,6 +156,6 @@ def test_rejection_keys_are_the_served_strings() -> None:
     assert sorted(str(key) for key in Rejection) == [
         "binding conditions", "capacity", "class selector", "compatibility groups", "constraint",
         "counters", "groups ignored", "in use", "incomplete pool", "invalid pool", "node",
-        "request selector", "taint",
+        "node operations", "request selector", "taint",
     ]
     assert sorted(PREEMPTION_MAY_HELP) == ["capacity", "compatibility groups", "counters", "in use"]

@@ -59,6 +59,8 @@ GATES_FOR_FEATURE: dict[str, tuple[str, ...]] = {
     "DeviceBindingAndStatus": ("DRADeviceBindingConditions", "DRAResourceClaimDeviceStatus"),
     "ListTypeAttributes": ("DRAListTypeAttributes",),
     "FractionalCapacityRange": ("DRAFractionalCapacityRange",),
+    "DerivedAttributes": ("DRADerivedAttributes",),
+    "OptionalNodeOperations": ("DRAOptionalNodeOperations",),
     "CompatibilityGroups": ("DRADeviceCompatibilityGroups",),
 }
 

@@ -1,7 +1,7 @@
 """Differential campaign: random worlds and CEL questions on upstream (Go) and on ours (both CEL
 engines); prints JSON with what ran, the divergences by feature, and the time taken.
 
-    .venv/bin/python tests/conformance/campaign.py --worlds 20000 --cel 20000 --seed 1
+    .venv/bin/python tests/conformance/campaign.py --worlds 20000 --cel 20000 --derived 2000 --seed 1
     .venv/bin/python tests/conformance/campaign.py --worlds 200 --examples 3   # show three divergences
 
 A divergence upstream's known bugs explain (differential.KNOWN_DIFFERENCES) or one of the open CEL
@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conformance_cel import questions
+from conformance_cel import derived_questions, questions
 from conformance_worlds import worlds
 from differential import (
     cel_engine,
@@ -50,6 +50,7 @@ def engines() -> list[str]:
 class Tally:
     worlds: int = 0
     cel_questions: int = 0
+    derived_questions: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     cel_outcomes: Counter[str] = field(default_factory=Counter)
     divergences_by_feature: Counter[str] = field(default_factory=Counter)
@@ -60,6 +61,7 @@ class Tally:
         return {
             "worlds": self.worlds,
             "cel_expressions": self.cel_questions,
+            "derived_attribute_expressions": self.derived_questions,
             "engines": engines(),
             "upstream_outcomes": dict(self.outcomes),
             "upstream_cel_outcomes": dict(self.cel_outcomes),
@@ -91,8 +93,12 @@ def check_world(ask: Any, world: dict[str, Any], tally: Tally) -> None:
 
 def check_question(ask: Any, question: dict[str, Any], tally: Tally) -> None:
     theirs, answer = cel_upstream(ask, question)
-    tally.cel_questions += 1
-    tally.cel_outcomes[theirs] += 1
+    if question.get("derived"):
+        tally.derived_questions += 1
+        tally.cel_outcomes["derived " + theirs.partition(":")[0]] += 1
+    else:
+        tally.cel_questions += 1
+        tally.cel_outcomes[theirs] += 1
     for engine in engines():
         ours = cel_ours(engine, question)
         if ours == theirs:
@@ -101,7 +107,7 @@ def check_question(ask: Any, question: dict[str, Any], tally: Tally) -> None:
         if known is not None:
             tally.known[f"cel: {known}"] += 1
             continue
-        tally.divergences_by_feature["cel"] += 1
+        tally.divergences_by_feature["derived attributes" if question.get("derived") else "cel"] += 1
         tally.new.append(
             {
                 "engine": engine,
@@ -129,6 +135,7 @@ def run_campaign(
     n_cel: int,
     seed_value: int,
     after_each: Callable[[Tally], None] | None = None,
+    n_derived: int = 0,
 ) -> Tally:
     tally = Tally()
 
@@ -146,6 +153,8 @@ def run_campaign(
         _for_each(worlds(), n_worlds, seed_value, world)
     if n_cel:
         _for_each(questions(), n_cel, seed_value, question)
+    if n_derived:
+        _for_each(derived_questions(), n_derived, seed_value, question)
     return tally
 
 
@@ -155,6 +164,9 @@ def main() -> int:
     )
     parser.add_argument("--worlds", type=int, default=1000, help="random allocation worlds (default 1000)")
     parser.add_argument("--cel", type=int, default=1000, help="random CEL questions (default 1000)")
+    parser.add_argument(
+        "--derived", type=int, default=0, help="random derived attribute expressions (default 0)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--examples", type=int, default=5, help="unexplained divergences to include")
     parser.add_argument(
@@ -177,7 +189,7 @@ def main() -> int:
             partial.replace(args.progress)
 
     with upstream:
-        tally = run_campaign(upstream, args.worlds, args.cel, args.seed, progress)
+        tally = run_campaign(upstream, args.worlds, args.cel, args.seed, progress, args.derived)
     report = tally.report(time.monotonic() - started, args.examples)
     print(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     return 0

@@ -223,3 +223,18 @@ def questions(draw: st.DrawFn) -> Obj:
         "listTypeAttributes": lists,
         "newExpressions": draw(st.booleans()),
     }
+
+
+# Result kinds of derived attribute expressions: attribute types, and one that is none (quantity).
+DERIVED_KINDS = ["int", "string", "bool", "version", "ints", "strings", "quantity"]
+
+
+@st.composite
+def derived_questions(draw: st.DrawFn) -> Obj:
+    """A question about a derived attribute's expression (DRADerivedAttributes): its value as an
+    attribute, a compile error (also for a result type that is no attribute) or a runtime error."""
+    question = draw(questions())
+    question["expression"] = expr(draw, draw(st.sampled_from(DERIVED_KINDS)))
+    question["derived"] = True
+    return question
+

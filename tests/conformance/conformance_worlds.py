@@ -54,6 +54,24 @@ VARIED_GATES = (
     "DRAListTypeAttributes",
     "DRAFractionalCapacityRange",
 )
+# Alpha gates that are off by default, switched on in about half the worlds so their features get tried.
+ALPHA_GATES = ("DRADerivedAttributes", "DRAOptionalNodeOperations")
+SKIPPED_OPERATIONS = (["*"], ["NodeUnprepareResources"], ["NodePrepareResources", "NodeUnprepareResources"])
+# Derived attribute expressions ({d}: a driver): ints, strings, a constant, booleans, versions, lists,
+# and rarely one that fails at run time on devices without numa, or does not compile (a double).
+DERIVED_EXPRESSIONS = [
+    'device.attributes["{d}"].?numa.orValue(-1)',
+    'device.attributes["{d}"].?model.orValue("none")',
+    '"same"',
+    'device.attributes["{d}"].?numa.orValue(0) % 2 == 0',
+    'device.attributes["{d}"].?version.orValue(semver("0.0.1"))',
+    "device.driver",
+    # dyn(7): cel-go rejects a list literal mixing a dyn and an int, our checkers do not (a known CEL
+    # difference, differential.KNOWN_CEL_DIFFERENCES "dyn list literal"); worlds are about allocation.
+    '[device.attributes["{d}"].?numa.orValue(0), dyn(7)]',
+    '"numa" in device.attributes["{d}"] ? device.attributes["{d}"].numa : 0',
+]
+FAILING_DERIVED_EXPRESSIONS = ['device.attributes["{d}"].numa', "1.5", "[]"]
 COMPATIBILITY_GATE = "DRADeviceCompatibilityGroups"
 # DRADeviceCompatibilityGroups: the groups a device declares for one counter set (none is common).
 COMPATIBILITY_GROUPS: tuple[tuple[str, ...], ...] = ((), (), ("mig",), ("vgpu",), ("mig", "vgpu"))
@@ -190,7 +208,13 @@ def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[s
                 else:
                     dev["nodeName"] = NODE if placement == "nodeName" else OTHER_NODE
             used.add("per-device node selection")
-        slices.append(resource_slice(f"{pool}-{part}", where_obj, pool, driver, *devs))
+        skipped = ()
+        if draw(st.integers(0, 3)) == 0:  # its devices need a node that declares optional node operations
+            skipped = draw(st.sampled_from(SKIPPED_OPERATIONS))
+            used.add("skip node operations")
+        slices.append(
+            resource_slice(f"{pool}-{part}", where_obj, pool, driver, *devs, skip_node_operations=skipped)
+        )
     count = len(slices)
     if draw(st.integers(0, 9)) == 0:
         count += 1  # announced one more slice than published: the pool is incomplete
@@ -271,10 +295,34 @@ def claims(draw: st.DrawFn, gates: dict[str, bool], used: set[str]) -> list[Obj]
                 constraint["requests"] = draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
             constraints.append(constraint)
             used.add(kind)
+            if draw(st.integers(0, 1 if gates["DRADerivedAttributes"] else 9)) == 0:
+                derive(draw, requests, constraint)
+                used.add("derived attributes")
         raw = claim(f"claim-{index}", *requests, constraints=constraints)
         raw["metadata"]["uid"] = f"uid-claim-{index}"
         out.append(raw)
     return out
+
+
+def derive(draw: st.DrawFn, requests: list[Obj], constraint: Obj) -> None:
+    """Give requests under ``constraint`` derived attributes for its attribute, which is either kept
+    (the derived value shadows the devices' own) or renamed to a name only derived values have."""
+    name = constraint.get("matchAttribute") or constraint["distinctAttribute"]
+    if draw(st.booleans()):
+        name = "derived/key"
+        constraint["matchAttribute" if "matchAttribute" in constraint else "distinctAttribute"] = name
+    scope = constraint.get("requests")
+    for raw in requests:
+        if scope is not None and raw["name"] not in scope:
+            continue
+        bodies = [raw["exactly"]] if "exactly" in raw else raw["firstAvailable"]
+        for body in bodies:
+            if draw(st.integers(0, 3)) == 0:
+                continue  # this one compares the devices' own attribute
+            rare = draw(st.integers(0, 14)) == 0
+            template = draw(st.sampled_from(FAILING_DERIVED_EXPRESSIONS if rare else DERIVED_EXPRESSIONS))
+            expression = template.format(d=draw(st.sampled_from(DRIVERS)))
+            body["derivedAttributes"] = [{"name": name, "expression": expression}]
 
 
 @st.composite
@@ -322,6 +370,8 @@ def worlds(draw: st.DrawFn) -> Obj:
     for gate in VARIED_GATES:
         if draw(st.integers(0, 5)) == 0:
             gates[gate] = not gates[gate]
+    for gate in ALPHA_GATES:
+        gates[gate] = draw(st.booleans())
     # Alpha and off by default, but worth comparing as often as its off-state (slices ignored).
     gates[COMPATIBILITY_GATE] = draw(st.booleans())
     used: set[str] = set()
@@ -337,7 +387,11 @@ def worlds(draw: st.DrawFn) -> Obj:
     ]
     world = {
         "gates": gates,
-        "node": node(NODE, draw(st.sampled_from(["region-1", "region-2"]))),
+        "node": node(
+            NODE,
+            draw(st.sampled_from(["region-1", "region-2"])),
+            *draw(st.sampled_from([(), ("DRAOptionalNodeOperations",)])),
+        ),
         "classes": classes,
         "slices": slices,
         "allocatedClaims": draw(allocated_claims(slices, gates, used)),
@@ -347,5 +401,9 @@ def worlds(draw: st.DrawFn) -> Obj:
         used.add("several claims")
     if "compatibility groups" in used and not gates[COMPATIBILITY_GATE]:
         used.add(f"-{COMPATIBILITY_GATE}")
-    world["features"] = sorted(used | {f"-{gate}" for gate in VARIED_GATES if not gates[gate]})
+    world["features"] = sorted(
+        used
+        | {f"-{gate}" for gate in VARIED_GATES if not gates[gate]}
+        | {f"+{gate}" for gate in ALPHA_GATES if gates[gate]}
+    )
     return world

@@ -182,6 +182,8 @@ _BEYOND_STABLE = (
     "DRAConsumableCapacity",
     "DRAListTypeAttributes",
     "DRAFractionalCapacityRange",
+    "DRADerivedAttributes",
+    "DRAOptionalNodeOperations",
     "DRADeviceCompatibilityGroups",
 )
 
@@ -229,23 +231,49 @@ def question_options(question: Obj) -> cel.CompileOptions:
 
 
 def cel_ours(engine: str, question: Obj) -> str:
-    """compile_error | runtime_error | true | false, like the upstream program's outcome."""
+    """compile_error | runtime_error | true | false, like the upstream program's outcome; for a derived
+    attribute's expression "value:" and the attribute's JSON instead of true or false."""
     options = question_options(question)
     device = question["device"]
-    try:
-        selector = cel.get_engine(engine).compile(question["expression"], options)
-    except cel.CELCompileError:
-        return "compile_error"
     view = cel.make_device(
         device["driver"],
         device.get("attributes"),
         device.get("capacity"),
         device.get("allowMultipleAllocations"),
     )
+    if question.get("derived"):
+        # Lists are always allowed for stored expressions, for new ones with list-type attributes.
+        lists = not question.get("newExpressions") or bool(question.get("listTypeAttributes"))
+        try:
+            engine_ = cel.get_engine(engine)
+            derived = engine_.compile_derived(question["expression"], options, lists_allowed=lists)
+        except cel.CELCompileError:
+            return "compile_error"
+        try:
+            return "value:" + attribute_json(derived.value(view))
+        except cel.CELRuntimeError:
+            return "runtime_error"
+    try:
+        selector = cel.get_engine(engine).compile(question["expression"], options)
+    except cel.CELCompileError:
+        return "compile_error"
     try:
         return "true" if selector.matches(view) else "false"
     except cel.CELRuntimeError:
         return "runtime_error"
+
+
+def attribute_json(value: cel.AttributeValue | Obj) -> str:
+    """A derived value (ours) or a DeviceAttribute (upstream's JSON) in one canonical form; empty
+    lists are left out, as upstream's JSON does."""
+    if not isinstance(value, dict):
+        from allocator.derived import attribute_value
+
+        attribute = attribute_value(value)
+        items = attribute.value
+        value = {attribute.type: list(items) if attribute.is_list else items}
+    present = {kind: item for kind, item in value.items() if item != []}
+    return orjson.dumps(present, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def cel_upstream(ask: Callable[[Obj], Obj], question: Obj) -> tuple[str, Obj]:
@@ -253,6 +281,8 @@ def cel_upstream(ask: Callable[[Obj], Obj], question: Obj) -> tuple[str, Obj]:
     error, because the API server rejects it; upstream's allocator does not estimate stored ones."""
     answer = ask({"mode": "cel", **question})
     kind = answer["outcome"]
+    if kind == "value":
+        kind = "value:" + attribute_json(answer.get("attribute") or {})
     over_limit = answer.get("maxCost", 0) > cel.DEFAULT_COST_LIMIT
     if kind != "compile_error" and over_limit and question.get("newExpressions"):
         kind = "compile_error"
@@ -298,7 +328,9 @@ KNOWN_CEL_DIFFERENCES: dict[str, Callable[[str, Obj, str, Obj], bool]] = {
     # an opaque value takes a test on every attribute comparison, the common selector; so cel-expr
     # answers false there. Equality with an add()/sub() result is copied in both engines.
     "opaque value equality": lambda e, q, o, a: (
-        e == "cel-expr" and o in ("true", "false") and a["outcome"] == "runtime_error"
+        e == "cel-expr"
+        and (o in ("true", "false") or o.startswith("value:"))  # a derived attribute's value, same thing
+        and a["outcome"] == "runtime_error"
         and a.get("error") == "no such overload"
     ),
     # cel-go types ``[].filter(x, p)`` of an empty list literal from its predicate when p compares x

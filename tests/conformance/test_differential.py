@@ -1,7 +1,8 @@
 """Differential tests: our allocator and CEL engines against upstream's Go code (k8s.io/dynamic-
 resource-allocation v0.37.1, built from tests/conformance/upstream once per machine).
 
-- random worlds and random CEL questions at a small fixed size (campaign.py runs the long version);
+- random worlds, random CEL questions and random derived attribute expressions (DRADerivedAttributes)
+  at a small fixed size (campaign.py runs the long version);
   a divergence fails the test unless it is a deliberate difference (differential.KNOWN_DIFFERENCES,
   also listed in allocator/__init__.py) or an open CEL difference (KNOWN_CEL_DIFFERENCES);
 - every case of our ported upstream table (tests/allocator/upstream_cases), replayed on upstream:
@@ -44,6 +45,7 @@ from upstream_runner import BuildUnavailable, Upstream
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 CI_WORLDS = 300
 CI_CEL_QUESTIONS = 600
+CI_DERIVED_QUESTIONS = 150
 CI_SEED = 20251124
 
 
@@ -76,6 +78,14 @@ def test_random_cel_agrees(upstream: Upstream) -> None:
     tally = run_campaign(upstream, 0, CI_CEL_QUESTIONS, CI_SEED)
     assert tally.cel_questions == CI_CEL_QUESTIONS
     assert {"true", "false", "compile_error", "runtime_error"} <= set(tally.cel_outcomes), tally.cel_outcomes
+    assert not tally.new, _describe(tally.new)
+
+
+def test_random_derived_attribute_expressions_agree(upstream: Upstream) -> None:
+    tally = run_campaign(upstream, 0, 0, CI_SEED, n_derived=CI_DERIVED_QUESTIONS)
+    assert tally.derived_questions == CI_DERIVED_QUESTIONS
+    kinds = {"derived value", "derived compile_error", "derived runtime_error"}
+    assert kinds <= set(tally.cel_outcomes), tally.cel_outcomes
     assert not tally.new, _describe(tally.new)
 
 

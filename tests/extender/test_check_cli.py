@@ -215,3 +215,52 @@ def test_unknown_feature_gate_is_refused(tmp_path: Path, capsys: pytest.CaptureF
     (tmp_path / "objects.yaml").write_text(yaml.safe_dump_all([GPU_CLASS]))
     assert main(["check", str(tmp_path), "--feature-gates", "NoSuchGate=true"]) == 2
     assert "--feature-gates: unknown feature gate 'NoSuchGate'" in capsys.readouterr().err
+
+
+def test_derived_attributes_are_validated_and_evaluated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    derived = claim("derived", [])
+    exactly = derived["spec"]["devices"]["requests"][0]["exactly"]
+    exactly["derivedAttributes"] = [
+        {"name": "derived/family", "expression": 'device.attributes["gpu.example.com"].family'},
+        {"name": "derived/unused", "expression": '"x"'},
+    ]
+    derived["spec"]["devices"]["constraints"] = [{"matchAttribute": "derived/family"}]
+    objects = [GPU_CLASS, gpu_slice("n1", ["A100"]), derived]
+    code, report = run_check(tmp_path, objects, capsys, "--feature-gates=DRADerivedAttributes=true")
+    assert code == 1
+    assert report["invalidObjects"] == [
+        "ResourceClaim default/derived: spec.devices.requests[0].exactly.derivedAttributes[1].name: Invalid "
+        "value: 'derived/unused': must be referenced by at least one matchAttribute or distinctAttribute "
+        "constraint targeting this request"
+    ]
+    (error,) = request_entry(report, "derived")["runtimeErrors"]
+    assert error.startswith("device gpu.example.com/n1/gpu-0: derived attribute derived/family: no such key")
+    # With the gate off (the 1.37 default) the API server drops them, and so does check, saying so.
+    code, report = run_check(tmp_path, objects, capsys)
+    assert code == 0 and report["invalidObjects"] == []
+    assert report["warnings"] == [
+        "ResourceClaim derived: spec.devices.requests[0].exactly.derivedAttributes: dropped, "
+        "DRADerivedAttributes is off (the API server drops them from new objects)"
+    ]
+
+
+def test_skip_node_operations_are_validated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    skipping = gpu_slice("n1", ["A100"])
+    skipping["spec"]["skipNodeOperations"] = ["NodePrepareResources", "Sometimes"]
+    code, report = run_check(
+        tmp_path, [GPU_CLASS, skipping], capsys, "--feature-gates=DRAOptionalNodeOperations=true"
+    )
+    assert code == 1
+    assert report["invalidObjects"] == [
+        "ResourceSlice n1-gpus: spec.skipNodeOperations: Unsupported value: 'Sometimes': supported values: "
+        "'NodePrepareResources', 'NodeUnprepareResources', '*'",
+        "ResourceSlice n1-gpus: spec.skipNodeOperations: Invalid value: NodePrepareResources cannot be "
+        "skipped unless NodeUnprepareResources is also skipped",
+    ]
+    code, report = run_check(tmp_path, [GPU_CLASS, skipping], capsys)
+    assert code == 0 and report["warnings"] == [
+        "ResourceSlice n1-gpus: spec.skipNodeOperations: dropped, DRAOptionalNodeOperations is off (the API "
+        "server drops them from new objects)"
+    ]

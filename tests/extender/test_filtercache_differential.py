@@ -4,7 +4,8 @@ with the cache gives exactly what filter without it gives on the same state.
 Random sequences (fixed seeds) mix every kind of change an outcome depends on: devices allocated and
 freed by other claims (watch events and binds), in-flight allocations reserved, released and expiring,
 DeviceClass selectors, DeviceTaintRules, slice taints, shared pools (nodeSelector, allNodes,
-perDeviceNodeSelection), node labels and pool generations that leave a pool incomplete.
+perDeviceNodeSelection), node labels, node declared features (half the nodes have slices that skip node
+operations, DRAOptionalNodeOperations) and pool generations that leave a pool incomplete.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import dra_objects as o
 import pytest
 
-from allocator import FeatureGates, ResourceClaim
+from allocator import OPTIONAL_NODE_OPERATIONS, FeatureGates, ResourceClaim
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
@@ -28,6 +29,8 @@ DEVICES_PER_SLICE = 2
 SHARED_POOL = "shared"
 PER_DEVICE_POOL = "per-device"
 FILTER_PODS = ["one", "one-twin", "two", "h100", "pair"]
+SKIPPING_NODES = NODES[1:3]  # their second slice skips node operations
+GATES = FeatureGates({"DRAOptionalNodeOperations": True})
 
 
 class Clock:
@@ -52,13 +55,16 @@ def node_slice(node: str, part: int, generation: int, *, rv: int = 1,
         if name == taint_device:
             extra["taints"] = [{"key": "broken", "effect": "NoSchedule"}]
         devices.append(_device(name, "A100" if index % 2 == 0 else "H100", **extra))
-    return {
+    raw = {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
         "metadata": {"name": f"{node}-{part}", "uid": f"slice-{node}-{part}", "resourceVersion": str(rv)},
         "spec": {"driver": o.DRIVER, "nodeName": node,
                  "pool": {"name": node, "generation": generation, "resourceSliceCount": 2},
                  "devices": devices},
     }
+    if part == 1 and node in SKIPPING_NODES:
+        raw["spec"]["skipNodeOperations"] = ["*"]
+    return raw
 
 
 def shared_slice(mode: str, rv: int) -> dict[str, Any]:
@@ -130,7 +136,7 @@ class World:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.clock = Clock()
-        self.cache = ClusterCache.from_objects(initial_objects(), FeatureGates())
+        self.cache = ClusterCache.from_objects(initial_objects(), GATES)
         self.assume = AssumeCache(clock=self.clock)
         self.assume.attach(self.cache)
         writer = ClaimWriter(None, self.cache)
@@ -146,6 +152,7 @@ class World:
         self.counter = 0
         self.generations = {name: [1, 1] for name in NODES}
         self.zones = {name: ("a" if index % 2 == 0 else "b") for index, name in enumerate(NODES)}
+        self.declaring: set[str] = set()  # nodes whose status.declaredFeatures name optional node operations
 
     def next_rv(self) -> int:
         self.rv += 1
@@ -225,10 +232,16 @@ class World:
                                                           rv=self.next_rv(), taint_device=device))
 
     async def op_label(self) -> None:
+        """A node's labels or its declared features change."""
         node = self.rng.choice(NODES)
-        self.zones[node] = "b" if self.zones[node] == "a" else "a"
+        if self.rng.random() < 0.5:
+            self.zones[node] = "b" if self.zones[node] == "a" else "a"
+        else:
+            self.declaring ^= {node}
         raw = o.node(node, {"zone": self.zones[node]})
         raw["metadata"]["resourceVersion"] = str(self.next_rv())
+        if node in self.declaring:
+            raw["status"] = {"declaredFeatures": [OPTIONAL_NODE_OPERATIONS]}
         self.apply("Node", "MODIFIED", raw)
 
     async def op_shared(self) -> None:

@@ -61,6 +61,8 @@ CAPACITY = "ConsumableCapacity"
 BINDING = "DeviceBindingAndStatus"
 LIST_ATTRS = "ListTypeAttributes"
 FRACTIONAL = "FractionalCapacityRange"
+DERIVED = "DerivedAttributes"
+NODE_OPERATIONS = "OptionalNodeOperations"
 COMPATIBILITY = "CompatibilityGroups"
 
 
@@ -71,12 +73,15 @@ def features(*names: str) -> frozenset[str]:
 # --- nodes and node selectors -------------------------------------------------------------------
 
 
-def node(name: str = NODE_1, region: str = REGION_1) -> Obj:
-    return {
+def node(name: str = NODE_1, region: str = REGION_1, *declared_features: str) -> Obj:
+    obj: Obj = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"region": region, "planet": "earth"}},
     }
+    if declared_features:
+        obj["status"] = {"declaredFeatures": list(declared_features)}
+    return obj
 
 
 def label_selector(key: str, *values: str) -> Obj:
@@ -150,8 +155,11 @@ def _request_body(
     selectors: Iterable[Obj],
     tolerations: Iterable[Obj],
     capacity: Mapping[str, str] | None,
+    derived: Mapping[str, str] | None = None,
 ) -> Obj:
     body: Obj = {"deviceClassName": cls, "allocationMode": mode or "ExactCount"}
+    if derived:
+        body["derivedAttributes"] = [{"name": name, "expression": expr} for name, expr in derived.items()]
     if count is not None:
         body["count"] = count
     if selectors := list(selectors):
@@ -172,11 +180,13 @@ def request(
     admin: bool | None = None,
     tolerations: Iterable[Obj] = (),
     capacity: Mapping[str, str] | None = None,
+    derived: Mapping[str, str] | None = None,
 ) -> Obj:
-    """An `exactly` request; mode="All" asks for all matching devices (count is then omitted)."""
+    """An `exactly` request; mode="All" asks for all matching devices (count is then omitted);
+    `derived` maps derived attribute names to their CEL expressions."""
     if mode == "All":
         count = None
-    exactly = _request_body(cls, count, mode, selectors, tolerations, capacity)
+    exactly = _request_body(cls, count, mode, selectors, tolerations, capacity, derived)
     if admin is not None:
         exactly["adminAccess"] = admin
     return {"name": name, "exactly": exactly}
@@ -194,10 +204,11 @@ def sub(
     mode: str | None = None,
     tolerations: Iterable[Obj] = (),
     capacity: Mapping[str, str] | None = None,
+    derived: Mapping[str, str] | None = None,
 ) -> Obj:
     if mode == "All":
         count = None
-    return {"name": name, **_request_body(cls, count, mode, selectors, tolerations, capacity)}
+    return {"name": name, **_request_body(cls, count, mode, selectors, tolerations, capacity, derived)}
 
 
 def first_available(name: str, *subrequests: Obj) -> Obj:
@@ -375,6 +386,7 @@ def resource_slice(
     count: int = 1,
     generation: int = 1,
     counter_sets: Mapping[str, Mapping[str, str]] | None = None,
+    skip_node_operations: Iterable[str] = (),
 ) -> Obj:
     """A slice; `where` is a node name, ALL_NODES, PER_DEVICE or a node selector dict."""
     spec: Obj = {
@@ -396,6 +408,8 @@ def resource_slice(
             {"name": set_name, "counters": {n: {"value": v} for n, v in values.items()}}
             for set_name, values in counter_sets.items()
         ]
+    if skip := list(skip_node_operations):
+        spec["skipNodeOperations"] = skip
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -437,6 +451,7 @@ def result(
     binding_failure: list[str] | None = None,
     shared: bool = False,
     consumed: Mapping[str, str] | None = None,
+    skip_node_operations: Iterable[str] = (),
 ) -> Obj:
     res: Obj = {"request": request, "driver": driver, "pool": pool, "device": device_name}
     if admin:
@@ -451,6 +466,8 @@ def result(
         res["shareID"] = SHARE_ID
     if consumed is not None:
         res["consumedCapacity"] = dict(consumed)
+    if skip := list(skip_node_operations):
+        res["skipNodeOperations"] = skip
     return res
 
 

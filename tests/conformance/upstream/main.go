@@ -10,9 +10,11 @@
 //	   | {"outcome":"error","error":"..."}                      (aborts the scheduling attempt)
 //	{"mode":"cel", "expression":"...", "device":{"driver":...,"attributes":{...},"capacity":{...},
 //	 "allowMultipleAllocations":bool}, "consumableCapacity":bool, "listTypeAttributes":bool,
-//	 "newExpressions":bool}
+//	 "newExpressions":bool, "derived":bool}
 //	  -> {"outcome":"compile_error"|"runtime_error"|"true"|"false", "error":"...",
 //	      "errorType":"...", "maxCost":N, "actualCost":N}
+//	  with "derived" (a derived attribute's expression, DRADerivedAttributes):
+//	  -> {"outcome":"compile_error"|"runtime_error"|"value", "attribute":{DeviceAttribute}, ...}
 //
 // Only public APIs are used: structured.NewAllocator(...).Allocate(...) and the cel package.
 package main
@@ -58,6 +60,7 @@ type request struct {
 	ConsumableCapacity bool      `json:"consumableCapacity"`
 	ListTypeAttributes bool      `json:"listTypeAttributes"`
 	NewExpressions     bool      `json:"newExpressions"`
+	Derived            bool      `json:"derived"`
 }
 
 type celDevice struct {
@@ -75,6 +78,7 @@ type answer struct {
 	Steps      *int64                         `json:"steps,omitempty"`
 	MaxCost    *uint64                        `json:"maxCost,omitempty"`
 	ActualCost *uint64                        `json:"actualCost,omitempty"`
+	Attribute  *resourceapi.DeviceAttribute   `json:"attribute,omitempty"`
 }
 
 func main() {
@@ -240,7 +244,7 @@ func allocateOneInvocations(allocator structured.Allocator) *int64 {
 // newExpressions, the one the API server validates new objects with (fields follow the features).
 func evaluate(req request) answer {
 	features := cel.Features{EnableConsumableCapacity: req.ConsumableCapacity, EnableListTypeAttributes: req.ListTypeAttributes}
-	options := cel.Options{}
+	options := cel.Options{DerivedAttribute: req.Derived}
 	if req.NewExpressions {
 		options.EnvType = ptr.To(environment.NewExpressions)
 	}
@@ -257,6 +261,17 @@ func evaluate(req request) answer {
 		AllowMultipleAllocations: req.Device.AllowMultipleAllocations,
 		Attributes:               req.Device.Attributes,
 		Capacity:                 req.Device.Capacity,
+	}
+	if req.Derived {
+		attribute, details, err := compiled.EvaluateDerivedAttribute(context.Background(), device)
+		var actualCost *uint64
+		if details != nil {
+			actualCost = details.ActualCost()
+		}
+		if err != nil {
+			return answer{Outcome: "runtime_error", Error: err.Error(), MaxCost: maxCost, ActualCost: actualCost}
+		}
+		return answer{Outcome: "value", Attribute: attribute, MaxCost: maxCost, ActualCost: actualCost}
 	}
 	matches, details, err := compiled.DeviceMatches(context.Background(), device)
 	var actualCost *uint64
