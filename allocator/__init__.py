@@ -38,6 +38,7 @@ counters rollback #140436, list intersection restored on backtracking #140326).
 from allocator.errors import AllocationError, AllocationTimeout, InvalidObjectError, NodeAllocationError
 from allocator.features import DEFAULT_GATES, FeatureGates
 from allocator.inventory import Inventory
+from allocator.likeness import Likeness, declared_features, devices_in_use, likeness, moved_to
 from allocator.model import (
     Device,
     DeviceClass,
@@ -55,6 +56,7 @@ from allocator.nodes import (
     takes_skipped_node_operations,
 )
 from allocator.outcome import PREEMPTION_MAY_HELP, AllocationOutcome, Reason, Rejection
+from allocator.pools import NodePools
 from allocator.quantity import Quantity
 from allocator.search import Allocator
 from allocator.state import AllocatedState, AllocationReading
@@ -76,15 +78,21 @@ __all__ = [
     "FeatureGates",
     "InvalidObjectError",
     "Inventory",
+    "Likeness",
     "Node",
     "NodeAllocatableResource",
     "NodeAllocationError",
+    "NodePools",
     "Quantity",
     "Reason",
     "Rejection",
     "ResourceClaim",
     "ResourceSlice",
     "allocation_skips_node_operations",
+    "declared_features",
+    "devices_in_use",
+    "likeness",
+    "moved_to",
     "node_matches_selector",
     "parse_object",
     "takes_skipped_node_operations",

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 from allocator.features import FeatureGates
+from allocator.likeness import Likeness, likeness
 from allocator.model import Device, DeviceClass, DeviceTaintRule, Node, ResourceSlice
 from allocator.pools import COMPLETE, INCOMPLETE, INVALID, NodePools, gather_pools
 
+# Node views kept (about 3 KB each for a node with 8 devices). Beyond it the least recently used view
+# goes, one per view built: dropping them all at once made the next filters rebuild every view.
 _MAX_CACHED_NODES = 20_000
+
+_NodeView = tuple[tuple[tuple[str, str], ...], FeatureGates, NodePools, Likeness | None]
 
 
 class Inventory:
@@ -27,8 +33,10 @@ class Inventory:
         self._classes: dict[str, DeviceClass] = {}
         self._rules: dict[str, DeviceTaintRule] = {}
         self._rule_list: tuple[DeviceTaintRule, ...] = ()
-        # node name -> (its labels, the feature gates, its pools) as last computed
-        self._node_cache: dict[str, tuple[tuple[tuple[str, str], ...], FeatureGates, NodePools]] = {}
+        # node name -> (its labels, the feature gates, its pools, their likeness) as last computed; least
+        # recently used first
+        self._node_cache: OrderedDict[str, _NodeView] = OrderedDict()
+        self.max_cached_nodes = _MAX_CACHED_NODES
         # Names of the slices with a device declaring nodeAllocatableResources.
         self._node_allocatable_slices: set[str] = set()
         self.version = 0
@@ -131,21 +139,31 @@ class Inventory:
     # --- per-node views -------------------------------------------------------------------------------
     def node_pools(self, node: Node, features: FeatureGates) -> NodePools:
         """The pools ``node`` can see, in search order; cached until a relevant change."""
+        return self._node_view(node, features)[2]
+
+    def node_likeness(self, node: Node, features: FeatureGates) -> tuple[NodePools, Likeness | None]:
+        """The node's pools and their `likeness` (allocator/likeness.py), worked out with the view."""
+        view = self._node_view(node, features)
+        return view[2], view[3]
+
+    def _node_view(self, node: Node, features: FeatureGates) -> _NodeView:
         # Keyed by name alone (hashing the labels on every lookup cost more than the rest of a filter
         # cache hit); the labels and gates are compared, by identity first, on the entry instead.
         cached = self._node_cache.get(node.name)
         if cached is not None:
-            labels_key, gates, pools = cached
+            labels_key, gates = cached[0], cached[1]
             if (labels_key is node.labels_key or labels_key == node.labels_key) and (
                     gates is features or gates == features):
-                return pools
+                self._node_cache.move_to_end(node.name)
+                return cached
         candidates = list(self._by_node.get(node.name, {}).values())
         candidates.extend(self._shared.values())
         result = gather_pools(node, features, candidates, self._slices_of_pool, self._rule_list)
-        if len(self._node_cache) >= _MAX_CACHED_NODES:
-            self._node_cache.clear()
-        self._node_cache[node.name] = (node.labels_key, features, result)
-        return result
+        view = self._node_cache[node.name] = (node.labels_key, features, result, likeness(node.name, result))
+        self._node_cache.move_to_end(node.name)
+        if len(self._node_cache) > self.max_cached_nodes:
+            self._node_cache.popitem(last=False)
+        return view
 
     def _slices_of_pool(self, driver: str, pool: str) -> Iterable[ResourceSlice]:
         return self._by_pool.get((driver, pool), {}).values()

@@ -7,8 +7,10 @@ server of the tests, run in a child process so that its copies of the objects do
 
 - ``ready_s``: from starting the server until ``/readyz`` answers 200 (list of every kind, cache
   built);
+- ``settle_s``: from ready until the server is idle (under 3% of a core in two 1-second windows in a
+  row: the node views warmed in the background are built), which the figures below wait for;
 - ``rss_mb_after_sync`` / ``rss_mb_after_cycles`` / ``peak_rss_mb``: the server's resident memory
-  (``/proc/PID/status``) once ready, after the scheduling cycles, and its high-water mark;
+  (``/proc/PID/status``) once settled, after the scheduling cycles, and its high-water mark;
 - ``cold_full_filter_ms`` / ``warm_full_filter_ms``: a filter over every node for a claim shape the
   server has not seen yet, then the same filter again (median of ``--warm-repeats``);
 - ``cold_window_filter_ms`` / ``warm_window_filter_ms``: the same over kube-scheduler's window, the
@@ -16,6 +18,11 @@ server of the tests, run in a child process so that its copies of the objects do
   adaptive default for the cluster's size: 50% minus 1% per 125 nodes, at least 5% and 100 nodes);
 - ``cycle_ms_per_pod``: ``--cycles`` scheduling cycles as kube-scheduler drives them (filter a
   rotating window, prioritize the feasible nodes, bind the best one);
+- ``*_cpu_ms``: the same figures as the server's CPU time (user + system, ``/proc/PID/stat``), which
+  other processes on a busy machine disturb less than wall time;
+- ``longest_stall_ms``: the slowest ``/healthz`` answer while a third claim shape is filtered cold over
+  every node and then used for scheduling cycles (a probe every 2 ms): how long the server's event
+  loop let other requests wait, plus one round trip;
 - ``bytes_per_object``: the deep size of one cached object of each kind, measured in this process by
   syncing a ClusterCache through the same ClusterWatcher from the same fake API server.
 
@@ -25,7 +32,7 @@ server of the tests, run in a child process so that its copies of the objects do
 Where the memory and the time go, in this process (the same watcher, cache and scheduler as serve):
 
     python bench/scale_bench.py --nodes 5000 --profile-memory   # tracemalloc, top lines after sync
-    python bench/scale_bench.py --nodes 5000 --profile-cpu      # cProfile of sync, then a cold filter
+    python bench/scale_bench.py --nodes 5000 --profile-cpu      # cProfile of sync, a cold filter, cycles
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +57,9 @@ import orjson
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# After PYTHONPATH, so that `PYTHONPATH=<checkout>` profiles (and sizes) that checkout's code here too,
+# as it does for the served process.
+sys.path.append(str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "extender"))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
@@ -116,7 +125,7 @@ def serve_fake_api(nodes: int, devices: int, probes: int, cycles: int) -> None:
 def fake_api_process(args: argparse.Namespace, nodes: int) -> Iterator[str]:
     child = subprocess.Popen(
         [sys.executable, __file__, "--fake-api-child", "--nodes", str(nodes), "--devices", str(args.devices),
-         "--probes", str(args.probes), "--cycles", str(args.cycles)],
+         "--probes", str(args.probes), "--cycles", str(args.cycles + args.stall_cycles)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     try:
@@ -163,6 +172,61 @@ def memory_mb(pid: int) -> dict[str, float]:
         if key in ("VmRSS", "VmHWM"):
             values[key] = int(rest.split()[0]) / 1024
     return values
+
+
+def cpu_ms(pid: int) -> float:
+    """CPU time (user + system) `pid` has used so far, in ms, from /proc (Linux)."""
+    # The command name (field 2) may hold spaces: the fields after it start after its ')'.
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+async def wait_idle(pid: int, *, every_s: float = 1.0, busy_share: float = 0.03, quiet_windows: int = 2,
+                    limit_s: float = 180.0) -> float:
+    """Wait until `pid` has used less than `busy_share` of a core in each of `quiet_windows` windows of
+    `every_s` in a row; returns how long it took. (On a loaded machine a busy process still gets a
+    share of a core well above that, so a pause for want of CPU does not pass for idle.)"""
+    started = time.perf_counter()
+    before, quiet = cpu_ms(pid), 0
+    while time.perf_counter() - started < limit_s and quiet < quiet_windows:
+        await asyncio.sleep(every_s)
+        now = cpu_ms(pid)
+        quiet = quiet + 1 if now - before < busy_share * every_s * 1000 else 0
+        before = now
+    return time.perf_counter() - started
+
+
+class StallProbe:
+    """Asks `url` (/healthz) every PROBE_EVERY_S while running; `longest_ms` is the slowest answer."""
+
+    PROBE_EVERY_S = 0.002
+
+    def __init__(self, session: aiohttp.ClientSession, url: str) -> None:
+        self.session = session
+        self.url = url
+        self.longest_ms = 0.0
+        self.probes = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        while True:
+            started = time.perf_counter()
+            async with self.session.get(self.url) as response:
+                await response.read()
+            self.longest_ms = max(self.longest_ms, (time.perf_counter() - started) * 1000)
+            self.probes += 1
+            await asyncio.sleep(self.PROBE_EVERY_S)
+
+    async def __aenter__(self) -> StallProbe:
+        self._task = asyncio.create_task(self._run())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
 
 
 def serve_command() -> list[str]:
@@ -223,7 +287,7 @@ class Extender:
 
 
 async def measure_server(args: argparse.Namespace, nodes: int, url: str) -> dict[str, Any]:
-    cluster = build_cluster(nodes, args.devices, args.probes, args.cycles)
+    cluster = build_cluster(nodes, args.devices, args.probes, args.cycles + args.stall_cycles)
     pods = {obj["metadata"]["name"]: obj for obj in cluster
             if obj["kind"] == "Pod" and obj["metadata"]["name"].startswith(("probe-", "cycle-"))}
     names = [f"node-{index}" for index in range(nodes)]
@@ -238,23 +302,37 @@ async def measure_server(args: argparse.Namespace, nodes: int, url: str) -> dict
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
                 ready_s = await wait_ready(session, f"http://127.0.0.1:{debug_port}/readyz", server,
                                            args.ready_timeout)
-                await asyncio.sleep(1.0)   # let the post-sync GC tuning and the banner settle
+                # Let the post-sync work settle (GC tuning, the banner, the node views warmed in the
+                # background): on a busy machine that takes longer than any fixed pause.
+                settle_s = await wait_idle(server.pid)
                 after_sync = memory_mb(server.pid)
                 ext = Extender(session, f"http://127.0.0.1:{extender_port}", pods)
+                cpu_before = cpu_ms(server.pid)
                 cold_full = (await ext.filter("probe-0", names))[1]
+                cold_full_cpu = cpu_ms(server.pid) - cpu_before
+                cpu_before = cpu_ms(server.pid)
                 warm_full = statistics.median(
                     [(await ext.filter("probe-0", names))[1] for _ in range(args.warm_repeats)])
+                warm_full_cpu = (cpu_ms(server.pid) - cpu_before) / max(1, args.warm_repeats)
                 cold_window = (await ext.filter("probe-1", names[:window]))[1]
                 warm_window = statistics.median(
                     [(await ext.filter("probe-1", names[:window]))[1] for _ in range(args.warm_repeats)])
+                cycled = args.cycles
+                cpu_before = cpu_ms(server.pid)
                 started = time.perf_counter()
                 bound = 0
-                for index in range(args.cycles):
+                for index in range(cycled):
                     start = (index * window) % nodes
                     rotated = (names[start:] + names[:start])[:window]
                     bound += await ext.cycle(f"cycle-{index}", rotated)
-                cycle_ms = (time.perf_counter() - started) * 1000 / max(1, args.cycles)
+                cycle_ms = (time.perf_counter() - started) * 1000 / max(1, cycled)
+                cycle_cpu = (cpu_ms(server.pid) - cpu_before) / max(1, cycled)
                 after_cycles = memory_mb(server.pid)
+                # Last, so that the probes disturb none of the figures above.
+                async with StallProbe(session, f"http://127.0.0.1:{debug_port}/healthz") as probe:
+                    stall_filter = (await ext.filter("probe-2", names))[1]
+                    for index in range(cycled, cycled + args.stall_cycles):
+                        await ext.cycle(f"cycle-{index}", names[:window])
         finally:
             server.terminate()
             try:
@@ -266,17 +344,24 @@ async def measure_server(args: argparse.Namespace, nodes: int, url: str) -> dict
         raise RuntimeError(f"dra-extender serve exited with {server.returncode}: {stderr[-2000:]!r}")
     return {
         "ready_s": round(ready_s, 2),
+        "settle_s": round(settle_s, 2),
         "rss_mb_after_sync": round(after_sync["VmRSS"], 1),
         "rss_mb_after_cycles": round(after_cycles["VmRSS"], 1),
         "peak_rss_mb": round(after_cycles["VmHWM"], 1),
         "cold_full_filter_ms": round(cold_full, 1),
+        "cold_full_filter_cpu_ms": round(cold_full_cpu, 1),
         "warm_full_filter_ms": round(warm_full, 2),
+        "warm_full_filter_cpu_ms": round(warm_full_cpu, 2),
         "window_nodes": window,
         "cold_window_filter_ms": round(cold_window, 1),
         "warm_window_filter_ms": round(warm_window, 2),
-        "cycles": args.cycles,
+        "cycles": cycled,
         "cycles_bound": bound,
         "cycle_ms_per_pod": round(cycle_ms, 2),
+        "cycle_cpu_ms_per_pod": round(cycle_cpu, 2),
+        "longest_stall_ms": round(probe.longest_ms, 1),
+        "stall_probes": probe.probes,
+        "stall_phase_cold_full_filter_ms": round(stall_filter, 1),
     }
 
 
@@ -400,12 +485,44 @@ async def profile_cpu(args: argparse.Namespace, url: str, nodes: int) -> dict[st
         started = time.perf_counter()
         await scheduler.filter(pod, names)
         warm_ms = (time.perf_counter() - started) * 1000
+        cycles = await profile_cycles(args, cache, scheduler, report)
         return {"nodes": nodes, "sync_s": round(sync_s, 2), "warm_node_views_s": round(warm_views_s, 2),
                 "cold_full_filter_ms": round(cold_ms, 1),
-                "warm_full_filter_ms": round(warm_ms, 2), "feasible": len(result.passed)}
+                "warm_full_filter_ms": round(warm_ms, 2), "feasible": len(result.passed), **cycles}
     finally:
         await watcher.stop()
         await client.close()
+
+
+async def profile_cycles(args: argparse.Namespace, cache: Any, scheduler: Any,
+                         report: Callable[[Any, str], None]) -> dict[str, Any]:
+    """cProfile of `--cycles` scheduling cycles as measure_server drives them (filter a rotating
+    window, prioritize the feasible nodes, bind the best one), here through the scheduler itself."""
+    import cProfile
+
+    names = [f"node-{index}" for index in range(len(cache.node_names()))]
+    window = window_size(len(names))
+    profile = cProfile.Profile()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    bound = 0
+    profile.enable()
+    for index in range(args.cycles):
+        pod = cache.pod("default", f"cycle-{index}")
+        start = (index * window) % len(names)
+        result = await scheduler.filter(pod, (names[start:] + names[:start])[:window], brief=True)
+        if not result.passed:
+            continue
+        scores = await scheduler.prioritize(pod, result.passed)
+        best = max(result.passed, key=lambda name: scores.get(name, 0))
+        meta = pod["metadata"]
+        await scheduler.bind(meta["namespace"], meta["name"], meta["uid"], best)
+        bound += 1
+    profile.disable()
+    cycle_ms = (time.perf_counter() - started) * 1000 / max(1, args.cycles)
+    cycle_cpu_ms = (time.process_time() - cpu_started) * 1000 / max(1, args.cycles)
+    report(profile, f"{args.cycles} cycles ({cycle_ms:.2f} ms, {cycle_cpu_ms:.2f} ms CPU per pod)")
+    return {"cycles": args.cycles, "cycles_bound": bound, "cycle_ms_per_pod": round(cycle_ms, 2),
+            "cycle_cpu_ms_per_pod": round(cycle_cpu_ms, 2)}
 
 
 async def run_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
@@ -445,7 +562,9 @@ def main() -> int:
     parser.add_argument("--curve", help="comma-separated node counts, measured one after the other")
     parser.add_argument("--devices", type=int, default=8, help="devices per node (default 8)")
     parser.add_argument("--cycles", type=int, default=1000, help="scheduling cycles (default 1,000)")
-    parser.add_argument("--probes", type=int, default=2, help=argparse.SUPPRESS)
+    parser.add_argument("--stall-cycles", type=int, default=20,
+                        help="scheduling cycles after the stall phase's cold filter (default 20)")
+    parser.add_argument("--probes", type=int, default=3, help=argparse.SUPPRESS)
     parser.add_argument("--warm-repeats", type=int, default=10)
     parser.add_argument("--ready-timeout", type=float, default=600.0)
     parser.add_argument("--skip-object-sizes", action="store_true",
@@ -464,7 +583,8 @@ def main() -> int:
     if not sys.platform.startswith("linux"):
         parser.error("memory is read from /proc: Linux only")
     sizes = [int(size) for size in args.curve.split(",")] if args.curve else [args.nodes]
-    if any(size < 1 for size in sizes) or args.cycles < 0 or args.devices < PODS_PER_NODE:
+    if any(size < 1 for size in sizes) or min(args.cycles, args.stall_cycles) < 0 or (
+            args.devices < PODS_PER_NODE):
         parser.error(f"node counts must be positive and --devices at least {PODS_PER_NODE}")
     results = [asyncio.run(run_size(args, size)) for size in sizes]
     output: Any = results[0] if len(results) == 1 else {"sizes": results, "growth": growth(results)}

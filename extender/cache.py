@@ -225,18 +225,17 @@ class ClusterCache:
 
     def replace(self, kind: str, items: Iterable[dict]) -> None:
         """Make `items` the complete contents of `kind` (after a re-list): missing objects are deleted."""
+        replacement = self.replacing(kind)
+        for raw in items:
+            replacement.add(raw)
+        replacement.finish()
+
+    def replacing(self, kind: str) -> Replacement:
+        """`replace` in steps, for contents that arrive in parts (pages, a stream of initial events):
+        each part is applied as it comes, so its decoded form can be freed before the next arrives."""
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
-        namespaced = KINDS[kind][1]
-        seen: set[str] = set()
-        for raw in items:
-            with contextlib.suppress(ValueError, AttributeError):
-                seen.add(object_key(raw, namespaced))
-            existing = self._lookup_raw(kind, raw, namespaced)
-            self.apply(kind, "MODIFIED" if existing is not None else "ADDED", raw)
-        for key, old in list(self._objects[kind].items()):
-            if key not in seen:
-                self.apply(kind, "DELETED", old)
+        return Replacement(self, kind)
 
     def subscribe(self, callback: Subscriber) -> None:
         """Call `callback(kind, event_type, new, old)` after every applied change."""
@@ -444,6 +443,27 @@ class ClusterCache:
             members.discard(key)
             if not members:
                 del self._pods_by_group[f"{namespace}/{group}"]
+
+
+class Replacement:
+    """The complete contents of one kind, applied object by object; `finish` deletes the rest."""
+
+    def __init__(self, cache: ClusterCache, kind: str) -> None:
+        self._cache = cache
+        self._kind = kind
+        self._namespaced = KINDS[kind][1]
+        self._seen: set[str] = set()
+
+    def add(self, raw: dict) -> None:
+        with contextlib.suppress(ValueError, AttributeError):
+            self._seen.add(object_key(raw, self._namespaced))
+        existing = self._cache._lookup_raw(self._kind, raw, self._namespaced)
+        self._cache.apply(self._kind, "MODIFIED" if existing is not None else "ADDED", raw)
+
+    def finish(self) -> None:
+        for key, old in list(self._cache._objects[self._kind].items()):
+            if key not in self._seen:
+                self._cache.apply(self._kind, "DELETED", old)
 
 
 def _allocated_id(claim: ResourceClaim) -> str:

@@ -10,7 +10,11 @@ process. Claim status (allocated, reservedFor, deletion) is checked per call bef
 consulted. tests/extender/test_filtercache_differential.py checks that answers with and without this
 cache are identical under random changes of all these.
 Pods of one workload have claims with identical specs (one template), so after the first pod the
-filter only recomputes the nodes whose pools changed.
+filter only recomputes the nodes whose pools changed. For the same reason each claims spec has a
+snapshot of its entries by node name (`hits_for`), brought up to date with a log of what changed
+since (bumped pools, Node events; a new inventory version starts every snapshot again): a filter works
+out the node key of the changed nodes only. A miss may still be answered without a search by a node
+that is alike (twins.py).
 
 A successful outcome names no claim, so it is shared by every claim with the same spec. A failure's
 messages name the claims: for other claims with the same specs they can be carried over with the names
@@ -23,14 +27,16 @@ never uses this cache: it always re-checks against the current state.
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 import orjson
 
-from allocator import AllocationOutcome, Node, ResourceClaim
+from allocator import AllocatedState, AllocationOutcome, Node, ResourceClaim
 from extender.assume import AssumeCache
 from extender.cache import ClusterCache
+from extender.scoring import NodeFit
+from extender.twins import TwinKey, TwinVerdicts
 
 PoolId = tuple[str, str]
 # Claims as (key, uid) each, in order.
@@ -51,6 +57,34 @@ class _NodeMemo(NamedTuple):
 
 # About 1.5 KB per outcome: ~30 MB at most, room for 40 claim shapes on 500 nodes.
 MAX_ENTRIES = 20_000
+# Claim shapes with a snapshot of their entries by node name (a dict entry per node each), and the
+# changes kept for bringing them up to date; with more changes the snapshots start again.
+MAX_SNAPSHOTS = 16
+MAX_LOGGED_CHANGES = 50_000
+
+Entry = tuple[AllocationOutcome, ClaimRefs, bool]
+
+
+class MemoisedFit(NamedTuple):
+    """A node's fit for prioritize (placement.py) and the outcome it was worked out for."""
+
+    outcome: AllocationOutcome  # compared by identity
+    fit: NodeFit
+
+
+FitMemo = dict[str, MemoisedFit]
+
+
+class _Snapshot:
+    """One claims spec's entries and prioritize's fits by node name, as the node keys found them, up
+    to date with the change log up to `position`."""
+
+    __slots__ = ("fits", "found", "position")
+
+    def __init__(self, position: int) -> None:
+        self.found: dict[str, Entry] = {}
+        self.fits: FitMemo = {}
+        self.position = position
 
 
 def allocation_pools(allocation: dict | None) -> frozenset[PoolId]:
@@ -66,7 +100,7 @@ class FilterCache:
         # be carried over to other claims; least recently used first. An OrderedDict rather than
         # cachetools' LRUCache: a filter looks up every node it is given, and the C-level
         # get/move_to_end costs a fraction of LRUCache's Python methods.
-        self._entries: OrderedDict[tuple, tuple[AllocationOutcome, ClaimRefs, bool]] = OrderedDict()
+        self._entries: OrderedDict[tuple, Entry] = OrderedDict()
         self.max_entries = max_entries
         self._pool_versions: defaultdict[PoolId, int] = defaultdict(int)
         # claim uid -> (the in-flight allocation object, its pools). The object itself is kept and
@@ -79,6 +113,18 @@ class FilterCache:
         self._last_token = 0
         self.hits = 0
         self.misses = 0
+        # Outcomes shared by nodes that are alike (twins.py): a miss here that a twin answers costs
+        # no search.
+        self.twins = TwinVerdicts()
+        # The per-shape snapshots (hits_for): claims spec -> its entries by node name, least recently
+        # used first. What can change a node's key since a snapshot was brought up to date is in the
+        # change log: a bumped pool (its nodes' entries go) or a node name (a Node event). A new
+        # inventory version starts every snapshot again.
+        self._snapshots: OrderedDict[str, _Snapshot] = OrderedDict()
+        self._changes: list[PoolId | str] = []
+        self._changes_start = 0  # the position of _changes[0] in the log
+        self._pool_nodes: defaultdict[PoolId, set[str]] = defaultdict(set)  # from the node memos
+        self._snapshot_inventory = -1
         cache.subscribe(self._on_change)
 
     # ---- invalidation -------------------------------------------------------------------------
@@ -87,8 +133,22 @@ class FilterCache:
         for pool in pools:
             self._pool_versions[pool] += 1
             self.epoch += 1
+            self._log(pool)
+
+    def _log(self, change: PoolId | str) -> None:
+        if not self._snapshots:
+            return
+        if len(self._changes) >= MAX_LOGGED_CHANGES:
+            self._changes_start += len(self._changes)
+            self._changes.clear()
+            self._snapshots.clear()
+            return
+        self._changes.append(change)
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+        if kind == "Node":
+            self._log(str((new.get("metadata") or {}).get("name")))  # its labels are in its node key
+            return
         if kind != "ResourceClaim":
             return  # slices, classes and taint rules move Inventory.version; the node is in the key
         before = ((old or {}).get("status") or {}).get("allocation") if isinstance(old, dict) else None
@@ -132,11 +192,16 @@ class FilterCache:
         memo = self._node_memo.get(node.name)
         if memo is None or memo.inventory_version != inventory.version or not (
                 memo.verdict_key is node.verdict_key or memo.verdict_key == node.verdict_key):
+            if inventory.version != self._snapshot_inventory:
+                self._restart_snapshots(inventory.version)
             self._last_token += 1
             pool_ids = inventory.node_pools(node, self.cache.features).pool_ids
             memo = _NodeMemo(node.verdict_key, inventory.version, self._last_token, pool_ids)
-            if len(self._node_memo) >= MAX_ENTRIES:
-                self._node_memo.clear()
+            for pool in pool_ids:
+                self._pool_nodes[pool].add(node.name)
+            self._node_memo.pop(node.name, None)
+            if len(self._node_memo) >= MAX_ENTRIES:  # the oldest one, not all at once
+                del self._node_memo[next(iter(self._node_memo))]
             self._node_memo[node.name] = memo
         pool_ids, versions = memo.pool_ids, self._pool_versions
         if len(pool_ids) == 1:  # a node with its own pool: the usual case, kept cheap
@@ -157,19 +222,72 @@ class FilterCache:
         return node_key, found[0], found[1]
 
     def hits_for(
-        self, signature: ClaimsSignature, nodes: Iterable[Node]
-    ) -> list[tuple[Node, AllocationOutcome, ClaimRefs | None]]:
+        self, signature: ClaimsSignature, names: Iterable[str], node_of: Callable[[str], Node | None]
+    ) -> list[tuple[str, AllocationOutcome, ClaimRefs | None]]:
         """`get` for many nodes at once, returning the hits only (a filter's first pass over the nodes
-        it is given: most are hits, and the misses go through `get` when they are searched)."""
-        found = []
-        usable = self._usable
+        it is given: most are hits, and the misses go through `get` when they are searched).
+
+        Answered from the shape's snapshot where it has the node: no node key to work out, only the
+        nodes whose pools (or Node) changed since the last filter of this shape are looked up again.
+        `node_of` gives the node of a name the snapshot lacks (None: skip the name)."""
+        hits = []
+        snapshot = self._snapshot(signature.spec)
+        found = snapshot.found
+        entries = self._entries
+        spec, claims = signature
         node_key = self.node_key
-        for node in nodes:
-            hit = usable(signature, node_key(node))
-            if hit is not None:
-                found.append((node, hit[0], hit[1]))
-        self.hits += len(found)
-        return found
+        for name in names:
+            entry = found.get(name)
+            if entry is None:
+                node = node_of(name)
+                if node is None:
+                    continue
+                key = (spec, node_key(node))
+                entry = entries.get(key)
+                if entry is None:
+                    continue
+                entries.move_to_end(key)
+                found[name] = entry
+            outcome, computed_for, carries = entry
+            if outcome.success or computed_for == claims:
+                hits.append((name, outcome, None))
+            elif carries:
+                hits.append((name, outcome, computed_for))
+        self.hits += len(hits)
+        return hits
+
+    def _snapshot(self, spec: str) -> _Snapshot:
+        """The spec's snapshot, brought up to date with the change log (made empty when there is none)."""
+        if self.cache.inventory.version != self._snapshot_inventory:
+            self._restart_snapshots(self.cache.inventory.version)
+        end = self._changes_start + len(self._changes)
+        snapshot = self._snapshots.get(spec)
+        if snapshot is None or snapshot.position < self._changes_start:
+            snapshot = self._snapshots[spec] = _Snapshot(end)
+            if len(self._snapshots) > MAX_SNAPSHOTS:
+                self._snapshots.popitem(last=False)
+        elif snapshot.position < end:
+            found, fits, pool_nodes = snapshot.found, snapshot.fits, self._pool_nodes
+            for change in self._changes[snapshot.position - self._changes_start:]:
+                for name in (change,) if isinstance(change, str) else pool_nodes.get(change, ()):
+                    found.pop(name, None)
+                    fits.pop(name, None)
+            snapshot.position = end
+        self._snapshots.move_to_end(spec)
+        return snapshot
+
+    def fits_memo(self, spec: str) -> FitMemo:
+        """Prioritize's memo of node fits for claims `spec`, by node name: kept in the spec's snapshot,
+        so a node's fit goes whenever its entry does (its pools, the Node or the inventory changed)."""
+        return self._snapshot(spec).fits
+
+    def _restart_snapshots(self, inventory_version: int) -> None:
+        """A new inventory version: every node key changes (and a node's pools may have)."""
+        self._snapshots.clear()
+        self._pool_nodes.clear()
+        self._changes_start += len(self._changes)
+        self._changes.clear()
+        self._snapshot_inventory = inventory_version
 
     def _usable(
         self, signature: ClaimsSignature, node_key: tuple
@@ -185,18 +303,43 @@ class FilterCache:
         self._entries.move_to_end(key)
         return outcome, None if own else claims
 
-    def put(self, signature: ClaimsSignature, node_key: tuple, outcome: AllocationOutcome) -> None:
-        """Store a fresh outcome (call it before anything changes: a failure's reasons are read here)."""
+    def put(self, signature: ClaimsSignature, node_key: tuple, outcome: AllocationOutcome, *,
+            node: str) -> None:
+        """Store a fresh outcome for `node` (call it before anything changes: a failure's reasons are
+        read here)."""
         key = (signature.spec, node_key)
         claims = signature.claims
         carries = outcome.success or outcome.for_claims(renames(claims, claims)) is not None
-        self._entries[key] = (outcome, claims, carries)
+        entry = self._entries[key] = (outcome, claims, carries)
         self._entries.move_to_end(key)
+        snapshot = self._snapshots.get(signature.spec)
+        if snapshot is not None:
+            # `node_key` is the node's key now: a change since the snapshot's last update is still in
+            # the log, and the next update drops the entry again.
+            snapshot.found[node] = entry
         if len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
+    def twin(self, signature: ClaimsSignature, node: Node,
+             view: AllocatedState) -> tuple[TwinKey | None, AllocationOutcome | None]:
+        """For a node `get` missed: its twin key under `view` (None when the node is not shared) and the
+        outcome of a twin searched before, for this node (None when there is none)."""
+        inventory = self.cache.inventory
+        pools, alike = inventory.node_likeness(node, self.cache.features)
+        key = self.twins.key(node, pools, alike, view, inventory.version)
+        if key is None:
+            return None, None
+        return key, self.twins.get(signature.spec, key, node, pools)
+
+    def put_twin(self, signature: ClaimsSignature, key: TwinKey, node: Node,
+                 outcome: AllocationOutcome) -> None:
+        """Share a fresh outcome searched under the view `key` was made from (kept only if it fits)."""
+        pools = self.cache.inventory.node_pools(node, self.cache.features)
+        self.twins.put(signature.spec, key, node, pools, outcome)
+
     def stats(self) -> dict[str, int]:
-        return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses}
+        return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses,
+                **self.twins.stats()}
 
 
 def renames(old: ClaimRefs, new: ClaimRefs) -> dict[str, str]:

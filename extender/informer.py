@@ -107,6 +107,30 @@ def _rfc3339(epoch_s: float) -> str:
     return datetime.datetime.fromtimestamp(epoch_s, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+@dataclass(frozen=True)
+class ListStrategy:
+    """How a kind's contents are read before watching it: "paged" (pages of `page_size` objects, the
+    default), "list" (one response) or "watchlist" (a watch's initial events, the WatchList protocol).
+
+    Pages bound what is decoded at once: at 5,000 nodes (20,000 pods) one list per kind peaked at
+    ~310 MB against ~255 MB, and left the heap more fragmented (bench/scale_bench.py). WatchList
+    bounds it as well, but a server without it (gate off, before 1.34) would not end the initial
+    events, so serve does not use it; bench/api_encoding_bench.py measures all three on a real
+    kube-apiserver."""
+
+    mode: str = "paged"
+    page_size: int = 500
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("list", "paged", "watchlist"):
+            raise ValueError(f"unknown list strategy {self.mode!r}; expected list, paged or watchlist")
+        if self.page_size < 1:
+            raise ValueError("page size must be positive")
+
+
 class _Relist(Exception):
     """The watch cannot resume from the version it has; list again."""
 
@@ -131,8 +155,10 @@ class ClusterWatcher:
         watch_timeout_s: tuple[float, float] = (300.0, 600.0),
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 30.0,
+        list_strategy: ListStrategy = ListStrategy(),
     ) -> None:
         self.client = client
+        self._list_strategy = list_strategy
         self.cache = cache
         self.kinds = kinds
         self._on_restart = on_restart
@@ -205,18 +231,61 @@ class ClusterWatcher:
             await asyncio.sleep(health.backoff.next())
 
     async def _list(self, watched: WatchedKind, health: KindHealth) -> None:
-        listing = await self.client.list(watched.path)
-        items = listing.get("items")
-        version = (listing.get("metadata") or {}).get("resourceVersion")
-        if not isinstance(items, list) or not isinstance(version, str):
-            raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
-        self.cache.replace(watched.kind, _handed_over(items))
+        if self._list_strategy.mode == "watchlist":
+            version = await self._watch_list(watched)
+        else:
+            version = await self._list_pages(watched)
         health.resource_version = version
         health.lists += 1
         health.available = True
         health.last_event_time = time.time()
         health.backoff.reset()
         self._listed(watched.kind, health)
+
+    async def _list_pages(self, watched: WatchedKind) -> str:
+        """The whole collection, in one response or in pages of `page_size` (limit and continue); each
+        part goes to the cache as it arrives. Returns the list's resourceVersion."""
+        replacement = self.cache.replacing(watched.kind)
+        limit = self._list_strategy.page_size if self._list_strategy.mode == "paged" else None
+        token: str | None = None
+        while True:
+            listing = await self.client.list(watched.path, limit=limit, **{"continue": token})
+            items = listing.get("items")
+            meta = listing.get("metadata") or {}
+            version = meta.get("resourceVersion")
+            if not isinstance(items, list) or not isinstance(version, str):
+                raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
+            for raw in _handed_over(items):
+                replacement.add(raw)
+            del listing, items
+            token = meta.get("continue") or None
+            if token is None:
+                replacement.finish()
+                return version
+
+    async def _watch_list(self, watched: WatchedKind) -> str:
+        """The whole collection as a watch's initial events (WatchList: sendInitialEvents=true), up to
+        the bookmark that ends them; returns its resourceVersion. The stream is then closed and the
+        usual watch resumes from that version."""
+        replacement = self.cache.replacing(watched.kind)
+        events = self.client.watch(watched.path, None, sendInitialEvents=True,
+                                   resourceVersionMatch="NotOlderThan", timeout_seconds=600)
+        try:
+            async for event in events:
+                obj = event["object"]
+                if event.get("type") == "BOOKMARK":
+                    meta = obj.get("metadata") or {}
+                    if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                        version = meta.get("resourceVersion")
+                        if not isinstance(version, str) or not version:
+                            raise ValueError(f"watch-list of {watched.path}: a bookmark without version")
+                        replacement.finish()
+                        return version
+                elif event.get("type") in ("ADDED", "MODIFIED"):
+                    replacement.add(obj)
+        finally:
+            await events.aclose()
+        raise ValueError(f"watch-list of {watched.path} ended before its initial events did")
 
     async def _watch(self, watched: WatchedKind, health: KindHealth) -> int:
         """Follow one watch stream until the server ends it; returns the number of events received."""

@@ -1,7 +1,8 @@
 """A small asyncio Kubernetes API client: raw dicts over aiohttp, orjson bodies.
 
-Only the credential loading comes from the `kubernetes` package (kubeconfig / in-cluster loaders);
-its typed models are far too slow for slices and claims (see the library measurements).
+Credentials come from extender.credentials, and from the `kubernetes` package only for a kubeconfig
+user with an exec plugin or an auth-provider; its typed models are far too slow for slices and claims
+(see the library measurements), and importing it costs about 40 MB of memory.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ import asyncio
 import os
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 import aiohttp
 import orjson
+
+from extender import credentials
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -106,29 +109,47 @@ class KubeClient:
 
     @classmethod
     async def connect(cls, *, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
-        """A client with the credentials the `kubernetes` package loads.
-
-        In-cluster service account by default; a kubeconfig (explicit path, or $KUBECONFIG / ~/.kube/config
-        when not running in a pod) when `kubeconfig` or `context` is given or no service account exists.
-        """
-        from kubernetes import client, config
-
-        cfg = client.Configuration()
+        """A client for the in-cluster service account by default; a kubeconfig (explicit path, or
+        $KUBECONFIG / ~/.kube/config when not running in a pod) when `kubeconfig` or `context` is given
+        or no service account exists. See extender.credentials; a kubeconfig user with an exec plugin or
+        an auth-provider is loaded with the `kubernetes` package instead."""
         in_cluster_problem = None
         if kubeconfig is None and context is None:
             try:
-                config.load_incluster_config(client_configuration=cfg)
-            except config.ConfigException as err:
+                return cls.from_credentials(credentials.in_cluster())
+            except credentials.CredentialsError as err:
                 in_cluster_problem = str(err)
-        if kubeconfig is not None or context is not None or in_cluster_problem is not None:
-            where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-            try:
-                await asyncio.to_thread(config.load_kube_config, config_file=kubeconfig, context=context,
-                                        client_configuration=cfg)
-            except (config.ConfigException, OSError, ValueError) as err:
-                tried = f"not in a cluster ({in_cluster_problem}); " if in_cluster_problem else ""
-                context_text = f", context {context!r}" if context else ""
-                raise KubeConfigError(f"{tried}kubeconfig {where}{context_text}: {err}") from err
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        tried = f"not in a cluster ({in_cluster_problem}); " if in_cluster_problem else ""
+        context_text = f", context {context!r}" if context else ""
+        try:
+            found = await asyncio.to_thread(credentials.from_kubeconfig, kubeconfig, context)
+        except credentials.NeedsKubernetesPackage:
+            return await cls._connect_with_kubernetes_package(kubeconfig, context, where)
+        except credentials.CredentialsError as err:
+            raise KubeConfigError(f"{tried}kubeconfig {where}{context_text}: {err}") from err
+        return cls.from_credentials(found)
+
+    @classmethod
+    def from_credentials(cls, found: credentials.Credentials) -> KubeClient:
+        return cls(found.host, ssl_context=found.ssl_context,
+                   auth=ReusedAuth(found.authorization) if found.authorization else None,
+                   server_hostname=found.server_hostname)
+
+    @classmethod
+    async def _connect_with_kubernetes_package(cls, kubeconfig: str | None, context: str | None,
+                                               where: str) -> KubeClient:
+        """A kubeconfig whose user runs an exec plugin or an auth-provider: the `kubernetes` package
+        loads it, and its refresh hook runs the plugin again when the credential expires."""
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        try:
+            await asyncio.to_thread(config.load_kube_config, config_file=kubeconfig, context=context,
+                                    client_configuration=cfg)
+        except (config.ConfigException, OSError, ValueError) as err:
+            context_text = f", context {context!r}" if context else ""
+            raise KubeConfigError(f"kubeconfig {where}{context_text}: {err}") from err
         return cls(
             cfg.host,
             ssl_context=ssl_context_from(cfg),
@@ -180,7 +201,7 @@ class KubeClient:
         allow_bookmarks: bool = True,
         inactivity_timeout_s: float = WATCH_INACTIVITY_S,
         **params: Any,
-    ) -> AsyncIterator[dict]:
+    ) -> AsyncGenerator[dict, None]:
         """Stream watch events ({"type", "object"}) of a collection from `resource_version`.
 
         ERROR events are raised as ApiError (410 Gone when the version is too old). The iterator ends

@@ -35,8 +35,10 @@ from extender.verdicts import UNKNOWN_NODE, NodeVerdict, Reason, cached_verdict,
 # How long one check of many nodes may run on the event loop before it lets other requests in.
 YIELD_AFTER_S = 0.005
 # Nodes looked up in the filter cache in one go (well under YIELD_AFTER_S of work), before searching
-# the misses one by one.
+# the misses one by one: MIN_AHEAD at first, twice as many after each batch done without a yield, up to
+# HIT_BATCH; after a yield about as many as were done between the last two yields (see check_all).
 HIT_BATCH = 512
+MIN_AHEAD = 32
 # How long, and for how many pods, prioritize may reuse the verdicts of the same pod's filter.
 # kube-scheduler calls prioritize right after filter, so a few pods suffice (each entry holds a
 # verdict per node).
@@ -125,7 +127,15 @@ class NodeChecker:
         allocator.deadline_s = self.node_deadline_s if time_left_s is None else min(
             self.node_deadline_s, time_left_s)
         try:
-            outcome = allocator.allocate(node, plan.to_allocate)
+            twin_key, outcome = None, None
+            if node_key is not None and filter_cache is not None:
+                assert plan.signature is not None and plan.view is not None
+                twin_key, outcome = filter_cache.twin(plan.signature, node, plan.view)
+            if outcome is None:
+                outcome = allocator.allocate(node, plan.to_allocate)
+                if twin_key is not None and filter_cache is not None:
+                    assert plan.signature is not None
+                    filter_cache.put_twin(plan.signature, twin_key, node, outcome)
         except AllocationTimeout:
             # Never cached (returns before cache.put): the next filter searches this node again.
             return timed_out(node_name)
@@ -137,7 +147,7 @@ class NodeChecker:
             raise SchedulingError(str(error)) from None
         if node_key is not None and filter_cache is not None and filter_cache.epoch == plan.cache_epoch:
             assert plan.signature is not None
-            filter_cache.put(plan.signature, node_key, outcome)
+            filter_cache.put(plan.signature, node_key, outcome, node=node_name)
         return self._node_allocatable(plan, node, outcome_verdict(node_name, outcome), evicting)
 
     def _footprints(self) -> bool:
@@ -210,10 +220,13 @@ class NodeChecker:
         verdicts: dict[str, NodeVerdict] = {}
         started = self.clock()
         missing = [name for name in names if name not in reused]
-        for first in range(0, len(missing), HIT_BATCH):
-            batch = missing[first:first + HIT_BATCH]
+        position, ahead, stretch = 0, MIN_AHEAD, 0
+        while position < len(missing):
+            batch = missing[position:position + ahead]
             hits = self._cached_verdicts(plan, batch, node_objects) if use_cache else {}
-            for index, name in enumerate(batch):
+            for name in batch:
+                position += 1
+                stretch += 1
                 hit = hits.get(name)
                 if hit is not None:
                     verdicts[name] = hit
@@ -225,11 +238,15 @@ class NodeChecker:
                 verdicts[name] = self.check(plan, name, node_objects=node_objects, use_cache=use_cache,
                                             time_left_s=time_left)
                 if self.clock() - started > YIELD_AFTER_S:
-                    started = await self._yield(plan)
-                    if use_cache:  # what changed during the yield: the rest of the batch again
-                        hits = self._cached_verdicts(plan, batch[index + 1:], node_objects)
+                    break
             if self.clock() - started > YIELD_AFTER_S:
                 started = await self._yield(plan)
+                # The nodes not reached yet are looked up again after a yield (what changed during
+                # it). Look ahead about as far as the last stretch got: a cold check, mostly searches,
+                # then does not look up hundreds of nodes at every yield only to look them up again.
+                ahead, stretch = max(MIN_AHEAD, min(HIT_BATCH, stretch)), 0
+            else:
+                ahead = min(HIT_BATCH, 2 * ahead)
         if not reused:
             return verdicts
         return {name: reused.get(name) or verdicts[name] for name in names}
@@ -253,10 +270,10 @@ class NodeChecker:
                 or plan.pending or node_objects is not None or self._footprints()):
             return {}
         verdicts: dict[str, NodeVerdict] = {}
-        nodes = [node for node in map(self.cache.node, names) if node is not None]
+        node_of = self.cache.node
         if plan.extended is not None:  # device-plugin nodes have a plan (and cache entries) of their own
-            nodes = [node for node in nodes if self.planner.for_node(plan, node) is plan]
-        for node, outcome, computed_for in filter_cache.hits_for(signature, nodes):
-            verdicts[node.name] = cached_verdict(node.name, outcome, computed_for=computed_for,
-                                                 claims=signature.claims)
+            nodes = [node for node in map(node_of, names) if node is not None]
+            names = [node.name for node in nodes if self.planner.for_node(plan, node) is plan]
+        for name, outcome, computed_for in filter_cache.hits_for(signature, names, node_of):
+            verdicts[name] = cached_verdict(name, outcome, computed_for=computed_for, claims=signature.claims)
         return verdicts

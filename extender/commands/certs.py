@@ -7,10 +7,12 @@ import argparse
 import base64
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from extender.commands import output
-from webhook import certs
+
+if TYPE_CHECKING:
+    from webhook.certs import KeyPair
 
 CLIENT_CERT_FILE = "client.crt"
 CLIENT_KEY_FILE = "client.key"
@@ -52,6 +54,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: the CLI builds every command's parser, and `serve` should not load cryptography.
+    from webhook import certs
+
     if args.client:
         if args.service or args.ip:
             return output.error("--client issues a client certificate: --service and --ip do not apply")
@@ -76,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> int:
+    from webhook import certs
+
     out: Path = args.out
     names = (CLIENT_CERT_FILE, CLIENT_KEY_FILE)
     refused = _refuse_overwrite(out, names, args.force)
@@ -107,7 +114,7 @@ def _refuse_overwrite(out: Path, names: tuple[str, ...], force: bool) -> int:
     return output.EXIT_OK
 
 
-def _report(out: Path, names: list[str] | tuple[str, ...], ca: certs.KeyPair, form: str) -> None:
+def _report(out: Path, names: list[str] | tuple[str, ...], ca: KeyPair, form: str) -> None:
     document = {
         "files": [str(out / name) for name in names],
         "caBundle": base64.b64encode(ca.certificate_pem()).decode("ascii"),

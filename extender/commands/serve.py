@@ -243,7 +243,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        cel.default_engine()
+        # Checked without importing the engine: it is loaded by the first selector that needs it.
+        cel.configured_engine_name()
     except ValueError as error:  # otherwise /readyz says ok and every filter fails
         print(f"error: {cel.BACKEND_ENV}: {error}", file=sys.stderr)
         return EXIT_ERROR

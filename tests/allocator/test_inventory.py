@@ -83,3 +83,15 @@ def test_a_slice_moving_to_another_pool_refreshes_the_nodes_of_the_pool_it_left(
     inv.upsert_slice(ResourceSlice.from_api(slice_obj("s2", [dev("b")], node="node-2", pool="q")))
     # Pool p now has one of its two slices: incomplete, so node-1 has no usable device left in it.
     assert inv.node_pools(NODE_1, GATES).candidates == []
+
+
+def test_node_views_beyond_the_limit_evict_the_least_recently_used_one() -> None:
+    inv = inventory([slice_obj(f"s{i}", [dev("a")], node=f"node-{i}") for i in range(4)])
+    inv.max_cached_nodes = 3
+    nodes = [Node.named(f"node-{i}") for i in range(4)]
+    views = [inv.node_pools(node, GATES) for node in nodes[:3]]
+    assert inv.node_pools(nodes[0], GATES) is views[0]  # used again: node-1's view is now the oldest
+    inv.node_pools(nodes[3], GATES)
+    assert inv.node_pools(nodes[0], GATES) is views[0]  # not all views dropped at once
+    assert inv.node_pools(nodes[2], GATES) is views[2]
+    assert inv.node_pools(nodes[1], GATES) is not views[1]

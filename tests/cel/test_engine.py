@@ -241,3 +241,34 @@ def test_make_device_rejects_malformed_values(attributes: dict, capacity: dict, 
 def test_make_device_needs_a_driver() -> None:
     with pytest.raises(ValueError, match="driver"):
         cel.make_device("")
+
+
+def test_configured_engine_name_checks_without_importing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(cel.BACKEND_ENV, raising=False)
+    assert cel.configured_engine_name() == ("cel-expr" if cel.cel_expr_available() else "celpy")
+    monkeypatch.setenv(cel.BACKEND_ENV, "fastest")
+    with pytest.raises(ValueError, match="unknown CEL engine 'fastest'"):
+        cel.configured_engine_name()
+    monkeypatch.setenv(cel.BACKEND_ENV, "cel-expr")
+    monkeypatch.setattr(cel, "cel_expr_available", lambda: False)
+    with pytest.raises(ValueError, match="needs the cel-expr-python package"):
+        cel.configured_engine_name()
+
+
+def test_a_driver_equality_does_not_load_an_engine() -> None:
+    """The engines' modules cost ~25 MB resident (issue 17); selectors that only name a driver, the
+    usual DeviceClass, never need them."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from allocator import cel\n"
+        "selector = cel.compile('device.driver == \"gpu.example.com\"')\n"
+        "device = cel.make_device('gpu.example.com', {}, {}, allow_multiple_allocations=None)\n"
+        "assert selector.matches(device) and selector.engine == cel.configured_engine_name()\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('cel_expr_python', 'celpy', 'lark'))))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -11,6 +11,7 @@ from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.filtercache import FilterCache
+from extender.nodecheck import NodeChecker
 from extender.scheduling import BindFailed, Scheduler
 from extender.verdicts import CANNOT_ALLOCATE
 
@@ -259,3 +260,58 @@ def _parts(objs: list[dict[str, Any]]) -> tuple[ClusterCache, AssumeCache, Claim
     assume = AssumeCache()
     assume.attach(cache)
     return cache, assume, ClaimWriter(None, cache)
+
+
+async def test_a_cold_check_looks_each_node_up_in_the_cache_about_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a yield only the nodes not reached yet are looked up again, about a stretch's worth: not
+    the rest of a 512-node batch at every yield of a check that searches most nodes."""
+    ticks = [0.0]
+
+    def stepped() -> float:  # every reading advances 50 us: the check yields every few dozen nodes
+        ticks[0] += 0.00005
+        return ticks[0]
+
+    objs = [*o.cluster(600, 2), o.claim("c0"), o.pod("p0", ["c0"])]
+    scheduler = make(objs, clock=stepped)
+    looked_up: list[int] = []
+    original = NodeChecker._cached_verdicts
+
+    def counting(self: NodeChecker, plan: Any, names: list[str], node_objects: Any) -> Any:
+        looked_up.append(len(names))
+        return original(self, plan, names, node_objects)
+
+    monkeypatch.setattr(NodeChecker, "_cached_verdicts", counting)
+    names = [f"node-{index}" for index in range(600)]
+    assert (await scheduler.filter(pod(scheduler, "p0"), names)).passed == names
+    assert len(looked_up) > 5, "the check must have yielded, or this proves nothing"
+    assert sum(looked_up) < 1.5 * len(names)
+
+
+async def test_a_shapes_snapshot_looks_up_again_only_the_nodes_that_changed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler = make(workload(3))
+    cache = scheduler.filter_cache
+    assert cache is not None
+    await scheduler.filter(pod(scheduler, "p0"), NODES)
+    await scheduler.filter(pod(scheduler, "p0"), NODES)  # the snapshot now has every node
+    keyed: list[str] = []
+    original = FilterCache.node_key
+
+    def counting(self: FilterCache, node: Any) -> tuple[int, ...]:
+        keyed.append(node.name)
+        return original(self, node)
+
+    monkeypatch.setattr(FilterCache, "node_key", counting)
+    assert (await scheduler.filter(pod(scheduler, "p1"), NODES)).passed == NODES
+    assert keyed == []
+    await scheduler.bind("default", "p1", pod(scheduler, "p1")["metadata"]["uid"], "node-1")
+    result = await scheduler.filter(pod(scheduler, "p2"), NODES)
+    assert result.passed == NODES
+    assert set(keyed) == {"node-1"}  # its pool changed: looked up (and searched) again
+    keyed.clear()
+    labelled = o.node("node-2", {"zone": "b"})
+    labelled["metadata"]["resourceVersion"] = "2"
+    scheduler.cache.apply("Node", "MODIFIED", labelled)
+    await scheduler.filter(pod(scheduler, "p2"), NODES)
+    assert set(keyed) == {"node-2"}

@@ -6,6 +6,10 @@ freed by other claims (watch events and binds), in-flight allocations reserved, 
 DeviceClass selectors, DeviceTaintRules, slice taints, shared pools (nodeSelector, allNodes,
 perDeviceNodeSelection), node labels, node declared features (half the nodes have slices that skip node
 operations, DRAOptionalNodeOperations) and pool generations that leave a pool incomplete.
+
+The twin layout starts with alike nodes only (node-local pools, named apart from their nodes), so that
+the verdict snapshot (extender/twins.py) answers most nodes, and the same changes make them differ
+again; there the fitting nodes' outcomes themselves (pools, node selectors) are compared too.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ from extender.assume import AssumeCache
 from extender.cache import ClusterCache
 from extender.claimwriter import ClaimWriter
 from extender.filtercache import FilterCache
+from extender.planning import SchedulingError
 from extender.scheduling import BindFailed, Scheduler
 
 NODES = [f"node-{index}" for index in range(4)]
 DEVICES_PER_SLICE = 2
 SHARED_POOL = "shared"
 PER_DEVICE_POOL = "per-device"
+TWIN_NODES = [f"node-{index}" for index in range(6)]
 FILTER_PODS = ["one", "one-twin", "two", "h100", "pair"]
 SKIPPING_NODES = NODES[1:3]  # their second slice skips node operations
 GATES = FeatureGates({"DRAOptionalNodeOperations": True})
@@ -45,8 +51,8 @@ def _device(name: str, model: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "attributes": {"model": {"string": model}, "numa": {"int": 0}}, **extra}
 
 
-def node_slice(node: str, part: int, generation: int, *, rv: int = 1,
-               taint_device: str | None = None) -> dict[str, Any]:
+def node_slice(node: str, part: int, generation: int, *, rv: int = 1, taint_device: str | None = None,
+               pool: str | None = None) -> dict[str, Any]:
     """Part `part` of 2 of `node`'s pool; devices gpu-{part}-{i}, models alternating A100/H100."""
     devices = []
     for index in range(DEVICES_PER_SLICE):
@@ -59,7 +65,7 @@ def node_slice(node: str, part: int, generation: int, *, rv: int = 1,
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
         "metadata": {"name": f"{node}-{part}", "uid": f"slice-{node}-{part}", "resourceVersion": str(rv)},
         "spec": {"driver": o.DRIVER, "nodeName": node,
-                 "pool": {"name": node, "generation": generation, "resourceSliceCount": 2},
+                 "pool": {"name": pool or node, "generation": generation, "resourceSliceCount": 2},
                  "devices": devices},
     }
     if part == 1 and node in SKIPPING_NODES:
@@ -103,21 +109,35 @@ def allocation_of(pool: str, device: str) -> dict[str, Any]:
     return {"devices": {"results": [{"request": "gpu", "driver": o.DRIVER, "pool": pool, "device": device}]}}
 
 
-def all_devices() -> list[tuple[str, str]]:
-    devices = [(node, f"gpu-{part}-{index}") for node in NODES for part in (0, 1)
+def model_is(model: str, *, twins: bool) -> str:
+    """A selector on the device model. The mixed layout keeps its first form, an error at run time
+    (the attribute has no domain "model"), so that errors are compared too; the twin layout selects."""
+    if twins:
+        return f'device.attributes["{o.DRIVER}"].model == "{model}"'
+    return f'device.attributes["model"].string == "{model}"'
+
+
+def twin_pool(node: str) -> str:
+    return f"pool-{node}"
+
+
+def all_devices(nodes: list[str] = NODES, pool_of: Any = str) -> list[tuple[str, str]]:
+    devices = [(pool_of(node), f"gpu-{part}-{index}") for node in nodes for part in (0, 1)
                for index in range(DEVICES_PER_SLICE)]
     return [*devices, (SHARED_POOL, "s-0"), (SHARED_POOL, "s-1"), (PER_DEVICE_POOL, "pd-0"),
             (PER_DEVICE_POOL, "pd-1")]
 
 
-def initial_objects() -> list[dict[str, Any]]:
+def initial_objects(*, twins: bool = False) -> list[dict[str, Any]]:
     objs: list[dict[str, Any]] = [o.device_class()]
-    for index, name in enumerate(NODES):
+    for index, name in enumerate(TWIN_NODES if twins else NODES):
         objs.append(o.node(name, {"zone": "a" if index % 2 == 0 else "b"}))
-        objs += [node_slice(name, 0, 1), node_slice(name, 1, 1)]
-    objs += [shared_slice("a", 1), per_device_slice("node-0", 1)]
+        pool = twin_pool(name) if twins else None
+        objs += [node_slice(name, 0, 1, pool=pool), node_slice(name, 1, 1, pool=pool)]
+    if not twins:
+        objs += [shared_slice("a", 1), per_device_slice("node-0", 1)]
     h100 = [{"name": "gpu", "exactly": {"deviceClassName": o.CLASS, "selectors": [
-        {"cel": {"expression": 'device.attributes["model"].string == "H100"'}}]}}]
+        {"cel": {"expression": model_is("H100", twins=twins)}}]}}]
     pair = [{"name": f"r{k}", "exactly": {"deviceClassName": o.CLASS}} for k in range(2)]
     claims = {"one": o.claim("one"), "one-twin": o.claim("one-twin"), "two": o.claim("two", count=2),
               "h100": o.claim("h100", requests=h100),
@@ -133,10 +153,13 @@ NO_DEADLINE_S = 60.0
 
 
 class World:
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, *, twins: bool = False) -> None:
         self.rng = random.Random(seed)
+        self.twins = twins
+        self.nodes = TWIN_NODES if twins else NODES
+        self.pool_of = twin_pool if twins else str
         self.clock = Clock()
-        self.cache = ClusterCache.from_objects(initial_objects(), GATES)
+        self.cache = ClusterCache.from_objects(initial_objects(twins=twins), GATES)
         self.assume = AssumeCache(clock=self.clock)
         self.assume.attach(self.cache)
         writer = ClaimWriter(None, self.cache)
@@ -150,9 +173,12 @@ class World:
         self.rv = 10
         self.others: list[str] = []
         self.counter = 0
-        self.generations = {name: [1, 1] for name in NODES}
-        self.zones = {name: ("a" if index % 2 == 0 else "b") for index, name in enumerate(NODES)}
+        self.generations = {name: [1, 1] for name in self.nodes}
+        self.zones = {name: ("a" if index % 2 == 0 else "b") for index, name in enumerate(self.nodes)}
         self.declaring: set[str] = set()  # nodes whose status.declaredFeatures name optional node operations
+
+    def devices(self) -> list[tuple[str, str]]:
+        return all_devices(self.nodes, self.pool_of)
 
     def next_rv(self) -> int:
         self.rv += 1
@@ -172,7 +198,7 @@ class World:
         return op
 
     async def op_allocate(self) -> None:
-        pool, device = self.rng.choice(all_devices())
+        pool, device = self.rng.choice(self.devices())
         self.counter += 1
         raw = o.claim(f"x-{self.counter}")
         raw["metadata"]["resourceVersion"] = str(self.next_rv())
@@ -194,7 +220,7 @@ class World:
             self.apply("ResourceClaim", "MODIFIED", cleared)
 
     async def op_reserve(self) -> None:
-        pool, device = self.rng.choice(all_devices())
+        pool, device = self.rng.choice(self.devices())
         self.counter += 1
         claim = ResourceClaim.from_api(o.claim(f"f-{self.counter}"))
         ttl = self.rng.choice([None, 5.0])
@@ -209,7 +235,7 @@ class World:
         self.clock.now += 10
 
     async def op_class(self) -> None:
-        expression = self.rng.choice([None, 'device.attributes["model"].string == "A100"',
+        expression = self.rng.choice([None, model_is("A100", twins=self.twins),
                                       'device.attributes["numa"].int == 0'])
         raw = o.device_class(expression=expression)
         raw["metadata"]["resourceVersion"] = str(self.next_rv())
@@ -220,20 +246,21 @@ class World:
         if existing and self.rng.random() < 0.5:
             self.apply("DeviceTaintRule", "DELETED", self.rng.choice(existing))
             return
-        pool, device = self.rng.choice(all_devices())
+        pool, device = self.rng.choice(self.devices())
         self.counter += 1
         self.apply("DeviceTaintRule", "ADDED", taint_rule(f"rule-{self.counter}", pool, device))
 
     async def op_slice_taint(self) -> None:
-        node = self.rng.choice(NODES)
+        node = self.rng.choice(self.nodes)
         part = self.rng.randrange(2)
         device = self.rng.choice([None, f"gpu-{part}-0", f"gpu-{part}-1"])
         self.apply("ResourceSlice", "MODIFIED", node_slice(node, part, self.generations[node][part],
-                                                          rv=self.next_rv(), taint_device=device))
+                                                          rv=self.next_rv(), taint_device=device,
+                                                          pool=self.pool_of(node)))
 
     async def op_label(self) -> None:
         """A node's labels or its declared features change."""
-        node = self.rng.choice(NODES)
+        node = self.rng.choice(self.nodes)
         if self.rng.random() < 0.5:
             self.zones[node] = "b" if self.zones[node] == "a" else "a"
         else:
@@ -245,7 +272,7 @@ class World:
         self.apply("Node", "MODIFIED", raw)
 
     async def op_shared(self) -> None:
-        if self.rng.random() < 0.2:
+        if self.rng.random() < (0.6 if self.twins else 0.2):
             current = self.cache.raw("ResourceSlice", "shared")
             if current is not None:
                 self.apply("ResourceSlice", "DELETED", current)
@@ -254,14 +281,20 @@ class World:
         self.apply("ResourceSlice", "MODIFIED", shared_slice(mode, self.next_rv()))
 
     async def op_per_device(self) -> None:
-        self.apply("ResourceSlice", "MODIFIED", per_device_slice(self.rng.choice(NODES), self.next_rv()))
+        if self.rng.random() < (0.6 if self.twins else 0.3):
+            current = self.cache.raw("ResourceSlice", "per-device")
+            if current is not None:
+                self.apply("ResourceSlice", "DELETED", current)
+                return
+        self.apply("ResourceSlice", "MODIFIED", per_device_slice(self.rng.choice(self.nodes), self.next_rv()))
 
     async def op_generation(self) -> None:
-        node = self.rng.choice(NODES)
+        node = self.rng.choice(self.nodes)
         part = self.rng.randrange(2)
         generations = self.generations[node]
         generations[part] = max(generations) + (1 if generations[part] == max(generations) else 0)
-        self.apply("ResourceSlice", "MODIFIED", node_slice(node, part, generations[part], rv=self.next_rv()))
+        self.apply("ResourceSlice", "MODIFIED", node_slice(node, part, generations[part], rv=self.next_rv(),
+                                                          pool=self.pool_of(node)))
 
     async def op_bind(self) -> None:
         name = f"bound-{self.rng.randrange(6)}"
@@ -270,7 +303,7 @@ class World:
         if (pod.get("spec") or {}).get("nodeName"):
             return
         with contextlib.suppress(BindFailed):
-            await self.cached.bind("default", name, pod["metadata"]["uid"], self.rng.choice(NODES))
+            await self.cached.bind("default", name, pod["metadata"]["uid"], self.rng.choice(self.nodes))
 
     async def op_unbind(self) -> None:
         """The claim of a bound pod is deallocated (pod finished) and the pod is pending again."""
@@ -289,22 +322,37 @@ class World:
     # ---- the check ----------------------------------------------------------------------------
 
     async def compare(self, op: str, step: int) -> None:
+        nodes = self.nodes
         for name in FILTER_PODS:
             pod = self.cache.pod("default", name)
             assert pod is not None
-            with_cache = await self.cached.filter(pod, NODES)
-            without = await self.fresh.filter(pod, NODES)
+            # The outcomes themselves: a twin's is rewritten for each node (pools, node selector).
+            cached_outcomes, fresh_outcomes = await self.outcomes(self.cached, pod), await self.outcomes(
+                self.fresh, pod)
+            assert cached_outcomes == fresh_outcomes, f"outcomes of pod {name} after step {step} ({op})"
+            with_cache = await self.cached.filter(pod, nodes)
+            without = await self.fresh.filter(pod, nodes)
             assert (with_cache.passed, with_cache.failed, with_cache.unresolvable, with_cache.error) == (
                 without.passed, without.failed, without.unresolvable, without.error
             ), f"pod {name} after step {step} ({op})"
-            brief, brief_without = await self.cached.filter(pod, NODES, brief=True), await self.fresh.filter(
-                pod, NODES, brief=True)
+            brief, brief_without = await self.cached.filter(pod, nodes, brief=True), await self.fresh.filter(
+                pod, nodes, brief=True)
             assert (brief.passed, brief.failed, brief.unresolvable, brief.error) == (
                 brief_without.passed, brief_without.failed, brief_without.unresolvable, brief_without.error
             ), f"pod {name} after step {step} ({op}), brief"
             # Scoring memoises node fits under the same node keys (NodeScorer._placed_fit).
-            assert await self.cached.prioritize(pod, NODES) == await self.fresh.prioritize(pod, NODES), (
+            assert await self.cached.prioritize(pod, nodes) == await self.fresh.prioritize(pod, nodes), (
                 f"scores of pod {name} after step {step} ({op})")
+
+    async def outcomes(self, scheduler: Scheduler, pod: dict[str, Any]) -> dict[str, Any]:
+        """Per node: whether the pod fits, and the allocations when it does."""
+        try:
+            plan = scheduler.planner.plan(pod)
+            verdicts = await scheduler.checker.check_all(plan, self.nodes, use_cache=True)
+        except SchedulingError as error:
+            return {"error": str(error)}
+        return {node: (verdict.fits, verdict.outcome.allocations if verdict.fits and verdict.outcome
+                       else None) for node, verdict in verdicts.items()}
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -318,3 +366,15 @@ async def test_cached_filter_equals_uncached_filter(seed: int) -> None:
     assert stats["hits"] > 0, "the sequence must exercise cache hits, or it proves nothing"
     assert world.cached.scorer.memoised_fits(), (
         "scoring must have memoised node fits, or the scores prove nothing")
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_verdict_snapshot_equals_uncached_filter(seed: int) -> None:
+    """Alike nodes share outcomes (twins.py); after random changes every answer is still a fresh one."""
+    world = World(seed, twins=True)
+    await world.compare("start", 0)
+    for step in range(1, 121):
+        op = await world.step()
+        await world.compare(op, step)
+    stats = world.cached.filter_cache.stats()
+    assert stats["twinHits"] > 10, "the sequence must exercise the snapshot, or it proves nothing"

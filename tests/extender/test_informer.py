@@ -9,8 +9,8 @@ import pytest
 from fakeapi import FakeApiServer
 
 from allocator import FeatureGates
-from extender.cache import ClusterCache
-from extender.informer import Backoff, ClusterWatcher, WatchedKind
+from extender.cache import ClusterCache, Replacement
+from extender.informer import Backoff, ClusterWatcher, ListStrategy, WatchedKind
 from extender.kubeapi import KubeClient
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims"
@@ -175,16 +175,16 @@ async def test_unexpected_errors_restart_from_a_fresh_list(fake_api: FakeApiServ
                                                            cache: ClusterCache,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     fake_api.seed([node("n1")])
-    real_replace = cache.replace
+    real_replacing = cache.replacing
     failures = []
 
-    def replace_failing_once(kind: str, items: list[dict]) -> None:
+    def replacing_failing_once(kind: str) -> Replacement:
         if kind == "Node" and not failures:
             failures.append(kind)
             raise RuntimeError("bug")
-        real_replace(kind, items)
+        return real_replacing(kind)
 
-    monkeypatch.setattr(cache, "replace", replace_failing_once)
+    monkeypatch.setattr(cache, "replacing", replacing_failing_once)
     await watcher.start()
     assert await watcher.wait_ready(30)
     assert cache.node_names() == ["n1"]
@@ -201,3 +201,40 @@ def test_a_list_response_lets_go_of_each_item_once_the_cache_has_it() -> None:
         assert items[len(handed)] is None   # the list no longer holds the item being handed over
         handed.append(item)
     assert handed == [{"a": 1}, {"b": 2}] and items == [None, None]
+
+
+@pytest.mark.parametrize("strategy", [ListStrategy("paged", page_size=2), ListStrategy("watchlist")],
+                         ids=["paged", "watchlist"])
+async def test_paged_and_watch_list_sync_relist_and_follow(
+        fake_api: FakeApiServer, kube: KubeClient, cache: ClusterCache, strategy: ListStrategy) -> None:
+    fake_api.seed([node("n1"), *(claim(f"c{index}") for index in range(5))])
+    watcher = ClusterWatcher(kube, cache, list_strategy=strategy, backoff_initial_s=0.2, backoff_max_s=0.5)
+    try:
+        await watcher.start()
+        assert await watcher.wait_ready(30)
+        assert sorted(raw["metadata"]["name"] for raw in cache.valid_objects("ResourceClaim")) == [
+            f"c{index}" for index in range(5)]
+        if strategy.mode == "paged":
+            assert fake_api.requests["list resourceclaims"] == 3   # 2 + 2 + 1
+        else:
+            assert "list resourceclaims" not in fake_api.requests
+        # A 410 re-reads the kind the same way, and deletions made meanwhile are seen.
+        await eventually(lambda: fake_api.open_watches == len(watcher.kinds))
+        fake_api.close_watches("resourceclaims")
+        fake_api.remove_object("ResourceClaim", "c0", "ns")
+        fake_api.seed([claim("late")])
+        fake_api.expire_history()
+        await eventually(lambda: cache.claim("ns", "c0") is None and cache.claim("ns", "late") is not None)
+        assert watcher.health()["kinds"]["ResourceClaim"]["lists"] == 2
+        # Then the watch follows from the version the re-read ended at.
+        await kube.create(CLAIMS, claim("after"))
+        await eventually(lambda: cache.claim("ns", "after") is not None)
+    finally:
+        await watcher.stop()
+
+
+def test_an_unknown_list_strategy_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown list strategy 'chunks'"):
+        ListStrategy("chunks")
+    with pytest.raises(ValueError, match="page size must be positive"):
+        ListStrategy("paged", page_size=0)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime
 import ssl
-import types
 from pathlib import Path
 
 import aiohttp
@@ -320,28 +318,27 @@ async def test_connect_with_kubeconfig_mtls_and_token(tmp_path: Path) -> None:
 
 async def test_connect_in_cluster_rotates_the_service_account_token(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from kubernetes.config import incluster_config
+    from extender import credentials
 
     files = write_ca_and_certs(tmp_path)
     fake = FakeApiServer(token="first")
     url = await fake.start(ssl_context=server_tls(files, client_certs=False))
-    token_file = tmp_path / "token"
-    token_file.write_text("first")
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("first\n")
+    (account / "ca.crt").write_bytes(Path(files.ca).read_bytes())
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", url.rsplit(":", 1)[1])
-    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token_file))
-    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", files.ca)
-    now = [datetime.datetime.now()]
-    clock = types.SimpleNamespace(datetime=types.SimpleNamespace(now=lambda: now[0]),
-                                  timedelta=datetime.timedelta)
-    monkeypatch.setattr(incluster_config, "datetime", clock)
+    monkeypatch.setattr(credentials, "SERVICE_ACCOUNT_DIR", account)
     client = await KubeClient.connect()
     try:
+        assert client.base_url == url
         assert (await client.list(CLAIMS))["items"] == []
-        token_file.write_text("second")   # the kubelet rotated the projected token
+        (account / "token").write_text("second")   # the kubelet rotated the projected token
         fake._token = "second"
-        now[0] += datetime.timedelta(minutes=2)
+        # Answered 401 with the header read before: read again and sent once more.
         assert (await client.list(CLAIMS))["items"] == []
+        assert client._headers()["Authorization"] == "Bearer second"
     finally:
         await client.close()
         await fake.stop()

@@ -21,12 +21,13 @@ import asyncio
 import copy
 import datetime
 import inspect
+import itertools
 import random
 import ssl
 import string
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -342,7 +343,7 @@ class FakeApiServer:
     def _dispatch(self, verb: str, resource: Resource, namespace: str | None, name: str | None,
                   subresource: str | None, body: Any, request: web.Request) -> tuple[dict, int]:
         if verb == "list":
-            return self._list(resource, namespace), 200
+            return self._list(resource, namespace, request.query), 200
         key = (namespace or "", name or "")
         if verb == "get":
             return self._existing(resource, key), 200
@@ -408,16 +409,34 @@ class FakeApiServer:
             if watch.resource is resource and (watch.namespace is None or watch.namespace == namespace):
                 watch.queue.put_nowait(line)
 
-    def _list(self, resource: Resource, namespace: str | None) -> dict:
+    def _list(self, resource: Resource, namespace: str | None, query: Mapping[str, str]) -> dict:
+        """All objects, or with `limit` a page of them and a `continue` token for the next (unlike the
+        real server, later pages are not a snapshot: objects written meanwhile may show)."""
+        try:
+            limit = int(query.get("limit") or 0)
+            version, _, offset_text = (query.get("continue") or f"{self._rv}:0").partition(":")
+            offset = int(offset_text)
+        except ValueError as err:
+            raise StatusError(400, f"invalid list parameter: {err}") from err
+        matching = (obj for (ns, _), obj in self._objects[resource].items()
+                    if namespace is None or ns == namespace)
+        if limit > 0:
+            page = list(itertools.islice(matching, offset, offset + limit + 1))
+            more = len(page) > limit
+            page = page[:limit]
+        else:
+            page, more = list(matching), False
         items = []
-        for (ns, _), obj in self._objects[resource].items():
-            if namespace is None or ns == namespace:
-                item = dict(obj)
-                item.pop("kind", None)        # list items carry no type meta, like the real apiserver
-                item.pop("apiVersion", None)
-                items.append(item)
+        for obj in page:
+            item = dict(obj)
+            item.pop("kind", None)        # list items carry no type meta, like the real apiserver
+            item.pop("apiVersion", None)
+            items.append(item)
+        meta = {"resourceVersion": version}
+        if more:
+            meta["continue"] = f"{version}:{offset + limit}"
         return {"kind": f"{resource.kind}List", "apiVersion": resource.group_version,
-                "metadata": {"resourceVersion": str(self._rv)}, "items": items}
+                "metadata": meta, "items": items}
 
     def _create(self, resource: Resource, namespace: str | None, body: dict, *,
                 keep_identity: bool = False) -> dict:
@@ -572,10 +591,12 @@ class FakeApiServer:
 
     # ---- watch --------------------------------------------------------------------------------
 
-    def _bookmark_line(self, resource: Resource) -> bytes:
+    def _bookmark_line(self, resource: Resource, *, initial_events_end: bool = False) -> bytes:
+        meta: dict[str, Any] = {"resourceVersion": str(self._rv)}
+        if initial_events_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
         return orjson.dumps({"type": "BOOKMARK", "object": {
-            "kind": resource.kind, "apiVersion": resource.group_version,
-            "metadata": {"resourceVersion": str(self._rv)}}}) + b"\n"
+            "kind": resource.kind, "apiVersion": resource.group_version, "metadata": meta}}) + b"\n"
 
     async def _watch(self, request: web.Request, resource: Resource,
                      namespace: str | None) -> web.StreamResponse:
@@ -587,6 +608,12 @@ class FakeApiServer:
             start = int(since) if since not in ("", "0") else None
         except ValueError as err:
             raise StatusError(400, f"invalid watch parameter: {err}") from err
+        # WatchList (sendInitialEvents): the current objects, then a bookmark marking their end.
+        watch_list = query.get("sendInitialEvents") in ("true", "1")
+        if watch_list and (not bookmarks or query.get("resourceVersionMatch") != "NotOlderThan"
+                           or start is not None):
+            raise StatusError(422, "sendInitialEvents needs allowWatchBookmarks=true, "
+                                   "resourceVersionMatch=NotOlderThan and no resourceVersion here", "Invalid")
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(request)
         if start is not None and start < self._history_floor:
@@ -604,6 +631,8 @@ class FakeApiServer:
         else:
             backlog = [line for rv, res, ns, line in self._history
                        if rv > start and res is resource and (namespace is None or ns == namespace)]
+        if watch_list:
+            backlog.append(self._bookmark_line(resource, initial_events_end=True))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:

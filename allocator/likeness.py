@@ -1,0 +1,87 @@
+"""When two nodes are alike for the search, and the outcome of one rewritten for the other.
+
+A search on a node reads the node's pools (`NodePools`), the devices in use and the claims and classes;
+of the node itself only its name and labels (node selection of slices and devices, and the node
+selector of an allocation). For a node whose pools only that node sees, the labels play no part, and
+two such nodes whose pools hold the same devices in the same order search alike: with the same
+devices in use and the same claims and classes, the search takes the same devices, and only the pool
+and node names of the allocation differ. `likeness` describes a node's side of that (None when the
+node is not of that kind), `declared_features` and `devices_in_use` the rest, and `moved_to` rewrites
+an outcome found on one node for its twin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from allocator.model import Node
+from allocator.outcome import AllocationOutcome
+from allocator.pools import COMPLETE, NodePools
+from allocator.state import AllocatedState
+
+Likeness = tuple[object, ...]
+
+
+def likeness(node_name: str, pools: NodePools) -> Likeness | None:
+    """What a search on node `node_name` reads of its pools besides the devices in use (in
+    `pools.candidates` order), without pool or node names; None when the node's outcomes cannot be moved
+    to a twin. Two nodes with equal likeness and equal `declared_features` search alike.
+
+    Only nodes whose pools they alone see: every pool complete, each slice published for this node by
+    name (so labels play no part, and the allocation pins the node by name), one pool per driver (so
+    pools keep their order whatever their names), no devices of the pool elsewhere and no counter sets
+    (what counters have left depends on devices in use on other nodes), no device allowing multiple
+    allocations (its remaining capacity is more than "in use")."""
+    drivers = [pool.driver for pool in pools.pools]
+    if len(set(drivers)) != len(drivers):
+        return None
+    parts: list[object] = []
+    for pool in pools.pools:
+        if pool.status != COMPLETE or pool.devices_not_targeting or pool.counter_sets:
+            return None
+        devices: list[tuple[str, object, str | None, tuple[str, ...]]] = []
+        for entry in pool.entries:
+            device = entry.device
+            if entry.slice.node_name != node_name or device.allow_multiple_allocations:
+                return None
+            added = None if entry.taints is device.taints else repr(entry.taints)
+            # skipNodeOperations is slice-wide, so not in the device's signature.
+            devices.append((device.name, device.signature, added, tuple(entry.slice.skip_node_operations)))
+        parts.append((pool.driver, pool.has_binding_conditions, tuple(devices)))
+    return tuple(parts)
+
+
+def declared_features(node: Node) -> tuple[str, ...]:
+    """The node's `status.declaredFeatures`, sorted (part of what makes two nodes alike)."""
+    return tuple(sorted(node.declared_features))
+
+
+def devices_in_use(pools: NodePools, state: AllocatedState) -> tuple[bool, ...]:
+    """Which of the node's candidate devices `state` has in use: with `likeness`, all a search on the
+    node reads of the node and its pools."""
+    is_allocated = state.is_allocated
+    return tuple([is_allocated(entry.key) for entry in pools.candidates])
+
+
+def moved_to(outcome: AllocationOutcome, pool_ids: Sequence[tuple[str, str]], node: Node,
+             pools: NodePools) -> AllocationOutcome:
+    """A successful `outcome` found on a twin with pools `pool_ids`, for `node` (pools `pools`): the
+    results name the node's pools and the node selector the node."""
+    assert outcome.success, "only a fit is moved: a failure's reasons name the devices' users"
+    pool_of = {old: new[1] for old, new in zip(pool_ids, pools.pool_ids, strict=True)}
+    pinned = {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}]}
+    allocations: list[dict[str, Any]] = []
+    for allocation in outcome.allocations:
+        devices = allocation["devices"]
+        results = [{**result, "pool": pool_of[_pool_id(result)]} for result in devices["results"]]
+        moved = {**allocation, "devices": {**devices, "results": results}}
+        if "nodeSelector" in allocation:
+            moved["nodeSelector"] = pinned
+        allocations.append(moved)
+    return AllocationOutcome(True, allocations, [], outcome.steps, outcome.subrequest_ranks)
+
+
+def _pool_id(result: dict[str, Any]) -> tuple[str, str]:
+    return result["driver"], result["pool"]

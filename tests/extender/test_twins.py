@@ -1,0 +1,127 @@
+"""The verdict snapshot (extender/twins.py): nodes that are alike share one search.
+
+The randomized check that answers with the snapshot equal fresh ones is in
+test_filtercache_differential.py (test_verdict_snapshot_equals_uncached_filter)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dra_objects as o
+import pytest
+
+from allocator import Allocator, FeatureGates
+from extender.assume import AssumeCache
+from extender.cache import ClusterCache
+from extender.claimwriter import ClaimWriter
+from extender.filtercache import FilterCache
+from extender.scheduling import Scheduler
+
+NODES = ["node-0", "node-1", "node-2", "node-3"]
+
+
+def make(objs: list[dict[str, Any]]) -> Scheduler:
+    cache = ClusterCache.from_objects(objs, FeatureGates())
+    assume = AssumeCache()
+    assume.attach(cache)
+    return Scheduler(cache, assume, ClaimWriter(None, cache), filter_cache=FilterCache(cache, assume))
+
+
+def workload(objs: list[dict[str, Any]], pods: int = 3, count: int = 1) -> list[dict[str, Any]]:
+    for index in range(pods):
+        objs += [o.claim(f"c{index}", count=count), o.pod(f"p{index}", [f"c{index}"])]
+    return objs
+
+
+def pod(scheduler: Scheduler, name: str) -> dict[str, Any]:
+    found = scheduler.cache.pod("default", name)
+    assert found is not None
+    return found
+
+
+@pytest.fixture
+def searches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The nodes the allocator searched, in order."""
+    searched: list[str] = []
+    original = Allocator.allocate
+
+    def counting(self: Allocator, node: Any, claims: Any) -> Any:
+        searched.append(node.name)
+        return original(self, node, claims)
+
+    monkeypatch.setattr(Allocator, "allocate", counting)
+    return searched
+
+
+def pooled_cluster() -> list[dict[str, Any]]:
+    """Alike nodes whose pools are not named after them."""
+    objs = o.cluster(4, 2)
+    for raw in objs:
+        if raw["kind"] == "ResourceSlice":
+            raw["spec"]["pool"]["name"] = "pool-" + raw["spec"]["nodeName"]
+    return objs
+
+
+async def test_alike_nodes_are_searched_once_and_get_their_own_pool_and_node(searches: list[str]) -> None:
+    scheduler = make(workload(pooled_cluster()))
+    plan = scheduler.planner.plan(pod(scheduler, "p0"))
+    verdicts = await scheduler.checker.check_all(plan, NODES, use_cache=True)
+    assert searches == ["node-0"]
+    assert scheduler.filter_cache is not None and scheduler.filter_cache.stats()["twinHits"] == 3
+    for node, verdict in verdicts.items():
+        assert verdict.fits and verdict.outcome is not None
+        (allocation,) = verdict.outcome.allocations
+        assert allocation["devices"]["results"] == [
+            {"request": "gpu", "driver": o.DRIVER, "pool": f"pool-{node}", "device": "gpu-0"}]
+        assert allocation["nodeSelector"] == {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+
+
+async def test_nodes_with_other_devices_in_use_are_not_twins(searches: list[str]) -> None:
+    objs = workload(o.cluster(4, 2))
+    taken = o.claim("taken")
+    o.allocate(taken, "node-1", ["gpu-0"])
+    scheduler = make([*objs, taken])
+    result = await scheduler.filter(pod(scheduler, "p0"), NODES)
+    assert result.passed == NODES
+    assert searches == ["node-0", "node-1"]  # node-2 and node-3 are node-0's twins
+    plan = scheduler.planner.plan(pod(scheduler, "p0"))
+    verdict = scheduler.checker.check(plan, "node-1", use_cache=True)
+    assert verdict.outcome is not None
+    assert verdict.outcome.allocations[0]["devices"]["results"][0]["device"] == "gpu-1"
+
+
+async def test_failures_are_not_shared(searches: list[str]) -> None:
+    scheduler = make(workload(o.cluster(4, 2), count=3))
+    result = await scheduler.filter(pod(scheduler, "p0"), NODES)
+    assert not result.passed
+    assert searches == NODES
+    assert "claim default/c0: request gpu: needs 3 devices" in result.unresolvable["node-2"]
+
+
+async def test_nodes_that_see_a_shared_pool_are_searched_each(searches: list[str]) -> None:
+    shared = o.gpu_slice("shared", 2)
+    del shared["spec"]["nodeName"]
+    shared["spec"]["allNodes"] = True
+    scheduler = make(workload([*o.cluster(4, 2), shared]))
+    assert (await scheduler.filter(pod(scheduler, "p0"), NODES)).passed == NODES
+    assert searches == NODES
+
+
+async def test_nodes_with_other_declared_features_are_not_twins(searches: list[str]) -> None:
+    objs = workload(o.cluster(4, 2))
+    for raw in objs:
+        if raw["kind"] == "Node" and raw["metadata"]["name"] in ("node-2", "node-3"):
+            raw["status"] = {"declaredFeatures": ["ExampleFeature"]}
+    scheduler = make(objs)
+    assert (await scheduler.filter(pod(scheduler, "p0"), NODES)).passed == NODES
+    assert searches == ["node-0", "node-2"]
+
+
+async def test_a_class_change_is_never_answered_by_an_older_twin(searches: list[str]) -> None:
+    scheduler = make(workload(o.cluster(4, 2)))
+    assert (await scheduler.filter(pod(scheduler, "p0"), NODES[:2])).passed == NODES[:2]
+    scheduler.cache.apply("DeviceClass", "MODIFIED", o.device_class(
+        expression='device.driver == "other.example.com"'))
+    assert (await scheduler.filter(pod(scheduler, "p0"), NODES[2:])).passed == []
+    assert searches == ["node-0", "node-2", "node-3"]
