@@ -18,13 +18,14 @@ that claim against the released Go code. Deliberate differences, each commented 
 - a selector whose estimated CEL cost exceeds the limit is a compile error here (as when the API
   server validates it); upstream's allocator skips the estimate and stops such a selector at run time;
 - the search prunes hopeless branches, so its ``steps`` can be lower than upstream's allocateOne
-  count; ``Allocator(..., prune=False)`` reproduces upstream's count. Pruning checks the selectors
-  upstream would still have evaluated, except (open, rare) a CEL error in a request our pruning
-  skips: a later request of a claim given up as hopeless, whose failing selector upstream may reach.
+  count; ``Allocator(..., prune=False)`` reproduces upstream's count. Pruning never skips a hard
+  error upstream's search would reach (a failing selector, a capacity request its range arithmetic
+  cannot represent): bounds only look as far as the first request that could hit one.
 
-Open CEL differences from cel-go found by the differential campaigns (stricter static typing in cel-go,
-``x in []``, milli sums and asInteger, cost estimates) are listed one by one, with the reason, in
-tests/conformance/differential.py (KNOWN_CEL_DIFFERENCES).
+Open CEL differences from cel-go found by the differential campaigns (cost estimates of stored
+selectors, milli sums and asInteger, opaque == in cel-expr, cel-go's typing of an empty list's
+filter) are listed one by one, with the reason, in tests/conformance/differential.py
+(KNOWN_CEL_DIFFERENCES).
 
 Upstream quirk we copy: with DRAOptionalNodeOperations off, devices of slices with skipNodeOperations are
 usable unless another alpha allocator gate is on (upstream's variants differ; allocator.checks says which).

@@ -24,6 +24,7 @@ class RequestData:
         "derived",
         "device_class",
         "eligible",
+        "error_mask",
         "full_name",
         "mask",
         "name",
@@ -67,6 +68,7 @@ class RequestData:
         # Per candidate: 0 not eligible, 1 eligible, SHARED eligible if its remaining capacity fits.
         self.eligible: list[int | None] = []
         self.mask: int | None = None  # candidates that may be selectable (pruning only)
+        self.error_mask = 0  # candidates whose check is a hard error (set with mask)
         self.derived: DerivedAttributes | None = None  # its derived attributes (DRADerivedAttributes)
 
 

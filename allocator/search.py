@@ -113,17 +113,19 @@ class _Search:
 
     # --- entry point ----------------------------------------------------------------------------------
     def run(self) -> AllocationOutcome:
+        # A path holds at most the result limit of devices per claim (a larger count is refused first).
         depth = len(self.claims) + sum(
-            2 + max(rd.num_devices for rd in rds) for claim in self.requests for rds in claim
+            2 + min(MAX_RESULTS_PER_CLAIM, max(rd.num_devices for rd in rds))
+            for claim in self.requests
+            for rds in claim
         )
         if 2 * depth + 200 > sys.getrecursionlimit():
             sys.setrecursionlimit(2 * depth + 1000)  # two frames per search step along the current path
         try:
             status = self._step(0, 0, 0, 0, in_sub=False, start=0)
-        except _Hopeless as hopeless:
+        except _Hopeless:
             status = FAIL
             self._abandon_attempt()
-            self._evaluate_earlier_claims(hopeless.claim_index)
         if status == OK:
             allocations = [
                 build_allocation(
@@ -333,21 +335,6 @@ class _Search:
             if eligible[entry.index] is None:
                 self.checks.eligible(rd, entry)
 
-    def _evaluate_earlier_claims(self, hopeless: int) -> None:
-        """Upstream's search, having no such shortcut, would have tried every choice of the claims
-        before a hopeless one: check their selectors on every free device, so a failing selector is
-        the same hard error as there."""
-        for ci in range(hopeless):
-            for rds in self.requests[ci]:
-                for rd in rds:
-                    if rd.all_devices is None:
-                        self._evaluate_remaining(ci, rd, 0)
-        # The hopeless claim's first request is always reached; later ones only if earlier ones can be
-        # filled, which the shortcut no longer tells: they are left alone (a known, rare difference).
-        for rd in self.requests[hopeless][0] if self.requests[hopeless] else ():
-            if rd.all_devices is None:
-                self._evaluate_remaining(hopeless, rd, 0)
-
     def _first_available(self, ci: int, ri: int, rds: list[RequestData]) -> int:
         """Try the subrequests in order; MAX_SIZE only if every one of them hit the result limit."""
         all_exceeded = True
@@ -411,22 +398,47 @@ class _Search:
 
     # --- pruning --------------------------------------------------------------------------------------
     def _mask(self, ci: int, rd: RequestData) -> int:
-        """Candidates that are or might be selectable (a CEL error counts as "might": the search itself
-        reports it if it ever gets there)."""
+        """Candidates that are or might be selectable. A hard error (a failing selector, a capacity
+        request the range arithmetic cannot represent) counts as "might" and is noted in
+        ``rd.error_mask``: the search must reach it exactly where upstream's does."""
         if rd.mask is None:
             if rd.all_devices is not None:
                 rd.mask = sum(1 << e.index for e in rd.all_devices)
             else:
-                mask = 0
+                mask = errors = 0
                 for entry in self.candidates:
                     try:
-                        ok = self.checks.selectable(rd, entry)
+                        self._check_hard_errors(rd, entry)
                     except AllocationError:
-                        ok = True
-                    if ok:
+                        errors |= 1 << entry.index
                         mask |= 1 << entry.index
-                rd.mask = mask
+                        continue
+                    if self.checks.selectable(rd, entry):
+                        mask |= 1 << entry.index
+                rd.mask, rd.error_mask = mask, errors
         return rd.mask
+
+    def _check_hard_errors(self, rd: RequestData, entry: DeviceEntry) -> None:
+        """Raise the AllocationError upstream's loop raises when it looks at this free candidate."""
+        eligible = rd.eligible[entry.index]
+        if eligible is None:
+            eligible = self.checks.eligible(rd, entry)
+        if eligible == SHARED:
+            self.checks.capacity_fits(rd, entry, in_use=False)
+
+    def _errors_stop(self, ci: int, first_request: int, free: int) -> int:
+        """The first request from ``first_request`` on with a hard error on a candidate it may still
+        reach (``free``; an admin request reaches devices in use too), else the number of requests.
+        Pruning may only rule out the requests before it: upstream gets to that request whenever
+        those can be filled, and stops there with the error."""
+        requests = self.requests[ci]
+        for ri in range(first_request, len(requests)):
+            for rd in requests[ri]:
+                if rd.all_devices is None:
+                    self._mask(ci, rd)
+                    if rd.error_mask & (-1 if rd.admin else free):
+                        return ri
+        return len(requests)
 
     def _free_mask(self) -> int:
         if self._allocated_mask is None:
@@ -451,9 +463,10 @@ class _Search:
             self._groups[attribute] = groups
         return groups
 
-    def _remaining(self, ci: int, first_request: int, free: int) -> list[_Remaining]:
+    def _remaining(self, ci: int, first_request: int, stop: int, free: int) -> list[_Remaining]:
+        """The exclusive requests of claim ``ci`` from ``first_request`` up to ``stop``."""
         remaining: list[_Remaining] = []
-        for rds in self.requests[ci][first_request:]:
+        for rds in self.requests[ci][first_request:stop]:
             if any(r.admin for r in rds):
                 continue
             mask = 0
@@ -468,14 +481,20 @@ class _Search:
             return False
         free = self._free_mask()
         current = ([rd], rd.num_devices - di, ((self._mask(ci, rd) & free) >> start) << start)
-        return self._bounds_fail(ci, [current, *self._remaining(ci, ri + 1, free)])
+        stop = self._errors_stop(ci, ri + 1, free)
+        return self._bounds_fail(ci, [current, *self._remaining(ci, ri + 1, stop, free)])
 
     def _hopeless_alone(self, ci: int) -> bool:
-        """True if the claim cannot be satisfied even if no earlier claim took anything."""
+        """True if the claim cannot be satisfied even if no earlier claim took anything, and giving up
+        the whole search skips no hard error upstream's would reach: it retries every choice of the
+        earlier claims, so any error they hold counts, and this claim's up to where they may start."""
         self._free_mask()
         assert self._allocated_mask is not None
-        remaining = self._remaining(ci, 0, ~self._allocated_mask)
-        return bool(remaining) and self._bounds_fail(ci, remaining)
+        free = ~self._allocated_mask
+        remaining = self._remaining(ci, 0, self._errors_stop(ci, 0, free), free)
+        if not remaining or not self._bounds_fail(ci, remaining):
+            return False
+        return all(self._errors_stop(j, 0, free) == len(self.requests[j]) for j in range(ci))
 
     def _bounds_fail(self, ci: int, remaining: list[_Remaining]) -> bool:
         """Necessary conditions for any solution of the remaining requests of claim ``ci``.

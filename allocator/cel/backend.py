@@ -128,8 +128,9 @@ def attribute_result(value: object, kind_of: Callable[[object], str],
 
 
 _RESULT_KINDS = ("bool", "int", "string", "kubernetes.Semver")
-# Static result types a derived attribute may have (cel-go's checker; attribute values are dyn).
-DERIVED_RESULT_TYPES = ("bool", "int", "string", "dyn", "kubernetes.Semver")
+# Static result types a derived attribute may have (cel-go's checker; attribute values are dyn, or
+# google.protobuf.Any when a new expression is validated without list-type attributes).
+DERIVED_RESULT_TYPES = ("bool", "int", "string", "dyn", "any", "kubernetes.Semver")
 
 
 def derived_result_problem(type_name: str, lists_allowed: bool) -> str | None:

@@ -40,7 +40,7 @@ from allocator.cel.backend import (
 from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
 from allocator.cel.celpy_check import DYN, Checker, type_name
-from allocator.cel.parser import Call, Node, Token, parse
+from allocator.cel.parser import Call, Node, Token, is_empty_list_membership, parse
 from allocator.cel.parser import tokenize as _tokenize_uncached
 from allocator.quantity import Quantity
 from allocator.semver import Semver
@@ -109,10 +109,11 @@ class CelExprBackend:
         with self._lock:
             compiled, unchecked = self._compile_checked(checked_text, expression)
         tree = parse(expression)
+        Checker(expression, options, optional_map_entries=True).check(tree)  # compile() checks the result
         check_opaque_types(expression, tree)
         with self._lock:
             result_type = compiled.return_type()
-            executable = _with_native_quantity_comparisons(checked_text, tree)
+            executable = _with_tree_rewrites(checked_text, tree)
             executable = _with_constant_values(_with_domain_defaults(executable, tokenize(executable)))
             if executable != checked_text:
                 compiled = self._env.compile(executable, disable_check=unchecked)
@@ -371,13 +372,101 @@ _NATIVE_COMPARISONS = {
 }
 
 
-def _with_native_quantity_comparisons(text: str, tree: Node) -> str:
-    """Comparisons of two statically known quantities become bytes comparisons, which the
-    order-preserving encoding makes exact; this saves a call into Python per evaluation.
-    ``tree`` is the parse of the user's text, whose positions ``text`` (after same-length
-    rewrites) shares."""
+def _with_tree_rewrites(text: str, tree: Node) -> str:
+    """The rewrites that need the parse: native quantity comparisons, and memberships in an empty
+    list literal. ``tree`` is the parse of the user's text, whose positions ``text`` (after
+    same-length rewrites) shares."""
     tokens = tokenize(text)
     index_at = {token.pos: i for i, token in enumerate(tokens)}
+    wrappers = [
+        *_empty_list_membership_edits(text, tree, tokens, index_at),
+        *_arithmetic_equality_edits(text, tree, tokens, index_at),
+    ]
+    # Wrappers only insert around operands; a native comparison they would cut through is left out.
+    edits = [
+        edit for edit in _native_quantity_comparisons(text, tree, tokens, index_at)
+        if not any(edit[0] < at < edit[1] for start, end, _ in wrappers for at in (start, end))
+    ]
+    return _apply(text, edits + wrappers)
+
+
+_BELOW_RELATIONS = {"&&", "||", "?", ":", ","}
+
+
+def _left_operand_start(tokens: list[Token], operator: int) -> int:
+    """The text position where the left operand of the relation at token ``operator`` begins:
+    relations group to the left, so it reaches back to the nearest operator of lower precedence
+    or unmatched opening bracket."""
+    depth = 0
+    for i in range(operator - 1, -1, -1):
+        token = tokens[i]
+        if token.kind == "punct" and token.text in ")]}":
+            depth += 1
+        elif token.kind == "punct" and token.text in "([{":
+            if depth == 0:
+                return tokens[i + 1].pos
+            depth -= 1
+        elif depth == 0 and token.kind == "punct" and token.text in _BELOW_RELATIONS:
+            if token.text == "?" and i > 0 and tokens[i - 1].text in (".", "["):
+                continue  # optional selection .?x / [?x], not a conditional
+            return tokens[i + 1].pos
+    return tokens[0].pos
+
+
+def _empty_list_membership_edits(
+    text: str, tree: Node, tokens: list[Token], index_at: dict[int, int]
+) -> list[tuple[int, int, str]]:
+    """``x in []`` becomes ``(false && x in [])``: false without evaluating x, as cel-go's planner
+    answers it (parser.is_empty_list_membership), while cel-cpp would evaluate x first."""
+    edits = []
+    for node in walk(tree):
+        if not is_empty_list_membership(node):
+            continue
+        operator = index_at.get(node.pos)
+        if operator is None or not _is(tokens[operator], "in"):
+            continue
+        close = _matching_close(tokens, operator + 1)
+        if close is None:
+            continue
+        start = _left_operand_start(tokens, operator)
+        edits.append((start, start, "(false && "))
+        edits.append((tokens[close].pos + 1, tokens[close].pos + 1, ")"))
+    return edits
+
+
+def _arithmetic_equality_edits(
+    text: str, tree: Node, tokens: list[Token], index_at: dict[int, int]
+) -> list[tuple[int, int, str]]:
+    """``x == q.add(...)`` (or ``.sub``, and ``!=``) becomes ``_arithmeticEq(x, q.add(...))``: cel-go's
+    equality treats that result as a pointer (celexpr_library.ARITHMETIC_EQUALS), where cel-cpp would
+    compare the two encodings."""
+    edits = []
+    for node in walk(tree):
+        if not (isinstance(node, Call) and node.function in ("_==_", "_!=_")):
+            continue
+        right = node.args[1]
+        # add() and sub() exist only as Quantity methods
+        if not (isinstance(right, Call) and right.function in ("add", "sub") and right.target is not None):
+            continue
+        operator, dot = index_at.get(node.pos), index_at.get(right.pos)
+        if operator is None or dot is None or not _is(tokens[dot + 2], "("):
+            continue
+        close = _matching_close(tokens, dot + 2)
+        if close is None:
+            continue
+        start = _left_operand_start(tokens, operator)
+        function = library.ARITHMETIC_EQUALS if node.function == "_==_" else library.ARITHMETIC_NOT_EQUALS
+        edits.append((start, start, f"{function}("))
+        edits.append((tokens[operator].pos, tokens[operator].pos + 2, ","))
+        edits.append((tokens[close].pos + 1, tokens[close].pos + 1, ")"))
+    return edits
+
+
+def _native_quantity_comparisons(
+    text: str, tree: Node, tokens: list[Token], index_at: dict[int, int]
+) -> list[tuple[int, int, str]]:
+    """Comparisons of two statically known quantities become bytes comparisons, which the
+    order-preserving encoding makes exact; this saves a call into Python per evaluation."""
     edits = []
     for node in walk(tree):
         if not (isinstance(node, Call) and node.function in _NATIVE_COMPARISONS and node.target is not None
@@ -400,7 +489,7 @@ def _with_native_quantity_comparisons(text: str, tree: Node) -> str:
         if edit[0] >= reached:
             outermost.append(edit)
             reached = edit[1]
-    return _apply(text, outermost)
+    return outermost
 
 
 def _apply(text: str, edits: list[tuple[int, int, str]]) -> str:

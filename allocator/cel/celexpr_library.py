@@ -329,6 +329,24 @@ def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
     return found if limit < 0 else found[:limit]
 
 
+# Equality with a quantity add() or sub() returned: to cel-go that result is a pointer, which the
+# Quantity and Semver equality of the Kubernetes library refuses ("no such overload"), any other
+# value is merely unequal to it, and != is then always true. celexpr_backend calls these instead of
+# == and != when the right operand is such a call.
+ARITHMETIC_EQUALS = "_arithmeticEq"
+ARITHMETIC_NOT_EQUALS = "_arithmeticNe"
+
+
+def _equals_arithmetic_quantity(value: object, quantity: bytes) -> bool:
+    if isinstance(value, _BYTES) and value[:2] in (_QUANTITY_TAG, _SEMVER_TAG):
+        raise NoSuchOverload("_==_", value, quantity)
+    return False
+
+
+def _not_equals_arithmetic_quantity(value: object, quantity: bytes) -> bool:
+    return True
+
+
 # -- declarations ---------------------------------------------------------------------------------
 
 # The run-time kinds a dyn argument can have (cel-expr-python needs one overload per kind).
@@ -388,5 +406,10 @@ def function_declarations() -> list[Any]:
             *(_member("lastIndexOf", N, [L, kind], _last_index_of) for _, kind in _ANY_KINDS)],
         "includes": [_member("includes", T.BOOL, [receiver, arg], _includes)
                      for _, receiver in _ANY_KINDS for _, arg in _ANY_KINDS],
+        ARITHMETIC_EQUALS: [_overload(f"arithmetic_eq_{name}", T.BOOL, [kind, B], _equals_arithmetic_quantity)
+                            for name, kind in _ANY_KINDS],
+        ARITHMETIC_NOT_EQUALS: [
+            _overload(f"arithmetic_ne_{name}", T.BOOL, [kind, B], _not_equals_arithmetic_quantity)
+            for name, kind in _ANY_KINDS],
     }
     return [cel.FunctionDecl(name, overloads) for name, overloads in decls.items()]

@@ -6,9 +6,10 @@ those two types where they are statically known (capacity values, ``quantity()``
 results and quantity arithmetic) and rejects what cel-go rejects: operators on them
 (``memory > quantity("1")``), equality with another type, methods of the other type, and
 quantity/semver mixes. It also does what the Kubernetes environment adds to cel-go's checker and
-cel-cpp lacks: literal regular expressions are validated, list and map literals must be
-homogeneous, and comprehensions need a list or map range. Where a type is only known at run time
-(attribute values, bound variables) the run-time checks of celexpr_library apply instead.
+cel-cpp lacks: literal regular expressions are validated, and comprehensions need a list or map
+range (homogeneous list and map literals are celpy_check's, which cel-expr runs too). Where a type
+is only known at run time (attribute values, bound variables) the run-time checks of
+celexpr_library apply instead.
 """
 
 from __future__ import annotations
@@ -52,23 +53,11 @@ def check(expression: str, tree: Node) -> None:
     for node in walk(tree):
         if isinstance(node, Call):
             _check_call(expression, node)
-        elif isinstance(node, ListExpr):
-            _check_homogeneous(expression, node, node.elements)
-        elif isinstance(node, MapExpr):
-            _check_homogeneous(expression, node, [entry.key for entry in node.entries])
-            _check_homogeneous(expression, node, [entry.value for entry in node.entries])
         elif isinstance(node, Comprehension) and node.macro != "bind":
             kind = static_type(node.target)
             if kind is not None and kind not in ("list", "map"):
                 raise _fail(expression, node, f"expression of type '{kind}' cannot be the range of a "
                                               "comprehension (must be list, map, or dynamic)")
-
-
-def _check_homogeneous(expression: str, literal: Node, parts: object) -> None:
-    kinds = {kind for kind in map(static_type, parts) if kind is not None}  # type: ignore[call-overload]
-    if len(kinds) > 1:
-        raise _fail(expression, literal, f"aggregate literal mixes types {', '.join(sorted(kinds))}; "
-                                         "wrap elements in dyn() to mix types")
 
 
 def walk(node: object) -> Iterator[Node]:

@@ -55,6 +55,7 @@ from allocator.cel.parser import (
     MapExpr,
     Node,
     Select,
+    is_empty_list_membership,
     parse,
     qualified_name,
 )
@@ -185,6 +186,8 @@ def _emit_comprehension(node: Comprehension) -> str:
 
 def _emit_call(node: Call) -> tuple[str, int]:
     name = node.function
+    if is_empty_list_membership(node):
+        return "false", _MEMBER
     if name in _INFIX:
         level = _INFIX_LEVEL[name]
         left, right = node.args

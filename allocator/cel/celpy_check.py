@@ -1,9 +1,12 @@
-"""A static check of a parsed selector against the DRA CEL environment, for the celpy backend.
+"""A static check of a parsed selector against the DRA CEL environment.
 
-cel-python has no type checker, so this module rejects at compile time what cel-go's checker rejects:
+cel-python has no type checker, so this module rejects at compile time what cel-go's checker rejects
+(the cel-expr backend runs it too, after cel-cpp's own checker, which types the Kubernetes libraries
+less precisely):
 undeclared identifiers and functions, undefined `device` fields (`allowMultipleAllocations` exists only
 with consumable capacity), calls that match no overload, operators on statically mismatched types
-(`true == 1`, `1 + 1u`), mixed-type list/map literals (HomogeneousAggregateLiterals), invalid literal
+(`true == 1`, `1 + 1u`), list/map literals whose elements differ in type, dyn included
+(HomogeneousAggregateLiterals; not inside format()), invalid literal
 regular expressions in matches(), and a result that cannot be a bool. Anything whose type is only known at
 evaluation time (attribute values are `dyn`) is left to the runtime, as in cel-go.
 """
@@ -34,6 +37,18 @@ from allocator.cel.parser import (
 Type: TypeAlias = str | tuple["Type", ...]
 
 DYN = "dyn"
+
+
+class _AnyType(str):
+    """google.protobuf.Any, the type of attribute values when a new selector is validated without
+    DRAListTypeAttributes. cel-go's checker treats it as dyn (so it equals DYN here) except where it
+    says 'any': a comprehension cannot range over it, and list and map literals must not mix it
+    with another element type."""
+
+    __slots__ = ()
+
+
+ANY = _AnyType(DYN)
 BOOL, INT, UINT, DOUBLE, STRING, BYTES = "bool", "int", "uint", "double", "string", "bytes"
 QUANTITY, SEMVER = "kubernetes.Quantity", "kubernetes.Semver"
 TIMESTAMP, DURATION = "google.protobuf.Timestamp", "google.protobuf.Duration"
@@ -132,7 +147,26 @@ REGEX_FUNCTIONS = {"matches"}
 def type_name(t: Type) -> str:
     if isinstance(t, tuple):
         return f"{t[0]}({', '.join(type_name(p) for p in t[1:])})"
+    if isinstance(t, _AnyType):
+        return "any"
     return DYN if t == FREE else t
+
+
+def _known(t: Type) -> Type:
+    """An element or value type as a value of it is used: a free type parameter is dynamic."""
+    return DYN if t == FREE else t
+
+
+def equivalent(a: Type, b: Type) -> bool:
+    """cel-go's IsEquivalentType, which its homogeneous-literal validator applies to the checked types
+    of the elements: dyn and any match only themselves, a free type parameter (the element type of an
+    empty literal) matches anything."""
+    if a == FREE or b == FREE:
+        return True
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) and a[0] == b[0]
+                and all(equivalent(x, y) for x, y in zip(a[1:], b[1:], strict=True)))
+    return a == b and isinstance(a, _AnyType) == isinstance(b, _AnyType)
 
 
 def unifies(a: Type, b: Type) -> bool:
@@ -164,9 +198,10 @@ def _applies(receiver_type: Type | None, params: tuple[Type, ...], receiver: Typ
 
 
 def _device_type(options: CompileOptions) -> dict[str, Type]:
+    attribute = DYN if options.list_type_attributes else ANY
     fields: dict[str, Type] = {
         "driver": STRING,
-        "attributes": ("map", STRING, ("map", STRING, DYN)),
+        "attributes": ("map", STRING, ("map", STRING, attribute)),
         "capacity": ("map", STRING, ("map", STRING, QUANTITY)),
     }
     if options.consumable_capacity:
@@ -175,11 +210,15 @@ def _device_type(options: CompileOptions) -> dict[str, Type]:
 
 
 class Checker:
-    def __init__(self, text: str, options: CompileOptions) -> None:
+    def __init__(self, text: str, options: CompileOptions, *, optional_map_entries: bool = False) -> None:
+        """``optional_map_entries``: the engine supports ``{?key: value}`` (cel-expr does, celpy not)."""
         self.text = text
         self.options = options
+        self.optional_map_entries = optional_map_entries
         self.device_fields = _device_type(options)
         self.scopes: list[dict[str, Type]] = []
+        # Inside format(): cel-go's string-format validator exempts its literals from the homogeneity check.
+        self.in_format = 0
 
     def fail(self, node: Node, message: str) -> CELCompileError:
         line, column = line_column(self.text, node.pos)
@@ -209,7 +248,7 @@ class Checker:
             elements = [self.element(node, i, e) for i, e in enumerate(node.elements)]
             return ("list", self.homogeneous(node, elements))
         if isinstance(node, MapExpr):
-            if any(entry.optional for entry in node.entries):
+            if not self.optional_map_entries and any(entry.optional for entry in node.entries):
                 raise self.fail(node, "optional map entries '{?key: value}' are not supported by the celpy "
                                       "backend (the cel-expr backend supports them)")
             keys = [self.check(entry.key) for entry in node.entries]
@@ -241,11 +280,15 @@ class Checker:
         return element_type[1] if isinstance(element_type, tuple) else DYN
 
     def homogeneous(self, node: Node, types: list[Type]) -> Type:
-        result: Type = DYN
-        for t in types:
-            if not unifies(result, t):
-                raise self.fail(node, f"expected type '{type_name(result)}' but found '{type_name(t)}'")
-            result = _join(result, t)
+        """The element type of a literal (free when it is empty); every element must have the first
+        one's type (HomogeneousAggregateLiterals)."""
+        if not types:
+            return FREE
+        result = types[0]
+        for t in types[1:]:
+            if not self.in_format and not equivalent(types[0], t):
+                raise self.fail(node, f"expected type '{type_name(types[0])}' but found '{type_name(t)}'")
+            result = _join(result, t) if unifies(result, t) else DYN
         return result
 
     def qualify(self, node: Node, operand: Type, field: str | None, index: Type | None, *,
@@ -269,12 +312,12 @@ class Checker:
             if not unifies(key, target[1]):  # type: ignore[arg-type]
                 raise self.fail(node, f"found no matching overload for '_[_]' applied to "
                                       f"'({type_name(target)}, {type_name(key)})'")  # type: ignore[arg-type]
-            return target[2]
+            return _known(target[2])
         if isinstance(target, tuple) and target[0] == "list" and field is None:
             if not unifies(index, INT):  # type: ignore[arg-type]
                 raise self.fail(node, f"found no matching overload for '_[_]' applied to "
                                       f"'({type_name(target)}, {type_name(index)})'")  # type: ignore[arg-type]
-            return target[1]
+            return _known(target[1])
         if field is not None:
             raise self.fail(node, f"type '{type_name(target)}' does not support field selection")
         raise self.fail(node, f"found no matching overload for '_[_]' applied to "
@@ -287,12 +330,15 @@ class Checker:
             result = self.check(node.args[0])
             self.scopes.pop()
             return result
+        if isinstance(target, _AnyType):
+            raise self.fail(node, "expression of type 'any' cannot be range of a comprehension "
+                                  "(must be list, map, or dynamic)")
         if target == DYN:
             variable: Type = DYN
             second: Type = DYN
         elif isinstance(target, tuple) and target[0] in ("list", "map"):
-            variable = target[1]
-            second = target[2] if target[0] == "map" else target[1]
+            variable = _known(target[1])
+            second = _known(target[2] if target[0] == "map" else target[1])
         else:
             raise self.fail(node, f"expression of type '{type_name(target)}' cannot be the range of a "
                                   "comprehension (must be list, map, or dynamic)")
@@ -319,11 +365,14 @@ class Checker:
             return self.operator(node, [self.check(arg) for arg in node.args])
         namespace = qualified_name(node.target) if node.target is not None else None
         receiver: Type | None = None
+        formatting = name == "format"
+        self.in_format += formatting
         if namespace in NAMESPACES:
             name = f"{namespace}.{name}"
         elif node.target is not None:
             receiver = self.check(node.target)
         args = [self.check(arg) for arg in node.args]
+        self.in_format -= formatting
         overloads = OVERLOADS.get(name)
         if overloads is None or (name == "includes" and not self.options.list_type_attributes):
             raise self.fail(node, f"undeclared reference to '{name}'")
@@ -345,7 +394,8 @@ class Checker:
         if result in (ELEMENT, INNER):
             inner = receiver[1] if isinstance(receiver, tuple) else DYN
             if inner == FREE:
-                return args[0] if result == INNER and args else DYN
+                # sum/min/max of an empty literal: cel-go settles on the first overload, list(int)
+                return INT if result == ELEMENT else args[0] if args else DYN
             return inner
         if result == WRAPPED:
             return ("optional_type", args[0])
@@ -375,7 +425,7 @@ class Checker:
         if name == "-_":
             if types[0] not in (DYN, INT, DOUBLE, DURATION):
                 raise mismatch
-            return types[0]
+            return DYN if types[0] == DYN else types[0]  # any's negation is dyn
         left, right = types
         if name in ("_==_", "_!=_"):
             if not unifies(left, right):
@@ -396,7 +446,8 @@ class Checker:
         if DYN in (left, right):
             if all(t == DYN or t in ARITHMETIC[name] or t in TIMES or
                    (name == "_+_" and isinstance(t, tuple) and t[0] == "list") for t in types):
-                return right if left == DYN else left
+                result = right if left == DYN else left
+                return DYN if result == DYN else result  # any + any is dyn
             raise mismatch
         if name == "_+_" and isinstance(left, tuple) and left[0] == "list" and unifies(left, right):
             return _join(left, right)

@@ -15,7 +15,7 @@ import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import celpy.celtypes as ct
 import re2
@@ -142,6 +142,48 @@ def cel_equals(a: object, b: object) -> bool:
     return bool(a == b)
 
 
+def go_equal(a: object, b: object) -> bool | None:
+    """``a == b`` as cel-go's ``types.Equal`` answers it, None where it answers "no such overload".
+
+    Kubernetes' Quantity and Semver define equality only with a value of their own type, so with
+    anything else (``semver == 1``, a dynamic attribute against a string) the comparison fails, while
+    ``1 == semver`` is merely false. A quantity that add()/sub() returned is a pointer to cel-go, which
+    Quantity's equality does not accept either (``q == q.add(0)`` fails, ``q.add(0) == q`` does not).
+    Lists and maps count a failing element comparison as equal, as cel-go does."""
+    a_null, b_null = kind_of(a) == "null_type", kind_of(b) == "null_type"
+    if a_null or b_null:
+        return a_null and b_null
+    if isinstance(a, Semver):
+        return a == b if isinstance(b, Semver) else None
+    if isinstance(a, Quantity):
+        return a == b if isinstance(b, Quantity) and not isinstance(b, ArithmeticQuantity) else None
+    if _is_number(a):
+        return _is_number(b) and _plain(a) == _plain(b)
+    if kind_of(a) != kind_of(b):
+        return False
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(go_equal(x, y) is not False for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        if len(a) != len(b):
+            return False
+        for key, value in a.items():
+            found = _map_find(b, key)
+            if found is None or go_equal(value, found[0]) is False:
+                return False
+        return True
+    if isinstance(a, OptionalValue) and isinstance(b, OptionalValue):
+        if not a.present or not b.present:
+            return a.present == b.present
+        return go_equal(a.value, b.value)
+    return bool(a == b)
+
+
+class ArithmeticQuantity(Quantity):
+    """A quantity add() or sub() returned (see go_equal)."""
+
+    __slots__ = ()
+
+
 def _map_find(mapping: dict[Any, Any], key: object) -> tuple[Any] | None:
     """Look a key up with CEL key equality (1 and 1u and 1.0 name the same entry)."""
     if kind_of(key) in ("string", "bool") and dict.__contains__(mapping, key):
@@ -185,7 +227,12 @@ def _equality(negate: bool) -> Callable[[Any, Any], Any]:
             return a
         if isinstance(b, CELEvalError):
             return b
-        return ct.BoolType(cel_equals(a, b) != negate)
+        equal = go_equal(a, b)
+        if negate:
+            return ct.BoolType(equal is not True)  # cel-go: != is "not equal", never an error
+        if equal is None:
+            raise _no_overload("_==_", a, b)
+        return ct.BoolType(equal)
 
     return implementation
 
@@ -196,7 +243,7 @@ def _in(item: Any, container: Any) -> Any:
     if isinstance(container, CELEvalError):
         return container
     if isinstance(container, list):
-        return ct.BoolType(any(cel_equals(item, element) for element in container))
+        return ct.BoolType(any(go_equal(item, element) is True for element in container))
     if isinstance(container, dict):
         return ct.BoolType(_map_find(container, item) is not None)
     raise _no_overload("_in_", item, container)
@@ -429,11 +476,13 @@ def _quantity_operand(function: str, a: Any, b: Any) -> Quantity:
 
 
 def _add_quantity(a: Any, b: Any) -> Quantity:
-    return cast(Quantity, a) + _quantity_operand("add", a, b)
+    total = a + _quantity_operand("add", a, b)
+    return ArithmeticQuantity(total.nanos, total.format)
 
 
 def _sub_quantity(a: Any, b: Any) -> Quantity:
-    return cast(Quantity, a) - _quantity_operand("sub", a, b)
+    difference = a - _quantity_operand("sub", a, b)
+    return ArithmeticQuantity(difference.nanos, difference.format)
 
 
 def _quantity_method(function: str, convert: Callable[[Quantity], Any]) -> Callable[[Any], Any]:

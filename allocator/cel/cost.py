@@ -109,11 +109,12 @@ def _traversal(size: int, factor: float = STRING_TRAVERSAL_FACTOR) -> int:
 
 
 _SAME_SIZE_STRING_FUNCTIONS = {"lowerAscii", "upperAscii", "trim", "substring"}
-_LIST_SCANS = {"isSorted", "sum", "min", "max", "indexOf", "lastIndexOf"}
-_BOOL_RESULTS = {"isQuantity", "isSemver", "isInteger", "hasValue", "isGreaterThan", "isLessThan", "includes",
+_LIST_SCANS = {"isSorted", "sum", "min", "max", "indexOf", "lastIndexOf", "includes"}
+_BOOL_RESULTS = {"isQuantity", "isSemver", "isInteger", "hasValue", "isGreaterThan", "isLessThan",
                  "sets.contains", "sets.equivalent", "sets.intersects"}
 _INT_RESULTS = {"size", "int", "uint", "compareTo", "sign", "asInteger", "major", "minor", "patch", "charAt"}
 _COMPARISONS = {"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"}
+_SIZED_KINDS = {"string", "bytes", "list", "map", "dyn"}
 
 
 class _Estimator:
@@ -248,7 +249,9 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
     first = operands[0] if operands else DYN
     second = operands[1] if len(operands) > 1 else DYN
     if name in _COMPARISONS:
-        # Proportional to the smaller operand for strings, bytes and lists; 1 for scalars.
+        # Proportional to the smaller operand for strings, bytes, lists and dynamic values; 1 for scalars.
+        if not {first.kind, second.kind} & _SIZED_KINDS:
+            return 1, BOOL
         return max(1, _traversal(min(first.size, second.size))), BOOL
     if name == "@in":
         return (1 if second.kind == "map" else max(1, second.size)), BOOL
@@ -258,7 +261,9 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         if first.kind in ("string", "bytes") or second.kind in ("string", "bytes"):
             size = min(UNBOUNDED, first.size + second.size)
             return _traversal(size), Shape(first.kind if first.kind != "dyn" else second.kind, size)
-        return 1, Shape(first.kind, size=1)
+        if first.kind == "dyn" and second.kind == "dyn":  # may be two lists or strings: sizes add up
+            return 1, Shape("dyn", min(UNBOUNDED, first.size + second.size), elem=first.elem or second.elem)
+        return 1, _arithmetic_result(first, second)
     if name in ("startsWith", "endsWith"):
         return _traversal(second.size), BOOL
     if name == "contains":
@@ -271,8 +276,18 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         return cost, found if name == "find" else Shape("list", first.size, elem=found)
     if name in _LIST_SCANS and first.kind != "string":
         elem = first.elem or SCALAR_DYN
-        per_element = 1 + (_traversal(elem.size) if elem.kind in ("string", "bytes") else 0)
-        result = INT if name in ("indexOf", "lastIndexOf") else BOOL if name == "isSorted" else elem
+        # sum/min/max: a number has size 1, as cel-go's estimator sees it (an empty literal's is an int,
+        # its first overload); another element's size it does not know
+        numeric = name in ("indexOf", "lastIndexOf") or first.size == 0
+        result = INT if numeric else _arithmetic_result(elem, elem)
+        if name in ("isSorted", "includes"):
+            result = BOOL
+        if first.kind != "list" and name != "includes":
+            # the Kubernetes estimator takes a dynamic receiver (an attribute) for a string
+            return _traversal(first.size), result
+        # per element 1, plus a traversal for strings, whose size it does not know in a typed list
+        text_size = UNBOUNDED if first.kind == "list" else elem.size
+        per_element = 1 + (_traversal(text_size) if elem.kind in ("string", "bytes") else 0)
         return _mul(first.size, per_element), result
     if name in ("indexOf", "lastIndexOf"):  # on a string
         return _traversal(first.size), INT
@@ -291,7 +306,10 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         part = Shape("string", first.size)
         return _traversal(first.size, 2 * STRING_TRAVERSAL_FACTOR), Shape("list", first.size, elem=part)
     if name == "join":
-        size = _mul(first.size, (first.elem or DYN).size)
+        # As the Kubernetes estimator: the elements of a typed list (a literal, a split() or map()
+        # result) have no size it knows, so neither has the result; a dynamic list (an attribute
+        # value) has no element type at all, and only its separators are counted.
+        size = UNBOUNDED if first.kind == "list" and first.size else 0
         if len(operands) > 1:
             size = _add(size, _mul(second.size, max(0, first.size - 1)))
         return _traversal(size), Shape("string", size)
@@ -301,20 +319,43 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         return _traversal(first.size), Shape("string", _add(_mul(first.size, 2), 2))
     if name in ("sets.contains", "sets.equivalent", "sets.intersects"):
         return _add(_mul(first.size, second.size), 1), BOOL
-    if name in ("quantity", "semver", "add", "sub"):
-        return 1, Shape("kubernetes.Quantity" if name != "semver" else "kubernetes.Semver", size=1)
+    # Computed scalars (parsed, added, multiplied) have no size in cel-go, only literals do: that
+    # matters where such a value meets a dynamic one (a comparison, string()).
+    if name in ("quantity", "semver", "isQuantity", "isSemver"):
+        # parsing traverses the text (the Kubernetes estimator), unbounded for a computed string
+        result = BOOL if name.startswith("is") else Shape(f"kubernetes.{name.capitalize()}")
+        return _traversal(first.size), result
+    if name in ("add", "sub"):
+        return 1, Shape("kubernetes.Quantity")
     if name == "string":
-        # cel-go knows no size for a conversion's result, so searching it cannot be bounded.
+        # cel-go knows no size for the conversion of a typed value, so searching it cannot be bounded;
+        # converting a dynamic value (an attribute) keeps that value's size and traverses it.
+        if first.kind == "dyn":
+            return _traversal(first.size), Shape("string", first.size)
         return 1, Shape("string")
     if name in _BOOL_RESULTS or name in ("!_",):
         return 1, BOOL
     if name in _INT_RESULTS:
         return 1, INT
-    if name in ("dyn", "orValue", "value", "optional.of", "optional.ofNonZeroValue"):
+    if name in ("orValue", "value"):
+        # cel-go keeps no size for what an optional holds
+        return 1, Shape(first.kind, elem=first.elem)
+    if name == "dyn":
+        return 1, Shape("dyn", first.size, elem=first.elem, key=first.key)
+    if name in ("optional.of", "optional.ofNonZeroValue"):
         return 1, first
     if name in ("_-_", "_*_", "_/_", "_%_", "-_"):
-        return 1, Shape(first.kind, size=1)
+        return 1, _arithmetic_result(first, second if len(operands) > 1 else first)
     return 1, DYN
+
+
+def _arithmetic_result(first: Shape, second: Shape) -> Shape:
+    """A number has size 1 for the estimator; a dynamic operand with no number beside it may be
+    anything (cel-go resolves no overload), so its result has no size."""
+    for operand in (first, second):
+        if operand.kind in ("int", "uint", "double"):
+            return Shape(operand.kind, size=1)
+    return Shape(first.kind)
 
 
 def estimate_cost(expression: str, options: CompileOptions) -> int:

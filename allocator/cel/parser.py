@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal as TypingLiteral
+from typing import TypeGuard
 
 from allocator.cel.backend import CELCompileError
 
@@ -537,6 +538,18 @@ def _balanced(function: str, operands: list[Node], positions: list[int]) -> Node
     left = _balanced(function, operands[:middle], positions[: middle - 1])
     right = _balanced(function, operands[middle:], positions[middle:])
     return Call(positions[middle - 1], function, None, (left, right))
+
+
+def is_empty_list_membership(node: Node) -> TypeGuard[Call]:
+    """``x in []``. cel-go's planner (OptOptimize, which the Kubernetes base environment turns on)
+    answers false for membership in a constant empty list without evaluating x, so x's errors never
+    surface; both our engines run such a membership as the literal false (after the type check)."""
+    return (
+        isinstance(node, Call)
+        and node.function == "@in"
+        and isinstance(node.args[1], ListExpr)
+        and not node.args[1].elements
+    )
 
 
 def qualified_name(node: Node) -> str | None:

@@ -111,13 +111,12 @@ STRINGS = _cases("strings", [
     ('"abc".substring(2, 1) == ""', "runtime_error"),
     ('"abc".substring(4) == ""', "runtime_error"),
     ('"  a b \\t\\n".trim() == "a b"', True),
-    ('["a", "b"].join() == "ab"', True),
-    ('["a", "b"].join("-") == "a-b"', True),
     ('strings.quote("a\\"b") == "\\"a\\\\\\"b\\""', True),
     ('strings.quote("x\\ny") == "\\"x\\\\ny\\""', True),
     ('"%s is %d".format([dyn("gpu"), 3]) == "gpu is 3"', True),
     # HomogeneousAggregateLiterals: a list literal mixing types is a compile error (dyn() mixes them).
-    ('"%s is %d".format(["gpu", 3]) == "gpu is 3"', "compile_error"),
+    # format() exempts its list from the homogeneous-literal check (cel-go's string-format validator)
+    ('"%s is %d".format(["gpu", 3]) == "gpu is 3"', True),
     ('"%.2f".format([1.5]) == "1.50"', True),
     ('"%x".format([255]) == "ff"', True),
     ('"é".size() == 1 && size("ab") == 2', True),
@@ -131,12 +130,10 @@ STRINGS = _cases("strings", [
 LISTS = _cases("lists", [
     ("[1, 2, 3].isSorted()", True),
     ("[3, 1].isSorted()", False),
-    ('["a", "b", "b"].isSorted()', True),
     ("[1, 2, 3].sum() == 6", True),
     ("[1.5, 2.5].sum() == 4.0", True),
     ("[3, 1, 2].min() == 1", True),
     ("[3, 1, 2].max() == 3", True),
-    ('["b", "a"].min() == "a"', True),
     ("[1, 2, 3, 2].indexOf(2) == 1", True),
     ("[1, 2, 3, 2].lastIndexOf(2) == 3", True),
     ("[1].indexOf(5) == -1", True),
@@ -300,7 +297,63 @@ NUMBERS_AND_BOOLS = _cases("semantics", [
     (f"{D}.index", "runtime_error"),
 ])
 
+# cel-go quirks both engines copy: a quantity add() or sub() returns is a pointer that Quantity's
+# equality refuses on its right-hand side (!= is then simply true), and membership in a constant empty
+# list is false without evaluating the operand (the planner's OptOptimize).
+# cel-go's estimator knows no size for the strings of a typed list, so these exceed the cost limit
+# when a new selector is validated; with the limit lifted they run.
+UNBOUNDED_STRINGS = _cases("strings of a typed list", [
+    ('["a", "b"].join() == "ab"', True),
+    ('["a", "b"].join("-") == "a-b"', True),
+    ('["a", "b", "b"].isSorted()', True),
+    ('["b", "a"].min() == "a"', True),
+], options=CompileOptions(cost_limit=None))
+
+CEL_GO_QUIRKS = _cases("cel-go quirks", [
+    ('quantity("2Gi") == quantity("1Gi").add(quantity("1Gi"))', "runtime_error"),
+    ('quantity("2Gi") == (quantity("3Gi").sub(quantity("1Gi")))', "runtime_error"),
+    (f'{C}.memory == {C}.memory.add(0)', "runtime_error"),
+    ('quantity("2Gi") != quantity("1Gi").add(quantity("1Gi"))', True),
+    ('quantity("1Gi").add(quantity("1Gi")) == quantity("2Gi")', True),
+    ('dyn(2) == quantity("1").add(1)', False),
+    (f'{D}.nope in []', False),
+    (f'!({D}.nope in [])', True),
+    (f'({D}.nope + 1) in [] || true', True),
+    (f'{D}.nope in [1]', "runtime_error"),
+    (f'"1.2.3" == {D}.driverVersion', False),
+    (f'{D}.driverVersion != "1.2.3"', True),
+])
+
+# What cel-go's checker knows statically and the Kubernetes environment validates: the result types
+# of library functions and cel.bind, list and map literals whose elements all have one type (dyn is
+# a type of its own there), and attribute values typed google.protobuf.Any when a new selector is
+# validated without list-type attributes.
+STATIC_TYPES = [
+    *_cases("static types", [
+        ('[3, 1].max() == semver("1.2.3")', "compile_error"),
+        ("device.driver == [3, 1].max()", "compile_error"),
+        ('quantity("4") == [2, 0].sum()', "compile_error"),
+        (f'cel.bind(x, 0, x * x + 1) == {C}.?memory.orValue(quantity("1"))', "compile_error"),
+        ("![3, 1].max() in [1]", "compile_error"),
+        (f"{D}.migCapable == {C}.cores.isInteger()", True),
+        ("[3, 1].min() == 1 && [1, 2].isSorted()", True),
+        (f"[{D}.index, 1] == [3, 1]", "compile_error"),
+        (f'{{"a": {D}.model, "b": "x"}}.size() == 2', "compile_error"),
+        (f"[{D}.index, {D}.index] == [3, 3]", True),
+        ("[[], [1]] == [[], [1]]", True),
+        (f"[{D}.?index.orValue(0), 1][0] == 3", "compile_error"),
+    ]),
+    *_cases("attributes without list types", [
+        (f"{D}.model.all(c, c != '')", "compile_error"),
+        (f"[{D}.model, {D}.uuid].size() == 2", True),
+    ], options=CompileOptions(list_type_attributes=False)),
+    *_cases("attributes with list types", [
+        (f"{D}.ids.all(i, i > 0)", True),
+    ], device=LIST_DEVICE, options=LIST_OPTIONS),
+]
+
 CASES: list[CelCase] = [
     *QUANTITY, *SEMVER, *STRINGS, *LISTS, *REGEX, *SETS, *OPTIONALS, *BIND, *MACROS,
-    *LIST_ATTRIBUTES, *LIST_ATTRIBUTES_DISABLED, *ALLOW_MULTIPLE, *NUMBERS_AND_BOOLS,
+    *LIST_ATTRIBUTES, *LIST_ATTRIBUTES_DISABLED, *ALLOW_MULTIPLE, *NUMBERS_AND_BOOLS, *CEL_GO_QUIRKS,
+    *STATIC_TYPES, *UNBOUNDED_STRINGS,
 ]

@@ -62,6 +62,29 @@ def test_cel_go_equality_and_numeric_comparisons(expression: str, expected: bool
     assert evaluate(expression) is expected
 
 
+@pytest.mark.parametrize("expression, expected", [
+    # Kubernetes' Semver and Quantity compare only with their own type: on the left of == with
+    # anything else the comparison fails in cel-go; on the right, or with !=, it is merely unequal.
+    (f'{D}.driverVersion == "1.2.3"', "no such overload"),
+    (f"{D}.driverVersion == 1", "no such overload"),
+    (f'{D}.driverVersion == quantity("1")', "no such overload"),
+    (f'"1.2.3" == {D}.driverVersion', False),
+    (f'{D}.driverVersion != "1.2.3"', True),
+    (f'{D}.driverVersion == semver("1.2.3+build")', True),
+    # cel-go's list and map equality count a failing element comparison as equal
+    (f'[{D}.driverVersion] == ["1.2.3"]', True),
+    (f'{{"v": {D}.driverVersion}} == {{"v": 0}}', True),
+    (f'[{D}.driverVersion, {D}.index] == [dyn("1.2.3"), dyn(2)]', False),
+    (f'optional.of({D}.driverVersion) == optional.of(1)', "no such overload"),
+])
+def test_opaque_values_compare_like_cel_go(expression: str, expected: bool | str) -> None:
+    if isinstance(expected, str):
+        with pytest.raises(CELRuntimeError, match=expected):
+            evaluate(expression)
+    else:
+        assert evaluate(expression) is expected
+
+
 @pytest.mark.parametrize("expression", ["true == 1", "1 == 1u", "1 + 1u", "!1", '"a" < 1'])
 def test_statically_mismatched_operands_are_compile_errors(expression: str) -> None:
     with pytest.raises(CELCompileError, match="found no matching overload"):
@@ -141,7 +164,8 @@ def test_activation_converts_the_device_once_into_celpy_values() -> None:
 
 
 def test_a_program_is_shared_safely_between_threads() -> None:
-    program = BACKEND.compile(f"{D}.index % 2 == 0 && {D}.ids.exists(i, i == {D}.index)", CompileOptions())
+    program = BACKEND.compile(f"{D}.index % 2 == 0 && {D}.ids.exists(i, i == {D}.index)",
+                              CompileOptions(list_type_attributes=True))
     devices = [make_device("gpu.example.com", {"index": {"int": i}, "ids": {"ints": [i, i + 1]}})
                for i in range(40)]
     activations = [BACKEND.activation(d) for d in devices]

@@ -7,13 +7,15 @@ own data built with `builders`, not a translation of upstream's helpers.
 
 Coverage: upstream had 213 named cases in allocator_testing.go and 4 in lexicographical_testing.go
 at 008b3652, 217 in all; every one is ported under its upstream name (217 of 217). The v0.37.1 table
-(Kubernetes 1.37.1) has 275 in allocator_testing.go; release_1_37 ports 16 of the 62 new ones
-(claim limit per request, claim configs, fractional capacity ranges, distinctAttribute),
-compatibility_groups the 13 DRADeviceCompatibilityGroups ones, partitionable and
-consumable_capacity 19 more on counters and capacity arithmetic, derived_attributes the 5
-derived-attributes* and optional_node_operations the 2 optional-node-operations* cases; the changed
-expectations of older cases follow 1.37.1 (55 of the 62 new cases; not yet ported: the other 7);
-tests/conformance replays every ported case on the real v0.37.1 allocator.
+(Kubernetes 1.37.1) has 275 in allocator_testing.go and the same 4 lexicographical ones, 279 in all,
+62 of them new; all 279 are ported. release_1_37 holds 16 of the new ones (claim limit per request,
+claim configs, fractional capacity ranges, distinctAttribute), compatibility_groups the 13
+DRADeviceCompatibilityGroups ones, partitionable and consumable_capacity 19 more on counters and
+capacity arithmetic, derived_attributes the 5 derived-attributes* and optional_node_operations the 2
+optional-node-operations* cases, list_attributes and prioritized_list the other 7 (list-attribute
+backtracking and counts, KEP-6072 numaNode lists, an overflowing subrequest); the changed expectations
+of older cases follow 1.37.1. tests/conformance replays every ported case on the real v0.37.1
+allocator.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from importlib import import_module
 
 from .builders import Case
 
-UPSTREAM_CASE_COUNT = 272
+UPSTREAM_CASE_COUNT = 279
 
 MODULES = (
     "basic",

@@ -25,6 +25,8 @@ from .builders import (
 )
 
 CLASS = device_class(CLASS_A, DRIVER_A)
+# The standard attribute KEP-6072 defines; as a fully qualified name it is looked up as written.
+NUMA_NODE = "resource.kubernetes.io/numaNode"
 ON = features(LIST_ATTRS)
 DISTINCT_ON = features(LIST_ATTRS, CAPACITY)
 ATTRIBUTE_FOR_KEY = {
@@ -32,6 +34,7 @@ ATTRIBUTE_FOR_KEY = {
     "numa": "driver-a/numa",
     "boolAttribute": "driver-a/boolAttribute",
     "driverVersion": "driver-a/driverVersion",
+    NUMA_NODE: NUMA_NODE,
 }
 
 
@@ -154,6 +157,33 @@ CASES = [
         2,
         (1, 2),
     ),
+    # KEP-6072: devices on overlapping NUMA node lists share node 4; disjoint lists never match.
+    case(
+        "numanode-matchattribute-overlapping-lists-are-co-placed",
+        "match",
+        NUMA_NODE,
+        [[4], [4, 5, 6, 7]],
+        2,
+        (1, 2),
+    ),
+    case(
+        "numanode-matchattribute-disjoint-lists-are-not-allocated",
+        "match",
+        NUMA_NODE,
+        [[0], [4, 5, 6, 7]],
+        2,
+        None,
+    ),
+    case(
+        # The common set narrows to {value1} with device-2 and must widen back to {value1, value2}
+        # when device-2 is given up, so that device-3 and device-4 fit with device-1.
+        "list-attributes-match-constraint-backtrack-needs-intersection-restore",
+        "match",
+        S,
+        [["value1", "value2"], ["value1"], ["value2"], ["value2"]],
+        3,
+        (1, 3, 4),
+    ),
     case(
         PREFIX + "with-empty-or-unknown-type",
         "match",
@@ -175,6 +205,23 @@ CASES = [
     ),
     case(DPREFIX + "scalar-string-values-all-distinct", "distinct", S, ["value1", "value2"], 2, (1, 2)),
     case(DPREFIX + "scalar-string-values-not-distinct", "distinct", S, ["value1", "value1"], 2, None),
+    # The 1.37.1 distinctAttribute cases of one request again, with list-type attributes on.
+    case(
+        DPREFIX + "single-request-count-3-not-distinct",
+        "distinct",
+        S,
+        ["value1", "value2", "value1"],
+        3,
+        None,
+    ),
+    case(
+        DPREFIX + "single-request-count-3-all-distinct",
+        "distinct",
+        S,
+        ["value1", "value2", "value3"],
+        3,
+        (1, 2, 3),
+    ),
     case(
         DPREFIX + "list-of-string-values-all-distinct",
         "distinct",
@@ -235,6 +282,47 @@ CASES = [
         None,
         error="unsupported attribute value",
         error_field="attributes",
+    ),
+    Case(
+        # Each device leaves its values taken when given up unless removal forgets them: device-3,
+        # device-4 and device-0 (listed last) are the only pairwise disjoint three.
+        DPREFIX + "backtrack-needs-remove",
+        features=DISTINCT_ON,
+        claims=[
+            claim(
+                "claim-0",
+                *(request(f"req-{i}") for i in range(3)),
+                constraints=[distinct(ATTRIBUTE_FOR_KEY[S], "req-0", "req-1", "req-2")],
+            )
+        ],
+        classes=[CLASS],
+        slices=[
+            resource_slice(
+                "slice-1",
+                NODE_1,
+                "pool-1",
+                DRIVER_A,
+                *(
+                    device(name, attrs={S: values})
+                    for name, values in (
+                        ("device-1", ["value1", "value2", "value3"]),
+                        ("device-2", ["value3", "value4", "value5"]),
+                        ("device-3", ["value1", "value2"]),
+                        ("device-4", ["value3", "value4"]),
+                        ("device-0", ["value5", "value6"]),
+                    )
+                ),
+            )
+        ],
+        expect=[
+            allocation(
+                local(),
+                *(
+                    result(f"req-{i}", DRIVER_A, "pool-1", name)
+                    for i, name in enumerate(("device-3", "device-4", "device-0"))
+                ),
+            )
+        ],
     ),
     case(
         "list-attributes-disabled-distinct-constraint-with-lists",

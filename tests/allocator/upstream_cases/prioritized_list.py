@@ -545,4 +545,29 @@ CASES += [
         ],
         steps=26,
     ),
+    Case(
+        # subReq-0 cannot fit beside req-0's device (its count is math.MaxInt): the result-size check
+        # gives it up before any device is tried, and subReq-1 takes device-2.
+        "prioritized-list-overflowing-first-subrequest-is-pruned",
+        features=ON,
+        claims=[
+            claim(
+                "claim-0",
+                request("req-0", CLASS_A, 1),
+                first_available("req-1", sub("subReq-0", CLASS_A, 2**63 - 1), sub("subReq-1", CLASS_A, 1)),
+            )
+        ],
+        classes=CLASSES,
+        slices=[
+            resource_slice("slice-1", NODE_1, "pool-1", DRIVER_A, device("device-1"), device("device-2"))
+        ],
+        expect=[
+            allocation(
+                local(),
+                result("req-0", DRIVER_A, "pool-1", "device-1"),
+                result("req-1/subReq-1", DRIVER_A, "pool-1", "device-2"),
+            )
+        ],
+        steps=8,
+    ),
 ]
