@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import build_control_plane
 import pytest
 from e2e_api import Api, temporary_namespace, wait_for
-from e2e_cluster import ControlPlane, running
+from e2e_cluster import ControlPlane, own_control_plane
 from e2e_objects import (
     RESOURCE,
     Driver,
@@ -38,16 +37,8 @@ DECLARED = "DRAOptionalNodeOperations"
 
 @pytest.fixture(scope="module")
 def alpha_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    try:
-        bin_dir = build_control_plane.ensure_built()
-    except build_control_plane.BuildUnavailable as missing:
-        pytest.skip(f"end-to-end tests need the Kubernetes binaries: {missing}")
-    plane = ControlPlane(
-        bin_dir,
-        tmp_path_factory.mktemp("alpha-plane"),
-        extra_args={"kube-apiserver": [GATES], "kube-scheduler": [GATES], "dra-extender": [GATES]},
-    )
-    with running(plane, []):
+    extra_args = {"kube-apiserver": [GATES], "kube-scheduler": [GATES], "dra-extender": [GATES]}
+    with own_control_plane(tmp_path_factory.mktemp("alpha-plane"), extra_args, []) as plane:
         yield plane
 
 
