@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_api import Api, temporary_namespace, wait_for
+from e2e_api import Api, ApiStatusError, temporary_namespace, wait_for
 from e2e_cluster import ControlPlane, own_control_plane
 from e2e_objects import RESOURCE, claim_spec, create_claim, unique, wait_for_reason
 
@@ -62,12 +62,23 @@ class CpuDriver:
             api.patch(f"/api/v1/nodes/{node}/status",
                       {"status": {"capacity": resources, "allocatable": resources, "conditions": [ready],
                                   "declaredFeatures": ["DRANodeAllocatableResources"]}})
-            api.create(f"{RESOURCE}/resourceslices", {
-                "metadata": {"name": f"{node}-{self.name}"},
-                "spec": {"driver": self.name, "nodeName": node,
-                         "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                         "devices": [{"name": f"cpus-{i}", "nodeAllocatableResources": {
-                             "cpu": {"mapping": {"deviceMultiplier": "2"}}}} for i in range(4)]}})
+            slice_ = {"metadata": {"name": f"{node}-{self.name}"},
+                      "spec": {"driver": self.name, "nodeName": node,
+                               "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                               "devices": [{"name": f"cpus-{i}", "nodeAllocatableResources": {
+                                   "cpu": {"mapping": {"deviceMultiplier": "2"}}}} for i in range(4)]}}
+            wait_for(f"slice of {node} admitted", lambda body=slice_: self._create_once_node_seen(body),
+                     timeout_s=30)
+
+    def _create_once_node_seen(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The admission plugin reads nodes from its informer, which can lag the status patch above by a
+        moment (CI saw the 403 once); until it catches up, it refuses the slice."""
+        try:
+            return self.api.create(f"{RESOURCE}/resourceslices", body)
+        except ApiStatusError as error:
+            if error.status == 403 and "does not support DRANodeAllocatableResources" in error.message:
+                return None
+            raise
 
     def cleanup(self) -> None:
         for node in self.nodes:
