@@ -27,7 +27,7 @@ from allocator import (
 )
 from allocator.errors import AllocationTimeout
 from extender.cache import ClusterCache
-from extender.filtercache import FilterCache
+from extender.filtercache import MAX_SNAPSHOTS, FilterCache
 from extender.nodeallocatable import ClaimUse, NodeAllocatableError, NodeFit, PodDemand, fit
 from extender.planning import Planner, PodPlan, SchedulingError
 from extender.verdicts import UNKNOWN_NODE, NodeVerdict, Reason, cached_verdict, outcome_verdict, timed_out
@@ -44,6 +44,9 @@ MIN_AHEAD = 32
 # verdict per node).
 RESULT_TTL_S = 30.0
 RESULT_PODS = 64
+# Claim specs whose fits verdicts are kept for reuse (a dict entry per node each): as many as the filter
+# cache keeps snapshots for.
+FITTING_SPECS = MAX_SNAPSHOTS
 NODE_OPERATIONS_MESSAGE = ("resourceclaim not available on the node: its devices skip node operations, and "
                            "the node does not declare DRAOptionalNodeOperations in status.declaredFeatures")
 
@@ -58,6 +61,8 @@ class NodeChecker:
         self.clock = clock
         self._filtered: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS,
                                                                          ttl=RESULT_TTL_S)
+        # Claims spec -> fits verdicts by node name (_fitting_verdicts), for the specs filtered last.
+        self._fitting: LRUCache[str, dict[str, NodeVerdict]] = LRUCache(maxsize=FITTING_SPECS)
         # DRANodeAllocatableResources: each pod's requests per footprint, by pod UID and resourceVersion.
         self._demands: LRUCache[tuple[str, str], PodDemand] = LRUCache(maxsize=RESULT_PODS)
 
@@ -219,11 +224,16 @@ class NodeChecker:
         reused = (self._filtered.get(reuse_for) or {}) if reuse_for else {}
         verdicts: dict[str, NodeVerdict] = {}
         started = self.clock()
-        missing = [name for name in names if name not in reused]
+        missing = [name for name in names if name not in reused] if reused else names
         position, ahead, stretch = 0, MIN_AHEAD, 0
         while position < len(missing):
             batch = missing[position:position + ahead]
             hits = self._cached_verdicts(plan, batch, node_objects) if use_cache else {}
+            if len(hits) == len(batch):  # the usual warm batch: nothing to search
+                verdicts.update(hits)
+                position += len(batch)
+                stretch += len(batch)
+                batch = []
             for name in batch:
                 position += 1
                 stretch += 1
@@ -274,6 +284,23 @@ class NodeChecker:
         if plan.extended is not None:  # device-plugin nodes have a plan (and cache entries) of their own
             nodes = [node for node in map(node_of, names) if node is not None]
             names = [node.name for node in nodes if self.planner.for_node(plan, node) is plan]
+        fitting = self._fitting_verdicts(signature.spec)
+        claims = signature.claims
         for name, outcome, computed_for in filter_cache.hits_for(signature, names, node_of):
-            verdicts[name] = cached_verdict(name, outcome, computed_for=computed_for, claims=signature.claims)
+            if outcome.success:
+                verdict = fitting.get(name)
+                if verdict is None or verdict._outcome is not outcome:
+                    verdict = fitting[name] = NodeVerdict(name, fits=True, outcome=outcome)
+                verdicts[name] = verdict
+            else:
+                verdicts[name] = cached_verdict(name, outcome, computed_for=computed_for, claims=claims)
         return verdicts
+
+    def _fitting_verdicts(self, spec: str) -> dict[str, NodeVerdict]:
+        """The fits verdicts made from cache entries for claims `spec`, by node name: the same for every
+        pod of a workload while the entry (compared by outcome identity) stays, so a warm filter makes no
+        verdict objects for the nodes that fit."""
+        fitting = self._fitting.get(spec)
+        if fitting is None:
+            fitting = self._fitting[spec] = {}
+        return fitting
