@@ -55,14 +55,13 @@ def likeness(node_name: str, pools: NodePools) -> Likeness | None:
 
 def declared_features(node: Node) -> tuple[str, ...]:
     """The node's `status.declaredFeatures`, sorted (part of what makes two nodes alike)."""
-    return tuple(sorted(node.declared_features))
+    return node.verdict_key[1]
 
 
 def devices_in_use(pools: NodePools, state: AllocatedState) -> tuple[bool, ...]:
     """Which of the node's candidate devices `state` has in use: with `likeness`, all a search on the
     node reads of the node and its pools."""
-    is_allocated = state.is_allocated
-    return tuple([is_allocated(entry.key) for entry in pools.candidates])
+    return state.allocated_flags(pools.candidate_keys)
 
 
 def moved_to(outcome: AllocationOutcome, pool_ids: Sequence[tuple[str, str]], node: Node,
