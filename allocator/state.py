@@ -118,6 +118,13 @@ def _flat(mapping: Mapping[Any, Any]) -> dict[Any, Any]:
 _NONE_ALLOCATED: dict[int, tuple[bool, ...]] = {}
 
 
+def _none_allocated(count: int) -> tuple[bool, ...]:
+    flags = _NONE_ALLOCATED.get(count)
+    if flags is None:
+        flags = _NONE_ALLOCATED[count] = (False,) * count
+    return flags
+
+
 class AllocatedState:
     """Maintained incrementally. :meth:`with_in_flight` views never change this state."""
 
@@ -237,7 +244,12 @@ class AllocatedState:
     def allocated_flags(self, keys: tuple[DeviceKey, ...]) -> tuple[bool, ...]:
         """`is_allocated` of each of `keys`, in order: one C-level intersection per layer instead of a
         Python-level lookup per key and layer (a cold filter asks this for every node it sees)."""
-        used: set[DeviceKey] = set()
+        if type(self.devices) is dict and not self._shares:  # the usual state: no layers, no sharing
+            used = self.devices.keys() & keys
+            if not used:
+                return _none_allocated(len(keys))
+            return tuple(map(used.__contains__, keys))
+        used = set()
         for top in (self.devices, self._shares):
             mapping: Mapping[DeviceKey, object] = top
             while isinstance(mapping, _Layered):
@@ -245,10 +257,7 @@ class AllocatedState:
                 mapping = mapping.base
             used.update(mapping.keys() & keys)
         if not used:
-            flags = _NONE_ALLOCATED.get(len(keys))
-            if flags is None:
-                flags = _NONE_ALLOCATED[len(keys)] = (False,) * len(keys)
-            return flags
+            return _none_allocated(len(keys))
         return tuple(map(used.__contains__, keys))
 
     def owner_of(self, driver: str, pool: str, device: str) -> str | None:

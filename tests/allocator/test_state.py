@@ -180,3 +180,11 @@ def test_allocated_flags_agree_with_is_allocated_through_every_layer() -> None:
         assert current.allocated_flags(keys) == tuple(current.is_allocated(key) for key in keys)
     assert layered.allocated_flags(keys) == (False, True, True, True, True)
     assert state.allocated_flags((free, gpu1)) == (False, False) and state.allocated_flags(()) == ()
+
+
+def test_allocated_flags_of_a_state_without_shared_allocations() -> None:
+    state = AllocatedState()
+    assert state.allocated_flags((DEVICE,)) == (False,)
+    state.add_claim(allocated_claim("a", DEVICE))
+    free = (DRIVER, "pool", "gpu-9")
+    assert state.allocated_flags((free, DEVICE, free)) == (False, True, False)
