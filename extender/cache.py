@@ -383,7 +383,7 @@ class ClusterCache:
             if self.node_usage is not None:
                 self.node_usage.update(key, raw)
         elif kind == "ResourceClaim":
-            self._index_claim(key, ResourceClaim.from_api(raw))
+            self._index_claim(key, ResourceClaim.from_api(raw, spec_of=self._claims.get(key)))
         elif kind == "ResourceSlice":
             self.inventory.upsert_slice(ResourceSlice.from_api(raw))
         elif kind == "DeviceClass":
