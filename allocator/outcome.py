@@ -90,23 +90,30 @@ class AllocationOutcome:
 
     ``reasons`` of a failure are worked out on first access (a filter pass over many nodes rarely
     needs them); read them before changing the inventory or allocated state the allocation used.
+    ``allocations`` may be given as a function too, called on first access: an outcome moved to a
+    twin node (likeness.moved_to) is built for every node of a cold filter, and most are never read.
     """
 
     __slots__ = (
-        "_explain", "_reasons", "_rejection_keys", "allocations", "steps", "subrequest_ranks", "success"
+        "_allocations", "_explain", "_make_allocations", "_reasons", "_rejection_keys", "steps",
+        "subrequest_ranks", "success"
     )
 
     def __init__(
         self,
         *,
         success: bool,
-        allocations: list[dict[str, Any]],
+        allocations: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]],
         reasons: list[Reason] | Callable[[], list[Reason]],
         steps: int,
         subrequest_ranks: list[dict[str, int]],
     ) -> None:
         self.success = success
-        self.allocations = allocations
+        if callable(allocations):
+            self._allocations: list[dict[str, Any]] | None = None
+            self._make_allocations: Callable[[], list[dict[str, Any]]] | None = allocations
+        else:
+            self._allocations, self._make_allocations = allocations, None
         self.steps = steps
         self.subrequest_ranks = subrequest_ranks
         self._rejection_keys: frozenset[Rejection] | None = None
@@ -115,6 +122,14 @@ class AllocationOutcome:
             self._explain: Callable[[], list[Reason]] | None = reasons
         else:
             self._reasons, self._explain = reasons, None
+
+    @property
+    def allocations(self) -> list[dict[str, Any]]:
+        if self._allocations is None:
+            assert self._make_allocations is not None
+            self._allocations = self._make_allocations()
+            self._make_allocations = None
+        return self._allocations
 
     @property
     def reasons(self) -> list[Reason]:

@@ -92,7 +92,7 @@ class Pool:
 class NodePools:
     """The pools of one node in search order; ``candidates`` holds the devices of usable pools in order."""
 
-    __slots__ = ("candidates", "checks", "has_invalid", "pool_ids", "pools")
+    __slots__ = ("candidate_keys", "candidates", "checks", "has_invalid", "pool_ids", "pools")
 
     def __init__(self, pools: list[Pool]) -> None:
         self.pools = pools
@@ -102,6 +102,7 @@ class NodePools:
         self.candidates: list[DeviceEntry] = [e for p in pools if p.status == COMPLETE for e in p.entries]
         for index, entry in enumerate(self.candidates):
             entry.index = index
+        self.candidate_keys = tuple(entry.key for entry in self.candidates)
         self.has_invalid = any(p.status == INVALID for p in pools)
 
 

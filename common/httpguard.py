@@ -87,6 +87,10 @@ class BodyReader:
         if problem:
             raise RequestRefused(413, problem)
         length = request.content_length
+        content = request.content
+        if length is not None and content.is_eof() and not content.exception():
+            # Already received with the headers (kube-scheduler's requests mostly are): no wait to bound.
+            return content.read_nowait()
         large = length is None or length > LARGE_BODY_BYTES
         # Waiting for a slot and reading share one budget.
         deadline = asyncio.get_running_loop().time() + self.limits.body_timeout_s

@@ -19,6 +19,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 # long devices stay blocked if the write never happened. Longer than the API server's own request
 # timeout (60 s by default), after which a late write can no longer be applied.
 UNSETTLED_TTL_S = 120.0
+_REASON_OF = attrgetter("reason")  # verdict -> its Reason, for counting thousands of verdicts per filter
 # How long one node's allocation search may run. Searches take well under a millisecond on typical
 # nodes; one that runs this long is a combinatorial corner case. A node's search never yields, so this
 # also bounds how long it holds the event loop (and every other request) on its own.
@@ -202,7 +204,7 @@ class Scheduler:
         except SchedulingError as error:
             self._count_outcome(Reason.ERROR, len(node_names))
             return FilterResult([], {}, {}, str(error))
-        for reason, count in Counter(verdict.reason for verdict in verdicts.values()).items():
+        for reason, count in Counter(map(_REASON_OF, verdicts.values())).items():
             self._count_outcome(reason, count)
         self.checker.remember(uid, verdicts)
         if plan.to_allocate and (holding or plan.allocates_for_group()):
@@ -233,17 +235,21 @@ class Scheduler:
         """Poll for up to `claim_wait_s` (and at most half of what is left of the filter's budget)
         until the pod's claims exist: its cached copy gets the generated claim names (the request's
         copy never will) and the claims reach the cache."""
-        meta = pod.get("metadata") or {}
         wait_s = min(self.claim_wait_s, (deadline - self.clock()) / 2)
         for _ in range(round(wait_s / CLAIM_POLL_S)):
             await asyncio.sleep(CLAIM_POLL_S)
-            current = self.cache.pod(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-            if current is not None and pod_uid(current) == pod_uid(pod):
-                pod = current
+            pod = self._cached_copy(pod)
             plan = self.planner.plan(pod)
             if not plan.claims_missing:
                 break
         return pod, plan
+
+    def _cached_copy(self, pod: dict) -> dict:
+        """The cache's copy of `pod` (the same UID), else `pod`: kube-scheduler's copy can predate the
+        claim names the resourceclaim controller wrote into the pod's status."""
+        meta = pod.get("metadata") or {}
+        current = self.cache.pod(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        return current if current is not None and pod_uid(current) == pod_uid(pod) else pod
 
     def _claims_changed(self, plan: PodPlan) -> bool:
         """Is any claim of `plan` no longer the cached one? The cache replaces a claim object on every
@@ -260,6 +266,9 @@ class Scheduler:
             return dict.fromkeys(node_names, 0)
         try:
             plan = self.planner.plan(pod)
+            if plan.claims_missing:  # as filter found them: from the cached copy, placement included
+                pod = self._cached_copy(pod)
+                plan = self.planner.plan(pod)
             checked = await self.checker.check_all(plan, node_names, node_objects=node_objects,
                                                    use_cache=True, reuse_for=pod_uid(pod),
                                                    deadline=self.clock() + self.filter_deadline_s)

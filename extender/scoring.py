@@ -16,7 +16,7 @@ outweighed by placement; rounding to 0..10 may tie such nodes but never reverses
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from common.rules import SCORING_POLICIES, annotated_scoring_policy
 
@@ -25,9 +25,8 @@ MAX_SCORE = 10
 FIRST_AVAILABLE_MAX = 8
 
 
-@dataclass(frozen=True)
-class NodeFit:
-    """What prioritize knows about one feasible node."""
+class NodeFit(NamedTuple):
+    """What prioritize knows about one feasible node (a NamedTuple: hashed for every node scored)."""
 
     rank_points: int  # from rank_points()
     devices_in_use: int  # on this node, before this pod
@@ -63,7 +62,11 @@ def node_scores(policy: str, fits: Mapping[str, NodeFit]) -> dict[str, int]:
     best_rank = max((fit.rank_points for fit in fits.values()), default=0)
     scale = best_rank + (0 if policy == "none" else 1)
     scores: dict[str, int] = {}
+    score_of: dict[NodeFit, int] = {}  # nodes of a workload have a handful of distinct fits
     for node, fit in fits.items():
-        value = fit.rank_points + (_placement(policy, fit) or 0.0)
-        scores[node] = max(0, min(MAX_SCORE, round(MAX_SCORE * value / scale))) if scale else 0
+        score = score_of.get(fit)
+        if score is None:
+            value = fit.rank_points + (_placement(policy, fit) or 0.0)
+            score = score_of[fit] = max(0, min(MAX_SCORE, round(MAX_SCORE * value / scale))) if scale else 0
+        scores[node] = score
     return scores

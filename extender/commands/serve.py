@@ -155,10 +155,14 @@ async def warm_node_views(cache: Any) -> None:
         await asyncio.sleep(0)
 
 
-async def _warm_when_ready(cluster: Cluster) -> None:
-    if cluster.watcher is not None:
-        await cluster.watcher.wait_ready()
+async def _after_sync(cluster: Cluster) -> None:
+    """Once synced: tune the collector, warm the node views, then move the views out of the collector's
+    sight too. Built after the freeze, the views (hundreds of thousands of objects at 5,000 nodes) would
+    otherwise sit in the young generations and be walked again by the next collections of generation 1:
+    measured at 5,000 nodes, one such collection paused a cold filter for ~85 ms."""
+    await _tune_gc_when_ready(cluster)
     await warm_node_views(cluster.cache)
+    gc.freeze()
 
 
 # The banner's example filter names this many nodes: enough to show the shape, short enough to paste
@@ -275,8 +279,7 @@ async def serve(options: ServeOptions, stop: asyncio.Event | None = None) -> int
     running = None
     banner_task = None
     extender_tls: ReloadingTLS | None = None
-    gc_task = asyncio.create_task(_tune_gc_when_ready(cluster))
-    warm_task = asyncio.create_task(_warm_when_ready(cluster))
+    after_sync_task = asyncio.create_task(_after_sync(cluster))
     try:
         if network.extender_tls_cert_file and network.extender_tls_private_key_file:
             extender_tls = ReloadingTLS(
@@ -309,8 +312,7 @@ async def serve(options: ServeOptions, stop: asyncio.Event | None = None) -> int
         log.error("cannot start: %s", error)
         return EXIT_ERROR
     finally:
-        gc_task.cancel()
-        warm_task.cancel()
+        after_sync_task.cancel()
         if banner_task is not None:
             banner_task.cancel()
         if running is not None:

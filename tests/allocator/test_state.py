@@ -162,3 +162,21 @@ def test_raw_allocation_of_a_claim_later_seen_valid_is_replaced() -> None:
     state.add_raw_allocation("uid-a", "default/a", raw)
     state.add_claim(allocated_claim("a", DEVICE))
     assert state.is_allocated(DEVICE) and not state.is_allocated((DRIVER, "pool", "gpu-1"))
+
+
+def test_allocated_flags_agree_with_is_allocated_through_every_layer() -> None:
+    state = AllocatedState()
+    state.add_claim(allocated_claim("a", DEVICE))
+    state.add_claim(shared_claim("b", "1G"))
+    gpu1, gpu2, nic, free = ((DRIVER, "pool", name) for name in ("gpu-1", "gpu-2", "nic", "gpu-9"))
+    first = ResourceClaim.from_api(claim_obj("p", req("r")))
+    second = ResourceClaim.from_api(claim_obj("q", req("r")))
+    result = {"request": "r", "driver": DRIVER, "pool": "pool"}
+    view = state.with_in_flight([("uid-p", first, {"devices": {"results": [{**result, "device": "gpu-1"}]}})])
+    layered = view.with_in_flight(
+        [("uid-q", second, {"devices": {"results": [{**result, "device": "gpu-2"}]}})])
+    keys = (free, DEVICE, gpu1, gpu2, nic)
+    for current in (state, view, layered):
+        assert current.allocated_flags(keys) == tuple(current.is_allocated(key) for key in keys)
+    assert layered.allocated_flags(keys) == (False, True, True, True, True)
+    assert state.allocated_flags((free, gpu1)) == (False, False) and state.allocated_flags(()) == ()

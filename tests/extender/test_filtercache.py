@@ -50,6 +50,19 @@ async def test_pods_with_identical_claims_reuse_outcomes() -> None:
     assert first.passed == second.passed == NODES
 
 
+async def test_pods_of_a_workload_share_the_fits_verdicts_until_a_nodes_entry_changes() -> None:
+    scheduler = make(workload(4, count=2))
+    checker = scheduler.checker
+    await checker.check_all(scheduler.planner.plan(pod(scheduler, "p0")), NODES, use_cache=True)
+    second = await checker.check_all(scheduler.planner.plan(pod(scheduler, "p1")), NODES, use_cache=True)
+    third = await checker.check_all(scheduler.planner.plan(pod(scheduler, "p2")), NODES, use_cache=True)
+    assert all(second[node] is third[node] and third[node].fits for node in NODES)
+    await scheduler.bind("default", "p1", pod(scheduler, "p1")["metadata"]["uid"], "node-1")
+    fourth = await checker.check_all(scheduler.planner.plan(pod(scheduler, "p3")), NODES, use_cache=True)
+    assert [fourth[node] is third[node] for node in NODES] == [True, False, True]
+    assert not fourth["node-1"].fits and "needs 2 devices, 0 match" in fourth["node-1"].message
+
+
 async def test_a_bind_invalidates_only_its_node() -> None:
     scheduler = make(workload(4, count=2))
     cache = scheduler.filter_cache

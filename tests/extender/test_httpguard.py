@@ -170,3 +170,27 @@ def test_limits_of_serve_flags() -> None:
     args = build_parser().parse_args(["serve", "--snapshot", str(Path("x")), "--max-request-bytes", "1000",
                                       "--max-connections", "5", "--idle-timeout", "3"])
     assert http_limits(args) == HttpLimits(max_request_bytes=1000, max_connections=5, idle_timeout_s=3.0)
+
+
+async def test_a_body_received_with_its_headers_is_read_without_a_slot_or_a_wait() -> None:
+    """A large body already in full (it came with the headers) needs no large-body slot: it is read at
+    once while slow senders hold every slot."""
+    from unittest import mock
+
+    from aiohttp import streams
+    from aiohttp.test_utils import make_mocked_request
+
+    from common.httpguard import BodyReader
+
+    reader = BodyReader(HttpLimits(max_request_bytes=4 * LARGE_BODY_BYTES, body_timeout_s=1.0))
+    for _ in range(LARGE_BODY_SLOTS):
+        await reader._large.acquire()
+    body = b"[" + b"1," * LARGE_BODY_BYTES + b"1]"
+    payload = streams.StreamReader(mock.Mock(_reading_paused=False), 2**16, loop=asyncio.get_running_loop())
+    payload.feed_data(body)
+    payload.feed_eof()
+    request = make_mocked_request("POST", "/scheduler/filter", payload=payload, headers={
+        "Content-Type": "application/json", "Content-Length": str(len(body))})
+    started = time.perf_counter()
+    assert await reader.read(request) == body
+    assert time.perf_counter() - started < 0.5

@@ -419,6 +419,24 @@ async def test_filter_waits_briefly_for_a_template_claim_the_controller_is_creat
     assert result.passed == ["node-0", "node-1"] and not result.unresolvable and not result.error
 
 
+async def test_prioritize_scores_kube_schedulers_stale_copy_as_filter_found_it() -> None:
+    """The request's copy of a template pod predates the claim names the controller wrote (filter
+    waited for them in the cache); prioritize scores the placement of the claims all the same."""
+    pending = o.pod("p", [], templates={"gpu": "one-gpu"})
+    generated = o.claim("p-gpu-x", owner_pod=pending)
+    current = {**pending, "metadata": {**pending["metadata"], "resourceVersion": "2"},
+               "status": {**pending["status"], "resourceClaimStatuses": [
+                   {"name": "gpu", "resourceClaimName": "p-gpu-x"}]}}
+    busy = o.claim("busy")
+    o.allocate(busy, "node-1", ["gpu-0"])
+    scheduler = make([*o.cluster(2, 2), generated, current, busy])
+    nodes = ["node-0", "node-1"]
+    assert (await scheduler.filter(pending, nodes)).passed == nodes
+    stale = await scheduler.prioritize(pending, nodes)
+    assert stale == await scheduler.prioritize(current, nodes)
+    assert stale["node-1"] > stale["node-0"]  # binpack: the node already half used
+
+
 async def test_a_claim_that_never_appears_is_not_created_yet_after_the_wait() -> None:
     pending = o.pod("p", [], templates={"gpu": "one-gpu"})
     scheduler = make([*o.cluster(1, 1), pending], claim_wait_s=0.05)

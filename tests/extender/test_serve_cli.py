@@ -440,6 +440,21 @@ async def test_the_collector_is_off_while_the_cache_syncs_and_for_at_most_the_pa
     task.cancel()
 
 
+async def test_after_the_sync_the_warmed_node_views_are_frozen_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from extender.commands import serve as serve_command
+
+    steps: list[str] = []
+
+    async def warm(cache: Any) -> None:
+        steps.append("warm")
+
+    monkeypatch.setattr(serve_command, "tune_gc_after_sync", lambda: steps.append("tune"))
+    monkeypatch.setattr(serve_command, "warm_node_views", warm)
+    monkeypatch.setattr(serve_command.gc, "freeze", lambda: steps.append("freeze"))
+    await serve_command._after_sync(serve_command.Cluster(None, None, None))
+    assert steps == ["tune", "warm", "freeze"]
+
+
 async def test_node_views_warmed_after_the_sync_are_the_ones_filters_use(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from allocator import inventory as inventory_module

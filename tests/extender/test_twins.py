@@ -5,6 +5,7 @@ test_filtercache_differential.py (test_verdict_snapshot_equals_uncached_filter).
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import dra_objects as o
@@ -125,3 +126,23 @@ async def test_a_class_change_is_never_answered_by_an_older_twin(searches: list[
         expression='device.driver == "other.example.com"'))
     assert (await scheduler.filter(pod(scheduler, "p0"), NODES[2:])).passed == []
     assert searches == ["node-0", "node-2", "node-3"]
+
+
+async def test_a_twins_allocations_are_built_when_first_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    likeness = importlib.import_module("allocator.likeness")  # the package's `likeness` is the function
+    built: list[str] = []
+    original = likeness._moved_allocations
+
+    def counting(outcome: Any, pool_ids: Any, node_name: str, new_pool_ids: Any) -> Any:
+        built.append(node_name)
+        return original(outcome, pool_ids, node_name, new_pool_ids)
+
+    monkeypatch.setattr(likeness, "_moved_allocations", counting)
+    scheduler = make(workload(pooled_cluster()))
+    plan = scheduler.planner.plan(pod(scheduler, "p0"))
+    verdicts = await scheduler.checker.check_all(plan, NODES, use_cache=True)
+    assert built == []
+    outcome = verdicts["node-2"].outcome
+    assert outcome is not None and outcome.allocations is outcome.allocations
+    assert built == ["node-2"]
+    assert outcome.allocations[0]["devices"]["results"][0]["pool"] == "pool-node-2"
