@@ -767,7 +767,7 @@ class ResourceClaim:
         self.requests: tuple[DeviceRequest, ...]
         self.constraints: tuple[DeviceConstraint, ...]
         self.config: list[dict[str, Any]]
-        if spec_of is not None and spec and spec is spec_of.raw.get("spec"):
+        if spec_of is not None and spec_of.raw is not raw and spec and spec is spec_of.raw.get("spec"):
             # The very same spec object, parsed already (the parts are never changed after parsing).
             self.requests, self.constraints = spec_of.requests, spec_of.constraints
             self.config = spec_of.config
@@ -785,7 +785,8 @@ class ResourceClaim:
         """`spec_of`: a claim parsed before (an earlier version of this one, say); when `raw["spec"]` is
         its raw spec object itself, not merely equal, its parsed requests, constraints and config are
         taken as they are. Objects stored in the cluster cache are never edited in place and share equal
-        specs, so each new version of a claim skips parsing what did not change."""
+        specs, so each new version of a claim skips parsing what did not change. `raw` that is
+        `spec_of.raw` itself is parsed again (re-applying a stored object re-indexes it)."""
         return cls(raw, spec_of=spec_of)
 
 

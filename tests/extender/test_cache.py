@@ -362,6 +362,10 @@ def test_a_new_version_of_a_claim_reuses_the_parsed_spec_only_when_the_spec_did_
     cache.apply("ResourceClaim", "MODIFIED", changed)
     third = cache.claim("ns", "a")
     assert third.requests is not first.requests and third.requests[0].exactly.count == 2
+    stored = cache.raw("ResourceClaim", "ns/a")
+    stored["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3   # edited in place
+    cache.apply("ResourceClaim", "MODIFIED", stored)   # the stored object itself: parsed again
+    assert cache.claim("ns", "a").requests[0].exactly.count == 3
     broken = claim("a", "uid-a", rv="4")
     broken["spec"]["devices"]["requests"][0]["exactly"]["count"] = 0
     cache.apply("ResourceClaim", "MODIFIED", broken)
