@@ -155,13 +155,16 @@ class _Refuse(asyncio.Protocol):
 class _ConnectionCap:
     """The runner's protocol factory, refusing connections beyond `cap` (the rest delegates)."""
 
-    def __init__(self, server: web.Server, cap: int) -> None:
+    def __init__(self, server: web.Server, cap: int, on_connection: Callable[[], None] | None) -> None:
         self._server = server
         self._cap = cap
+        self._on_connection = on_connection
 
     def __call__(self) -> asyncio.Protocol:
         if len(self._server.connections) >= self._cap:
             return _Refuse()
+        if self._on_connection is not None:
+            self._on_connection()
         return self._server()
 
     def __getattr__(self, name: str) -> Any:
@@ -170,12 +173,15 @@ class _ConnectionCap:
 
 class LimitedRunner(web.AppRunner):
     """An AppRunner whose sites take at most `limits.max_connections` connections at once and close
-    idle ones after `limits.idle_timeout_s`."""
+    idle ones after `limits.idle_timeout_s`; `on_connection` is called for every connection accepted."""
 
-    def __init__(self, app: web.Application, limits: HttpLimits, **kwargs: Any) -> None:
+    def __init__(self, app: web.Application, limits: HttpLimits, *,
+                 on_connection: Callable[[], None] | None = None, **kwargs: Any) -> None:
         super().__init__(app, keepalive_timeout=limits.idle_timeout_s, **kwargs)
         self._cap = limits.max_connections
+        self._on_connection = on_connection
 
     async def _make_server(self) -> web.Server:
         # Not a web.Server subclass: a wrapper that delegates everything but the protocol factory.
-        return _ConnectionCap(await super()._make_server(), self._cap)  # type: ignore[return-value]
+        return _ConnectionCap(await super()._make_server(), self._cap,  # type: ignore[return-value]
+                              self._on_connection)

@@ -61,6 +61,11 @@ class Metrics(MetricSet):
         self.bind_conflicts = Counter("dra_extender_bind_conflicts",
                                       "Binds whose re-check found the chosen node no longer fits.",
                                       registry=self.registry)
+        # kube-scheduler's extender client keeps 2 idle connections: with more requests in flight (binds
+        # run beside the next pod's filter) it opens new ones, each a TLS handshake on both sides.
+        self.scheduler_connections = Counter("dra_extender_scheduler_connections",
+                                             "Connections accepted on the extender port.",
+                                             registry=self.registry)
         self.bind_failures = Counter("dra_extender_bind_failures",
                                      "Failed binds (kube-scheduler retries the pod) by stage.", ["stage"],
                                      registry=self.registry)

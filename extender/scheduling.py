@@ -15,12 +15,13 @@ event loop cannot both take the last device.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -68,9 +69,15 @@ DEFAULT_HOLD_TTL_S = 30.0
 # on bench/e2e_throughput.py; a third of the steady-state pods). So filter waits up to this long for
 # the claims to show up before it answers "not created yet".
 DEFAULT_CLAIM_WAIT_S = 0.25
-CLAIM_POLL_S = 0.01
-# How long bind waits for a pod the cache does not know yet (see Scheduler._await_pod).
+# How long bind waits for a pod the cache does not know yet (see Scheduler._await_pod), looking every
+# POD_POLL_S.
 BIND_POD_WAIT_S = 1.0
+POD_POLL_S = 0.01
+
+class _ClaimWaiter(NamedTuple):
+    namespace: str
+    changed: asyncio.Event
+
 
 # A claim to write at bind: with the allocation to write, or None for one allocated already (only the
 # reservation is added).
@@ -131,6 +138,8 @@ class Scheduler:
         # "namespace/podgroup" -> done when the bind writing that PodGroup's shared claims ends. Other
         # binds of the group wait for it, then find the claim allocated and reserved for the group.
         self._group_writes: dict[str, asyncio.Future[None]] = {}
+        # Filters waiting for a pod's claims to be created (_await_claims), woken by cache changes.
+        self._claim_waiters: dict[str, _ClaimWaiter] = {}
         cache.subscribe(self._on_change)
         self.bind_attempts = 0
         self.bind_conflicts = 0
@@ -163,6 +172,11 @@ class Scheduler:
             self.metrics.filter_outcomes.labels(reason=reason).inc(count)
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+        if self._claim_waiters and kind in ("Pod", "ResourceClaim"):
+            namespace = (new.get("metadata") or {}).get("namespace")
+            for waiter in self._claim_waiters.values():
+                if waiter.namespace == namespace:
+                    waiter.changed.set()
         if kind == "Pod" and event_type == "DELETED" and not self.holds.is_empty():
             self.holds.release(pod_uid(new))  # a deleted pod's held devices are free at once
         elif kind == "PodGroup" and event_type == "DELETED":
@@ -232,16 +246,29 @@ class Scheduler:
             log.warning("could not remove extended resource claim %s: %s", stale.key, error)
 
     async def _await_claims(self, pod: dict, plan: PodPlan, *, deadline: float) -> tuple[dict, PodPlan]:
-        """Poll for up to `claim_wait_s` (and at most half of what is left of the filter's budget)
-        until the pod's claims exist: its cached copy gets the generated claim names (the request's
-        copy never will) and the claims reach the cache."""
+        """Wait up to `claim_wait_s` (and at most half of what is left of the filter's budget) until
+        the pod's claims exist: its cached copy gets the generated claim names (the request's copy never
+        will) and the claims reach the cache. Planned again after each change of the pod or of a claim
+        in its namespace (_on_change wakes the waiter), not on a timer."""
         wait_s = min(self.claim_wait_s, (deadline - self.clock()) / 2)
-        for _ in range(round(wait_s / CLAIM_POLL_S)):
-            await asyncio.sleep(CLAIM_POLL_S)
-            pod = self._cached_copy(pod)
-            plan = self.planner.plan(pod)
-            if not plan.claims_missing:
-                break
+        loop = asyncio.get_running_loop()
+        until = loop.time() + wait_s
+        meta = pod.get("metadata") or {}
+        waiter = _ClaimWaiter(str(meta.get("namespace") or ""), asyncio.Event())
+        key = f"{pod_uid(pod)}/{id(waiter)}"  # several filters of one pod may wait at once
+        self._claim_waiters[key] = waiter
+        try:
+            while plan.claims_missing and loop.time() < until:
+                pod = self._cached_copy(pod)
+                plan = self.planner.plan(pod)
+                if not plan.claims_missing:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(until):
+                        await waiter.changed.wait()
+                waiter.changed.clear()
+        finally:
+            del self._claim_waiters[key]
         return pod, plan
 
     def _cached_copy(self, pod: dict) -> dict:
@@ -339,8 +366,8 @@ class Scheduler:
         our watch has not delivered yet. A pod with claims rarely gets here (filter waited for its
         claims, and so for its cached copy), one asking only for extended resources often does, and a
         refused bind costs it kube-scheduler's backoff (seconds)."""
-        for _ in range(round(BIND_POD_WAIT_S / CLAIM_POLL_S)):
-            await asyncio.sleep(CLAIM_POLL_S)
+        for _ in range(round(BIND_POD_WAIT_S / POD_POLL_S)):
+            await asyncio.sleep(POD_POLL_S)
             pod = self.cache.pod(namespace, name)
             if pod is not None and (not uid or pod_uid(pod) == uid):
                 return pod

@@ -146,7 +146,8 @@ class ExtenderServer:
                     ssl_context: ssl.SSLContext | None = None) -> None:
         for name, app, port, context in (("extender", self.extender_app(), extender_port, ssl_context),
                                          ("debug", self.debug_app(), debug_port, None)):
-            runner = LimitedRunner(app, self.limits, access_log=None)
+            counted = self.metrics.scheduler_connections.inc if name == "extender" else None
+            runner = LimitedRunner(app, self.limits, access_log=None, on_connection=counted)
             await runner.setup()
             site = web.TCPSite(runner, host, port, ssl_context=context)
             await site.start()

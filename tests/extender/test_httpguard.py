@@ -194,3 +194,21 @@ async def test_a_body_received_with_its_headers_is_read_without_a_slot_or_a_wait
     started = time.perf_counter()
     assert await reader.read(request) == body
     assert time.perf_counter() - started < 0.5
+
+
+async def test_connections_to_the_extender_port_are_counted(guarded: ExtenderServer) -> None:
+    def counted() -> float:
+        for line in guarded.metrics.render().decode().splitlines():
+            if line.startswith("dra_extender_scheduler_connections_total "):
+                return float(line.split()[1])
+        raise AssertionError("no dra_extender_scheduler_connections_total")
+
+    before = counted()
+    for _ in range(2):  # a session per filter: a connection each
+        assert (await normal_filter(guarded))[0] == 200
+    body = (PAYLOADS / "filter_node_cache_capable.json").read_bytes()
+    async with aiohttp.ClientSession() as session:  # one connection, kept alive, for three requests
+        for _ in range(3):
+            async with session.post(guarded.urls["extender"] + "/filter", headers=JSON, data=body) as answer:
+                assert answer.status == 200
+    assert counted() == before + 3
