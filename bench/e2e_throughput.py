@@ -238,6 +238,24 @@ def _cpu_ms_per_pod(before: dict[str, float], after: dict[str, float], pods: int
     }
 
 
+def _scheduler_connections(plane: ControlPlane) -> float | None:
+    """Connections dra-extender has accepted from kube-scheduler so far (None in-tree): each is a TLS
+    handshake on both sides; kube-scheduler's client keeps only 2 idle ones."""
+    if "dra-extender" not in plane.components:
+        return None
+    answer = urllib3.PoolManager().request("GET", f"http://127.0.0.1:{plane.debug_port}/metrics")
+    for line in answer.data.decode().splitlines():
+        if line.startswith("dra_extender_scheduler_connections_total "):
+            return float(line.split()[1])
+    return None
+
+
+def _per_pod(before: float | None, after: float | None, pods: int) -> dict[str, float]:
+    if before is None or after is None:
+        return {}
+    return {"scheduler_connections_per_pod": round((after - before) / pods, 3)}
+
+
 def _p99(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else 0.0
@@ -363,20 +381,22 @@ def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path,
 
         measured = [f"measured-{i:05d}" for i in range(pods)]
         _progress(mode, f"{pods} measured pods")
-        cpu_before = _cpu_seconds(plane)
+        cpu_before, connections_before = _cpu_seconds(plane), _scheduler_connections(plane)
         created = _create_pods(api, measured, body)
         watch.wait_bound(set(measured), timeout_s=900)
         measured_cpu = _cpu_ms_per_pod(cpu_before, _cpu_seconds(plane), pods)
+        measured_connections = _per_pod(connections_before, _scheduler_connections(plane), pods)
         pods_per_s, p99 = _measure(created, watch.bound_at)
 
         # Back to half full for the steady state: remove the measured pods.
         for name in measured:
             api.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", grace_period_seconds=0)
         _progress(mode, f"steady state, {steady} pods")
-        cpu_before = _cpu_seconds(plane)
+        cpu_before, connections_before = _cpu_seconds(plane), _scheduler_connections(plane)
         steady_per_s, steady_p99 = _steady_state(api, watch, initial, steady, window=max(10, nodes // 5),
                                                  body=body)
         steady_cpu = _cpu_ms_per_pod(cpu_before, _cpu_seconds(plane), steady)
+        steady_connections = _per_pod(connections_before, _scheduler_connections(plane), steady)
         watch.stop()
         return {
             "pods_per_s": pods_per_s,
@@ -386,6 +406,8 @@ def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path,
             "steady_p99_s": steady_p99,
             "steady_cpu_ms_per_pod": steady_cpu,
             "claim_shapes": claim_shapes,
+            **measured_connections,
+            **{f"steady_{key}": value for key, value in steady_connections.items()},
         }
     finally:
         plane.stop()
@@ -530,7 +552,8 @@ def _shape(text: str) -> tuple[int, int, int]:
     return nodes, groups, pods
 
 
-PER_RUN_KEYS = ("pods_per_s", "p99_s", "steady_pods_per_s", "steady_p99_s", "idle_before")
+PER_RUN_KEYS = ("pods_per_s", "p99_s", "steady_pods_per_s", "steady_p99_s", "idle_before",
+                "scheduler_connections_per_pod", "steady_scheduler_connections_per_pod")
 
 
 def _free_extender_ratio(run: dict[str, dict[str, Any]], key: str) -> float:

@@ -109,8 +109,9 @@ class NodeChecker:
                 return NodeVerdict(node_name, fits=False, message=on_node, unresolvable=True,
                                    reason=Reason.EXTENDED_RESOURCE)
             plan = on_node
-        allocations = [claim.allocation or {} for claim in plan.allocated]
-        allocations += [share.allocation for share in plan.pending]
+        allocations = [claim.allocation or {} for claim in plan.allocated] if plan.allocated else []
+        if plan.pending:
+            allocations += [share.allocation for share in plan.pending]
         for allocation in allocations:
             selector = allocation.get("nodeSelector")
             if selector and not node_matches_selector(node, selector):
@@ -130,14 +131,14 @@ class NodeChecker:
                 return self._node_allocatable(plan, node, cached_verdict(
                     node_name, cached, computed_for=computed_for, claims=plan.signature.claims), evicting)
         allocator = self.planner.allocator_for(plan)
-        allocator.deadline_s = self.node_deadline_s if time_left_s is None else min(
-            self.node_deadline_s, time_left_s)
         try:
             twin_key, outcome = None, None
             if node_key is not None and filter_cache is not None:
                 assert plan.signature is not None and plan.view is not None
                 twin_key, outcome = filter_cache.twin(plan.signature, node, plan.view)
             if outcome is None:
+                allocator.deadline_s = self.node_deadline_s if time_left_s is None else min(
+                    self.node_deadline_s, time_left_s)
                 outcome = allocator.allocate(node, plan.to_allocate)
                 if twin_key is not None and filter_cache is not None:
                     assert plan.signature is not None

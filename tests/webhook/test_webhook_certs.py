@@ -148,3 +148,32 @@ def test_serving_cert_with_ip_address() -> None:
     assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1", "::1"]
     with pytest.raises(ValueError, match="at least one"):
         certs.generate_serving_cert(ca, [])
+
+
+async def test_serving_contexts_send_no_session_tickets(tmp_path: Path) -> None:
+    """Our clients never resume sessions (Go without a session cache): a ticket would be CPU for nothing."""
+    import asyncio
+
+    from common.tls import build_context
+
+    out = tmp_path / "tls"
+    assert main(["certs", "--service", "dra-extender", "-n", "dra-extender", "--out", str(out), "--ip",
+                 "127.0.0.1"]) == 0
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"hello")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=build_context(
+        str(out / certs.CERT_FILE), str(out / certs.KEY_FILE)))
+    async with server:
+        context = ssl.create_default_context(cafile=str(out / certs.CA_CERT_FILE))
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1],
+                                                       ssl=context)
+        assert await reader.read() == b"hello"  # any ticket arrives before the data
+        tls = writer.get_extra_info("ssl_object")
+        version, session = tls.version(), tls.session
+        writer.close()
+    assert version == "TLSv1.3"
+    assert session is None or not session.has_ticket
