@@ -755,7 +755,7 @@ class ResourceClaim:
         "uid",
     )
 
-    def __init__(self, raw: dict[str, Any]) -> None:
+    def __init__(self, raw: dict[str, Any], *, spec_of: ResourceClaim | None = None) -> None:
         ck, meta = _metadata(raw, "ResourceClaim")
         self.raw = raw
         self.name: str = meta["name"]
@@ -764,20 +764,15 @@ class ResourceClaim:
         self.key = f"{self.namespace}/{self.name}"
         self.deleting = bool(meta.get("deletionTimestamp"))
         spec = ck.mapping(raw, "spec", "")
-        devices = ck.mapping(spec, "devices", "spec.")
-        self.requests = tuple(
-            DeviceRequest(ck, r, f"spec.devices.requests[{i}]")
-            for i, r in enumerate(ck.list(devices, "requests", "spec.devices."))
-        )
-        self.constraints = tuple(
-            DeviceConstraint(ck, c, f"spec.devices.constraints[{i}]")
-            for i, c in enumerate(ck.list(devices, "constraints", "spec.devices."))
-        )
-        self.config: list[dict[str, Any]] = ck.list(devices, "config", "spec.devices.")
-        for i, cfg in enumerate(self.config):
-            if not isinstance(cfg, dict):
-                raise ck.fail(f"spec.devices.config[{i}]", "must be an object")
-            ck.string_list(cfg, "requests", f"spec.devices.config[{i}].")
+        self.requests: tuple[DeviceRequest, ...]
+        self.constraints: tuple[DeviceConstraint, ...]
+        self.config: list[dict[str, Any]]
+        if spec_of is not None and spec_of.raw is not raw and spec and spec is spec_of.raw.get("spec"):
+            # The very same spec object, parsed already (the parts are never changed after parsing).
+            self.requests, self.constraints = spec_of.requests, spec_of.constraints
+            self.config = spec_of.config
+        else:
+            self.requests, self.constraints, self.config = _parse_claim_spec(ck, spec)
         status = ck.mapping(raw, "status", "")
         allocation = status.get("allocation")
         if allocation is not None:
@@ -786,8 +781,33 @@ class ResourceClaim:
         self.reserved_for: list[dict[str, Any]] = ck.list(status, "reservedFor", "status.")
 
     @classmethod
-    def from_api(cls, raw: dict[str, Any]) -> ResourceClaim:
-        return cls(raw)
+    def from_api(cls, raw: dict[str, Any], *, spec_of: ResourceClaim | None = None) -> ResourceClaim:
+        """`spec_of`: a claim parsed before (an earlier version of this one, say); when `raw["spec"]` is
+        its raw spec object itself, not merely equal, its parsed requests, constraints and config are
+        taken as they are. Objects stored in the cluster cache are never edited in place and share equal
+        specs, so each new version of a claim skips parsing what did not change. `raw` that is
+        `spec_of.raw` itself is parsed again (re-applying a stored object re-indexes it)."""
+        return cls(raw, spec_of=spec_of)
+
+
+def _parse_claim_spec(
+    ck: _Checker, spec: dict[str, Any]
+) -> tuple[tuple[DeviceRequest, ...], tuple[DeviceConstraint, ...], list[dict[str, Any]]]:
+    devices = ck.mapping(spec, "devices", "spec.")
+    requests = tuple(
+        DeviceRequest(ck, r, f"spec.devices.requests[{i}]")
+        for i, r in enumerate(ck.list(devices, "requests", "spec.devices."))
+    )
+    constraints = tuple(
+        DeviceConstraint(ck, c, f"spec.devices.constraints[{i}]")
+        for i, c in enumerate(ck.list(devices, "constraints", "spec.devices."))
+    )
+    config: list[dict[str, Any]] = ck.list(devices, "config", "spec.devices.")
+    for i, cfg in enumerate(config):
+        if not isinstance(cfg, dict):
+            raise ck.fail(f"spec.devices.config[{i}]", "must be an object")
+        ck.string_list(cfg, "requests", f"spec.devices.config[{i}].")
+    return requests, constraints, config
 
 
 def _check_allocation(ck: _Checker, allocation: Any) -> None:

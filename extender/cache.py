@@ -148,7 +148,7 @@ class ClusterCache:
         an unchanged object in a re-list) is skipped without parsing it again; passing the stored
         object itself again re-indexes it. The cache owns `raw` from here on (its managedFields are
         dropped); a Pod is stored as `slim_pod(raw)`, and Pods, ResourceSlices and ResourceClaims as
-        copies whose parts equal to other stored objects' are shared with them (`_stored_form`).
+        copies whose parts equal to other stored objects' are shared with them (`_shared`).
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -173,8 +173,8 @@ class ClusterCache:
             del meta["managedFields"]
         store = self._objects[kind]
         old = store.get(key)
-        if raw is not old:
-            raw = self._stored_form(kind, raw)
+        if kind == "Pod" and raw is not old:
+            raw = slim_pod(raw)
         old_indexed = old is not None and key not in self._invalid[kind]
         if event_type == "DELETED":
             if old is None:
@@ -190,6 +190,8 @@ class ClusterCache:
                 if old_rv is not None and new_rv is not None and (
                         new_rv < old_rv or (new_rv == old_rv and raw is not old and raw == old)):
                     return
+            if raw is not old:
+                raw = self._shared(kind, raw, old)
             store[key] = raw
             self._invalid[kind].pop(key, None)
             self._forget_invalid_claim_allocation(kind, key)
@@ -214,15 +216,16 @@ class ClusterCache:
             except Exception:
                 log.exception("cache subscriber failed on %s %s %s", event_type, kind, key)
 
-    def _stored_form(self, kind: str, raw: dict) -> dict:
-        """What the cache keeps of a new object: a Pod slimmed (see extender.podtransform: no secrets
-        and no bulk), and the parts equal to other objects' shared (see extender.sharing)."""
+    def _shared(self, kind: str, raw: dict, old: dict | None) -> dict:
+        """`raw` (a Pod already slimmed: see extender.podtransform, no secrets and no bulk) with its
+        parts equal to other stored objects' shared (see extender.sharing), starting with `old`, the
+        version it replaces. Only for objects that are stored: a deleted or stale one is not worth it."""
         if kind == "Pod":
-            return self._sharer.pod(slim_pod(raw))
+            return self._sharer.pod(raw, old)
         if kind == "ResourceSlice":
             return self._sharer.resource_slice(raw)
         if kind == "ResourceClaim":
-            return self._sharer.resource_claim(raw)
+            return self._sharer.resource_claim(raw, old)
         return raw
 
     def replace(self, kind: str, items: Iterable[dict]) -> None:
@@ -383,7 +386,7 @@ class ClusterCache:
             if self.node_usage is not None:
                 self.node_usage.update(key, raw)
         elif kind == "ResourceClaim":
-            self._index_claim(key, ResourceClaim.from_api(raw))
+            self._index_claim(key, ResourceClaim.from_api(raw, spec_of=self._claims.get(key)))
         elif kind == "ResourceSlice":
             self.inventory.upsert_slice(ResourceSlice.from_api(raw))
         elif kind == "DeviceClass":

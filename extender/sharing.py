@@ -58,6 +58,16 @@ class ObjectSharer:
             meta["namespace"] = self.string(meta["namespace"])
         return raw
 
+    @staticmethod
+    def _kept(value: Any, previous: Any, key: str) -> Any:
+        """`previous[key]` when it equals `value` (a dict, compared in C: far cheaper than serializing
+        it), else None. Equal here means equal as Python values, where 1 == 1.0: one field of one
+        object does not change its JSON type between versions."""
+        if not isinstance(value, dict) or not isinstance(previous, dict):
+            return None
+        before = previous.get(key)
+        return before if before is not None and value == before else None
+
     def _share_strings(self, obj: Any, keys: tuple[str, ...]) -> None:
         if isinstance(obj, dict):
             for key in keys:
@@ -84,13 +94,20 @@ class ObjectSharer:
                 device["capacity"] = self.value(device["capacity"])
         return raw
 
-    def resource_claim(self, raw: dict) -> dict:
+    def resource_claim(self, raw: dict, previous: dict | None = None) -> dict:
+        """`previous`: the version `raw` replaces, whose parts are shared already: an unchanged spec
+        or allocation is taken from it without serializing it again (most updates change neither)."""
         self._common(raw)
         if "spec" in raw:
-            raw["spec"] = self.value(raw["spec"])
+            kept = self._kept(raw["spec"], previous, "spec")
+            raw["spec"] = kept if kept is not None else self.value(raw["spec"])
         status = raw.get("status")
-        allocation = status.get("allocation") if isinstance(status, dict) else None
-        if not isinstance(allocation, dict):
+        if not isinstance(status, dict) or not isinstance(status.get("allocation"), dict):
+            return raw
+        allocation = status["allocation"]
+        kept = self._kept(allocation, previous.get("status") if previous is not None else None, "allocation")
+        if kept is not None:
+            status["allocation"] = kept
             return raw
         if "nodeSelector" in allocation:
             allocation["nodeSelector"] = self.value(allocation["nodeSelector"])
@@ -100,10 +117,14 @@ class ObjectSharer:
             self._share_strings(result, ("request", "driver", "pool", "device"))
         return raw
 
-    def pod(self, raw: dict) -> dict:
+    def pod(self, raw: dict, previous: dict | None = None) -> dict:
+        """`previous`: as for resource_claim (the spec of a pod changes once, when it is bound)."""
         self._common(raw)
         spec = raw.get("spec")
-        if isinstance(spec, dict):
+        kept = self._kept(spec, previous, "spec")
+        if kept is not None:
+            raw["spec"] = kept
+        elif isinstance(spec, dict):
             self._share_strings(spec, ("nodeName", "schedulerName", "priorityClassName", "preemptionPolicy"))
             for key in ("tolerations", "containers", "initContainers"):
                 if key in spec:

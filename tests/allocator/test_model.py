@@ -45,6 +45,20 @@ def test_slice_fields_are_parsed_once() -> None:
     assert parsed.raw is raw
 
 
+def test_a_claim_takes_the_parsed_spec_of_another_only_for_the_very_same_spec_object() -> None:
+    raw = claim_obj("c", req("r"))
+    first = ResourceClaim.from_api(raw)
+    later = {**raw, "metadata": {**raw["metadata"], "resourceVersion": "9"}, "status": {"reservedFor": []}}
+    again = ResourceClaim.from_api(later, spec_of=first)
+    assert again.requests is first.requests and again.constraints is first.constraints
+    assert again.config is first.config and again.raw is later
+    equal_copy = {**raw, "spec": {"devices": {"requests": [req("r")]}}}
+    assert equal_copy["spec"] == raw["spec"]
+    assert ResourceClaim.from_api(equal_copy, spec_of=first).requests is not first.requests
+    with pytest.raises(InvalidObjectError, match="count"):
+        ResourceClaim.from_api(claim_obj("c", req("r", 0)), spec_of=first)
+
+
 def test_claim_defaults() -> None:
     claim = ResourceClaim.from_api(claim_obj("c", {"name": "r", "exactly": {"deviceClassName": "gpu"}}))
     (request,) = claim.requests

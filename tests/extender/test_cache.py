@@ -347,3 +347,26 @@ def test_managed_fields_are_dropped_so_writes_back_keep_the_servers(cache: Clust
     stored = cache.raw("ResourceClaim", "ns/tracked")
     assert stored is not None and "managedFields" not in stored["metadata"]
     assert stored["metadata"]["uid"] == "uid-tracked"
+
+
+def test_a_new_version_of_a_claim_reuses_the_parsed_spec_only_when_the_spec_did_not_change() -> None:
+    cache = ClusterCache(FeatureGates())
+    cache.apply("ResourceClaim", "ADDED", claim("a", "uid-a", rv="1"))
+    first = cache.claim("ns", "a")
+    cache.apply("ResourceClaim", "MODIFIED", claim("a", "uid-a", rv="2", allocation=allocation("gpu-0")))
+    second = cache.claim("ns", "a")
+    assert second is not first and second.allocation is not None
+    assert second.requests is first.requests, "an equal spec is shared, so its parse is reused"
+    changed = claim("a", "uid-a", rv="3")
+    changed["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    cache.apply("ResourceClaim", "MODIFIED", changed)
+    third = cache.claim("ns", "a")
+    assert third.requests is not first.requests and third.requests[0].exactly.count == 2
+    stored = cache.raw("ResourceClaim", "ns/a")
+    stored["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3   # edited in place
+    cache.apply("ResourceClaim", "MODIFIED", stored)   # the stored object itself: parsed again
+    assert cache.claim("ns", "a").requests[0].exactly.count == 3
+    broken = claim("a", "uid-a", rv="4")
+    broken["spec"]["devices"]["requests"][0]["exactly"]["count"] = 0
+    cache.apply("ResourceClaim", "MODIFIED", broken)
+    assert cache.claim("ns", "a") is None and "count" in cache.stats()["invalidObjects"][0]["error"]

@@ -470,3 +470,35 @@ async def test_connect_without_credentials_says_what_it_tried(tmp_path: Path,
     config.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
     with pytest.raises(KubeConfigError, match="context 'nope'"):
         await KubeClient.connect(kubeconfig=str(config), context="nope")
+
+
+async def test_request_urls_keep_the_base_urls_path_and_encode_what_needs_it() -> None:
+    seen: list[str] = []
+
+    async def record(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        seen.append(f"{request.method} {request.raw_path}")
+        return aiohttp.web.json_response({"kind": "Status"})
+
+    app = aiohttp.web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        for base in (f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}/k8s/clusters/c-1/"):
+            async with KubeClient.for_url(base) as kube:
+                await kube.get(f"{CLAIMS}/a.b-1/status")
+                await kube.list("/api/v1/pods", labelSelector="app in (a b)", limit=5)
+                await kube.get("/api/v1/namespaces/default/pods/odd name%")
+        assert seen == [
+            f"GET {CLAIMS}/a.b-1/status",
+            "GET /api/v1/pods?labelSelector=app+in+(a+b)&limit=5",
+            "GET /api/v1/namespaces/default/pods/odd%20name%25",
+            f"GET /k8s/clusters/c-1{CLAIMS}/a.b-1/status",
+            "GET /k8s/clusters/c-1/api/v1/pods?labelSelector=app+in+(a+b)&limit=5",
+            "GET /k8s/clusters/c-1/api/v1/namespaces/default/pods/odd%20name%25",
+        ]
+    finally:
+        await runner.cleanup()

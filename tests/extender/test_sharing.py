@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import dra_objects as o
 import orjson
@@ -65,3 +66,68 @@ def test_the_tables_are_bounded() -> None:
 def test_values_json_cannot_encode_are_kept_as_they_are() -> None:
     odd = {"int": 2**70}
     assert ObjectSharer().value(odd) is odd
+
+
+def test_a_new_version_takes_its_unchanged_spec_and_allocation_from_the_version_it_replaces() -> None:
+    cache = ClusterCache(FeatureGates())
+    cache._sharer = ObjectSharer(max_entries=1)   # tables that forget at once: kept parts come from `stored`
+    first = o.claim("a")
+    o.allocate(first, "node-1", ["gpu-0"])
+    cache.apply("ResourceClaim", "ADDED", first)
+    stored = cache.raw("ResourceClaim", "default/a")
+    reserved = json_of(first)
+    reserved["metadata"]["resourceVersion"] = "2"
+    reserved["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "p1"}]
+    expected = json_of(reserved)
+    cache.apply("ResourceClaim", "MODIFIED", reserved)
+    now = cache.raw("ResourceClaim", "default/a")
+    assert json_of(now) == expected   # type: ignore[arg-type]
+    assert now["spec"] is stored["spec"]   # type: ignore[index]
+    assert now["status"]["allocation"] is stored["status"]["allocation"]   # type: ignore[index]
+    released = json_of(reserved)
+    released["metadata"]["resourceVersion"] = "3"
+    released["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    o.allocate(released, "node-1", ["gpu-1"])
+    expected = json_of(released)
+    cache.apply("ResourceClaim", "MODIFIED", released)
+    latest = cache.raw("ResourceClaim", "default/a")
+    assert json_of(latest) == expected and latest["spec"] is not now["spec"]   # type: ignore[arg-type,index]
+    assert cache.claim("default", "a").requests[0].exactly.count == 2   # type: ignore[union-attr]
+
+
+def test_a_pod_update_that_leaves_the_spec_alone_keeps_the_stored_spec() -> None:
+    cache = ClusterCache(FeatureGates())
+    pod = o.pod("p", ["c"])
+    cache.apply("Pod", "ADDED", copy.deepcopy(pod))
+    stored = cache.raw("Pod", "default/p")
+    running = copy.deepcopy(pod)
+    running["metadata"]["resourceVersion"] = "2"
+    running["status"] = {"phase": "Running", "podIP": "10.0.0.1"}
+    cache.apply("Pod", "MODIFIED", running)
+    now = cache.raw("Pod", "default/p")
+    assert now["spec"] is stored["spec"] and now["status"] == {"phase": "Running"}   # type: ignore[index]
+    bound = copy.deepcopy(running)
+    bound["metadata"]["resourceVersion"] = "3"
+    bound["spec"]["nodeName"] = "node-1"
+    cache.apply("Pod", "MODIFIED", bound)
+    assert cache.raw("Pod", "default/p")["spec"]["nodeName"] == "node-1"   # type: ignore[index]
+
+
+def test_deleted_and_stale_objects_are_not_shared() -> None:
+    cache = ClusterCache(FeatureGates())
+    shared: list[str] = []
+    original = cache._sharer.resource_claim
+
+    def counting(raw: dict[str, Any], previous: dict[str, Any] | None = None) -> dict[str, Any]:
+        shared.append(raw["metadata"]["resourceVersion"])
+        return original(raw, previous)
+
+    cache._sharer.resource_claim = counting   # type: ignore[method-assign]
+    cache.apply("ResourceClaim", "ADDED", o.claim("a"))
+    stale = o.claim("a")
+    stale["metadata"]["resourceVersion"] = "0"
+    cache.apply("ResourceClaim", "MODIFIED", stale)
+    gone = o.claim("a")
+    gone["metadata"]["resourceVersion"] = "5"
+    cache.apply("ResourceClaim", "DELETED", gone)
+    assert shared == ["1"] and cache.raw("ResourceClaim", "default/a") is None
