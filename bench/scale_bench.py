@@ -467,13 +467,13 @@ async def profile_cpu(args: argparse.Namespace, url: str, nodes: int) -> dict[st
     profile.disable()
     sync_s = time.perf_counter() - started
     report(profile, f"sync ({sync_s:.2f} s)")
+    scheduler = build_scheduler(Cluster(cache, client, watcher))
     started = time.perf_counter()
-    await warm_node_views(cache)   # as serve does once synced, and then freezes the views too
+    # As serve does once synced (the views and the filter cache's node memos), then freezes them too.
+    await warm_node_views(cache, scheduler.filter_cache)
     gc.freeze()
     warm_views_s = time.perf_counter() - started
     try:
-        cluster = Cluster(cache, client, watcher)
-        scheduler = build_scheduler(cluster)
         pod = cache.pod("default", "probe-0")
         names = cache.node_names()
         profile = cProfile.Profile()

@@ -320,6 +320,13 @@ class FilterCache:
         if len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
+    def warm(self, node: Node) -> None:
+        """Work out now what the first filter of any claims would for `node`: its node key and its
+        likeness id (serve does this for every node once synced, as it builds the node views)."""
+        self.node_key(node)
+        pools, alike = self.cache.inventory.node_likeness(node, self.cache.features)
+        self.twins.likeness_id(node, pools, alike)
+
     def twin(self, signature: ClaimsSignature, node: Node,
              view: AllocatedState) -> tuple[TwinKey | None, AllocationOutcome | None]:
         """For a node `get` missed: its twin key under `view` (None when the node is not shared) and the

@@ -75,6 +75,13 @@ class TwinVerdicts:
         if inventory_version != self._inventory_version:
             self._twins.clear()  # classes or slices changed: every outcome may have
             self._inventory_version = inventory_version
+        likeness_id = self.likeness_id(node, pools, alike)
+        if likeness_id is None:
+            return None
+        return likeness_id, devices_in_use(pools, view), declared_features(node)
+
+    def likeness_id(self, node: Node, pools: NodePools, alike: Likeness | None) -> int | None:
+        """The small id of the node's likeness (None: no twins), memoised while its pools stay."""
         memo = self._likenesses.get(node.name)
         if memo is None or memo[0] is not pools:
             likeness_id = None
@@ -87,9 +94,7 @@ class TwinVerdicts:
                 self._likenesses.clear()
             memo = (pools, likeness_id)
             self._likenesses[node.name] = memo
-        if memo[1] is None:
-            return None
-        return memo[1], devices_in_use(pools, view), declared_features(node)
+        return memo[1]
 
     def get(self, spec: str, key: TwinKey, node: Node, pools: NodePools) -> AllocationOutcome | None:
         """The outcome for `node` of a twin searched before, with the node's names put in."""

@@ -445,7 +445,7 @@ async def test_after_the_sync_the_warmed_node_views_are_frozen_too(monkeypatch: 
 
     steps: list[str] = []
 
-    async def warm(cache: Any) -> None:
+    async def warm(cache: Any, filter_cache: Any) -> None:
         steps.append("warm")
 
     monkeypatch.setattr(serve_command, "tune_gc_after_sync", lambda: steps.append("tune"))
@@ -458,8 +458,10 @@ async def test_after_the_sync_the_warmed_node_views_are_frozen_too(monkeypatch: 
 async def test_node_views_warmed_after_the_sync_are_the_ones_filters_use(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from allocator import inventory as inventory_module
+    from extender.assume import AssumeCache
     from extender.cache import ClusterCache
     from extender.commands import serve as serve_command
+    from extender.filtercache import FilterCache
 
     built: list[str] = []
     gather = inventory_module.gather_pools
@@ -472,8 +474,11 @@ async def test_node_views_warmed_after_the_sync_are_the_ones_filters_use(
     monkeypatch.setattr(serve_command, "WARM_BATCH", 2)   # several turns of the event loop
     example = Path(__file__).resolve().parents[2] / "examples" / "cluster"
     cache = ClusterCache.from_objects(load_objects([example]), FeatureGates())
-    await serve_command.warm_node_views(cache)
-    assert sorted(built) == cache.node_names() == ["node-1", "node-2", "node-3"]
+    filter_cache = FilterCache(cache, AssumeCache())
+    warmed: list[str] = []
+    monkeypatch.setattr(filter_cache, "warm", lambda node: warmed.append(node.name))
+    await serve_command.warm_node_views(cache, filter_cache)
+    assert sorted(built) == sorted(warmed) == cache.node_names() == ["node-1", "node-2", "node-3"]
     for name in cache.node_names():
         cache.inventory.node_pools(cache.node(name), cache.features)
     assert len(built) == 3
