@@ -74,6 +74,7 @@ DEFAULT_CLAIM_WAIT_S = 0.25
 BIND_POD_WAIT_S = 1.0
 POD_POLL_S = 0.01
 
+
 class _ClaimWaiter(NamedTuple):
     namespace: str
     changed: asyncio.Event
