@@ -89,14 +89,6 @@ class CompatibilityGroups:
             return self._running[key]
         return baseline.get(key[2], _NONE)
 
-    def with_allocated(self, entry: DeviceEntry) -> bool:
-        """Could the device join what is allocated already (ignoring this search's own choices)?"""
-        baseline = self._baseline(entry.pool)
-        return all(
-            admits(baseline.get(counter_set, _NONE), groups)
-            for counter_set, groups in device_groups(entry.device)
-        )
-
     def take(self, entry: DeviceEntry) -> Undo | None:
         """Admit the device on every counter set it consumes and narrow their intersections; None
         (nothing changed) when one of them does not admit it."""

@@ -641,10 +641,6 @@ class ResourceSlice:
     def from_api(cls, raw: dict[str, Any]) -> ResourceSlice:
         return cls(raw)
 
-    @property
-    def node_local(self) -> bool:
-        return bool(self.node_name)
-
 
 class ExactRequest:
     """An ``exactly`` request or one ``firstAvailable`` subrequest."""

@@ -281,10 +281,6 @@ class _Parser:
         token = self.token
         return token.kind in ("punct", "ident") and token.text == text
 
-    def peek_is(self, offset: int, text: str) -> bool:
-        token = self.tokens[min(self.index + offset, len(self.tokens) - 1)]
-        return token.kind in ("punct", "ident") and token.text == text
-
     def advance(self) -> Token:
         token = self.token
         if token.kind != "eof":
