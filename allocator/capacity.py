@@ -8,7 +8,6 @@ from fractions import Fraction
 from allocator.model import CapacityRequestPolicy, Device
 from allocator.quantity import Quantity
 
-ZERO = Quantity.parse("0")
 _INT64_MAX = 2**63 - 1
 
 

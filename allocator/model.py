@@ -380,7 +380,6 @@ class Device:
         "capacity",
         "compatibility_groups",
         "consumes_counters",
-        "has_list_attributes",
         "has_request_policies",
         "memo_key",
         "name",
@@ -401,7 +400,6 @@ class Device:
             key: _parse_attribute(ck, value, f"{path}.attributes[{key}]")
             for key, value in ck.mapping(raw, "attributes", f"{path}.").items()
         }
-        self.has_list_attributes = any(v.is_list for v in self.attributes.values())
         self.capacity: dict[str, DeviceCapacity] = {}
         for key, cap in ck.mapping(raw, "capacity", f"{path}.").items():
             where = f"{path}.capacity[{key}]"
