@@ -23,7 +23,7 @@ import orjson
 from allocator import AllocationError, cel
 from common.tls import ReloadingTLS
 from extender import eventloop
-from extender.commands.output import EXIT_ERROR, examples
+from extender.commands.output import EXIT_ERROR, add_logging_arguments, configure_logging, examples
 from extender.filtercache import FilterCache
 from extender.podclaims import has_claims
 from extender.server import ExtenderServer
@@ -65,35 +65,6 @@ def register(subparsers: Any) -> None:
     add_webhook_arguments(parser)
     add_controller_arguments(parser)
     parser.set_defaults(func=run)
-
-
-def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    parser.add_argument("--log-format", default="text", choices=("text", "json"))
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "ts": self.formatTime(record),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry).decode()
-
-
-def configure_logging(level: str, log_format: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if log_format == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
 
 
 # The allocator makes many short-lived objects per node; collecting every 700 allocations (the default)
