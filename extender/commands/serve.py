@@ -245,8 +245,9 @@ async def serve(options: ServeOptions, stop: asyncio.Event | None = None) -> int
         log.error("cannot read the cluster: %s", error)
         return EXIT_ERROR
     network = options.network
+    scheduler = build_scheduler(cluster, options.scheduler)
     server = ExtenderServer(
-        build_scheduler(cluster, options.scheduler),
+        scheduler,
         watch_health=cluster.watcher.health if cluster.watcher else None,
         limits=network.limits, debug_from_anywhere=network.debug_from_anywhere,
     )
@@ -254,7 +255,7 @@ async def serve(options: ServeOptions, stop: asyncio.Event | None = None) -> int
     running = None
     banner_task = None
     extender_tls: ReloadingTLS | None = None
-    after_sync_task = asyncio.create_task(_after_sync(cluster, server.scheduler.filter_cache))
+    after_sync_task = asyncio.create_task(_after_sync(cluster, scheduler.filter_cache))
     try:
         if network.extender_tls_cert_file and network.extender_tls_private_key_file:
             extender_tls = ReloadingTLS(
