@@ -126,7 +126,7 @@ def _violates(value: Quantity, policy: CapacityRequestPolicy, fractional: bool) 
 
 
 def consumed_capacity(
-    requests: Mapping[str, Quantity] | None, device: Device, driver: str, fractional: bool = True
+    requests: Mapping[str, Quantity] | None, device: Device, driver: str, *, fractional: bool = True
 ) -> dict[str, Quantity]:
     """What one allocation takes of every capacity of the device (all names listed, zero included).
     Raises CapacityError for a request the range arithmetic cannot represent."""
@@ -148,6 +148,7 @@ def fits(
     requests: Mapping[str, Quantity] | None,
     device: Device,
     driver: str,
+    *,
     multiple: bool,
     already: Mapping[str, Quantity] | None,
     allocating: Mapping[str, Quantity] | None,
@@ -155,7 +156,7 @@ def fits(
 ) -> bool:
     """Does the request fit? For shareable devices, together with what is allocated and being allocated.
     Raises CapacityError like consumed_capacity."""
-    consumed = consumed_capacity(requests, device, driver, fractional)
+    consumed = consumed_capacity(requests, device, driver, fractional=fractional)
     for name, value in consumed.items():
         if value.sign() < 0:
             raise CapacityError(f"capacity {name!r}: capacity value is negative")
