@@ -85,7 +85,8 @@ class AdmissionHandler:
             ),
             ("validate", RESOURCE_GROUP, "resourceclaims/status", "UPDATE"): status_rule,
             ("validate", "", "pods", "CREATE"): Rule(
-                lambda r: validate_pod_create(r, lookup, reserved_for_limit, workload_claims),
+                lambda r: validate_pod_create(r, lookup, reserved_for_limit=reserved_for_limit,
+                                              workload_claims=workload_claims),
                 fail_open=True
             ),
             ("validate", RESOURCE_GROUP, "resourceclaims", "CREATE"): selector_rule,
