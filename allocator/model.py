@@ -59,7 +59,8 @@ class _Checker:
     def fail(self, path: str, problem: str) -> InvalidObjectError:
         return InvalidObjectError(self.kind, self.name, path, problem)
 
-    def mapping(self, obj: Mapping[str, Any], key: str, path: str, required: bool = False) -> dict[str, Any]:
+    def mapping(self, obj: Mapping[str, Any], key: str, path: str, *,
+                required: bool = False) -> dict[str, Any]:
         value = obj.get(key)
         if value is None:
             if required:
@@ -77,7 +78,7 @@ class _Checker:
             raise self.fail(f"{path}{key}", f"must be a list, got {type(value).__name__}")
         return value
 
-    def string(self, obj: Mapping[str, Any], key: str, path: str, required: bool = False) -> str:
+    def string(self, obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> str:
         value = obj.get(key)
         if value is None or value == "":
             if required:
