@@ -23,6 +23,7 @@ import orjson
 from allocator import AllocationError, cel
 from common.tls import ReloadingTLS
 from extender import eventloop
+from extender.cache import ClusterCache
 from extender.commands.output import EXIT_ERROR, add_logging_arguments, configure_logging, examples
 from extender.filtercache import FilterCache
 from extender.podclaims import has_claims
@@ -113,7 +114,7 @@ async def _tune_gc_when_ready(cluster: Cluster) -> None:
 WARM_BATCH = 250
 
 
-async def warm_node_views(cache: Any, filter_cache: FilterCache | None = None) -> None:
+async def warm_node_views(cache: ClusterCache, filter_cache: FilterCache | None = None) -> None:
     """Build every node's view of its pools now, a batch per turn of the event loop, so that the first
     filters after a start do not build them all (at 5,000 nodes, most of the first full filter's time),
     and the filter cache's per-node memos with them (another ~30 ms of it). A filter still builds
@@ -145,14 +146,14 @@ async def _after_sync(cluster: Cluster, filter_cache: FilterCache | None = None)
 BANNER_NODES = 3
 
 
-def example_pod(cache: Any) -> dict | None:
+def example_pod(cache: ClusterCache) -> dict | None:
     """A pending pod with claims from the cache, for the printed curl commands (the first by key)."""
     pending = [raw for raw in cache.valid_objects("Pod")
                if not (raw.get("spec") or {}).get("nodeName") and has_claims(raw)]
     return min(pending, key=lambda raw: (raw["metadata"]["namespace"], raw["metadata"]["name"]), default=None)
 
 
-def example_nodes(cache: Any) -> tuple[list[str], list[str]]:
+def example_nodes(cache: ClusterCache) -> tuple[list[str], list[str]]:
     """The first few node names for the example filter, and a line saying how to ask about more."""
     names = cache.node_names()
     if len(names) <= BANNER_NODES:
@@ -162,7 +163,7 @@ def example_nodes(cache: Any) -> tuple[list[str], list[str]]:
         "save the JSON body to a file and pass it with -d @FILE)"]
 
 
-def usage_banner(server: ExtenderServer, cache: Any, *, kubectl_template: bool = False) -> str:
+def usage_banner(server: ExtenderServer, cache: ClusterCache, *, kubectl_template: bool = False) -> str:
     """URLs and ready-to-paste curl commands for a pending pod with claims; without such a pod, with
     `kubectl_template` (an API server to read pods from), a curl template that fetches one."""
     extender, debug = server.urls["extender"], server.urls["debug"]
