@@ -98,7 +98,7 @@ class NodePools:
     def __init__(self, pools: list[Pool]) -> None:
         self.pools = pools
         self.pool_ids: tuple[tuple[str, str], ...] = tuple((p.driver, p.name) for p in pools)
-        # Per-candidate selection results, filled in by the search (see search._request_data).
+        # Per-candidate selection results, filled in as the claims are prepared (see preparation.py).
         self.checks: dict[tuple[Any, ...], tuple[list[Any], list[Any]]] = {}
         self.candidates: list[DeviceEntry] = [e for p in pools if p.status == COMPLETE for e in p.entries]
         for index, entry in enumerate(self.candidates):
