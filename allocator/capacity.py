@@ -8,7 +8,6 @@ from fractions import Fraction
 from allocator.model import CapacityRequestPolicy, Device
 from allocator.quantity import Quantity
 
-ZERO = Quantity.parse("0")
 _INT64_MAX = 2**63 - 1
 
 
@@ -54,7 +53,7 @@ def _milli(value: Quantity) -> int:
     return int(milli)
 
 
-def _use_milli(valid_range: tuple[Quantity, Quantity | None, Quantity | None], fractional: bool) -> bool:
+def _use_milli(valid_range: tuple[Quantity, Quantity | None, Quantity | None], *, fractional: bool) -> bool:
     """DRAFractionalCapacityRange: range arithmetic in milli units when min, max and step all have an
     exact milli value and the step is at least 1m; otherwise (and without the gate) in whole units,
     each bound rounded up as Quantity.Value() does."""
@@ -73,7 +72,7 @@ def _whole(value: Quantity) -> int:
     return -(-value.milli_value() // 1000) if value.sign() >= 0 else value.milli_value() // 1000
 
 
-def _round_up(value: Quantity, policy: CapacityRequestPolicy, fractional: bool) -> Quantity:
+def _round_up(value: Quantity, policy: CapacityRequestPolicy, *, fractional: bool) -> Quantity:
     if policy.valid_range is not None:
         minimum, _maximum, step = policy.valid_range
         if value < minimum:
@@ -81,7 +80,7 @@ def _round_up(value: Quantity, policy: CapacityRequestPolicy, fractional: bool) 
         if step is None or step.sign() <= 0:
             return value
         # Upstream computes in int64 and refuses (aborting the allocation) what would not fit in it.
-        if _use_milli(policy.valid_range, fractional):
+        if _use_milli(policy.valid_range, fractional=fractional):
             base, unit = _milli(minimum), _milli(step)
             steps = -(-(_milli(value) - base) // unit)
             if steps > (_INT64_MAX - base) // unit:
@@ -105,7 +104,7 @@ def _round_up(value: Quantity, policy: CapacityRequestPolicy, fractional: bool) 
     return value
 
 
-def _violates(value: Quantity, policy: CapacityRequestPolicy, fractional: bool) -> bool:
+def _violates(value: Quantity, policy: CapacityRequestPolicy, *, fractional: bool) -> bool:
     # As upstream: the minimum is not checked here (rounding up already reached it).
     if policy.default is not None and value == policy.default:
         return False
@@ -115,7 +114,7 @@ def _violates(value: Quantity, policy: CapacityRequestPolicy, fractional: bool) 
             return True
         if step is None or step.sign() <= 0:
             return False
-        if _use_milli(policy.valid_range, fractional):
+        if _use_milli(policy.valid_range, fractional=fractional):
             try:
                 return (_milli(value) - _milli(minimum)) % _milli(step) != 0
             except CapacityError:
@@ -127,7 +126,7 @@ def _violates(value: Quantity, policy: CapacityRequestPolicy, fractional: bool) 
 
 
 def consumed_capacity(
-    requests: Mapping[str, Quantity] | None, device: Device, driver: str, fractional: bool = True
+    requests: Mapping[str, Quantity] | None, device: Device, driver: str, *, fractional: bool = True
 ) -> dict[str, Quantity]:
     """What one allocation takes of every capacity of the device (all names listed, zero included).
     Raises CapacityError for a request the range arithmetic cannot represent."""
@@ -140,7 +139,7 @@ def consumed_capacity(
         elif policy is None:
             value = requested
         else:
-            value = _round_up(requested, policy, fractional)
+            value = _round_up(requested, policy, fractional=fractional)
         consumed[name] = value
     return consumed
 
@@ -149,6 +148,7 @@ def fits(
     requests: Mapping[str, Quantity] | None,
     device: Device,
     driver: str,
+    *,
     multiple: bool,
     already: Mapping[str, Quantity] | None,
     allocating: Mapping[str, Quantity] | None,
@@ -156,13 +156,13 @@ def fits(
 ) -> bool:
     """Does the request fit? For shareable devices, together with what is allocated and being allocated.
     Raises CapacityError like consumed_capacity."""
-    consumed = consumed_capacity(requests, device, driver, fractional)
+    consumed = consumed_capacity(requests, device, driver, fractional=fractional)
     for name, value in consumed.items():
         if value.sign() < 0:
             raise CapacityError(f"capacity {name!r}: capacity value is negative")
     for name, value in consumed.items():
         capacity = device.capacity[name]
-        if capacity.policy is not None and _violates(value, capacity.policy, fractional):
+        if capacity.policy is not None and _violates(value, capacity.policy, fractional=fractional):
             return False
         total = value
         if multiple:

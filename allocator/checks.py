@@ -327,10 +327,10 @@ class DeviceChecks:
                 rd.capacity_requests,
                 device,
                 driver,
-                device.allow_multiple_allocations,
-                self.allocated.capacity.get(entry.key) if in_use else None,
-                self.allocating_capacity.get(entry.key) if in_use else None,
-                self.fractional,
+                multiple=device.allow_multiple_allocations,
+                already=self.allocated.capacity.get(entry.key) if in_use else None,
+                allocating=self.allocating_capacity.get(entry.key) if in_use else None,
+                fractional=self.fractional,
             )
         except cap.CapacityError as exc:
             raise AllocationError(

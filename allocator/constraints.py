@@ -27,7 +27,7 @@ class Constraint:
 
     __slots__ = ("attribute", "list_semantics", "requests", "stack")
 
-    def __init__(self, requests: Set[str], attribute: str, list_semantics: bool) -> None:
+    def __init__(self, requests: Set[str], attribute: str, *, list_semantics: bool) -> None:
         self.requests = requests
         self.attribute = attribute
         self.list_semantics = list_semantics
@@ -80,8 +80,8 @@ class MatchAttribute(Constraint):
 
     __slots__ = ("intersections",)
 
-    def __init__(self, requests: Set[str], attribute: str, list_semantics: bool) -> None:
-        super().__init__(requests, attribute, list_semantics)
+    def __init__(self, requests: Set[str], attribute: str, *, list_semantics: bool) -> None:
+        super().__init__(requests, attribute, list_semantics=list_semantics)
         # Running intersection after each add. Upstream did not restore it on backtracking (PR #140326);
         # keeping one entry per added device restores it exactly.
         self.intersections: list[frozenset[object]] = []

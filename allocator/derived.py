@@ -104,7 +104,7 @@ _FULLY_QUALIFIED = re.compile(
 
 
 def claim_problems(
-    devices: Mapping[str, Any], path: str, options: cel.CompileOptions, lists_allowed: bool
+    devices: Mapping[str, Any], path: str, options: cel.CompileOptions, *, lists_allowed: bool
 ) -> list[str]:
     """What the API server (gate on) rejects in the derived attributes of a claim spec's ``devices`` at
     ``path``, plus expressions our CEL engine cannot compile: each problem names its field."""

@@ -8,7 +8,6 @@ class InvalidObjectError(ValueError):
 
     def __init__(self, kind: str, name: str, field: str, problem: str) -> None:
         self.kind = kind
-        self.object_name = name
         self.field = field
         self.problem = problem
         where = f"{kind} {name or '<unnamed>'}"

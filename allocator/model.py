@@ -59,7 +59,8 @@ class _Checker:
     def fail(self, path: str, problem: str) -> InvalidObjectError:
         return InvalidObjectError(self.kind, self.name, path, problem)
 
-    def mapping(self, obj: Mapping[str, Any], key: str, path: str, required: bool = False) -> dict[str, Any]:
+    def mapping(self, obj: Mapping[str, Any], key: str, path: str, *,
+                required: bool = False) -> dict[str, Any]:
         value = obj.get(key)
         if value is None:
             if required:
@@ -77,7 +78,7 @@ class _Checker:
             raise self.fail(f"{path}{key}", f"must be a list, got {type(value).__name__}")
         return value
 
-    def string(self, obj: Mapping[str, Any], key: str, path: str, required: bool = False) -> str:
+    def string(self, obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> str:
         value = obj.get(key)
         if value is None or value == "":
             if required:
@@ -380,7 +381,6 @@ class Device:
         "capacity",
         "compatibility_groups",
         "consumes_counters",
-        "has_list_attributes",
         "has_request_policies",
         "memo_key",
         "name",
@@ -401,7 +401,6 @@ class Device:
             key: _parse_attribute(ck, value, f"{path}.attributes[{key}]")
             for key, value in ck.mapping(raw, "attributes", f"{path}.").items()
         }
-        self.has_list_attributes = any(v.is_list for v in self.attributes.values())
         self.capacity: dict[str, DeviceCapacity] = {}
         for key, cap in ck.mapping(raw, "capacity", f"{path}.").items():
             where = f"{path}.capacity[{key}]"

@@ -77,7 +77,7 @@ def node_matches_selector(node: Node, node_selector: Mapping[str, Any]) -> bool:
 
 
 def node_matches(
-    node: Node | None, node_name: str, all_nodes: bool, node_selector: Mapping[str, Any] | None
+    node: Node | None, *, node_name: str, all_nodes: bool, node_selector: Mapping[str, Any] | None
 ) -> bool:
     """Node selection of a slice or device: nodeName, then allNodes, then nodeSelector."""
     if node_name:

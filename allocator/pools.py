@@ -36,6 +36,7 @@ class DeviceEntry:
         pool: Pool,
         slice_: ResourceSlice,
         device: Device,
+        *,
         node_ok: bool,
         taints: tuple[dict[str, Any], ...],
     ) -> None:
@@ -97,7 +98,7 @@ class NodePools:
     def __init__(self, pools: list[Pool]) -> None:
         self.pools = pools
         self.pool_ids: tuple[tuple[str, str], ...] = tuple((p.driver, p.name) for p in pools)
-        # Per-candidate selection results, filled in by the search (see search._request_data).
+        # Per-candidate selection results, filled in as the claims are prepared (see preparation.py).
         self.checks: dict[tuple[Any, ...], tuple[list[Any], list[Any]]] = {}
         self.candidates: list[DeviceEntry] = [e for p in pools if p.status == COMPLETE for e in p.entries]
         for index, entry in enumerate(self.candidates):
@@ -120,11 +121,13 @@ def _slice_relevant(slice_: ResourceSlice, node: Node, features: FeatureGates) -
     # not target the node leaves the pool incomplete here, and completing the pool fetches it.
     try:
         if slice_.node_name or slice_.all_nodes or slice_.node_selector is not None:
-            return node_matches(node, slice_.node_name, slice_.all_nodes, slice_.node_selector)
+            return node_matches(node, node_name=slice_.node_name, all_nodes=slice_.all_nodes,
+                                node_selector=slice_.node_selector)
         if slice_.per_device_node_selection:
             for device in slice_.devices:
                 try:
-                    if node_matches(node, device.node_name, device.all_nodes, device.node_selector):
+                    if node_matches(node, node_name=device.node_name, all_nodes=device.all_nodes,
+                                    node_selector=device.node_selector):
                         return True
                 except NodeSelectorError as exc:
                     raise AllocationError(
@@ -238,14 +241,15 @@ def _build_pool(
             node_ok = True
             if per_device:
                 try:
-                    node_ok = node_matches(node, device.node_name, device.all_nodes, device.node_selector)
+                    node_ok = node_matches(node, node_name=device.node_name, all_nodes=device.all_nodes,
+                                           node_selector=device.node_selector)
                 except NodeSelectorError as exc:
                     raise AllocationError(
                         f"gather pool information: failed to perform node selection for device {device.name} "
                         f"in slice {slice_.name}: {exc}"
                     ) from None
             taints = effective_taints(slice_, device, taint_rules) if use_rules else device.taints
-            pool.entries.append(DeviceEntry(pool, slice_, device, node_ok, taints))
+            pool.entries.append(DeviceEntry(pool, slice_, device, node_ok=node_ok, taints=taints))
             if device.binding_conditions:
                 pool.has_binding_conditions = True
     pool.devices_not_targeting = [

@@ -88,12 +88,14 @@ def prepare(
         for i, constraint in enumerate(claim.constraints):
             if constraint.match_attribute:
                 constraints.append(
-                    MatchAttribute(constraint.requests, constraint.match_attribute, switches.list_attributes)
+                    MatchAttribute(constraint.requests, constraint.match_attribute,
+                                   list_semantics=switches.list_attributes)
                 )
             elif constraint.distinct_attribute and switches.distinct_attribute:
                 constraints.append(
                     DistinctAttribute(
-                        constraint.requests, constraint.distinct_attribute, switches.list_attributes
+                        constraint.requests, constraint.distinct_attribute,
+                        list_semantics=switches.list_attributes,
                     )
                 )
             else:

@@ -98,7 +98,7 @@ def _message(claim_ref_text: str, rd: RequestData, reason: Reason, note: str = "
 
 
 def _joint(
-    claims: list[str], requests: list[str], needed: int, usable: int, considered: int, groups: bool
+    claims: list[str], requests: list[str], *, needed: int, usable: int, considered: int, groups: bool
 ) -> Reason:
     """Every request fits on its own: say how many devices the requests need together."""
     noun = "device" if needed == 1 else "devices"
@@ -108,7 +108,8 @@ def _joint(
         f"{who}: requests {', '.join(requests)} need {needed} {noun} together, {usable} match "
         f"(or the devices that match cannot be combined{why})"
     )
-    return Reason(",".join(claims), ",".join(requests), None, needed, considered, {}, {}, message)
+    return Reason(",".join(claims), ",".join(requests), None, needed=needed, considered=considered,
+                  message=message)
 
 
 def explain(failed: Explanation) -> list[Reason]:
@@ -153,10 +154,10 @@ def explain(failed: Explanation) -> list[Reason]:
                     claim.key,
                     rd.base_name,
                     rd.sub_name,
-                    rd.num_devices,
-                    considered,
-                    dict(rejected),
-                    dict(in_use_by),
+                    needed=rd.num_devices,
+                    considered=considered,
+                    rejected=dict(rejected),
+                    in_use_by=dict(in_use_by),
                 )
                 all_empty = rd.all_devices is not None and not rd.all_devices
                 if reason.matching - lost < rd.num_devices or all_empty:
@@ -171,7 +172,8 @@ def explain(failed: Explanation) -> list[Reason]:
     for total in claim_totals:
         if total.needed > len(total.usable):
             short.append(
-                _joint([total.ref], total.requests, total.needed, len(total.usable), considered, groups)
+                _joint([total.ref], total.requests, needed=total.needed, usable=len(total.usable),
+                       considered=considered, groups=groups)
             )
     if short:
         return short
@@ -184,9 +186,9 @@ def explain(failed: Explanation) -> list[Reason]:
                 for c, total in zip(failed.claims, claim_totals, strict=True)
                 for r in total.requests
             ],
-            sum(total.needed for total in claim_totals),
-            len(everything),
-            considered,
-            groups,
+            needed=sum(total.needed for total in claim_totals),
+            usable=len(everything),
+            considered=considered,
+            groups=groups,
         )
     ]

@@ -10,7 +10,7 @@ from allocator.model import ResourceClaim
 from allocator.requestdata import Chosen, RequestData
 
 
-def device_result(chosen: Chosen, binding_and_status: bool, skipped_operations: bool) -> dict[str, Any]:
+def device_result(chosen: Chosen, *, binding_and_status: bool, skipped_operations: bool) -> dict[str, Any]:
     entry, rd = chosen.entry, chosen.request
     result: dict[str, Any] = {
         "request": rd.full_name,
@@ -120,11 +120,15 @@ def build_allocation(
     chosen: Sequence[Chosen],
     selected: Sequence[RequestData],
     node_name: str,
+    *,
     binding_and_status: bool,
     skipped_operations: bool,
 ) -> dict[str, Any]:
     devices: dict[str, Any] = {
-        "results": [device_result(c, binding_and_status, skipped_operations) for c in chosen]
+        "results": [
+            device_result(c, binding_and_status=binding_and_status, skipped_operations=skipped_operations)
+            for c in chosen
+        ]
     }
     configs = _configs(claim, selected)
     if configs:

@@ -127,8 +127,8 @@ class _Search:
                     self.results[ci],
                     [rds[self.selected_sub[ci][ri]] for ri, rds in enumerate(self.requests[ci])],
                     self.node.name,
-                    self.switches.binding_and_status,
-                    self.switches.optional_node_operations,
+                    binding_and_status=self.switches.binding_and_status,
+                    skipped_operations=self.switches.optional_node_operations,
                 )
                 for ci, claim in enumerate(self.claims)
             ]
@@ -207,7 +207,8 @@ class _Search:
             self.checks.release(chosen)
             return None
         if multiple:
-            consumed = cap.consumed_capacity(rd.capacity_requests, device, key[0], self.switches.fractional)
+            consumed = cap.consumed_capacity(rd.capacity_requests, device, key[0],
+                                             fractional=self.switches.fractional)
             chosen.consumed = consumed
             chosen.share_id = str(uuid.uuid4())
             totals = dict(self.allocating_capacity.get(key, {}))

@@ -61,7 +61,7 @@ class Semver:
         self.build = build
 
     @classmethod
-    def parse(cls, text: str, normalize: bool = False) -> Semver:
+    def parse(cls, text: str, *, normalize: bool = False) -> Semver:
         """Strict semver 2.0.0 parsing (no "v" prefix, no missing components, no leading zeros).
 
         With ``normalize`` (the CEL ``semver(text, true)`` form) a leading "v" is dropped, missing

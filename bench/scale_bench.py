@@ -516,7 +516,7 @@ async def profile_cycles(args: argparse.Namespace, cache: Any, scheduler: Any,
         scores = await scheduler.prioritize(pod, result.passed)
         best = max(result.passed, key=lambda name: scores.get(name, 0))
         meta = pod["metadata"]
-        await scheduler.bind(meta["namespace"], meta["name"], meta["uid"], best)
+        await scheduler.bind(meta["namespace"], meta["name"], uid=meta["uid"], node_name=best)
         bound += 1
     profile.disable()
     cycle_ms = (time.perf_counter() - started) * 1000 / max(1, args.cycles)

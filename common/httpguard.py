@@ -94,7 +94,7 @@ class BodyReader:
         large = length is None or length > LARGE_BODY_BYTES
         # Waiting for a slot and reading share one budget.
         deadline = asyncio.get_running_loop().time() + self.limits.body_timeout_s
-        async with self._slot(large):
+        async with self._slot(large=large):
             try:
                 async with asyncio.timeout_at(deadline):
                     return await self._read_within(request)
@@ -103,7 +103,7 @@ class BodyReader:
                                           f"{self.limits.body_timeout_s:g} s") from None
 
     @contextlib.asynccontextmanager
-    async def _slot(self, large: bool) -> AsyncIterator[None]:
+    async def _slot(self, *, large: bool) -> AsyncIterator[None]:
         if not large:
             yield
             return

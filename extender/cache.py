@@ -58,7 +58,7 @@ class CacheError(ValueError):
     """A change the cache cannot take (unknown kind or event type); never raised for bad object content."""
 
 
-def object_key(raw: dict, namespaced: bool) -> str:
+def object_key(raw: dict, *, namespaced: bool) -> str:
     meta = raw.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
         raise ValueError("metadata.name: required")
@@ -159,7 +159,7 @@ class ClusterCache:
             self._reject_unnamed(f"{kind}: object must be a mapping, got {type(raw).__name__}")
             return
         try:
-            key = object_key(raw, namespaced)
+            key = object_key(raw, namespaced=namespaced)
         except ValueError as err:
             self._reject_unnamed(f"{kind} {_describe(raw)}: {err}")
             return
@@ -327,9 +327,9 @@ class ClusterCache:
 
     # ---- index maintenance --------------------------------------------------------------------
 
-    def _lookup_raw(self, kind: str, raw: Any, namespaced: bool) -> dict | None:
+    def _lookup_raw(self, kind: str, raw: Any, *, namespaced: bool) -> dict | None:
         try:
-            return self._objects[kind].get(object_key(raw, namespaced))
+            return self._objects[kind].get(object_key(raw, namespaced=namespaced))
         except (ValueError, AttributeError):
             return None
 
@@ -461,8 +461,8 @@ class Replacement:
 
     def add(self, raw: dict) -> None:
         with contextlib.suppress(ValueError, AttributeError):
-            self._seen.add(object_key(raw, self._namespaced))
-        existing = self._cache._lookup_raw(self._kind, raw, self._namespaced)
+            self._seen.add(object_key(raw, namespaced=self._namespaced))
+        existing = self._cache._lookup_raw(self._kind, raw, namespaced=self._namespaced)
         self._cache.apply(self._kind, "MODIFIED" if existing is not None else "ADDED", raw)
 
     def finish(self) -> None:

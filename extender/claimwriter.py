@@ -293,7 +293,7 @@ class ClaimWriter:
         self.undone = 0        # binds whose partial writes were rolled back
 
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
-                   consumers: Mapping[str, dict] | None = None, extended: Variant | None = None,
+                   consumers: Mapping[str, dict] | None = None, *, extended: Variant | None = None,
                    node_allocatable: Sequence[dict] = ()) -> None:
         """Write allocations and reservations for `pod`'s claims, then bind it to `node`.
 
@@ -320,19 +320,21 @@ class ClaimWriter:
                 if extended is not None and claim is extended.claim:
                     claim = await self._create(claim, record)
                     created_name = claim.name
-                await self._reserve(claim, allocation, record, name, uid)
+                await self._reserve(claim, allocation, record, pod_name=name, pod_uid=uid)
             if extended is not None and created_name is not None:
                 await self._write_extended_status(namespace, name, extended, created_name)
             if node_allocatable:
                 status_written = True  # before the call: an answer lost in transit must still be undone
                 await self._write_pod_status(namespace, name, STATUS_FIELD, list(node_allocatable))
-            await self._bind_pod(namespace, name, uid, node)
+            await self._bind_pod(namespace, name, uid=uid, node=node)
         except asyncio.CancelledError:
-            await asyncio.shield(self._undo(written, uid, namespace, name, status_written))
+            await asyncio.shield(self._undo(written, pod_uid=uid, namespace=namespace, name=name,
+                                            status_written=status_written))
             raise
         except (BindError, *_CALL_ERRORS) as err:
             message = str(err) if isinstance(err, BindError) else _describe(err)
-            problems, unsettled = await self._undo(written, uid, namespace, name, status_written)
+            problems, unsettled = await self._undo(written, pod_uid=uid, namespace=namespace, name=name,
+                                                   status_written=status_written)
             if problems:
                 message += "; undo incomplete: " + "; ".join(problems)
             raise BindError(f"binding pod {namespace}/{name} to node {node}: {message}",
@@ -373,7 +375,7 @@ class ClaimWriter:
         except _CALL_ERRORS as err:
             raise BindError(f"ResourceClaim {record.key}: {_describe(err)}") from err
 
-    async def _reserve(self, claim: ResourceClaim, allocation: dict | None, record: _Written,
+    async def _reserve(self, claim: ResourceClaim, allocation: dict | None, record: _Written, *,
                        pod_name: str, pod_uid: str) -> None:
         obj = claim.raw
         for attempt in range(MAX_ATTEMPTS):
@@ -446,7 +448,7 @@ class ClaimWriter:
             return {**allocation, "allocationTimestamp": now}
         return allocation
 
-    async def _bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def _bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
         try:
             await self._store.bind_pod(namespace, name, uid, node)
         except (ApiError, aiohttp.ClientError, TimeoutError, OSError) as err:
@@ -454,13 +456,13 @@ class ClaimWriter:
             # have bound the pod all the same. Either way, if the pod is where we want it, the bind
             # succeeded, and undoing the claims would leave a bound pod without its devices.
             unknown = not isinstance(err, ApiError) or err.conflict or err.status >= 500
-            if unknown and await self._pod_is_on(namespace, name, uid, node):
+            if unknown and await self._pod_is_on(namespace, name, uid=uid, node=node):
                 return
             if isinstance(err, ApiError):
                 raise BindError(f"creating the Binding: {_describe(err)}") from err
             raise
 
-    async def _pod_is_on(self, namespace: str, name: str, uid: str, node: str) -> bool:
+    async def _pod_is_on(self, namespace: str, name: str, *, uid: str, node: str) -> bool:
         try:
             pod = await self._store.get_pod(namespace, name)
         except _CALL_ERRORS:
@@ -469,7 +471,7 @@ class ClaimWriter:
 
     # ---- undo -----------------------------------------------------------------------------------
 
-    async def _undo(self, written: list[_Written], pod_uid: str, namespace: str, name: str,
+    async def _undo(self, written: list[_Written], *, pod_uid: str, namespace: str, name: str,
                     status_written: bool) -> tuple[list[str], frozenset[str]]:
         """Remove this bind's reservations, allocations and finalizers, and the pod's
         nodeAllocatableResourceClaimStatuses when it wrote them (`status_written`).

@@ -18,7 +18,7 @@ import html
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from aiohttp import web
@@ -27,6 +27,9 @@ from allocator import DeviceTaintRule, ResourceSlice
 from common.claimrefs import is_group_reference, pod_key
 from extender import wire
 from extender.podclaims import ClaimsNotReady, InvalidPodError, claim_name_for, claim_references
+
+if TYPE_CHECKING:
+    from extender.server import ExtenderServer
 
 ROUTE = "/debug/ui"
 DEFAULT_PER_PAGE = 50
@@ -133,7 +136,7 @@ class ClusterView:
     pod_names_by_uid: dict[str, str]
 
 
-def take_view(server: Any) -> ClusterView:
+def take_view(server: ExtenderServer) -> ClusterView:
     cache = server.cache
     pods = cache.valid_objects("Pod")
     in_flight = server.scheduler.in_flight()
@@ -339,7 +342,7 @@ async def _no_icon(_request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def register(app: web.Application, server: Any) -> None:
+def register(app: web.Application, server: ExtenderServer) -> None:
     """Add the device map to the debug app of `server` (an ExtenderServer)."""
 
     async def device_map(request: web.Request) -> web.Response:

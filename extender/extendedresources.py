@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from cachetools import LRUCache
 
@@ -157,6 +157,11 @@ class ExtendedPlan:
         return tuple(name for name in sorted(self.classes) if not _allocatable(node, name))
 
 
+class _PlanMemo(NamedTuple):
+    generation: int  # of the DeviceClasses
+    plan: ExtendedPlan | None
+
+
 class ExtendedResources:
     """DeviceClass mapping and the pods' special claims, kept up to date from the cluster cache."""
 
@@ -166,10 +171,10 @@ class ExtendedResources:
         self._mapping: dict[str, str] | None = None  # resource name -> class name, rebuilt on change
         self._special: dict[str, str] = {}  # pod uid -> "namespace/name" of its special claim
         self._special_pod: dict[str, str] = {}  # claim key -> pod uid (to unindex)
-        # pod uid -> (class generation, the pod's plan without its stale claim). Container resources of
-        # extended resources cannot change (in-place resize covers cpu and memory only).
+        # pod uid -> the pod's plan without its stale claim, for a class generation. Container resources
+        # of extended resources cannot change (in-place resize covers cpu and memory only).
         self._generation = 0
-        self._memo: LRUCache[str, tuple[int, ExtendedPlan | None]] = LRUCache(maxsize=MEMO_PODS)
+        self._memo: LRUCache[str, _PlanMemo] = LRUCache(maxsize=MEMO_PODS)
         for raw in cache.objects():
             self._on_change(str(raw.get("kind")), "ADDED", raw, None)
         cache.subscribe(self._on_change)
@@ -243,15 +248,15 @@ class ExtendedResources:
         """The pod's mapped extended resources, or None when it asks for none."""
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         memo = self._memo.get(uid) if uid else None
-        if memo is not None and memo[0] == self._generation:
-            known = memo[1]
+        if memo is not None and memo.generation == self._generation:
+            known = memo.plan
         else:
             names = requested_names(pod)
             classes = {name: cls for name in names if (cls := self.class_for(name)) is not None}
             unmapped = tuple(sorted(names - classes.keys()))
             known = ExtendedPlan(pod, classes, unmapped, None) if classes else None
             if uid:
-                self._memo[uid] = (self._generation, known)
+                self._memo[uid] = _PlanMemo(self._generation, known)
         if known is None:
             return None
         return ExtendedPlan(known.pod, known.classes, known.unmapped, self.stale_claim(pod), known.variants)

@@ -62,7 +62,15 @@ MAX_ENTRIES = 20_000
 MAX_SNAPSHOTS = 16
 MAX_LOGGED_CHANGES = 50_000
 
-Entry = tuple[AllocationOutcome, ClaimRefs, bool]
+class Entry(NamedTuple):
+    outcome: AllocationOutcome
+    claims: ClaimRefs  # the claims the outcome was computed for
+    carries: bool  # a failure that can be carried over to other claims (renamed)
+
+
+class _InFlight(NamedTuple):
+    allocation: dict  # compared by identity: an id() could be reused once the old one is freed
+    pools: frozenset[PoolId]
 
 
 class MemoisedFit(NamedTuple):
@@ -103,9 +111,8 @@ class FilterCache:
         self._entries: OrderedDict[tuple, Entry] = OrderedDict()
         self.max_entries = max_entries
         self._pool_versions: defaultdict[PoolId, int] = defaultdict(int)
-        # claim uid -> (the in-flight allocation object, its pools). The object itself is kept and
-        # compared by identity: an id() could be reused by a new allocation once the old one is freed.
-        self._in_flight: dict[str, tuple[dict, frozenset[PoolId]]] = {}
+        # claim uid -> the in-flight allocation object and its pools
+        self._in_flight: dict[str, _InFlight] = {}
         self.epoch = 0  # moves with every bump: outcomes computed from an older view are not stored
         # node name -> (verdict key, inventory version, token, pool ids) for node_key. A token is never
         # reused, so a key made for other labels, declared features or an older inventory can never match.
@@ -158,15 +165,15 @@ class FilterCache:
 
     def sync_in_flight(self) -> None:
         """Bump the pools of in-flight allocations that appeared, changed or went away since last time."""
-        current: dict[str, tuple[dict, frozenset[PoolId]]] = {}
+        current: dict[str, _InFlight] = {}
         for claim_uid, _, allocation in self.assume.in_flight():
             seen = self._in_flight.get(claim_uid)
-            if seen is not None and seen[0] is allocation:
+            if seen is not None and seen.allocation is allocation:
                 current[claim_uid] = seen
                 continue
             pools = allocation_pools(allocation)
-            current[claim_uid] = (allocation, pools)
-            self._bump(pools | (seen[1] if seen else frozenset()))
+            current[claim_uid] = _InFlight(allocation, pools)
+            self._bump(pools | (seen.pools if seen else frozenset()))
         for claim_uid, (_, pools) in self._in_flight.items():
             if claim_uid not in current:
                 self._bump(pools)
@@ -219,7 +226,8 @@ class FilterCache:
             self.misses += 1
             return node_key, None, None
         self.hits += 1
-        return node_key, found[0], found[1]
+        outcome, computed_for = found
+        return node_key, outcome, computed_for
 
     def hits_for(
         self, signature: ClaimsSignature, names: Iterable[str], node_of: Callable[[str], Node | None]
@@ -310,7 +318,7 @@ class FilterCache:
         key = (signature.spec, node_key)
         claims = signature.claims
         carries = outcome.success or outcome.for_claims(renames(claims, claims)) is not None
-        entry = self._entries[key] = (outcome, claims, carries)
+        entry = self._entries[key] = Entry(outcome, claims, carries)
         self._entries.move_to_end(key)
         snapshot = self._snapshots.get(signature.spec)
         if snapshot is not None:
@@ -351,4 +359,4 @@ class FilterCache:
 
 def renames(old: ClaimRefs, new: ClaimRefs) -> dict[str, str]:
     """Claim key of `old` -> claim key of `new`, position by position (AllocationOutcome.for_claims)."""
-    return {before[0]: after[0] for before, after in zip(old, new, strict=True)}
+    return {old_key: new_key for (old_key, _), (new_key, _) in zip(old, new, strict=True)}

@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 
+from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
 from extender.cache import ClusterCache
 from extender.kubeapi import ApiError, KubeClient
@@ -49,7 +50,7 @@ DEFAULT_KINDS = (
 POD_GROUPS = WatchedKind("PodGroup", "/apis/scheduling.k8s.io/v1beta1/podgroups", optional=True)
 
 
-def watched_kinds(features: Any) -> tuple[WatchedKind, ...]:
+def watched_kinds(features: FeatureGates) -> tuple[WatchedKind, ...]:
     """The kinds to list and watch with these feature gates."""
     return (*DEFAULT_KINDS, POD_GROUPS) if features.enabled(WORKLOAD_CLAIMS) else DEFAULT_KINDS
 

@@ -104,7 +104,6 @@ class KubeClient:
         self._base_path = base.raw_path.rstrip("/")
         self._ssl = ssl_context
         self._auth = auth
-        self._server_hostname = server_hostname
         self._tls = {"server_hostname": server_hostname} if server_hostname else {}
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._session: aiohttp.ClientSession | None = None

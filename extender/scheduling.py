@@ -189,8 +189,8 @@ class Scheduler:
 
     # ---- filter -------------------------------------------------------------------------------
 
-    async def filter(self, pod: dict, node_names: list[str],
-                     node_objects: Mapping[str, dict] | None = None, *, brief: bool = False) -> FilterResult:
+    async def filter(self, pod: dict, node_names: list[str], *,
+                     node_objects: Mapping[str, dict] | None = None, brief: bool = False) -> FilterResult:
         """Which of `node_names` the pod fits. `brief`: where some node fits, the others' failures get
         CANNOT_ALLOCATE instead of their reasons (see verdicts.split)."""
         if not self.planner.needs_dra(pod):
@@ -288,7 +288,7 @@ class Scheduler:
 
     # ---- prioritize ---------------------------------------------------------------------------
 
-    async def prioritize(self, pod: dict, node_names: list[str],
+    async def prioritize(self, pod: dict, node_names: list[str], *,
                          node_objects: Mapping[str, dict] | None = None) -> dict[str, int]:
         if not self.planner.needs_dra(pod):
             return dict.fromkeys(node_names, 0)
@@ -308,9 +308,9 @@ class Scheduler:
 
     # ---- bind ---------------------------------------------------------------------------------
 
-    async def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
+    async def bind(self, namespace: str, name: str, *, uid: str, node_name: str) -> None:
         """Allocate (re-checked against current state), reserve and bind. Raises BindFailed."""
-        pod = self.cache.pod(namespace, name) or await self._await_pod(namespace, name, uid)
+        pod = self.cache.pod(namespace, name) or await self._await_pod(namespace, name, uid=uid)
         if pod is None:
             raise BindFailed(f"pod {namespace}/{name} is not known to dra-extender")
         if uid and pod_uid(pod) and pod_uid(pod) != uid:
@@ -362,7 +362,7 @@ class Scheduler:
             # in-memory claim's entry, under a UID no watch event will ever confirm, has done its job.
             self.assume.release(extended.claim.uid)
 
-    async def _await_pod(self, namespace: str, name: str, uid: str) -> dict | None:
+    async def _await_pod(self, namespace: str, name: str, *, uid: str) -> dict | None:
         """The pod from the cache, polled for up to BIND_POD_WAIT_S: kube-scheduler may bind a pod that
         our watch has not delivered yet. A pod with claims rarely gets here (filter waited for its
         claims, and so for its cached copy), one asking only for extended resources often does, and a

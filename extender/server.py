@@ -179,7 +179,8 @@ class ExtenderServer:
         if self._not_synced() and (has_claims(args.pod) or requested_names(args.pod)):
             body = wire.encode_filter_result(args, [], {}, {}, NOT_SYNCED)
             return _json(body)
-        result = await self.scheduler.filter(args.pod, args.node_names, args.node_objects, brief=True)
+        result = await self.scheduler.filter(args.pod, args.node_names, node_objects=args.node_objects,
+                                             brief=True)
         body = wire.encode_filter_result(
             args, result.passed, result.failed, result.unresolvable, result.error
         )
@@ -191,7 +192,7 @@ class ExtenderServer:
         args = wire.parse_extender_args(await self.bodies.read(request), "prioritize")
         if self._not_synced():
             return web.Response(status=503, text=f"{NOT_SYNCED}\n")  # kube-scheduler ignores our scores
-        scores = await self.scheduler.prioritize(args.pod, args.node_names, args.node_objects)
+        scores = await self.scheduler.prioritize(args.pod, args.node_names, node_objects=args.node_objects)
         self.metrics.prioritize_seconds.observe(time.perf_counter() - started)
         return _json(wire.encode_host_priorities(scores))
 
@@ -201,7 +202,8 @@ class ExtenderServer:
         error = self._not_synced()
         try:
             if not error:
-                await self.scheduler.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+                await self.scheduler.bind(args.pod_namespace, args.pod_name, uid=args.pod_uid,
+                                          node_name=args.node)
         except BindFailed as failed:
             error = str(failed)
             log.info("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, error)

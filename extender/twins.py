@@ -56,6 +56,11 @@ class Twin(NamedTuple):
     pool_ids: PoolIds
 
 
+class _LikenessMemo(NamedTuple):
+    pools: NodePools  # compared by identity
+    likeness_id: int | None  # None: the node has no twins
+
+
 class TwinVerdicts:
     def __init__(self, *, max_twins: int = MAX_TWINS) -> None:
         self.max_twins = max_twins
@@ -64,9 +69,8 @@ class TwinVerdicts:
         self._inventory_version = -1
         # likeness -> a small id, so a twin key hashes a few ints, not every device signature
         self._likeness_ids: dict[Likeness, int] = {}
-        # node name -> (the NodePools it was worked out for, compared by identity; its likeness id, or
-        # None when the node has no twins)
-        self._likenesses: dict[str, tuple[NodePools, int | None]] = {}
+        # node name -> its likeness id and the NodePools it was worked out for
+        self._likenesses: dict[str, _LikenessMemo] = {}
         self.hits = 0
 
     def key(self, node: Node, pools: NodePools, alike: Likeness | None, view: AllocatedState,
@@ -83,7 +87,7 @@ class TwinVerdicts:
     def likeness_id(self, node: Node, pools: NodePools, alike: Likeness | None) -> int | None:
         """The small id of the node's likeness (None: no twins), memoised while its pools stay."""
         memo = self._likenesses.get(node.name)
-        if memo is None or memo[0] is not pools:
+        if memo is None or memo.pools is not pools:
             likeness_id = None
             if alike is not None:
                 if len(self._likeness_ids) >= MAX_LIKENESSES:
@@ -92,9 +96,9 @@ class TwinVerdicts:
                 likeness_id = self._likeness_ids.setdefault(alike, len(self._likeness_ids))
             if len(self._likenesses) >= MAX_LIKENESSES:
                 self._likenesses.clear()
-            memo = (pools, likeness_id)
+            memo = _LikenessMemo(pools, likeness_id)
             self._likenesses[node.name] = memo
-        return memo[1]
+        return memo.likeness_id
 
     def get(self, spec: str, key: TwinKey, node: Node, pools: NodePools) -> AllocationOutcome | None:
         """The outcome for `node` of a twin searched before, with the node's names put in."""

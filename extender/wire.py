@@ -211,7 +211,7 @@ class PreemptionArgs:
     victims: dict[str, dict]  # node -> MetaVictims {"Pods": [{"UID": ...}], "NumPDBViolations": n}
 
 
-def _meta_victims(node: str, value: Any, full_pods: bool) -> dict:
+def _meta_victims(node: str, value: Any, *, full_pods: bool) -> dict:
     if value is None:
         return {"Pods": [], "NumPDBViolations": 0}
     if not isinstance(value, dict):
@@ -247,7 +247,7 @@ def parse_preemption_args(body: bytes) -> PreemptionArgs:
         return PreemptionArgs(pod, {})
     if not isinstance(source, dict):
         raise BadRequest("preempt: NodeNameToMetaVictims must be an object keyed by node name")
-    victims = {node: _meta_victims(node, value, full_pods) for node, value in source.items()}
+    victims = {node: _meta_victims(node, value, full_pods=full_pods) for node, value in source.items()}
     return PreemptionArgs(pod, victims)
 
 

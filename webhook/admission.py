@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 
 from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
+from common.rules import RESERVED_FOR_MAX
 from webhook.claim_status import validate_claim_status
 from webhook.derived import derived_check
 from webhook.lookup import ClusterLookup
@@ -64,7 +65,7 @@ class AdmissionHandler:
         self,
         lookup: ClusterLookup,
         *,
-        reserved_for_limit: int = 256,
+        reserved_for_limit: int = RESERVED_FOR_MAX,
         features: FeatureGates | None = None,
         compile_selector: Compiler | None = None,
         metrics: WebhookMetrics | None = None,
@@ -84,7 +85,8 @@ class AdmissionHandler:
             ),
             ("validate", RESOURCE_GROUP, "resourceclaims/status", "UPDATE"): status_rule,
             ("validate", "", "pods", "CREATE"): Rule(
-                lambda r: validate_pod_create(r, lookup, reserved_for_limit, workload_claims),
+                lambda r: validate_pod_create(r, lookup, reserved_for_limit=reserved_for_limit,
+                                              workload_claims=workload_claims),
                 fail_open=True
             ),
             ("validate", RESOURCE_GROUP, "resourceclaims", "CREATE"): selector_rule,

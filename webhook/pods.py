@@ -14,7 +14,8 @@ from webhook.review import AdmissionRequest, Decision, mapping, sequence, text
 
 
 def validate_pod_create(
-    request: AdmissionRequest, lookup: ClusterLookup, reserved_for_limit: int, workload_claims: bool = False
+    request: AdmissionRequest, lookup: ClusterLookup, *, reserved_for_limit: int,
+    workload_claims: bool = False,
 ) -> Decision:
     pod = request.object or {}
     namespace = request.namespace or text(

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         return output.error("a serving certificate needs --service and --namespace (or pass --client)")
     out: Path = args.out
     names = (certs.CA_CERT_FILE, certs.CA_KEY_FILE, certs.CERT_FILE, certs.KEY_FILE)
-    refused = _refuse_overwrite(out, names, args.force)
+    refused = _refuse_overwrite(out, names, force=args.force)
     if refused:
         return refused
     try:
@@ -85,7 +85,7 @@ def _client(args: argparse.Namespace) -> int:
 
     out: Path = args.out
     names = (CLIENT_CERT_FILE, CLIENT_KEY_FILE)
-    refused = _refuse_overwrite(out, names, args.force)
+    refused = _refuse_overwrite(out, names, force=args.force)
     if refused:
         return refused
     written = list(names)
@@ -107,7 +107,7 @@ def _client(args: argparse.Namespace) -> int:
     return output.EXIT_OK
 
 
-def _refuse_overwrite(out: Path, names: tuple[str, ...], force: bool) -> int:
+def _refuse_overwrite(out: Path, names: tuple[str, ...], *, force: bool) -> int:
     existing = [name for name in names if (out / name).exists()]
     if existing and not force:
         return output.error(f"{out} already holds {', '.join(existing)}; pass --force to replace them")

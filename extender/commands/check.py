@@ -160,7 +160,8 @@ def build_report(
         devices_spec = (raw.get("spec") or {}).get("devices")
         if not isinstance(devices_spec, dict):
             continue  # a template's spec is not parsed: nothing to read
-        problems = claim_problems(devices_spec, "spec.devices", options, options.list_type_attributes)
+        problems = claim_problems(devices_spec, "spec.devices", options,
+                                  lists_allowed=options.list_type_attributes)
         invalid.extend(f"{owner}: {problem}" for problem in problems)
     devices, device_errors = _devices(slices)
     invalid.extend(device_errors)

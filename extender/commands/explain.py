@@ -11,7 +11,6 @@ import asyncio
 from typing import Any
 
 from extender.commands import output
-from extender.commands.serve import add_logging_arguments, configure_logging
 from extender.names import split_ref
 from extender.wiring import (
     OptionsError,
@@ -45,12 +44,12 @@ def register(subparsers: Any) -> None:
     )
     output.add_output_argument(parser)
     add_source_arguments(parser)
-    add_logging_arguments(parser)
+    output.add_logging_arguments(parser)
     parser.set_defaults(func=run, log_level="warning")
 
 
 def run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_format)
+    output.configure_logging(args.log_level, args.log_format)
     try:
         namespace, name = split_ref(args.pod, args.namespace)
     except ValueError as error:

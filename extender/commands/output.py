@@ -1,5 +1,6 @@
 """What every `dra-extender` command shares about its output: `-o text|json|yaml` (kubectl's flag,
-`--format` kept as an alias), the exit codes, and `-n` for names given without a namespace.
+`--format` kept as an alias), the exit codes, `-n` for names given without a namespace, and the log
+flags of the commands that log (serve, explain, simulate).
 
 Exit codes, the same for every command (also printed by `dra-extender --help`):
     0  fits / ok
@@ -10,6 +11,7 @@ Exit codes, the same for every command (also printed by `dra-extender --help`):
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -61,3 +63,32 @@ def write(document: Any, output: str, render_text: Callable[[Any], str]) -> None
 def error(message: str) -> int:
     print(f"error: {message}", file=sys.stderr)
     return EXIT_ERROR
+
+
+def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--log-format", default="text", choices=("text", "json"))
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": self.formatTime(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry).decode()
+
+
+def configure_logging(level: str, log_format: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if log_format == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())

@@ -23,7 +23,8 @@ import orjson
 from allocator import AllocationError, cel
 from common.tls import ReloadingTLS
 from extender import eventloop
-from extender.commands.output import EXIT_ERROR, examples
+from extender.cache import ClusterCache
+from extender.commands.output import EXIT_ERROR, add_logging_arguments, configure_logging, examples
 from extender.filtercache import FilterCache
 from extender.podclaims import has_claims
 from extender.server import ExtenderServer
@@ -65,35 +66,6 @@ def register(subparsers: Any) -> None:
     add_webhook_arguments(parser)
     add_controller_arguments(parser)
     parser.set_defaults(func=run)
-
-
-def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    parser.add_argument("--log-format", default="text", choices=("text", "json"))
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "ts": self.formatTime(record),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry).decode()
-
-
-def configure_logging(level: str, log_format: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if log_format == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
 
 
 # The allocator makes many short-lived objects per node; collecting every 700 allocations (the default)
@@ -142,7 +114,7 @@ async def _tune_gc_when_ready(cluster: Cluster) -> None:
 WARM_BATCH = 250
 
 
-async def warm_node_views(cache: Any, filter_cache: FilterCache | None = None) -> None:
+async def warm_node_views(cache: ClusterCache, filter_cache: FilterCache | None = None) -> None:
     """Build every node's view of its pools now, a batch per turn of the event loop, so that the first
     filters after a start do not build them all (at 5,000 nodes, most of the first full filter's time),
     and the filter cache's per-node memos with them (another ~30 ms of it). A filter still builds
@@ -174,14 +146,14 @@ async def _after_sync(cluster: Cluster, filter_cache: FilterCache | None = None)
 BANNER_NODES = 3
 
 
-def example_pod(cache: Any) -> dict | None:
+def example_pod(cache: ClusterCache) -> dict | None:
     """A pending pod with claims from the cache, for the printed curl commands (the first by key)."""
     pending = [raw for raw in cache.valid_objects("Pod")
                if not (raw.get("spec") or {}).get("nodeName") and has_claims(raw)]
     return min(pending, key=lambda raw: (raw["metadata"]["namespace"], raw["metadata"]["name"]), default=None)
 
 
-def example_nodes(cache: Any) -> tuple[list[str], list[str]]:
+def example_nodes(cache: ClusterCache) -> tuple[list[str], list[str]]:
     """The first few node names for the example filter, and a line saying how to ask about more."""
     names = cache.node_names()
     if len(names) <= BANNER_NODES:
@@ -191,7 +163,7 @@ def example_nodes(cache: Any) -> tuple[list[str], list[str]]:
         "save the JSON body to a file and pass it with -d @FILE)"]
 
 
-def usage_banner(server: ExtenderServer, cache: Any, *, kubectl_template: bool = False) -> str:
+def usage_banner(server: ExtenderServer, cache: ClusterCache, *, kubectl_template: bool = False) -> str:
     """URLs and ready-to-paste curl commands for a pending pod with claims; without such a pod, with
     `kubectl_template` (an API server to read pods from), a curl template that fetches one."""
     extender, debug = server.urls["extender"], server.urls["debug"]
@@ -274,8 +246,9 @@ async def serve(options: ServeOptions, stop: asyncio.Event | None = None) -> int
         log.error("cannot read the cluster: %s", error)
         return EXIT_ERROR
     network = options.network
+    scheduler = build_scheduler(cluster, options.scheduler)
     server = ExtenderServer(
-        build_scheduler(cluster, options.scheduler),
+        scheduler,
         watch_health=cluster.watcher.health if cluster.watcher else None,
         limits=network.limits, debug_from_anywhere=network.debug_from_anywhere,
     )
@@ -283,7 +256,7 @@ async def serve(options: ServeOptions, stop: asyncio.Event | None = None) -> int
     running = None
     banner_task = None
     extender_tls: ReloadingTLS | None = None
-    after_sync_task = asyncio.create_task(_after_sync(cluster, server.scheduler.filter_cache))
+    after_sync_task = asyncio.create_task(_after_sync(cluster, scheduler.filter_cache))
     try:
         if network.extender_tls_cert_file and network.extender_tls_private_key_file:
             extender_tls = ReloadingTLS(

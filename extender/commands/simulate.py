@@ -12,7 +12,6 @@ from typing import Any
 
 from allocator import FeatureGates
 from extender.commands import output
-from extender.commands.serve import add_logging_arguments, configure_logging
 from extender.wiring import (
     SchedulerOptions,
     add_feature_gates_argument,
@@ -44,7 +43,7 @@ def register(subparsers: Any) -> None:
     add_scoring_argument(parser)
     add_feature_gates_argument(parser)
     output.add_output_argument(parser)
-    add_logging_arguments(parser)
+    output.add_logging_arguments(parser)
     parser.set_defaults(func=run, log_level="warning")
 
 
@@ -56,7 +55,7 @@ def _key(raw: dict) -> tuple[str, str, str]:
 def run(args: argparse.Namespace) -> int:
     from extender.objects_io import ObjectLoadError, load_objects
 
-    configure_logging(args.log_level, args.log_format)
+    output.configure_logging(args.log_level, args.log_format)
     try:
         features = features_of(args)
         snapshot = load_objects([args.snapshot])

@@ -49,7 +49,6 @@ class EventRecorder:
         self._drained = asyncio.Event()
         self._drained.set()
         self.dropped = 0
-        self.sent = 0
 
     def record(
         self, involved: Mapping[str, Any], reason: str, message: str, *, event_type: str = "Normal"
@@ -106,7 +105,6 @@ class EventRecorder:
                     await self._client.create(
                         f"/api/v1/namespaces/{event['metadata']['namespace']}/events", event
                     )
-                    self.sent += 1
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:

@@ -42,6 +42,14 @@ class RuleRef(NamedTuple):
     uid: str
 
 
+class _Written(NamedTuple):
+    """The condition last written into a rule's status."""
+
+    generation: int  # the rule's spec generation it reports on
+    at: float
+    condition: dict
+
+
 class PodLookup(Protocol):
     def pod(self, namespace: str, name: str) -> dict | None: ...
     def pods_in_group(self, namespace: str, group_name: str) -> list[dict]: ...
@@ -94,7 +102,7 @@ class TaintEvictionController:
         self._claim_eviction: dict[str, Eviction] = {}  # claims with an eviction time only
         self._rules: dict[str, dict] = {}  # every DeviceTaintRule by name
         self._evicted_by_rule: dict[str, int] = {}  # rule UID -> pods evicted since start
-        self._written: dict[str, tuple[int, float, dict]] = {}  # rule UID -> (generation, time, condition)
+        self._written: dict[str, _Written] = {}  # by rule UID
 
     # ---- startup ------------------------------------------------------------------------------
 
@@ -258,11 +266,11 @@ class TaintEvictionController:
         if effect != NO_EXECUTE:
             # One-time report per spec generation, also across restarts.
             if (existing or {}).get("observedGeneration") == generation or (
-                written and written[0] == generation
+                written and written.generation == generation
             ):
                 return None
-        elif written and written[0] == generation and now < written[1] + RULE_STATUS_PERIOD:
-            return written[1] + RULE_STATUS_PERIOD
+        elif written and written.generation == generation and now < written.at + RULE_STATUS_PERIOD:
+            return written.at + RULE_STATUS_PERIOD
         pods, namespaces, allocated = self._affected_pods(rule)
         published = (
             sum(1 for device in self._pools.all_devices() if rule_matches(rule, device))
@@ -277,9 +285,9 @@ class TaintEvictionController:
             published_devices=published,
             allocated_devices=allocated,
         )
-        previous = written[2] if written else existing
+        previous = written.condition if written else existing
         if not same_condition(previous, condition):
-            self._written[ref.uid] = (
+            self._written[ref.uid] = _Written(
                 generation,
                 now,
                 await self._write_condition(rule, previous, condition, now),

@@ -43,11 +43,13 @@ def test_rounding_to_policy() -> None:
 
 def test_fit_against_policy_and_usage() -> None:
     d = device({"default": "1Gi", "validRange": {"min": "1Gi", "max": "4Gi"}})
-    assert fits({"bw": q("4Gi")}, d, DRIVER, True, None, None)
-    assert not fits({"bw": q("5Gi")}, d, DRIVER, True, None, None)
-    assert not fits({"bw": q("4Gi")}, d, DRIVER, True, {"bw": q("7Gi")}, None)
-    assert fits({"bw": q("3Gi")}, d, DRIVER, True, {"bw": q("4Gi")}, {"bw": q("3Gi")})
-    assert not fits({"bw": q("3Gi")}, d, DRIVER, True, {"bw": q("4Gi")}, {"bw": q("4Gi")})
+    assert fits({"bw": q("4Gi")}, d, DRIVER, multiple=True, already=None, allocating=None)
+    assert not fits({"bw": q("5Gi")}, d, DRIVER, multiple=True, already=None, allocating=None)
+    assert not fits({"bw": q("4Gi")}, d, DRIVER, multiple=True, already={"bw": q("7Gi")}, allocating=None)
+    assert fits({"bw": q("3Gi")}, d, DRIVER, multiple=True, already={"bw": q("4Gi")},
+                allocating={"bw": q("3Gi")})
+    assert not fits({"bw": q("3Gi")}, d, DRIVER, multiple=True, already={"bw": q("4Gi")},
+                    allocating={"bw": q("4Gi")})
 
 
 def test_request_names_with_and_without_domain() -> None:
@@ -61,7 +63,8 @@ def test_request_names_with_and_without_domain() -> None:
 
 
 def consumed_gated(policy: dict, request: str, fractional: bool) -> str:
-    return str(consumed_capacity({"bw": q(request)}, device(policy, "10"), DRIVER, fractional)["bw"])
+    consumed = consumed_capacity({"bw": q(request)}, device(policy, "10"), DRIVER, fractional=fractional)
+    return str(consumed["bw"])
 
 
 FRACTIONAL_RANGE = {"validRange": {"min": "100m", "step": "1500m"}}
@@ -89,9 +92,11 @@ def test_a_request_finer_than_milli_cannot_be_rounded_on_a_milli_range() -> None
 def test_step_violation_is_judged_in_the_same_units() -> None:
     policy = {"validRange": {"min": "100m", "step": "1500m", "max": "5"}}
     shared = device(policy, "10")
-    assert fits({"bw": q("1600m")}, shared, DRIVER, True, None, None, True)
+    assert fits({"bw": q("1600m")}, shared, DRIVER, multiple=True, already=None, allocating=None,
+                fractional=True)
     capped = device({"validRange": {"min": "100m", "step": "1500m", "max": "4"}}, "10")
-    assert not fits({"bw": q("4")}, capped, DRIVER, True, None, None, True)  # 4600m is above the maximum
+    assert not fits({"bw": q("4")}, capped, DRIVER, multiple=True, already=None, allocating=None,
+                    fractional=True)  # 4600m is above the maximum
 
 
 @pytest.mark.parametrize(
@@ -109,12 +114,13 @@ def test_range_arithmetic_past_int64_is_an_error(
     policy: dict, amount: str, fractional: bool, problem: str
 ) -> None:
     with pytest.raises(CapacityError, match="cannot be represented") as caught:
-        consumed_capacity({"bw": q(amount)}, device(policy, value="1E"), DRIVER, fractional)
+        consumed_capacity({"bw": q(amount)}, device(policy, value="1E"), DRIVER, fractional=fractional)
     assert problem in str(caught.value)
 
 
 def test_range_arithmetic_up_to_int64_is_exact() -> None:
     policy = {"validRange": {"min": "1", "step": "2"}}
-    assert str(consumed_capacity({"bw": q("9223372036854775806")}, device(policy), DRIVER, False)["bw"]) == (
+    consumed = consumed_capacity({"bw": q("9223372036854775806")}, device(policy), DRIVER, fractional=False)
+    assert str(consumed["bw"]) == (
         "9223372036854775807"
     )

@@ -54,7 +54,7 @@ def test_bad_selectors_raise() -> None:
 
 
 def test_node_matches_precedence() -> None:
-    assert node_matches(NODE, "node-1", False, None)
-    assert not node_matches(NODE, "node-2", True, None)
-    assert node_matches(NODE, "", True, None)
-    assert not node_matches(NODE, "", False, None)
+    assert node_matches(NODE, node_name="node-1", all_nodes=False, node_selector=None)
+    assert not node_matches(NODE, node_name="node-2", all_nodes=True, node_selector=None)
+    assert node_matches(NODE, node_name="", all_nodes=True, node_selector=None)
+    assert not node_matches(NODE, node_name="", all_nodes=False, node_selector=None)

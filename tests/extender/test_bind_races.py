@@ -34,12 +34,12 @@ class GatedWriter(ClaimWriter):
         self.gates: dict[str, asyncio.Event] = {}
 
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
-                   consumers: Mapping[str, dict] | None = None, extended: Variant | None = None,
+                   consumers: Mapping[str, dict] | None = None, *, extended: Variant | None = None,
                    node_allocatable: Sequence[dict] = ()) -> None:
         gate = self.gates.get(pod["metadata"]["name"])
         if gate is not None:
             await gate.wait()
-        await super().bind(pod, node, claims, consumers, extended, node_allocatable)
+        await super().bind(pod, node, claims, consumers, extended=extended, node_allocatable=node_allocatable)
 
 
 def make(objs: list[dict[str, Any]], **options: Any) -> tuple[Scheduler, GatedWriter, Clock]:
@@ -86,13 +86,13 @@ async def test_second_bind_of_a_pod_cannot_free_the_devices_of_the_first() -> No
     objs = [*o.cluster(2, 1), o.claim("c"), o.pod("p", ["c"]), o.claim("d"), o.pod("q", ["d"])]
     scheduler, writer, _ = make(objs)
     writer.gates["p"] = asyncio.Event()
-    first = asyncio.create_task(scheduler.bind("default", "p", uid(scheduler, "p"), "node-0"))
+    first = asyncio.create_task(scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0"))
     await asyncio.sleep(0)
-    second = asyncio.create_task(scheduler.bind("default", "p", uid(scheduler, "p"), "node-1"))
+    second = asyncio.create_task(scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-1"))
     await asyncio.sleep(0)
     # node-0's only device belongs to the first bind until it is written or given up.
     with pytest.raises(BindFailed, match="no longer fits node node-0"):
-        await scheduler.bind("default", "q", uid(scheduler, "q"), "node-0")
+        await scheduler.bind("default", "q", uid=uid(scheduler, "q"), node_name="node-0")
     writer.gates["p"].set()
     results = await settle(first, second)
     assert results[0] is None
@@ -107,14 +107,14 @@ async def test_filter_retry_during_bind_keeps_the_bind_reservation() -> None:
     scheduler, writer, clock = make(objs, hold_devices=True, hold_ttl_s=5.0)
     assert (await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])).passed == ["node-0"]
     writer.gates["p"] = asyncio.Event()
-    bind = asyncio.create_task(scheduler.bind("default", "p", uid(scheduler, "p"), "node-0"))
+    bind = asyncio.create_task(scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0"))
     await asyncio.sleep(0)
     await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])  # kube-scheduler retried the pod
     clock.now += 60  # any hold taken by that filter has expired; the bind's reservation has no TTL
     result = await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])
     assert result.passed == []
     with pytest.raises(BindFailed, match="no longer fits"):
-        await scheduler.bind("default", "q", uid(scheduler, "q"), "node-0")
+        await scheduler.bind("default", "q", uid=uid(scheduler, "q"), node_name="node-0")
     writer.gates["p"].set()
     assert await settle(bind) == [None]
     assert devices_in_use(scheduler) == [(o.DRIVER, "node-0", "gpu-0")]
@@ -154,14 +154,14 @@ async def test_write_with_unknown_outcome_keeps_its_devices_in_flight_until_the_
     store = LostStatusWrite(writer._store)
     writer._store = store
     with pytest.raises(BindFailed, match="undo incomplete"):
-        await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
+        await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
     assert store.written is not None, "the status write reached the API server"
     # The API server may hold the allocation: the device must not be offered to anyone else.
     assert (await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])).passed == []
     store.down = False
     writer._store = store.inner
     with pytest.raises(BindFailed, match="no longer fits"):
-        await scheduler.bind("default", "q", uid(scheduler, "q"), "node-0")
+        await scheduler.bind("default", "q", uid=uid(scheduler, "q"), node_name="node-0")
     # The watch delivers what the API server holds: from then on the cache counts the device.
     written = store.written
     written["metadata"] = {**written["metadata"], "resourceVersion": "99"}
@@ -179,16 +179,16 @@ async def test_write_with_unknown_outcome_expires_when_the_watch_never_shows_it(
     store = LostStatusWrite(writer._store)
     writer._store = store
     with pytest.raises(BindFailed):
-        await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
+        await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
     writer._store = store.inner
     assert len(scheduler.assume) == 1
     # Not even the same pod's retry may allocate the claim again while its state is unknown.
     with pytest.raises(BindFailed, match="in the process of being allocated"):
-        await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
+        await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
     assert len(scheduler.assume) == 1
     clock.now += 3600
     assert len(scheduler.assume) == 0
-    await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
+    await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
 
 
 async def test_a_definite_failure_releases_at_once() -> None:
@@ -196,27 +196,27 @@ async def test_a_definite_failure_releases_at_once() -> None:
     scheduler, _, _ = make(objs)
     pod_of(scheduler, "p")["spec"]["nodeName"] = "elsewhere"  # the Binding is refused after the writes
     with pytest.raises(BindFailed, match="already assigned"):
-        await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
+        await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
     assert len(scheduler.assume) == 0
-    await scheduler.bind("default", "q", uid(scheduler, "q"), "node-0")
+    await scheduler.bind("default", "q", uid=uid(scheduler, "q"), node_name="node-0")
 
 
 async def test_shared_claim_is_allocated_once_by_the_first_pod() -> None:
     objs = [*o.cluster(2, 1), o.claim("shared"), o.pod("p1", ["shared"]), o.pod("p2", ["shared"])]
     scheduler, writer, _ = make(objs)
     writer.gates["p1"] = asyncio.Event()
-    first = asyncio.create_task(scheduler.bind("default", "p1", uid(scheduler, "p1"), "node-0"))
+    first = asyncio.create_task(scheduler.bind("default", "p1", uid=uid(scheduler, "p1"), node_name="node-0"))
     await asyncio.sleep(0)
     result = await scheduler.filter(pod_of(scheduler, "p2"), ["node-0", "node-1"])
     assert result.passed == [] and "is in the process of being allocated" in result.unresolvable["node-1"]
     with pytest.raises(BindFailed, match="in the process of being allocated"):
-        await scheduler.bind("default", "p2", uid(scheduler, "p2"), "node-1")
+        await scheduler.bind("default", "p2", uid=uid(scheduler, "p2"), node_name="node-1")
     writer.gates["p1"].set()
     assert await settle(first) == [None]
     allocation = scheduler.cache.claim("default", "shared").allocation
     # The second pod may only go where the claim is; its bind adds the reservation, nothing else.
     assert (await scheduler.filter(pod_of(scheduler, "p2"), ["node-0", "node-1"])).passed == ["node-0"]
-    await scheduler.bind("default", "p2", uid(scheduler, "p2"), "node-0")
+    await scheduler.bind("default", "p2", uid=uid(scheduler, "p2"), node_name="node-0")
     claim = scheduler.cache.claim("default", "shared")
     assert claim.allocation == allocation
     assert [entry["uid"] for entry in claim.reserved_for] == [uid(scheduler, "p1"), uid(scheduler, "p2")]
@@ -235,7 +235,7 @@ async def test_confirmation_counts_the_device_before_dropping_the_in_flight_reco
         kind != "ResourceClaim" or cache.allocated.is_allocated(key) or bool(assume.in_flight())))
     assume.attach(cache)
     scheduler = Scheduler(cache, assume, ClaimWriter(None, cache))
-    await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
+    await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
     assert seen and all(seen)
     assert cache.allocated.is_allocated(key) and len(assume) == 0
 
@@ -263,7 +263,7 @@ async def test_hold_is_taken_from_the_current_state_not_from_verdicts_older_than
     scheduler, writer, _ = make(objs, hold_devices=True, clock=stepped)
     writer.gates["q"] = asyncio.Event()
     # Runs at the filter's first yield, after node-0 was judged free: q takes node-0's only device.
-    bind_q = asyncio.create_task(scheduler.bind("default", "q", uid(scheduler, "q"), "node-0"))
+    bind_q = asyncio.create_task(scheduler.bind("default", "q", uid=uid(scheduler, "q"), node_name="node-0"))
     result = await scheduler.filter(pod_of(scheduler, "p"), nodes)
     assert "node-0" not in result.passed and result.passed
     devices = devices_in_use(scheduler)
@@ -279,7 +279,7 @@ async def test_a_stale_hold_cannot_release_what_a_failed_bind_left_in_flight() -
     store = LostStatusWrite(writer._store)
     writer._store = store
     with pytest.raises(BindFailed, match="undo incomplete"):
-        await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
+        await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
     writer._store = store.inner
     # kube-scheduler retries p: its old hold is gone with the bind, the unknown write still counts.
     retry = await scheduler.filter(pod_of(scheduler, "p"), ["node-0"])
@@ -356,16 +356,16 @@ async def test_a_timed_out_status_write_keeps_its_devices_until_the_watch_says()
     store = TimedOutStatusWrite(writer._store)
     writer._store = store
     with pytest.raises(BindFailed, match="timed out"):
-        await scheduler.bind("default", "p", uid(scheduler, "p"), "node-0")
+        await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
     assert store.sent is not None and len(scheduler.assume) == 1
     with pytest.raises(BindFailed, match="no longer fits"):
-        await scheduler.bind("default", "q", uid(scheduler, "q"), "node-0")
+        await scheduler.bind("default", "q", uid=uid(scheduler, "q"), node_name="node-0")
     # The API server applies the late write; the watch shows it.
     late = {**store.sent, "metadata": {**store.sent["metadata"], "resourceVersion": "50"}}
     scheduler.cache.apply("ResourceClaim", "MODIFIED", late)
     assert len(scheduler.assume) == 0
     with pytest.raises(BindFailed, match="no longer fits"):
-        await scheduler.bind("default", "q", uid(scheduler, "q"), "node-0")
+        await scheduler.bind("default", "q", uid=uid(scheduler, "q"), node_name="node-0")
     assert devices_in_use(scheduler) == [(o.DRIVER, "node-0", "gpu-0")]
 
 
@@ -382,7 +382,8 @@ async def test_concurrent_binds_share_a_device_only_within_its_capacity() -> Non
     scheduler, writer, _ = make(objs)
     for index in range(3):
         writer.gates[f"p{index}"] = asyncio.Event()  # all three re-check before any writes
-    binds = [asyncio.create_task(scheduler.bind("default", f"p{i}", uid(scheduler, f"p{i}"), "node-0"))
+    binds = [asyncio.create_task(scheduler.bind("default", f"p{i}", uid=uid(scheduler, f"p{i}"),
+                                                node_name="node-0"))
              for i in range(3)]
     await asyncio.sleep(0)
     for gate in writer.gates.values():

@@ -82,7 +82,7 @@ async def schedule(scheduler: Scheduler, name: str) -> str | None:
     assert result.error == ""
     if not result.passed:
         return None
-    await scheduler.bind("default", name, pod["metadata"]["uid"], result.passed[0])
+    await scheduler.bind("default", name, uid=pod["metadata"]["uid"], node_name=result.passed[0])
     return result.passed[0]
 
 
@@ -269,7 +269,7 @@ async def test_extended_device_plugin_node_is_used_without_a_claim() -> None:
                       gpu_pod("p")])
     result = await scheduler.filter(pod_of(scheduler, "p"), ["dra", "plugin"])
     assert result.passed == ["plugin"] and "needs 2 devices, 1 match" in result.unresolvable["dra"]
-    await scheduler.bind("default", "p", pod_of(scheduler, "p")["metadata"]["uid"], "plugin")
+    await scheduler.bind("default", "p", uid=pod_of(scheduler, "p")["metadata"]["uid"], node_name="plugin")
     assert special_claims(scheduler) == [] and pod_of(scheduler, "p")["spec"]["nodeName"] == "plugin"
     assert "extendedResourceClaimStatus" not in pod_of(scheduler, "p")["status"]
 
@@ -306,7 +306,7 @@ async def test_extended_failed_binding_leaves_no_claim() -> None:
     assert (await scheduler.filter(pod, ["node-0"])).passed == ["node-0"]
     scheduler.cache.apply("Pod", "MODIFIED", taken)  # the Binding will be refused
     with pytest.raises(BindFailed, match="already assigned"):
-        await scheduler.bind("default", "p", pod["metadata"]["uid"], "node-0")
+        await scheduler.bind("default", "p", uid=pod["metadata"]["uid"], node_name="node-0")
     assert special_claims(scheduler) == []
     assert list(scheduler.assume.in_flight()) == []
     assert not scheduler.cache.allocated.is_allocated((o.DRIVER, "node-0", "gpu-0"))
@@ -352,7 +352,7 @@ async def test_extended_pod_status_write_failing_undoes_the_created_claim(
     monkeypatch.setattr(scheduler.writer._store, "patch_pod_status", refused)
     assert (await scheduler.filter(pod, ["node-0"])).passed == ["node-0"]
     with pytest.raises(BindFailed, match="extendedResourceClaimStatus: 422 Invalid"):
-        await scheduler.bind("default", "p", pod["metadata"]["uid"], "node-0")
+        await scheduler.bind("default", "p", uid=pod["metadata"]["uid"], node_name="node-0")
     assert special_claims(scheduler) == [] and list(scheduler.assume.in_flight()) == []
     assert not pod_of(scheduler, "p")["spec"].get("nodeName")
     monkeypatch.undo()
@@ -364,7 +364,8 @@ async def test_extended_bind_waits_for_a_pod_the_watch_has_not_delivered_yet() -
     refusing would cost the pod kube-scheduler's backoff."""
     scheduler = make([extended_class(), *o.cluster(1, 2)[1:]])
     late = gpu_pod("p")
-    bind = asyncio.create_task(scheduler.bind("default", "p", late["metadata"]["uid"], "node-0"))
+    bind = asyncio.create_task(scheduler.bind("default", "p", uid=late["metadata"]["uid"],
+                                              node_name="node-0"))
     await asyncio.sleep(0.05)
     scheduler.cache.apply("Pod", "ADDED", late)
     await bind

@@ -45,7 +45,8 @@ async def test_extended_filter_holds_devices_until_bind() -> None:
     assert len(first.passed) == 1
     second = await scheduler.filter(pod_of(scheduler, "q"), ["node-0", "node-1"])
     assert second.passed and second.passed != first.passed, "p's devices are held"
-    await scheduler.bind("default", "p", pod_of(scheduler, "p")["metadata"]["uid"], first.passed[0])
+    await scheduler.bind("default", "p", uid=pod_of(scheduler, "p")["metadata"]["uid"],
+                         node_name=first.passed[0])
     assert len(special_claims(scheduler)) == 1
     assert scheduler.holds.holding() == {pod_of(scheduler, "q")["metadata"]["uid"]}
 

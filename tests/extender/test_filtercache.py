@@ -57,7 +57,7 @@ async def test_pods_of_a_workload_share_the_fits_verdicts_until_a_nodes_entry_ch
     second = await checker.check_all(scheduler.planner.plan(pod(scheduler, "p1")), NODES, use_cache=True)
     third = await checker.check_all(scheduler.planner.plan(pod(scheduler, "p2")), NODES, use_cache=True)
     assert all(second[node] is third[node] and third[node].fits for node in NODES)
-    await scheduler.bind("default", "p1", pod(scheduler, "p1")["metadata"]["uid"], "node-1")
+    await scheduler.bind("default", "p1", uid=pod(scheduler, "p1")["metadata"]["uid"], node_name="node-1")
     fourth = await checker.check_all(scheduler.planner.plan(pod(scheduler, "p3")), NODES, use_cache=True)
     assert [fourth[node] is third[node] for node in NODES] == [True, False, True]
     assert not fourth["node-1"].fits and "needs 2 devices, 0 match" in fourth["node-1"].message
@@ -67,7 +67,7 @@ async def test_a_bind_invalidates_only_its_node() -> None:
     scheduler = make(workload(4, count=2))
     cache = scheduler.filter_cache
     await scheduler.filter(pod(scheduler, "p0"), NODES)
-    await scheduler.bind("default", "p0", pod(scheduler, "p0")["metadata"]["uid"], "node-1")
+    await scheduler.bind("default", "p0", uid=pod(scheduler, "p0")["metadata"]["uid"], node_name="node-1")
     result = await scheduler.filter(pod(scheduler, "p1"), NODES)
     assert result.passed == ["node-0", "node-2"]
     assert "needs 2 devices, 0 match" in result.failed["node-1"]
@@ -113,7 +113,7 @@ async def test_bind_never_uses_cached_outcomes() -> None:
     scheduler.cache.apply("ResourceClaim", "ADDED", taken)
     hits = scheduler.filter_cache.stats()["hits"]
     with pytest.raises(BindFailed, match="no longer fits"):
-        await scheduler.bind("default", "p0", pod(scheduler, "p0")["metadata"]["uid"], "node-0")
+        await scheduler.bind("default", "p0", uid=pod(scheduler, "p0")["metadata"]["uid"], node_name="node-0")
     assert scheduler.filter_cache.stats()["hits"] == hits
 
 
@@ -175,8 +175,8 @@ async def test_a_recreated_claim_is_never_answered_with_the_old_claims_fits(
     assert again.unresolvable["node-0"] == "claim default/c: request gpu: needs 2 devices, 1 matches"
     uid = p["metadata"]["uid"]
     with pytest.raises(BindFailed, match="no longer fits node node-0"):
-        await scheduler.bind("default", "p", uid, "node-0")
-    await scheduler.bind("default", "p", uid, "node-1")
+        await scheduler.bind("default", "p", uid=uid, node_name="node-0")
+    await scheduler.bind("default", "p", uid=uid, node_name="node-1")
     bound = scheduler.cache.claim("default", "c")
     assert bound is not None and bound.uid == new["metadata"]["uid"] and len(scheduler.assume) == 0
 
@@ -217,8 +217,8 @@ async def test_a_failure_is_reused_for_the_next_pods_claims_under_their_names() 
     scheduler = make(objs)
     uncached = Scheduler(*_parts(objs))
     cache = scheduler.filter_cache
-    await scheduler.bind("default", "p0", pod(scheduler, "p0")["metadata"]["uid"], "node-1")
-    await uncached.bind("default", "p0", pod(uncached, "p0")["metadata"]["uid"], "node-1")
+    await scheduler.bind("default", "p0", uid=pod(scheduler, "p0")["metadata"]["uid"], node_name="node-1")
+    await uncached.bind("default", "p0", uid=pod(uncached, "p0")["metadata"]["uid"], node_name="node-1")
     first = await scheduler.filter(pod(scheduler, "p1"), NODES)
     misses = cache.stats()["misses"]
     second = await scheduler.filter(pod(scheduler, "p2"), NODES)
@@ -233,7 +233,7 @@ async def test_a_failure_is_reused_for_the_next_pods_claims_under_their_names() 
 
 async def test_a_brief_answer_never_renames_carried_failures(monkeypatch: pytest.MonkeyPatch) -> None:
     scheduler = make(workload(3, count=2))
-    await scheduler.bind("default", "p0", pod(scheduler, "p0")["metadata"]["uid"], "node-1")
+    await scheduler.bind("default", "p0", uid=pod(scheduler, "p0")["metadata"]["uid"], node_name="node-1")
     await scheduler.filter(pod(scheduler, "p1"), NODES, brief=True)  # node-1's failure, for c1
     renamed: list[dict[str, str]] = []
     original = AllocationOutcome.for_claims
@@ -261,8 +261,8 @@ async def test_nodes_after_a_yield_are_looked_up_in_the_cache_again() -> None:
     scheduler = make(workload(3, count=2), clock=stepped)
     assert (await scheduler.filter(pod(scheduler, "p0"), ["node-1", "node-2"])).passed == ["node-1", "node-2"]
     # Runs at p2's first yield (after node-0, not cached, was searched): p1 takes node-1's two devices.
-    bind = asyncio.create_task(scheduler.bind("default", "p1", pod(scheduler, "p1")["metadata"]["uid"],
-                                              "node-1"))
+    bind = asyncio.create_task(scheduler.bind("default", "p1", uid=pod(scheduler, "p1")["metadata"]["uid"],
+                                              node_name="node-1"))
     result = await scheduler.filter(pod(scheduler, "p2"), NODES)
     assert result.passed == ["node-0", "node-2"]  # node-1's outcome from before the yield is stale
     await bind
@@ -318,7 +318,7 @@ async def test_a_shapes_snapshot_looks_up_again_only_the_nodes_that_changed(
     monkeypatch.setattr(FilterCache, "node_key", counting)
     assert (await scheduler.filter(pod(scheduler, "p1"), NODES)).passed == NODES
     assert keyed == []
-    await scheduler.bind("default", "p1", pod(scheduler, "p1")["metadata"]["uid"], "node-1")
+    await scheduler.bind("default", "p1", uid=pod(scheduler, "p1")["metadata"]["uid"], node_name="node-1")
     result = await scheduler.filter(pod(scheduler, "p2"), NODES)
     assert result.passed == NODES
     assert set(keyed) == {"node-1"}  # its pool changed: looked up (and searched) again

@@ -303,7 +303,8 @@ class World:
         if (pod.get("spec") or {}).get("nodeName"):
             return
         with contextlib.suppress(BindFailed):
-            await self.cached.bind("default", name, pod["metadata"]["uid"], self.rng.choice(self.nodes))
+            await self.cached.bind("default", name, uid=pod["metadata"]["uid"],
+                                   node_name=self.rng.choice(self.nodes))
 
     async def op_unbind(self) -> None:
         """The claim of a bound pod is deallocated (pod finished) and the pod is pending again."""

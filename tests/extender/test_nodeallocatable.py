@@ -141,7 +141,7 @@ async def test_gate_off_changes_nothing() -> None:
     assert scheduler.cache.node_usage is None
     result = await scheduler.filter(current(scheduler, "p"), NODES)
     assert sorted(result.passed) == NODES
-    await scheduler.bind("default", "p", "", "node-0")
+    await scheduler.bind("default", "p", uid="", node_name="node-0")
     assert "nodeAllocatableResourceClaimStatuses" not in current(scheduler, "p")["status"]
 
 
@@ -330,7 +330,7 @@ async def test_filter_more_than_the_node_has_is_unresolvable() -> None:
 async def test_bind_writes_the_status_and_the_node_counts_it() -> None:
     scheduler = make(world(extra=[claim("c", "cpus", count=2), claim("g", "gpus"), pod("p", ["c", "g"]),
                                   claim("c2", "cpus", count=2), pod("q", ["c2"], cpu="3")]))
-    await scheduler.bind("default", "p", "", "node-0")
+    await scheduler.bind("default", "p", uid="", node_name="node-0")
     bound = current(scheduler, "p")
     assert bound["spec"]["nodeName"] == "node-0"
     assert bound["status"]["nodeAllocatableResourceClaimStatuses"] == [
@@ -344,7 +344,7 @@ async def test_bind_writes_the_status_and_the_node_counts_it() -> None:
     result = await scheduler.filter(current(scheduler, "q"), NODES)
     assert result.passed == ["node-1"] and "the node has 3 of 8 allocatable free" in result.failed["node-0"]
     with pytest.raises(BindFailed, match="no longer fits node node-0: Insufficient cpu"):
-        await scheduler.bind("default", "q", "", "node-0")
+        await scheduler.bind("default", "q", uid="", node_name="node-0")
 
 
 async def test_filter_with_consumable_memory_device() -> None:
@@ -356,7 +356,7 @@ async def test_filter_with_consumable_memory_device() -> None:
     assert result.unresolvable["node-0"] == ("Insufficient memory: the pod requests 17Gi (12Gi of it for its "
                                              "claims' devices), the node has 16Gi of 16Gi allocatable free")
     scheduler = make(world(extra=[claim("m", "memory", memory="8Gi"), pod("p", ["m"], memory="4Gi")]))
-    await scheduler.bind("default", "p", "", "node-0")
+    await scheduler.bind("default", "p", uid="", node_name="node-0")
     assert current(scheduler, "p")["status"]["nodeAllocatableResourceClaimStatuses"] == [
         {"resourceClaimName": "m", "containers": ["main"],
          "mapping": [{"name": "memory", "quantity": "8Gi"}]}]
@@ -449,7 +449,7 @@ async def test_status_patch_is_a_merge_patch_of_pods_status(fake_api: Any) -> No
     fake_api.intercept(lambda request: seen.append(request))
     client = KubeClient.for_url(fake_api.url)
     try:
-        await make(objs, client=client).bind("default", "p", "", "node-1")
+        await make(objs, client=client).bind("default", "p", uid="", node_name="node-1")
     finally:
         await client.close()
     patches = [r for r in seen if r.verb == "patch" and r.resource.plural == "pods"]
@@ -472,7 +472,7 @@ async def test_failed_binding_clears_the_status(fake_api: Any) -> None:
     client = KubeClient.for_url(fake_api.url)
     try:
         with pytest.raises(BindFailed):
-            await make(objs, client=client).bind("default", "p", "", "node-1")
+            await make(objs, client=client).bind("default", "p", uid="", node_name="node-1")
     finally:
         await client.close()
     stored = fake_api.get_object("Pod", "p", "default")
@@ -628,7 +628,7 @@ async def test_failed_status_write_undoes_the_claims(fake_api: Any) -> None:
     client = KubeClient.for_url(fake_api.url)
     try:
         with pytest.raises(BindFailed, match="writing the pod's nodeAllocatableResourceClaimStatuses: 500"):
-            await make(objs, client=client).bind("default", "p", "", "node-1")
+            await make(objs, client=client).bind("default", "p", uid="", node_name="node-1")
     finally:
         await client.close()
     stored_claim = fake_api.get_object("ResourceClaim", "c", "default")

@@ -50,7 +50,7 @@ async def schedule(scheduler: Scheduler, name: str) -> str:
     pod = current(scheduler, name)
     result = await scheduler.filter(pod, NODES, brief=True)
     assert result.passed, (result.failed, result.unresolvable, result.error)
-    await scheduler.bind("default", name, pod["metadata"]["uid"], result.passed[0])
+    await scheduler.bind("default", name, uid=pod["metadata"]["uid"], node_name=result.passed[0])
     return result.passed[0]
 
 
@@ -141,7 +141,7 @@ async def test_podgroup_outsider_cannot_use_the_groups_claim() -> None:
         "resourceclaim default/train-gpus is shared by PodGroup default/train: the pod is not in that "
         "PodGroup (pod default/outsider)"}
     with pytest.raises(BindFailed, match="is shared by PodGroup default/train"):
-        await scheduler.bind("default", "outsider", "", "node-0")
+        await scheduler.bind("default", "outsider", uid="", node_name="node-0")
 
 
 async def test_podgroup_gang_cycle_members_share_the_in_flight_allocation() -> None:
@@ -163,7 +163,7 @@ async def test_podgroup_gang_cycle_members_share_the_in_flight_allocation() -> N
         "resource claim default/train-gpus is in the process of being allocated"}
     # The binds come in any order; the last pod filtered binds first.
     for name in ("w2", "w0", "w1"):
-        await scheduler.bind("default", name, "", held_on)
+        await scheduler.bind("default", name, uid="", node_name=held_on)
     claim = current(scheduler, "train-gpus", "ResourceClaim")
     assert claim["status"]["reservedFor"] == [g.group_reference(current(scheduler, "train", "PodGroup"))]
     assert len(scheduler.assume) == 0
@@ -182,7 +182,7 @@ async def test_podgroup_concurrent_binds_write_the_claim_once() -> None:
         return await update_status(claim)
 
     store.update_claim_status = counted  # type: ignore[method-assign]
-    await asyncio.gather(*(scheduler.bind("default", f"w{i}", "", "node-1") for i in range(4)))
+    await asyncio.gather(*(scheduler.bind("default", f"w{i}", uid="", node_name="node-1") for i in range(4)))
     assert writes == 1
     claim = current(scheduler, "train-gpus", "ResourceClaim")
     assert claim["status"]["reservedFor"] == [g.group_reference(current(scheduler, "train", "PodGroup"))]
@@ -207,8 +207,8 @@ async def test_podgroup_retried_bind_waiting_for_the_group_write_is_refused_not_
         await bind_pod(*args, **kwargs)
 
     scheduler.writer.bind = counted  # type: ignore[method-assign]
-    first = asyncio.create_task(scheduler.bind("default", "w1", "", node))
-    retry = asyncio.create_task(scheduler.bind("default", "w1", "", node))
+    first = asyncio.create_task(scheduler.bind("default", "w1", uid="", node_name=node))
+    retry = asyncio.create_task(scheduler.bind("default", "w1", uid="", node_name=node))
     await asyncio.sleep(0.01)
     del scheduler._group_writes["default/train"]
     release.set_result(None)
@@ -222,7 +222,7 @@ async def test_podgroup_failed_bind_undoes_the_groups_allocation_and_the_next_po
     scheduler = make(by_name_cluster(2))
     current(scheduler, "w0")["spec"]["nodeName"] = "node-2"   # the Binding will be refused
     with pytest.raises(BindFailed, match="already assigned"):
-        await scheduler.bind("default", "w0", "", "node-0")
+        await scheduler.bind("default", "w0", uid="", node_name="node-0")
     claim = current(scheduler, "train-gpus", "ResourceClaim")
     assert not claim["status"].get("allocation") and not claim["status"].get("reservedFor")
     assert len(scheduler.assume) == 0
@@ -237,7 +237,7 @@ async def test_podgroup_failed_bind_keeps_a_group_reservation_it_did_not_allocat
     current(scheduler, "w1")["spec"]["nodeName"] = "node-2"
     node = current(scheduler, "w0")["spec"]["nodeName"]
     with pytest.raises(BindFailed, match="already assigned"):
-        await scheduler.bind("default", "w1", "", node)
+        await scheduler.bind("default", "w1", uid="", node_name=node)
     claim = current(scheduler, "train-gpus", "ResourceClaim")
     assert claim["status"]["allocation"] and claim["status"]["reservedFor"] == [
         g.group_reference(current(scheduler, "train", "PodGroup"))]

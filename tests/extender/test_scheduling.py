@@ -286,7 +286,7 @@ def devices_of(scheduler: Scheduler) -> list[tuple[str, str, str]]:
 async def test_bind_writes_allocation_reservation_and_binding() -> None:
     scheduler = make([*o.cluster(2, 2), o.claim("c", count=2), o.pod("p", ["c"])])
     pod = pod_of(scheduler, "p")
-    await scheduler.bind("default", "p", pod["metadata"]["uid"], "node-1")
+    await scheduler.bind("default", "p", uid=pod["metadata"]["uid"], node_name="node-1")
     claim = scheduler.cache.claim("default", "c")
     assert claim.allocation is not None and {r["pool"] for r in claim.allocation["devices"]["results"]} == {
         "node-1"
@@ -308,7 +308,8 @@ async def test_concurrent_binds_never_share_the_last_device() -> None:
 
     async def bind(pod: dict) -> bool:
         try:
-            await scheduler.bind("default", pod["metadata"]["name"], pod["metadata"]["uid"], "node-0")
+            await scheduler.bind("default", pod["metadata"]["name"], uid=pod["metadata"]["uid"],
+                                 node_name="node-0")
         except BindFailed as failed:
             assert "no longer fits node node-0" in str(failed)
             return False
@@ -325,17 +326,17 @@ async def test_failed_bind_leaves_nothing_in_flight() -> None:
     scheduler = make([*o.cluster(1, 2), o.claim("c"), o.pod("p", ["c"]), o.claim("d"), o.pod("q", ["d"])])
     pod = pod_of(scheduler, "p")
     with pytest.raises(BindFailed, match="has UID"):
-        await scheduler.bind("default", "p", "not-the-uid", "node-0")
+        await scheduler.bind("default", "p", uid="not-the-uid", node_name="node-0")
     with pytest.raises(BindFailed, match="not known to dra-extender"):
-        await scheduler.bind("default", "nobody", "u", "node-0")
+        await scheduler.bind("default", "nobody", uid="u", node_name="node-0")
     pod["spec"]["nodeName"] = "elsewhere"  # bound meanwhile: the Binding is refused after the claim writes
     with pytest.raises(BindFailed):
-        await scheduler.bind("default", "p", pod["metadata"]["uid"], "node-0")
+        await scheduler.bind("default", "p", uid=pod["metadata"]["uid"], node_name="node-0")
     assert len(scheduler.assume) == 0
     claim = scheduler.cache.claim("default", "c")
     assert claim.allocation is None and claim.reserved_for == []
     # The device is still free for the next pod.
-    await scheduler.bind("default", "q", pod_of(scheduler, "q")["metadata"]["uid"], "node-0")
+    await scheduler.bind("default", "q", uid=pod_of(scheduler, "q")["metadata"]["uid"], node_name="node-0")
 
 
 async def test_shared_allocated_claim_only_gets_the_reservation() -> None:
@@ -344,7 +345,7 @@ async def test_shared_allocated_claim_only_gets_the_reservation() -> None:
     )
     scheduler = make([*o.cluster(1, 1), shared, o.pod("p", ["shared"])])
     pod = pod_of(scheduler, "p")
-    await scheduler.bind("default", "p", pod["metadata"]["uid"], "node-0")
+    await scheduler.bind("default", "p", uid=pod["metadata"]["uid"], node_name="node-0")
     claim = scheduler.cache.claim("default", "shared")
     assert [entry["uid"] for entry in claim.reserved_for] == ["x", pod["metadata"]["uid"]]
     assert devices_of(scheduler) == [(o.DRIVER, "node-0", "gpu-0")]
@@ -357,19 +358,19 @@ async def test_hold_is_used_at_bind_and_other_node_is_rechecked() -> None:
     held_a = (await scheduler.filter(pa, ["node-0", "node-1"])).passed[0]
     held_b = (await scheduler.filter(pb, ["node-0", "node-1"])).passed[0]
     assert held_a != held_b
-    await scheduler.bind("default", "pa", pa["metadata"]["uid"], held_a)
+    await scheduler.bind("default", "pa", uid=pa["metadata"]["uid"], node_name=held_a)
     # pb asks for pa's node anyway: its own hold is released and the node no longer fits.
     with pytest.raises(BindFailed, match="no longer fits"):
-        await scheduler.bind("default", "pb", pb["metadata"]["uid"], held_a)
+        await scheduler.bind("default", "pb", uid=pb["metadata"]["uid"], node_name=held_a)
     assert len(scheduler.assume) == 0
-    await scheduler.bind("default", "pb", pb["metadata"]["uid"], held_b)
+    await scheduler.bind("default", "pb", uid=pb["metadata"]["uid"], node_name=held_b)
     assert sorted(devices_of(scheduler)) == [(o.DRIVER, "node-0", "gpu-0"), (o.DRIVER, "node-1", "gpu-0")]
 
 
 async def test_pod_without_claims_is_just_bound() -> None:
     plain = o.pod("plain", [])
     scheduler = make([*o.cluster(1, 1), plain])
-    await scheduler.bind("default", "plain", plain["metadata"]["uid"], "node-0")
+    await scheduler.bind("default", "plain", uid=plain["metadata"]["uid"], node_name="node-0")
     assert pod_of(scheduler, "plain")["spec"]["nodeName"] == "node-0"
     assert devices_of(scheduler) == []
 
@@ -393,7 +394,8 @@ async def test_devices_of_a_claim_our_model_rejects_are_never_given_out_again() 
     assert result.passed == []
     assert result.failed["node-0"] == "claim default/c: request gpu: needs 1 device, 0 match (1 in use)"
     with pytest.raises(BindFailed, match="no longer fits"):
-        await scheduler.bind("default", "p", pod_of(scheduler, "p")["metadata"]["uid"], "node-0")
+        await scheduler.bind("default", "p", uid=pod_of(scheduler, "p")["metadata"]["uid"],
+                             node_name="node-0")
     rejected = await scheduler.filter(pod_of(scheduler, "q"), ["node-0"])
     assert rejected.passed == [] and "invalid claim" in rejected.error and "count" in rejected.error
 
