@@ -52,10 +52,10 @@ VARIED_GATES = (
     "DRAConsumableCapacity",
     "DRADeviceBindingConditions",
     "DRAListTypeAttributes",
-    "DRAFractionalCapacityRange",
 )
-# Alpha gates that are off by default, switched on in about half the worlds so their features get tried.
-ALPHA_GATES = ("DRADerivedAttributes", "DRAOptionalNodeOperations")
+# Gates off by default (alpha, and the beta DRAFractionalCapacityRange), switched on in about half the
+# worlds so their features get tried.
+OFF_BY_DEFAULT_GATES = ("DRADerivedAttributes", "DRAOptionalNodeOperations", "DRAFractionalCapacityRange")
 SKIPPED_OPERATIONS = (["*"], ["NodeUnprepareResources"], ["NodePrepareResources", "NodeUnprepareResources"])
 # Derived attribute expressions ({d}: a driver): ints, strings, a constant, booleans, versions, lists,
 # and rarely one that fails at run time on devices without numa, or does not compile (a double).
@@ -370,7 +370,7 @@ def worlds(draw: st.DrawFn) -> Obj:
     for gate in VARIED_GATES:
         if draw(st.integers(0, 5)) == 0:
             gates[gate] = not gates[gate]
-    for gate in ALPHA_GATES:
+    for gate in OFF_BY_DEFAULT_GATES:
         gates[gate] = draw(st.booleans())
     # Alpha and off by default, but worth comparing as often as its off-state (slices ignored).
     gates[COMPATIBILITY_GATE] = draw(st.booleans())
@@ -404,6 +404,6 @@ def worlds(draw: st.DrawFn) -> Obj:
     world["features"] = sorted(
         used
         | {f"-{gate}" for gate in VARIED_GATES if not gates[gate]}
-        | {f"+{gate}" for gate in ALPHA_GATES if gates[gate]}
+        | {f"+{gate}" for gate in OFF_BY_DEFAULT_GATES if gates[gate]}
     )
     return world
