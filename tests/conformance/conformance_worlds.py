@@ -37,7 +37,7 @@ from upstream_cases.builders import (
     values_policy,
 )
 
-from allocator import DEFAULT_GATES
+from allocator import DEFAULT_GATES, Quantity
 
 Obj = dict[str, Any]
 DRIVERS = ("driver-a", "driver-b")
@@ -75,6 +75,15 @@ FAILING_DERIVED_EXPRESSIONS = ['device.attributes["{d}"].numa', "1.5", "[]"]
 COMPATIBILITY_GATE = "DRADeviceCompatibilityGroups"
 # DRADeviceCompatibilityGroups: the groups a device declares for one counter set (none is common).
 COMPATIBILITY_GROUPS: tuple[tuple[str, ...], ...] = ((), (), ("mig",), ("vgpu",), ("mig", "vgpu"))
+
+
+def _fractional_policies(memory: str) -> list[Obj]:
+    """Ranges with a fractional bound or step: milli arithmetic with DRAFractionalCapacityRange on,
+    whole units (each bound rounded up) with it off."""
+    return [
+        range_policy(memory, default="500m", minimum="500m", step="250m", maximum="3"),
+        range_policy(memory, default="1", minimum="100m", step="1500m", maximum=None),
+    ]
 
 
 def _attributes(draw: st.DrawFn, lists: bool) -> Obj:
@@ -121,12 +130,12 @@ def devices_for_pool(
                             range_policy(memory),
                             range_policy(memory, step=None, maximum=None, minimum="1", default="1"),
                             values_policy(memory, "2", "4"),
-                            # fractional ranges: milli arithmetic with DRAFractionalCapacityRange
-                            range_policy(memory, default="500m", minimum="500m", step="250m", maximum="3"),
-                            range_policy(memory, default="1", minimum="100m", step="1500m", maximum=None),
+                            *_fractional_policies(memory),
                         ]
                     )
                 )
+                if capacity["memory"] in _fractional_policies(memory):
+                    used.add("fractional capacity ranges")
             else:
                 capacity["memory"] = {"value": memory}
         if capacity:
@@ -236,6 +245,10 @@ REQUEST_SELECTORS = [
     'device.attributes["{d}"].?flag.orValue(false)',
     '"numa" in device.attributes["{d}"] && device.attributes["{d}"].numa == 1',
 ]
+# Counts past the claim limit (AllocationResultsMaxSize, 32 devices per claim): alone, the claim is
+# refused before any search (also a count that would overflow an int64 sum); as a firstAvailable
+# subrequest, upstream moves on to the next subrequest when none of the earlier ones fit the limit.
+OVER_LIMIT_COUNTS = (33, 33, 2**63 - 1)
 # A runtime error on devices without numa (a hard error for the whole attempt): drawn rarely.
 FAILING_SELECTOR = 'device.attributes["{d}"].numa == 1'
 
@@ -253,12 +266,17 @@ def exact_body(draw: st.DrawFn, gates: dict[str, bool], used: set[str], name: st
     if mode == "All":
         used.add("all mode")
     count = draw(st.sampled_from([1, 1, 1, 2, 2, 3])) if mode == "ExactCount" else None
+    if count is not None and draw(st.integers(0, 19)) == 10:  # 1 in 20: hypothesis favours the bounds
+        count = draw(st.sampled_from(OVER_LIMIT_COUNTS))
+        used.add("claim device limit")
     tolerations = []
     if draw(st.integers(0, 3)) == 0:
         tolerations.append(toleration("k", draw(st.sampled_from(["NoSchedule", "NoExecute"]))))
     capacity = None
     if gates["DRAConsumableCapacity"] and draw(st.integers(0, 3)) == 0:
         capacity = {"memory": draw(st.sampled_from(["1", "2", "3", "300m", "1.1", "2500m"]))}
+        if Quantity.parse(capacity["memory"]).value.denominator != 1:
+            used.add("fractional capacity requests")
     if subrequest:
         return sub(name, cls, count, *selectors, mode=mode, tolerations=tolerations, capacity=capacity)
     admin = None
@@ -285,6 +303,8 @@ def claims(draw: st.DrawFn, gates: dict[str, bool], used: set[str]) -> list[Obj]
                 used.add("firstAvailable")
             else:
                 requests.append(draw(exact_body(gates, used, name, False)))
+        if len(requests) > 1 and draw(st.integers(0, 9)) == 5 and _past_claim_limit_together(requests):
+            used.add("claim device limit")
         constraints = []
         if draw(st.integers(0, 2)) == 0:
             kind = draw(st.sampled_from(["matchAttribute", "matchAttribute", "distinctAttribute"]))
@@ -302,6 +322,17 @@ def claims(draw: st.DrawFn, gates: dict[str, bool], used: set[str]) -> list[Obj]
         raw["metadata"]["uid"] = f"uid-claim-{index}"
         out.append(raw)
     return out
+
+
+def _past_claim_limit_together(requests: list[Obj]) -> bool:
+    """Requests that fit the claim limit one by one but not together (31 + 2 devices): the claim is
+    refused before the search, at the second request. Needs two exact, ExactCount requests; a count
+    that fits alone is only ever set where the sum refuses it, so no search hunts for 31 devices."""
+    exact = [r["exactly"] for r in requests[:2] if r.get("exactly", {}).get("allocationMode") == "ExactCount"]
+    if len(exact) < 2:
+        return False
+    exact[0]["count"], exact[1]["count"] = 31, 2
+    return True
 
 
 def derive(draw: st.DrawFn, requests: list[Obj], constraint: Obj) -> None:
@@ -385,13 +416,12 @@ def worlds(draw: st.DrawFn) -> Obj:
         device_class("class-b", "driver-b"),
         {**device_class("class-any"), "spec": {}},
     ]
+    declared = draw(st.sampled_from([(), ("DRAOptionalNodeOperations",)]))
+    if declared and "skip node operations" in used:
+        used.add("node declares optional node operations")
     world = {
         "gates": gates,
-        "node": node(
-            NODE,
-            draw(st.sampled_from(["region-1", "region-2"])),
-            *draw(st.sampled_from([(), ("DRAOptionalNodeOperations",)])),
-        ),
+        "node": node(NODE, draw(st.sampled_from(["region-1", "region-2"])), *declared),
         "classes": classes,
         "slices": slices,
         "allocatedClaims": draw(allocated_claims(slices, gates, used)),
