@@ -8,7 +8,6 @@ that claim against the released Go code. Deliberate differences, each commented 
   upstream's "stable" variant (picked only when consumable capacity, binding conditions, fractional
   capacity ranges and the alpha allocator gates are all off) follows its slice list order, which is
   not defined;
-- counter bookkeeping is keyed by (driver, pool), not by pool name alone;
 - DRADeviceCompatibilityGroups: compatibilityGroups are checked when a slice is parsed as the API
   server checks them (at most 2, DNS labels, unique; its error texts), where upstream's allocator
   takes any list; allocated peers that disagree make the starting intersection depend on their order,
