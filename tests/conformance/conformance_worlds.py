@@ -175,14 +175,22 @@ def devices_for_pool(
 
 
 @st.composite
-def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[str]) -> list[Obj]:
+def pool_slices(
+    draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[str], drivers_by_pool: dict[str, set[str]]
+) -> list[Obj]:
     """The slices of one pool: one to three, sometimes fewer published than announced (incomplete),
     with counters in a slice of their own when partitionable devices are on. One pool in four is then
     a partitioned GPU on this node (every device draws from the counters), where devices contend for
     counters and compatibility groups."""
     partitioned = gates["DRAPartitionableDevices"] and draw(st.integers(0, 3)) == 0
     driver = DRIVERS[0] if partitioned else draw(st.sampled_from(DRIVERS))
-    pool = f"pool-{index}"
+    prefix = pool = f"pool-{index}"  # slice and device names stay unique when pool names are not
+    # Sometimes the name of an earlier pool of the other driver: pools are told apart by driver too.
+    other_drivers = sorted(name for name, drivers in drivers_by_pool.items() if driver not in drivers)
+    if other_drivers and draw(st.integers(0, 3)) == 2:
+        pool = other_drivers[0]
+        used.add("pool name shared by two drivers")
+    drivers_by_pool.setdefault(pool, set()).add(driver)
     where = NODE if partitioned else draw(
         st.sampled_from([NODE, NODE, NODE, NODE, OTHER_NODE, ALL_NODES, "selector", PER_DEVICE])
     )
@@ -200,7 +208,7 @@ def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[s
         capacity = draw(st.sampled_from(["4", "6"] if partitioned else ["2", "3", "4"]))
         slices.append(
             resource_slice(
-                f"{pool}-counters",
+                f"{prefix}-counters",
                 where_obj,
                 pool,
                 driver,
@@ -208,7 +216,7 @@ def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[s
             )
         )
     for part in range(draw(st.integers(1, 2))):
-        devs = draw(devices_for_pool(f"{pool}-{part}-", gates, used, counter_sets, partitioned))
+        devs = draw(devices_for_pool(f"{prefix}-{part}-", gates, used, counter_sets, partitioned))
         if where == PER_DEVICE:  # each device says where it is: this node, another one, or everywhere
             for dev in devs:
                 placement = draw(st.sampled_from(["nodeName", "nodeName", "other", "allNodes"]))
@@ -222,7 +230,7 @@ def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[s
             skipped = draw(st.sampled_from(SKIPPED_OPERATIONS))
             used.add("skip node operations")
         slices.append(
-            resource_slice(f"{pool}-{part}", where_obj, pool, driver, *devs, skip_node_operations=skipped)
+            resource_slice(f"{prefix}-{part}", where_obj, pool, driver, *devs, skip_node_operations=skipped)
         )
     count = len(slices)
     if draw(st.integers(0, 9)) == 0:
@@ -406,10 +414,11 @@ def worlds(draw: st.DrawFn) -> Obj:
     # Alpha and off by default, but worth comparing as often as its off-state (slices ignored).
     gates[COMPATIBILITY_GATE] = draw(st.booleans())
     used: set[str] = set()
+    drivers_by_pool: dict[str, set[str]] = {}
     slices = [
         raw
         for index in range(draw(st.sampled_from([1, 2, 2, 3, 3])))
-        for raw in draw(pool_slices(index, gates, used))
+        for raw in draw(pool_slices(index, gates, used, drivers_by_pool))
     ]
     classes = [
         device_class("class-a", "driver-a"),
