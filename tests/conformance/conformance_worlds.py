@@ -382,6 +382,11 @@ def allocated_claims(draw: st.DrawFn, slices: list[Obj], gates: dict[str, bool],
         if dev.get("allowMultipleAllocations") and draw(st.booleans()):
             result["shareID"] = f"00000000-0000-0000-0000-00000000000{index}"
             result["consumedCapacity"] = {"memory": draw(st.sampled_from(["1", "2", "750m"]))}
+        elif draw(st.integers(0, 9)) == 5:
+            # A share left from before the device stopped allowing multiple allocations: a deliberate
+            # difference (differential.KNOWN_DIFFERENCES "device that still holds shares").
+            result["shareID"] = f"00000000-0000-0000-0000-00000000000{index}"
+            used.add("left-over shares")
         elif draw(st.integers(0, 4)) == 0:
             result["adminAccess"] = True
         used.add("allocated devices")
