@@ -83,8 +83,9 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
             return f"size({expr(draw, 'string', depth + 1)})"
         if shape == 2:
             return f"{expr(draw, 'string', depth + 1)}.indexOf({expr(draw, 'string', depth + 1)})"
-        if shape == 3:
-            return f"{expr(draw, 'quantity', depth + 1)}.asInteger()"
+        if shape == 3:  # sign is a global function in cel-go; the member form does not compile
+            form = draw(st.sampled_from(["{}.asInteger()", "{}.asInteger()", "sign({})", "{}.sign()"]))
+            return form.format(expr(draw, "quantity", depth + 1))
         if shape == 4:
             return (
                 f"{expr(draw, 'version', depth + 1)}.{draw(st.sampled_from(['major', 'minor', 'patch']))}()"
