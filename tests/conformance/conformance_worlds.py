@@ -66,8 +66,8 @@ DERIVED_EXPRESSIONS = [
     'device.attributes["{d}"].?numa.orValue(0) % 2 == 0',
     'device.attributes["{d}"].?version.orValue(semver("0.0.1"))',
     "device.driver",
-    # dyn(7): cel-go rejects a list literal mixing a dyn and an int, our checkers do not (a known CEL
-    # difference, differential.KNOWN_CEL_DIFFERENCES "dyn list literal"); worlds are about allocation.
+    # dyn(7): a list literal mixing a dyn and an int does not compile (in cel-go and in ours); this one
+    # mixes two dyn values.
     '[device.attributes["{d}"].?numa.orValue(0), dyn(7)]',
     '"numa" in device.attributes["{d}"] ? device.attributes["{d}"].numa : 0',
 ]
