@@ -8,7 +8,6 @@ that claim against the released Go code. Deliberate differences, each commented 
   upstream's "stable" variant (picked only when consumable capacity, binding conditions, fractional
   capacity ranges and the alpha allocator gates are all off) follows its slice list order, which is
   not defined;
-- counter bookkeeping is keyed by (driver, pool), not by pool name alone;
 - DRADeviceCompatibilityGroups: compatibilityGroups are checked when a slice is parsed as the API
   server checks them (at most 2, DNS labels, unique; its error texts), where upstream's allocator
   takes any list; allocated peers that disagree make the starting intersection depend on their order,
@@ -25,7 +24,9 @@ that claim against the released Go code. Deliberate differences, each commented 
 Open CEL differences from cel-go found by the differential campaigns (cost estimates of stored
 selectors, milli sums and asInteger, opaque == in cel-expr, cel-go's typing of an empty list's
 filter) are listed one by one, with the reason, in tests/conformance/differential.py
-(KNOWN_CEL_DIFFERENCES).
+(KNOWN_CEL_DIFFERENCES). Not yet implemented, so a compile error here: the CEL functions of upstream's
+environment that docs/operations.md lists under Known limitations (cel-go's list extension, the
+two-variable transforms, ip/cidr/url, type(), duration, timestamp).
 
 Upstream quirk we copy: with DRAOptionalNodeOperations off, devices of slices with skipNodeOperations are
 usable unless another alpha allocator gate is on (upstream's variants differ; allocator.checks says which).

@@ -44,7 +44,7 @@ class CapacityError(ValueError):
 _NOT_REPRESENTABLE = "capacity request cannot be represented in the device's range arithmetic"
 
 
-def _milli(value: Quantity) -> int:
+def milli_units(value: Quantity) -> int:
     """The exact milli value, like upstream's safeMilliValue (an error when it would round or leave
     the int64 range)."""
     milli = value.value * 1000
@@ -60,14 +60,14 @@ def _use_milli(valid_range: tuple[Quantity, Quantity | None, Quantity | None], *
     if not fractional:
         return False
     try:
-        milli = [_milli(q) for q in valid_range if q is not None]
+        milli = [milli_units(q) for q in valid_range if q is not None]
     except CapacityError:
         return False
     step = valid_range[2]
     return step is None or milli[-1] >= 1
 
 
-def _whole(value: Quantity) -> int:
+def whole_units(value: Quantity) -> int:
     """Quantity.Value(): rounded up, away from zero."""
     return -(-value.milli_value() // 1000) if value.sign() >= 0 else value.milli_value() // 1000
 
@@ -81,8 +81,8 @@ def _round_up(value: Quantity, policy: CapacityRequestPolicy, *, fractional: boo
             return value
         # Upstream computes in int64 and refuses (aborting the allocation) what would not fit in it.
         if _use_milli(policy.valid_range, fractional=fractional):
-            base, unit = _milli(minimum), _milli(step)
-            steps = -(-(_milli(value) - base) // unit)
+            base, unit = milli_units(minimum), milli_units(step)
+            steps = -(-(milli_units(value) - base) // unit)
             if steps > (_INT64_MAX - base) // unit:
                 raise CapacityError(
                     f"{_NOT_REPRESENTABLE}: rounding request {value} up to the next step passes the "
@@ -91,8 +91,8 @@ def _round_up(value: Quantity, policy: CapacityRequestPolicy, *, fractional: boo
             return Quantity.from_fraction(Fraction(base + steps * unit, 1000), step.format)
         if value.value > _INT64_MAX:
             raise CapacityError(f"{_NOT_REPRESENTABLE}: request {value} exceeds MaxInt64")
-        base, unit = _whole(minimum), _whole(step)
-        steps = -(-(_whole(value) - base) // unit)
+        base, unit = whole_units(minimum), whole_units(step)
+        steps = -(-(whole_units(value) - base) // unit)
         if base >= 0 and steps > (_INT64_MAX - base) // unit:
             raise CapacityError(
                 f"{_NOT_REPRESENTABLE}: rounding request {value} up to the next step passes MaxInt64"
@@ -116,10 +116,10 @@ def _violates(value: Quantity, policy: CapacityRequestPolicy, *, fractional: boo
             return False
         if _use_milli(policy.valid_range, fractional=fractional):
             try:
-                return (_milli(value) - _milli(minimum)) % _milli(step) != 0
+                return (milli_units(value) - milli_units(minimum)) % milli_units(step) != 0
             except CapacityError:
                 return True
-        return (_whole(value) - _whole(minimum)) % _whole(step) != 0
+        return (whole_units(value) - whole_units(minimum)) % whole_units(step) != 0
     if policy.valid_values:
         return value not in policy.valid_values
     return False

@@ -284,8 +284,7 @@ class DeviceChecks:
             chosen.compatibility = None
 
     def pool_counters(self, pool: Pool) -> Counters:
-        # Keyed by (driver, pool): upstream keys these caches by pool name only, so two drivers with
-        # equally named pools would share counters.
+        # Keyed by (driver, pool): two drivers may name their pools alike.
         pool_key = (pool.driver, pool.name)
         available = self.available_counters.get(pool_key)
         if available is None:

@@ -98,6 +98,7 @@ def _scalar_type(value: object) -> str:
 
 MAX_PER_REQUEST = 32  # DeviceDerivedAttributesMaxSize
 CLAIM_COST_LIMIT = 1_000_000  # DeviceClaimDerivedAttributeCELMaxCost: all expressions of a claim together
+DOMAIN_MAX_LENGTH = 63  # the prefix of a k8s-resource-fully-qualified-name, as a driver name
 _FULLY_QUALIFIED = re.compile(
     r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z_][A-Za-z0-9_]{0,31}"
 )
@@ -129,6 +130,10 @@ def claim_problems(
                 problems.append(
                     f"{item}.name: Invalid value: {name!r}: must be a domain and a C identifier "
                     "separated by a slash (for example derived/numaNode)"
+                )
+            elif len(domain := name.partition("/")[0]) > DOMAIN_MAX_LENGTH:
+                problems.append(
+                    f"{item}.name: Too long: may not be more than {DOMAIN_MAX_LENGTH} bytes ({domain!r})"
                 )
             elif name in seen:
                 problems.append(f"{item}.name: Duplicate value: {name!r}")

@@ -15,7 +15,9 @@ DEFAULT_GATES: Mapping[str, bool] = {
     "DRADeviceBindingConditions": True,  # beta 1.36
     "DRAResourceClaimDeviceStatus": True,  # GA 1.37
     "DRAListTypeAttributes": False,  # alpha
-    "DRAFractionalCapacityRange": True,  # beta 1.37: capacity ranges in milli units
+    # Beta 1.37, off by default: its on-by-default entry needs --min-compatibility-version=1.37, and a
+    # 1.37 component defaults to 1.36 (kube_features.go). On: capacity ranges in milli units.
+    "DRAFractionalCapacityRange": False,
     "DRADerivedAttributes": False,  # alpha 1.37: request-scoped attributes computed by CEL for constraints
     "DRAOptionalNodeOperations": False,  # alpha 1.37: devices skipping node operations need a node for it
     # Alpha 1.37: devices drawing from one counter set must share a compatibility group; off, the

@@ -372,8 +372,9 @@ def function_declarations() -> list[Any]:
     decls: dict[str, list[Any]] = {
         "quantity": [_overload("quantity_string", B, [S], _quantity)],
         "isQuantity": [_overload("is_quantity_string", T.BOOL, [S], _is_quantity)],
-        # Upstream declares sign() as a global overload; the documented member form works too.
-        "sign": [_overload("sign_quantity", N, [B], _sign), _member("sign", N, [B], _sign)],
+        # A global function, as cel-go declares it: the member form the Kubernetes docs show does not
+        # compile there.
+        "sign": [_overload("sign_quantity", N, [B], _sign)],
         "compareTo": [_member("compareTo", N, [B, B], lambda a, b: _compare(a, b, "compareTo"))],
         "isGreaterThan": [_member("isGreaterThan", T.BOOL, [B, B],
                                   lambda a, b: _compare(a, b, "isGreaterThan") > 0)],

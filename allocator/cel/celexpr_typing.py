@@ -39,7 +39,7 @@ SEMVER = "kubernetes.Semver"
 
 _METHODS = {
     QUANTITY: {"compareTo", "isGreaterThan", "isLessThan", "add", "sub", "asInteger", "isInteger",
-               "asApproximateFloat", "sign", "includes"},
+               "asApproximateFloat", "includes"},
     SEMVER: {"compareTo", "isGreaterThan", "isLessThan", "major", "minor", "patch", "includes"},
 }
 _SAME_TYPE_ARGUMENT = {"compareTo", "isGreaterThan", "isLessThan"}

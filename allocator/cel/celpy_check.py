@@ -119,7 +119,7 @@ OVERLOADS: dict[str, list[Overload]] = {
     "isInteger": [(QUANTITY, (), BOOL)],
     "asInteger": [(QUANTITY, (), INT)],
     "asApproximateFloat": [(QUANTITY, (), DOUBLE)],
-    "sign": [(QUANTITY, (), INT)],
+    "sign": [(None, (QUANTITY,), INT)],  # a global function in cel-go, not the documented member
     "semver": [(None, (STRING,), SEMVER), (None, (STRING, BOOL), SEMVER)],
     "isSemver": [(None, (STRING,), BOOL), (None, (STRING, BOOL), BOOL)],
     "major": [(SEMVER, (), INT)],

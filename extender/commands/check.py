@@ -5,7 +5,9 @@ and per claim request, which devices match. Users keep it to test selectors agai
 their cluster before applying a claim. Fields behind a gate (--feature-gates, the API server's) are
 checked as the API server checks them with the gate on, and dropped with a warning while it is off:
 for example a request's derivedAttributes (DRADerivedAttributes: compiled, and evaluated on the devices
-the request matches) and a slice's skipNodeOperations (DRAOptionalNodeOperations).
+the request matches) and a slice's skipNodeOperations (DRAOptionalNodeOperations). Capacity request
+policies are checked as the API server checks new slices, in milli units for fractional ranges when
+DRAFractionalCapacityRange is on.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocator import FeatureGates, InvalidObjectError, cel, parse_object
+from allocator import FeatureGates, InvalidObjectError, ResourceSlice, cel, parse_object
 from allocator.derived import claim_problems
+from allocator.policies import request_policy_problems
 from common.rules import scoring_annotation_problem
 from extender.commands import output
 from extender.objects_io import ObjectLoadError, load_objects
@@ -148,9 +151,10 @@ def build_report(
         counts[kind] = counts.get(kind, 0) + 1
         if kind == "DeviceClass":
             classes[raw["metadata"]["name"]] = raw
-        elif kind == "ResourceSlice":
+        elif isinstance(parsed, ResourceSlice):
             slices.append(raw)
             invalid.extend(_skip_node_operations_problems(raw))
+            invalid.extend(_request_policy_problems(parsed, gates))
         elif kind == "ResourceClaim":
             claims.append(raw)
 
@@ -281,6 +285,17 @@ def _skip_node_operations_problems(raw: dict[str, Any]) -> list[str]:
         problems.append(f"{where}: Invalid value: NodePrepareResources cannot be skipped unless "
                         "NodeUnprepareResources is also skipped")
     return problems
+
+
+def _request_policy_problems(parsed: ResourceSlice, gates: FeatureGates) -> list[str]:
+    """The API server's checks of capacity requestPolicy (DRAFractionalCapacityRange: milli units)."""
+    fractional = gates.enabled("DRAFractionalCapacityRange")
+    name = parsed.raw.get("metadata", {}).get("name", "<unnamed>")
+    return [
+        f"ResourceSlice {name}: {problem}"
+        for i, device in enumerate(parsed.devices)
+        for problem in request_policy_problems(device, f"spec.devices[{i}]", fractional)
+    ]
 
 
 def spec_of(raw: dict[str, Any]) -> dict[str, Any]:

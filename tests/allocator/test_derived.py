@@ -218,12 +218,15 @@ def test_names_expressions_and_counts_are_checked() -> None:
             {"name": "no-domain", "expression": '"x"'},
             {"name": "derived/k", "expression": "1.5"},
             {"name": "derived/k", "expression": ""},
+            {"name": f"{'d' * 64}/k", "expression": '"x"'},
+            constraints=[{"matchAttribute": "derived/k"}, {"matchAttribute": f"{'d' * 64}/k"}],
         )
     )
     assert any("name: Invalid value: 'no-domain': must be a domain" in p for p in found)
     assert any("[1].expression: must evaluate to a primitive scalar" in p for p in found)
     assert any("[2].name: Duplicate value" in p for p in found)
     assert any("[2].expression: Required value" in p for p in found)
+    assert any("[3].name: Too long: may not be more than 63 bytes" in p for p in found)
     many = [{"name": f"derived/k{i}", "expression": '"x"'} for i in range(MAX_PER_REQUEST + 1)]
     spec = devices_spec(*many, constraints=[{"matchAttribute": a["name"]} for a in many])
     assert problems(spec) == [

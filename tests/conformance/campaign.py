@@ -1,5 +1,6 @@
 """Differential campaign: random worlds and CEL questions on upstream (Go) and on ours (both CEL
-engines); prints JSON with what ran, the divergences by feature, and the time taken.
+engines); prints JSON with what ran (worlds per feature), the divergences by feature, and the time
+taken.
 
     .venv/bin/python tests/conformance/campaign.py --worlds 20000 --cel 20000 --derived 2000 --seed 1
     .venv/bin/python tests/conformance/campaign.py --worlds 200 --examples 3   # show three divergences
@@ -52,6 +53,7 @@ class Tally:
     cel_questions: int = 0
     derived_questions: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
+    worlds_by_feature: Counter[str] = field(default_factory=Counter)  # what the worlds exercised
     cel_outcomes: Counter[str] = field(default_factory=Counter)
     divergences_by_feature: Counter[str] = field(default_factory=Counter)
     known: Counter[str] = field(default_factory=Counter)
@@ -64,6 +66,7 @@ class Tally:
             "derived_attribute_expressions": self.derived_questions,
             "engines": engines(),
             "upstream_outcomes": dict(self.outcomes),
+            "worlds_by_feature": dict(sorted(self.worlds_by_feature.items())),
             "upstream_cel_outcomes": dict(self.cel_outcomes),
             "new_divergences": len(self.new),
             "new_divergences_by_feature": dict(self.divergences_by_feature),
@@ -77,6 +80,7 @@ def check_world(ask: Any, world: dict[str, Any], tally: Tally) -> None:
     theirs = run_upstream(ask, world)
     tally.worlds += 1
     tally.outcomes[theirs.kind] += 1
+    tally.worlds_by_feature.update(world["features"] or ["core"])
     for engine in engines():
         with cel_engine(engine):
             ours = run_ours(world)

@@ -56,21 +56,36 @@ def _conditional(draw: st.DrawFn, kind: str, depth: int) -> str:
     return f"({condition} ? {expr(draw, kind, depth + 1)} : {expr(draw, kind, depth + 1)})"
 
 
+def _optional_int(draw: st.DrawFn, depth: int) -> str:
+    """An int through the optional library: value() of an absent attribute fails at run time."""
+    shape = draw(st.integers(0, 4))
+    if shape == 0:
+        return f"{D}.?idx.value()"
+    if shape == 1:
+        return f"optional.none().orValue({expr(draw, 'int', depth + 1)})"
+    if shape == 2:
+        return f"{D}.?idx.or(optional.of({expr(draw, 'int', depth + 1)})).value()"
+    if shape == 3:
+        return f"{expr(draw, 'ints', depth + 1)}[?{expr(draw, 'int', depth + 1)}].orValue(-5)"
+    return f"optional.ofNonZeroValue({expr(draw, 'int', depth + 1)}).orValue(5)"
+
+
 def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
     """A random expression of type ``kind``: int, string, bool, quantity, version, ints, strings."""
     leaf = depth >= MAX_DEPTH or draw(st.integers(0, 2)) == 0
     if kind == "int":
         if leaf:
             return draw(st.sampled_from(["0", "1", "2", "-1", "7", f"{D}.idx", f"{D}.?idx.orValue(3)"]))
-        shape = draw(st.integers(0, 8))
+        shape = draw(st.integers(0, 9))
         if shape == 0:
             return _bin(draw, "int", depth, ["+", "-", "*", "/", "%"])
         if shape == 1:
             return f"size({expr(draw, 'string', depth + 1)})"
         if shape == 2:
             return f"{expr(draw, 'string', depth + 1)}.indexOf({expr(draw, 'string', depth + 1)})"
-        if shape == 3:
-            return f"{expr(draw, 'quantity', depth + 1)}.asInteger()"
+        if shape == 3:  # sign is a global function in cel-go; the member form does not compile
+            form = draw(st.sampled_from(["{}.asInteger()", "{}.asInteger()", "sign({})", "{}.sign()"]))
+            return form.format(expr(draw, "quantity", depth + 1))
         if shape == 4:
             return (
                 f"{expr(draw, 'version', depth + 1)}.{draw(st.sampled_from(['major', 'minor', 'patch']))}()"
@@ -81,6 +96,8 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
             return f"cel.bind(x, {expr(draw, 'int', depth + 1)}, x * x + 1)"
         if shape == 7:
             return f"size({expr(draw, 'ints', depth + 1)})"
+        if shape == 8:
+            return _optional_int(draw, depth)
         return f"{expr(draw, 'quantity', depth + 1)}.compareTo({expr(draw, 'quantity', depth + 1)})"
     if kind == "string":
         if leaf:
@@ -171,6 +188,7 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
                     f'"model" in {D}',
                     "device.allowMultipleAllocations",
                     f"{D}.?ok.orValue(true)",
+                    f"{D}.?idx.hasValue()",
                 ]
             )
         )

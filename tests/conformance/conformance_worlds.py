@@ -37,7 +37,7 @@ from upstream_cases.builders import (
     values_policy,
 )
 
-from allocator import DEFAULT_GATES
+from allocator import DEFAULT_GATES, Quantity
 
 Obj = dict[str, Any]
 DRIVERS = ("driver-a", "driver-b")
@@ -52,10 +52,10 @@ VARIED_GATES = (
     "DRAConsumableCapacity",
     "DRADeviceBindingConditions",
     "DRAListTypeAttributes",
-    "DRAFractionalCapacityRange",
 )
-# Alpha gates that are off by default, switched on in about half the worlds so their features get tried.
-ALPHA_GATES = ("DRADerivedAttributes", "DRAOptionalNodeOperations")
+# Gates off by default (alpha, and the beta DRAFractionalCapacityRange), switched on in about half the
+# worlds so their features get tried.
+OFF_BY_DEFAULT_GATES = ("DRADerivedAttributes", "DRAOptionalNodeOperations", "DRAFractionalCapacityRange")
 SKIPPED_OPERATIONS = (["*"], ["NodeUnprepareResources"], ["NodePrepareResources", "NodeUnprepareResources"])
 # Derived attribute expressions ({d}: a driver): ints, strings, a constant, booleans, versions, lists,
 # and rarely one that fails at run time on devices without numa, or does not compile (a double).
@@ -66,8 +66,8 @@ DERIVED_EXPRESSIONS = [
     'device.attributes["{d}"].?numa.orValue(0) % 2 == 0',
     'device.attributes["{d}"].?version.orValue(semver("0.0.1"))',
     "device.driver",
-    # dyn(7): cel-go rejects a list literal mixing a dyn and an int, our checkers do not (a known CEL
-    # difference, differential.KNOWN_CEL_DIFFERENCES "dyn list literal"); worlds are about allocation.
+    # dyn(7): a list literal mixing a dyn and an int does not compile (in cel-go and in ours); this one
+    # mixes two dyn values.
     '[device.attributes["{d}"].?numa.orValue(0), dyn(7)]',
     '"numa" in device.attributes["{d}"] ? device.attributes["{d}"].numa : 0',
 ]
@@ -75,6 +75,15 @@ FAILING_DERIVED_EXPRESSIONS = ['device.attributes["{d}"].numa', "1.5", "[]"]
 COMPATIBILITY_GATE = "DRADeviceCompatibilityGroups"
 # DRADeviceCompatibilityGroups: the groups a device declares for one counter set (none is common).
 COMPATIBILITY_GROUPS: tuple[tuple[str, ...], ...] = ((), (), ("mig",), ("vgpu",), ("mig", "vgpu"))
+
+
+def _fractional_policies(memory: str) -> list[Obj]:
+    """Ranges with a fractional bound or step: milli arithmetic with DRAFractionalCapacityRange on,
+    whole units (each bound rounded up) with it off."""
+    return [
+        range_policy(memory, default="500m", minimum="500m", step="250m", maximum="3"),
+        range_policy(memory, default="1", minimum="100m", step="1500m", maximum=None),
+    ]
 
 
 def _attributes(draw: st.DrawFn, lists: bool) -> Obj:
@@ -121,12 +130,12 @@ def devices_for_pool(
                             range_policy(memory),
                             range_policy(memory, step=None, maximum=None, minimum="1", default="1"),
                             values_policy(memory, "2", "4"),
-                            # fractional ranges: milli arithmetic with DRAFractionalCapacityRange
-                            range_policy(memory, default="500m", minimum="500m", step="250m", maximum="3"),
-                            range_policy(memory, default="1", minimum="100m", step="1500m", maximum=None),
+                            *_fractional_policies(memory),
                         ]
                     )
                 )
+                if capacity["memory"] in _fractional_policies(memory):
+                    used.add("fractional capacity ranges")
             else:
                 capacity["memory"] = {"value": memory}
         if capacity:
@@ -166,14 +175,22 @@ def devices_for_pool(
 
 
 @st.composite
-def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[str]) -> list[Obj]:
+def pool_slices(
+    draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[str], drivers_by_pool: dict[str, set[str]]
+) -> list[Obj]:
     """The slices of one pool: one to three, sometimes fewer published than announced (incomplete),
     with counters in a slice of their own when partitionable devices are on. One pool in four is then
     a partitioned GPU on this node (every device draws from the counters), where devices contend for
     counters and compatibility groups."""
     partitioned = gates["DRAPartitionableDevices"] and draw(st.integers(0, 3)) == 0
     driver = DRIVERS[0] if partitioned else draw(st.sampled_from(DRIVERS))
-    pool = f"pool-{index}"
+    prefix = pool = f"pool-{index}"  # slice and device names stay unique when pool names are not
+    # Sometimes the name of an earlier pool of the other driver: pools are told apart by driver too.
+    other_drivers = sorted(name for name, drivers in drivers_by_pool.items() if driver not in drivers)
+    if other_drivers and draw(st.integers(0, 3)) == 2:
+        pool = other_drivers[0]
+        used.add("pool name shared by two drivers")
+    drivers_by_pool.setdefault(pool, set()).add(driver)
     where = NODE if partitioned else draw(
         st.sampled_from([NODE, NODE, NODE, NODE, OTHER_NODE, ALL_NODES, "selector", PER_DEVICE])
     )
@@ -191,7 +208,7 @@ def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[s
         capacity = draw(st.sampled_from(["4", "6"] if partitioned else ["2", "3", "4"]))
         slices.append(
             resource_slice(
-                f"{pool}-counters",
+                f"{prefix}-counters",
                 where_obj,
                 pool,
                 driver,
@@ -199,7 +216,7 @@ def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[s
             )
         )
     for part in range(draw(st.integers(1, 2))):
-        devs = draw(devices_for_pool(f"{pool}-{part}-", gates, used, counter_sets, partitioned))
+        devs = draw(devices_for_pool(f"{prefix}-{part}-", gates, used, counter_sets, partitioned))
         if where == PER_DEVICE:  # each device says where it is: this node, another one, or everywhere
             for dev in devs:
                 placement = draw(st.sampled_from(["nodeName", "nodeName", "other", "allNodes"]))
@@ -213,7 +230,7 @@ def pool_slices(draw: st.DrawFn, index: int, gates: dict[str, bool], used: set[s
             skipped = draw(st.sampled_from(SKIPPED_OPERATIONS))
             used.add("skip node operations")
         slices.append(
-            resource_slice(f"{pool}-{part}", where_obj, pool, driver, *devs, skip_node_operations=skipped)
+            resource_slice(f"{prefix}-{part}", where_obj, pool, driver, *devs, skip_node_operations=skipped)
         )
     count = len(slices)
     if draw(st.integers(0, 9)) == 0:
@@ -236,6 +253,10 @@ REQUEST_SELECTORS = [
     'device.attributes["{d}"].?flag.orValue(false)',
     '"numa" in device.attributes["{d}"] && device.attributes["{d}"].numa == 1',
 ]
+# Counts past the claim limit (AllocationResultsMaxSize, 32 devices per claim): alone, the claim is
+# refused before any search (also a count that would overflow an int64 sum); as a firstAvailable
+# subrequest, upstream moves on to the next subrequest when none of the earlier ones fit the limit.
+OVER_LIMIT_COUNTS = (33, 33, 2**63 - 1)
 # A runtime error on devices without numa (a hard error for the whole attempt): drawn rarely.
 FAILING_SELECTOR = 'device.attributes["{d}"].numa == 1'
 
@@ -253,12 +274,17 @@ def exact_body(draw: st.DrawFn, gates: dict[str, bool], used: set[str], name: st
     if mode == "All":
         used.add("all mode")
     count = draw(st.sampled_from([1, 1, 1, 2, 2, 3])) if mode == "ExactCount" else None
+    if count is not None and draw(st.integers(0, 19)) == 10:  # 1 in 20: hypothesis favours the bounds
+        count = draw(st.sampled_from(OVER_LIMIT_COUNTS))
+        used.add("claim device limit")
     tolerations = []
     if draw(st.integers(0, 3)) == 0:
         tolerations.append(toleration("k", draw(st.sampled_from(["NoSchedule", "NoExecute"]))))
     capacity = None
     if gates["DRAConsumableCapacity"] and draw(st.integers(0, 3)) == 0:
         capacity = {"memory": draw(st.sampled_from(["1", "2", "3", "300m", "1.1", "2500m"]))}
+        if Quantity.parse(capacity["memory"]).value.denominator != 1:
+            used.add("fractional capacity requests")
     if subrequest:
         return sub(name, cls, count, *selectors, mode=mode, tolerations=tolerations, capacity=capacity)
     admin = None
@@ -285,6 +311,8 @@ def claims(draw: st.DrawFn, gates: dict[str, bool], used: set[str]) -> list[Obj]
                 used.add("firstAvailable")
             else:
                 requests.append(draw(exact_body(gates, used, name, False)))
+        if len(requests) > 1 and draw(st.integers(0, 9)) == 5 and _past_claim_limit_together(requests):
+            used.add("claim device limit")
         constraints = []
         if draw(st.integers(0, 2)) == 0:
             kind = draw(st.sampled_from(["matchAttribute", "matchAttribute", "distinctAttribute"]))
@@ -302,6 +330,17 @@ def claims(draw: st.DrawFn, gates: dict[str, bool], used: set[str]) -> list[Obj]
         raw["metadata"]["uid"] = f"uid-claim-{index}"
         out.append(raw)
     return out
+
+
+def _past_claim_limit_together(requests: list[Obj]) -> bool:
+    """Requests that fit the claim limit one by one but not together (31 + 2 devices): the claim is
+    refused before the search, at the second request. Needs two exact, ExactCount requests; a count
+    that fits alone is only ever set where the sum refuses it, so no search hunts for 31 devices."""
+    exact = [r["exactly"] for r in requests[:2] if r.get("exactly", {}).get("allocationMode") == "ExactCount"]
+    if len(exact) < 2:
+        return False
+    exact[0]["count"], exact[1]["count"] = 31, 2
+    return True
 
 
 def derive(draw: st.DrawFn, requests: list[Obj], constraint: Obj) -> None:
@@ -343,6 +382,11 @@ def allocated_claims(draw: st.DrawFn, slices: list[Obj], gates: dict[str, bool],
         if dev.get("allowMultipleAllocations") and draw(st.booleans()):
             result["shareID"] = f"00000000-0000-0000-0000-00000000000{index}"
             result["consumedCapacity"] = {"memory": draw(st.sampled_from(["1", "2", "750m"]))}
+        elif draw(st.integers(0, 9)) == 5:
+            # A share left from before the device stopped allowing multiple allocations: a deliberate
+            # difference (differential.KNOWN_DIFFERENCES "device that still holds shares").
+            result["shareID"] = f"00000000-0000-0000-0000-00000000000{index}"
+            used.add("left-over shares")
         elif draw(st.integers(0, 4)) == 0:
             result["adminAccess"] = True
         used.add("allocated devices")
@@ -370,28 +414,28 @@ def worlds(draw: st.DrawFn) -> Obj:
     for gate in VARIED_GATES:
         if draw(st.integers(0, 5)) == 0:
             gates[gate] = not gates[gate]
-    for gate in ALPHA_GATES:
+    for gate in OFF_BY_DEFAULT_GATES:
         gates[gate] = draw(st.booleans())
     # Alpha and off by default, but worth comparing as often as its off-state (slices ignored).
     gates[COMPATIBILITY_GATE] = draw(st.booleans())
     used: set[str] = set()
+    drivers_by_pool: dict[str, set[str]] = {}
     slices = [
         raw
         for index in range(draw(st.sampled_from([1, 2, 2, 3, 3])))
-        for raw in draw(pool_slices(index, gates, used))
+        for raw in draw(pool_slices(index, gates, used, drivers_by_pool))
     ]
     classes = [
         device_class("class-a", "driver-a"),
         device_class("class-b", "driver-b"),
         {**device_class("class-any"), "spec": {}},
     ]
+    declared = draw(st.sampled_from([(), ("DRAOptionalNodeOperations",)]))
+    if declared and "skip node operations" in used:
+        used.add("node declares optional node operations")
     world = {
         "gates": gates,
-        "node": node(
-            NODE,
-            draw(st.sampled_from(["region-1", "region-2"])),
-            *draw(st.sampled_from([(), ("DRAOptionalNodeOperations",)])),
-        ),
+        "node": node(NODE, draw(st.sampled_from(["region-1", "region-2"])), *declared),
         "classes": classes,
         "slices": slices,
         "allocatedClaims": draw(allocated_claims(slices, gates, used)),
@@ -404,6 +448,6 @@ def worlds(draw: st.DrawFn) -> Obj:
     world["features"] = sorted(
         used
         | {f"-{gate}" for gate in VARIED_GATES if not gates[gate]}
-        | {f"+{gate}" for gate in ALPHA_GATES if gates[gate]}
+        | {f"+{gate}" for gate in OFF_BY_DEFAULT_GATES if gates[gate]}
     )
     return world

@@ -264,3 +264,70 @@ def test_skip_node_operations_are_validated(tmp_path: Path, capsys: pytest.Captu
         "ResourceSlice n1-gpus: spec.skipNodeOperations: dropped, DRAOptionalNodeOperations is off (the API "
         "server drops them from new objects)"
     ]
+
+
+def shared_gpu_slice(policy: dict, capacity: str = "8") -> dict:
+    raw = gpu_slice("n1", ["A100"])
+    device = raw["spec"]["devices"][0]
+    device["allowMultipleAllocations"] = True
+    device["capacity"] = {"memory": {"value": capacity, "requestPolicy": policy}}
+    return raw
+
+
+FRACTIONAL_ON = "--feature-gates=DRAFractionalCapacityRange=true"
+POLICY = "ResourceSlice n1-gpus: spec.devices[0].capacity[memory].requestPolicy"
+
+
+def test_fractional_range_is_checked_in_milli_units_with_the_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    aligned = shared_gpu_slice({"default": "750m", "validRange": {"min": "500m", "step": "250m", "max": "2"}})
+    code, report = run_check(tmp_path, [GPU_CLASS, aligned], capsys, FRACTIONAL_ON)
+    assert code == 0, report["invalidObjects"]
+    # Off (the 1.37 default), bounds are whole numbers rounded up: min 1, step 1, default 1.
+    code, report = run_check(tmp_path, [GPU_CLASS, aligned], capsys)
+    assert code == 0, report["invalidObjects"]
+
+    off_step = shared_gpu_slice({"default": "600m", "validRange": {"min": "500m", "step": "250m"}})
+    code, report = run_check(tmp_path, [GPU_CLASS, off_step], capsys, FRACTIONAL_ON)
+    assert code == 1
+    assert report["invalidObjects"] == [
+        f'{POLICY}.validRange.step: Invalid value: "600m": value is not a multiple of a given step (250m) '
+        "from (500m)"
+    ]
+    code, report = run_check(tmp_path, [GPU_CLASS, off_step], capsys)
+    assert code == 0, report["invalidObjects"]
+
+    finer = shared_gpu_slice({"default": "1", "validRange": {"min": "1", "step": "500u"}})
+    code, report = run_check(tmp_path, [GPU_CLASS, finer], capsys, FRACTIONAL_ON)
+    assert report["invalidObjects"] == [
+        f'{POLICY}.validRange.step: Invalid value: "500u": value cannot be represented as a milli value'
+    ]
+
+
+def test_request_policies_are_checked_as_the_api_server_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policies = [
+        {"validRange": {"min": "1"}},
+        {"default": "3", "validValues": ["4", "2", "16"]},
+        {"default": "9", "validRange": {"min": "2", "max": "12", "step": "7"}},
+    ]
+    objects = [GPU_CLASS, *(shared_gpu_slice(p) for p in policies)]
+    for i, raw in enumerate(objects[1:]):
+        raw["metadata"]["name"] = f"s{i}"
+    code, report = run_check(tmp_path, objects, capsys)
+    assert code == 1
+    field = (
+        'ResourceSlice {}: spec.devices[0].capacity[memory].requestPolicy.{}: Invalid value: "{}": {}'
+    ).format
+    assert report["invalidObjects"] == [
+        "ResourceSlice s0: spec.devices[0].capacity[memory].requestPolicy.default: Required value: required "
+        "when validRange is defined",
+        field("s1", "validValues[1]", "2", "values must be sorted in ascending order"),
+        field("s1", "validValues[2]", "16", "option is larger than capacity value: 8"),
+        field("s1", "validValues", "3", "default value is not valid according to the requestPolicy"),
+        field("s2", "validRange.max", "12", "max is larger than capacity value: 8"),
+        field("s2", "validRange.step", "7", "one step 9 is larger than capacity value: 8"),
+        field("s2", "validRange.step", "12", "value is not a multiple of a given step (7) from (2)"),
+    ]
