@@ -24,7 +24,7 @@ from allocator import capacity as cap
 from allocator import cel
 from allocator.compatibility import CompatibilityGroups
 from allocator.errors import AllocationError
-from allocator.features import FeatureGates
+from allocator.features import EXPERIMENTAL_GATES, FeatureGates
 from allocator.model import Node
 from allocator.nodes import takes_skipped_node_operations
 from allocator.outcome import Rejection
@@ -39,9 +39,6 @@ from allocator.taints import untolerated
 # attributes and includes()); only validation of new objects follows the gates.
 STORED_EXPRESSIONS = cel.CompileOptions(consumable_capacity=True, list_type_attributes=True)
 SHARED = 2  # eligibility of a shareable device: depends on what is allocated in this attempt
-# The gates that make upstream pick its experimental allocator.
-EXPERIMENTAL_GATES = ("DRAListTypeAttributes", "DRADerivedAttributes", "DRADeviceCompatibilityGroups",
-                      "DRAOptionalNodeOperations")
 
 Counters = dict[str, dict[str, Quantity]]  # counter set -> counter -> amount
 PoolKey = tuple[str, str]  # (driver, pool)
@@ -83,8 +80,8 @@ class Switches(NamedTuple):
             consumable=consumable,
             binding_and_status=binding_and_status,
             list_attributes=list_attributes,
-            # Upstream's "stable" variant (chosen when none of these is on) has no distinctAttribute.
-            distinct_attribute=consumable or binding_and_status or fractional or experimental,
+            # Upstream's "stable" variant has no distinctAttribute.
+            distinct_attribute=not gates.stable_variant,
             fractional=fractional,
             derived_attributes=gates.enabled("DRADerivedAttributes"),
             optional_node_operations=gates.enabled("DRAOptionalNodeOperations"),

@@ -32,6 +32,10 @@ DEFAULT_GATES: Mapping[str, bool] = {
     "DRANodeAllocatableResources": False,
 }
 
+# The gates that make upstream pick its experimental allocator.
+EXPERIMENTAL_GATES = ("DRAListTypeAttributes", "DRADerivedAttributes", "DRADeviceCompatibilityGroups",
+                      "DRAOptionalNodeOperations")
+
 
 class FeatureGates:
     """An immutable, hashable set of gate values."""
@@ -81,6 +85,17 @@ class FeatureGates:
     @property
     def binding_and_status(self) -> bool:
         return self._values["DRADeviceBindingConditions"] and self._values["DRAResourceClaimDeviceStatus"]
+
+    @property
+    def stable_variant(self) -> bool:
+        """Upstream picks its "stable" allocator: none of the gates only its newer variants handle is on."""
+        values = self._values
+        return not (
+            values["DRAConsumableCapacity"]
+            or values["DRAFractionalCapacityRange"]
+            or self.binding_and_status
+            or any(values[gate] for gate in EXPERIMENTAL_GATES)
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FeatureGates) and self._values == other._values

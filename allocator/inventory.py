@@ -30,6 +30,8 @@ class Inventory:
         self._by_pool: dict[tuple[str, str], dict[str, ResourceSlice]] = {}
         self._by_node: dict[str, dict[str, ResourceSlice]] = {}
         self._shared: dict[str, ResourceSlice] = {}
+        # Node-local slices with shared counters: upstream's stable variant takes them for every node.
+        self._counter_slices: dict[str, ResourceSlice] = {}
         self._classes: dict[str, DeviceClass] = {}
         self._rules: dict[str, DeviceTaintRule] = {}
         self._rule_list: tuple[DeviceTaintRule, ...] = ()
@@ -52,6 +54,8 @@ class Inventory:
         self._by_pool.setdefault((slice_.driver, slice_.pool), {})[slice_.name] = slice_
         if slice_.node_name:
             self._by_node.setdefault(slice_.node_name, {})[slice_.name] = slice_
+            if slice_.counter_sets:
+                self._counter_slices[slice_.name] = slice_
         else:
             self._shared[slice_.name] = slice_
         self._invalidate_for(slice_, old)
@@ -70,6 +74,7 @@ class Inventory:
             if not pool:
                 del self._by_pool[(slice_.driver, slice_.pool)]
         if slice_.node_name:
+            self._counter_slices.pop(slice_.name, None)
             on_node = self._by_node.get(slice_.node_name)
             if on_node is not None:
                 on_node.pop(slice_.name, None)
@@ -80,7 +85,9 @@ class Inventory:
 
     def _invalidate_for(self, new: ResourceSlice, old: ResourceSlice | None) -> None:
         self.version += 1
-        if not new.node_name or (old is not None and not old.node_name):
+        # A slice every node may see (shared, or with counters under upstream's stable variant) affects
+        # every view, and so does any slice of a pool holding one.
+        if _seen_everywhere(new) or (old is not None and _seen_everywhere(old)):
             self._node_cache.clear()
             return
         # A node-local slice affects the nodes of every slice in its pool (completeness is per pool),
@@ -89,7 +96,7 @@ class Inventory:
         pools = {(new.driver, new.pool)} | ({(old.driver, old.pool)} if old is not None else set())
         for pool in pools:
             for s in self._by_pool.get(pool, {}).values():
-                if not s.node_name:
+                if _seen_everywhere(s):
                     self._node_cache.clear()
                     return
                 nodes.add(s.node_name)
@@ -158,6 +165,8 @@ class Inventory:
                 return cached
         candidates = list(self._by_node.get(node.name, {}).values())
         candidates.extend(self._shared.values())
+        if features.stable_variant:
+            candidates.extend(s for s in self._counter_slices.values() if s.node_name != node.name)
         result = gather_pools(node, features, candidates, self._slices_of_pool, self._rule_list)
         view = self._node_cache[node.name] = (node.labels_key, features, result, likeness(node.name, result))
         self._node_cache.move_to_end(node.name)
@@ -232,3 +241,7 @@ def _pool_problem(slices: list[ResourceSlice]) -> str:
                 return f"duplicate device name {device.name}"
             names.add(device.name)
     return ""
+
+
+def _seen_everywhere(slice_: ResourceSlice) -> bool:
+    return not slice_.node_name or bool(slice_.counter_sets)

@@ -117,8 +117,12 @@ def _partitionable_ok(slice_: ResourceSlice, features: FeatureGates) -> bool:
 def _slice_relevant(slice_: ResourceSlice, node: Node, features: FeatureGates) -> bool:
     if not _partitionable_ok(slice_, features):
         return False
-    # Slices with shared counters follow the same node selection as any other (1.37.1): one that does
-    # not target the node leaves the pool incomplete here, and completing the pool fetches it.
+    if slice_.counter_sets and features.stable_variant:
+        # Upstream's stable variant takes slices with shared counters for every node (1.37.1), so their
+        # pool is seen, perhaps incomplete or invalid, even when none of its devices is on the node.
+        return True
+    # Otherwise they follow the same node selection as any other slice: one that does not target the
+    # node leaves the pool incomplete here, and completing the pool fetches it.
     try:
         if slice_.node_name or slice_.all_nodes or slice_.node_selector is not None:
             return node_matches(node, node_name=slice_.node_name, all_nodes=slice_.all_nodes,

@@ -95,3 +95,15 @@ def test_node_views_beyond_the_limit_evict_the_least_recently_used_one() -> None
     assert inv.node_pools(nodes[0], GATES) is views[0]  # not all views dropped at once
     assert inv.node_pools(nodes[2], GATES) is views[2]
     assert inv.node_pools(nodes[1], GATES) is not views[1]
+
+
+def test_a_counter_slice_changes_every_view_under_upstreams_stable_variant() -> None:
+    stable = FeatureGates({"DRAConsumableCapacity": False, "DRADeviceBindingConditions": False})
+    counters = {"sharedCounters": [{"name": "cs", "counters": {"mem": {"value": "4"}}}]}
+    inv = inventory([slice_obj("counters", [], pool="p", node="node-2", count=2, **counters)])
+    assert [p.status for p in inv.node_pools(NODE_1, stable).pools] == ["incomplete"]
+    devices = slice_obj("devices", [dev("a")], pool="p", node="node-3", count=2)
+    inv.upsert_slice(ResourceSlice.from_api(devices))
+    assert [p.status for p in inv.node_pools(NODE_1, stable).pools] == ["complete"]
+    inv.remove_slice("counters")
+    assert inv.node_pools(NODE_1, stable).pools == []

@@ -92,3 +92,18 @@ def test_equivalent_devices_share_a_token() -> None:
     raw = slice_obj("s", [dev("a", attrs={"m": "x"}), dev("b", attrs={"m": "x"}), dev("c", attrs={"m": "y"})])
     a, b, c = inventory([raw]).node_pools(NODE, GATES).candidates
     assert a.equivalence == b.equivalence != c.equivalence
+
+
+STABLE = FeatureGates({
+    "DRAConsumableCapacity": False,
+    "DRADeviceBindingConditions": False,
+    "DRAFractionalCapacityRange": False,
+})
+
+
+def test_counter_slices_for_every_node_only_under_upstreams_stable_variant() -> None:
+    counters = slice_obj("counters", [], pool="p", node="node-2", count=2,
+                         sharedCounters=[{"name": "cs", "counters": {"mem": {"value": "4"}}}])
+    assert STABLE.stable_variant and not GATES.stable_variant
+    assert pools_of(counters, gates=STABLE) == [("p", "incomplete", [])]
+    assert pools_of(counters, gates=GATES) == []

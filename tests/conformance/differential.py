@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -196,15 +197,19 @@ def _upstream_picks_stable(world: Obj) -> bool:
     return not binding and not any(gates.get(gate, False) for gate in _BEYOND_STABLE)
 
 
-def _upstream_took_a_shared_device_whole(world: Obj, ours: Verdict, theirs: Verdict) -> bool:
-    """Upstream's allocation gives a device exclusively while an allocated claim holds a share of it
-    (left from when the device allowed multiple allocations); ours counts the device as in use."""
-    held = {
+def _held_by_shares(world: Obj) -> set[tuple[str, str, str]]:
+    return {
         (result["driver"], result["pool"], result["device"])
         for raw in world["allocatedClaims"]
         for result in raw["status"]["allocation"]["devices"]["results"]
         if result.get("shareID")
     }
+
+
+def _upstream_took_a_shared_device_whole(world: Obj, ours: Verdict, theirs: Verdict) -> bool:
+    """Upstream's allocation gives a device exclusively while an allocated claim holds a share of it
+    (left from when the device allowed multiple allocations); ours counts the device as in use."""
+    held = _held_by_shares(world)
     if not held or theirs.kind != "allocated":
         return False
     return any(
@@ -213,6 +218,29 @@ def _upstream_took_a_shared_device_whole(world: Obj, ours: Verdict, theirs: Verd
         and (result["driver"], result["pool"], result["device"]) in held
         for text in theirs.results
         for result in orjson.loads(text).get("devices", {}).get("results", [])
+    )
+
+
+_CONSTRAINT_ERROR = re.compile(r"cannot add device (.+) because a claim constraint would not be satisfied")
+
+
+def _upstream_tried_a_shared_device_for_all(world: Obj, ours: Verdict, theirs: Verdict) -> bool:
+    """The same, for one of an "all" request's devices: upstream tries it and stops with the error a
+    failing constraint is there; ours counts it as in use, so the request cannot have all of them."""
+    found = _CONSTRAINT_ERROR.search(theirs.error) if ours.kind == "unschedulable" else None
+    if found is None or theirs.kind != "error":
+        return False
+    driver, rest = found.group(1).split("/", 1)
+    pool, device = rest.rsplit("/", 1)  # pool names may hold slashes, driver and device names not
+    if (driver, pool, device) not in _held_by_shares(world):
+        return False
+    consumable = world["gates"].get("DRAConsumableCapacity", False)
+    return not any(
+        consumable and raw.get("allowMultipleAllocations")
+        for s in world["slices"]
+        if s["spec"]["driver"] == driver and s["spec"]["pool"]["name"] == pool
+        for raw in s["spec"].get("devices", [])
+        if raw["name"] == device
     )
 
 
@@ -228,8 +256,11 @@ KNOWN_DIFFERENCES: dict[str, Callable[[Obj, Verdict, Verdict], bool]] = {
     ),
     # Upstream only counts exclusive allocations as in use, so it hands out a device whose shares are
     # still allocated (after the device stopped allowing multiple allocations, or with
-    # DRAConsumableCapacity turned off); we keep it for its sharers.
-    "device that still holds shares": _upstream_took_a_shared_device_whole,
+    # DRAConsumableCapacity turned off); we keep it for its sharers. For an "all" request that means
+    # unschedulable here where upstream may stop at the device with a failing constraint's error.
+    "device that still holds shares": lambda w, o, t: (
+        _upstream_took_a_shared_device_whole(w, o, t) or _upstream_tried_a_shared_device_for_all(w, o, t)
+    ),
 }
 
 
