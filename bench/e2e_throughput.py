@@ -561,6 +561,10 @@ def _free_extender_ratio(run: dict[str, dict[str, Any]], key: str) -> float:
     return round(run["in-tree"][key]["total"] / (extender["total"] - extender.get("dra-extender", 0.0)), 3)
 
 
+def _disturbed(run: dict[str, dict[str, Any]]) -> bool:
+    return any(result.get("idle_before", 1.0) < SETTLE_IDLE for result in run.values())
+
+
 def _report(runs: list[dict[str, dict[str, Any]]], orders: list[list[str]]) -> dict[str, Any]:
     """The issue's keys (medians over the runs), each run's ratios, and CPU per pod by component."""
 
@@ -577,6 +581,8 @@ def _report(runs: list[dict[str, dict[str, Any]]], orders: list[list[str]]) -> d
         return {name: round(statistics.median([run[mode][key][name] for run in runs]), 1) for name in names}
 
     return {
+        # Pairs (1-based) whose set-ups started on a busy machine: compare the others.
+        "disturbed_runs": [index for index, run in enumerate(runs, 1) if _disturbed(run)],
         "in_tree_pods_per_s": median("in-tree", "pods_per_s", 1),
         "extender_pods_per_s": median("extender", "pods_per_s", 1),
         "ratio": ratio("pods_per_s"),
@@ -592,6 +598,9 @@ def _report(runs: list[dict[str, dict[str, Any]]], orders: list[list[str]]) -> d
         "runs": [
             {
                 "order": order,
+                # The settle wait gave up before the machine was idle: something else was using the
+                # cores, and this pair's figures say more about that than about either set-up.
+                "disturbed": _disturbed(run),
                 "ratio": round(run["extender"]["pods_per_s"] / run["in-tree"]["pods_per_s"], 3),
                 "steady_state_ratio": round(
                     run["extender"]["steady_pods_per_s"] / run["in-tree"]["steady_pods_per_s"], 3
