@@ -38,6 +38,9 @@ class Inventory:
         # node name -> (its labels, the feature gates, its pools, their likeness) as last computed; least
         # recently used first
         self._node_cache: OrderedDict[str, _NodeView] = OrderedDict()
+        # Some cached view was built under upstream's stable variant, so it may hold other nodes'
+        # counter slices: only then does a change to one reach beyond its own pool's nodes.
+        self._stable_views = False
         self.max_cached_nodes = _MAX_CACHED_NODES
         # Names of the slices with a device declaring nodeAllocatableResources.
         self._node_allocatable_slices: set[str] = set()
@@ -87,8 +90,8 @@ class Inventory:
         self.version += 1
         # A slice every node may see (shared, or with counters under upstream's stable variant) affects
         # every view, and so does any slice of a pool holding one.
-        if _seen_everywhere(new) or (old is not None and _seen_everywhere(old)):
-            self._node_cache.clear()
+        if self._seen_everywhere(new) or (old is not None and self._seen_everywhere(old)):
+            self._clear_views()
             return
         # A node-local slice affects the nodes of every slice in its pool (completeness is per pool),
         # and of the pool it left when an update moved it to another one.
@@ -96,12 +99,19 @@ class Inventory:
         pools = {(new.driver, new.pool)} | ({(old.driver, old.pool)} if old is not None else set())
         for pool in pools:
             for s in self._by_pool.get(pool, {}).values():
-                if _seen_everywhere(s):
-                    self._node_cache.clear()
+                if self._seen_everywhere(s):
+                    self._clear_views()
                     return
                 nodes.add(s.node_name)
         for name in nodes:
             self._node_cache.pop(name, None)
+
+    def _seen_everywhere(self, slice_: ResourceSlice) -> bool:
+        return not slice_.node_name or (self._stable_views and bool(slice_.counter_sets))
+
+    def _clear_views(self) -> None:
+        self._node_cache.clear()
+        self._stable_views = False
 
     def slices(self) -> Iterable[ResourceSlice]:
         return self._slices.values()
@@ -141,7 +151,7 @@ class Inventory:
     def _rules_changed(self) -> None:
         self._rule_list = tuple(self._rules[name] for name in sorted(self._rules))
         self.version += 1
-        self._node_cache.clear()
+        self._clear_views()
 
     # --- per-node views -------------------------------------------------------------------------------
     def node_pools(self, node: Node, features: FeatureGates) -> NodePools:
@@ -166,6 +176,7 @@ class Inventory:
         candidates = list(self._by_node.get(node.name, {}).values())
         candidates.extend(self._shared.values())
         if features.stable_variant:
+            self._stable_views = True
             candidates.extend(s for s in self._counter_slices.values() if s.node_name != node.name)
         result = gather_pools(node, features, candidates, self._slices_of_pool, self._rule_list)
         view = self._node_cache[node.name] = (node.labels_key, features, result, likeness(node.name, result))
@@ -241,7 +252,3 @@ def _pool_problem(slices: list[ResourceSlice]) -> str:
                 return f"duplicate device name {device.name}"
             names.add(device.name)
     return ""
-
-
-def _seen_everywhere(slice_: ResourceSlice) -> bool:
-    return not slice_.node_name or bool(slice_.counter_sets)

@@ -107,3 +107,16 @@ def test_a_counter_slice_changes_every_view_under_upstreams_stable_variant() -> 
     assert [p.status for p in inv.node_pools(NODE_1, stable).pools] == ["complete"]
     inv.remove_slice("counters")
     assert inv.node_pools(NODE_1, stable).pools == []
+
+
+def test_a_counter_slice_changes_only_its_pools_views_with_the_default_gates() -> None:
+    # Partitionable devices are the common case at scale: one node's slice update must not make every
+    # node rebuild its view, as it must under upstream's stable variant (above).
+    counters = {"sharedCounters": [{"name": "cs", "counters": {"mem": {"value": "4"}}}]}
+    inv = inventory([slice_obj("counters-1", [], pool="p1", node="node-1", **counters),
+                     slice_obj("counters-2", [], pool="p2", node="node-2", **counters)])
+    view_1, view_2 = inv.node_pools(NODE_1, GATES), inv.node_pools(NODE_2, GATES)
+    changed = {"sharedCounters": [{"name": "cs", "counters": {"mem": {"value": "8"}}}]}
+    inv.upsert_slice(ResourceSlice.from_api(slice_obj("counters-1", [], pool="p1", node="node-1", **changed)))
+    assert inv.node_pools(NODE_2, GATES) is view_2
+    assert inv.node_pools(NODE_1, GATES) is not view_1
