@@ -19,7 +19,7 @@ DISCRETE_MAX_OPTIONS = 10  # CapacityRequestPolicyDiscreteMaxOptions
 _INT64_MAX = 2**63 - 1
 
 
-def request_policy_problems(device: Device, path: str, fractional: bool) -> list[str]:
+def request_policy_problems(device: Device, path: str, *, fractional: bool) -> list[str]:
     """Problems of ``device``'s capacity request policies, each naming its field under ``path``
     (the device's own path, ``spec.devices[i]``)."""
     problems: list[str] = []
@@ -37,9 +37,10 @@ def request_policy_problems(device: Device, path: str, fractional: bool) -> list
             continue
         if policy.valid_values:
             values = f"{where}.validValues"
-            problems.extend(_valid_values_problems(policy, capacity.value, values, fractional))
+            problems.extend(_valid_values_problems(policy, capacity.value, values, fractional=fractional))
         elif policy.valid_range is not None:
-            problems.extend(_range_problems(policy, capacity.value, f"{where}.validRange", fractional))
+            problems.extend(_range_problems(policy, capacity.value, f"{where}.validRange",
+                                           fractional=fractional))
     return problems
 
 
@@ -48,7 +49,7 @@ def _invalid(path: str, value: Quantity, message: str) -> str:
 
 
 def _valid_values_problems(
-    policy: CapacityRequestPolicy, capacity: Quantity, path: str, fractional: bool
+    policy: CapacityRequestPolicy, capacity: Quantity, path: str, *, fractional: bool
 ) -> Iterator[str]:
     values, default = policy.valid_values, policy.default
     assert default is not None
@@ -74,7 +75,7 @@ def _valid_values_problems(
 
 
 def _range_problems(
-    policy: CapacityRequestPolicy, capacity: Quantity, path: str, fractional: bool
+    policy: CapacityRequestPolicy, capacity: Quantity, path: str, *, fractional: bool
 ) -> Iterator[str]:
     assert policy.valid_range is not None and policy.default is not None
     minimum, maximum, step = policy.valid_range

@@ -294,7 +294,7 @@ def _request_policy_problems(parsed: ResourceSlice, gates: FeatureGates) -> list
     return [
         f"ResourceSlice {name}: {problem}"
         for i, device in enumerate(parsed.devices)
-        for problem in request_policy_problems(device, f"spec.devices[{i}]", fractional)
+        for problem in request_policy_problems(device, f"spec.devices[{i}]", fractional=fractional)
     ]
 
 
