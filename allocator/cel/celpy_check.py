@@ -295,6 +295,11 @@ class Checker:
                 optional: bool) -> Type:
         was_optional = isinstance(operand, tuple) and operand[0] == "optional_type"
         target = operand[1] if was_optional else operand
+        if field is None and target == DYN:
+            # cel-go resolves an index of a dynamic value (optional or not, `[?i]` too) against both
+            # its list and its map overloads; their results differ, so the index is plain dyn, not an
+            # optional: `attrs.ids[?i].orValue(-5)` has the default's type.
+            return DYN
         result = self.member(node, target, field, index)
         return ("optional_type", result) if optional or was_optional else result
 
@@ -391,6 +396,9 @@ class Checker:
 
     @staticmethod
     def result(result: Type, receiver: Type | None, args: list[Type]) -> Type:
+        if result == INNER and not isinstance(receiver, tuple) and args:
+            # orValue(x) on a dynamic receiver: the value type is free and takes the default's type.
+            return args[0]
         if result in (ELEMENT, INNER):
             inner = receiver[1] if isinstance(receiver, tuple) else DYN
             if inner == FREE:
