@@ -75,7 +75,7 @@ def cel_engine(name: str) -> Iterator[None]:
             os.environ[cel.BACKEND_ENV] = saved
 
 
-def run_ours(world: Obj, deadline_s: float = 10.0) -> Verdict:
+def run_ours(world: Obj, deadline_s: float = 10.0, *, prune: bool = True) -> Verdict:
     try:
         inventory = Inventory()
         for raw in world["classes"]:
@@ -86,7 +86,9 @@ def run_ours(world: Obj, deadline_s: float = 10.0) -> Verdict:
         for raw in world["allocatedClaims"]:
             state.add_claim(ResourceClaim.from_api(raw))
         claims = [ResourceClaim.from_api(raw) for raw in world["claims"]]
-        allocator = Allocator(inventory, state, FeatureGates(world["gates"]), deadline_s=deadline_s)
+        allocator = Allocator(
+            inventory, state, FeatureGates(world["gates"]), deadline_s=deadline_s, prune=prune
+        )
         outcome = allocator.allocate(Node.from_api(world["node"]), claims)
     except InvalidObjectError as exc:
         return Verdict("invalid", error=str(exc))
