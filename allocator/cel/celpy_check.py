@@ -53,6 +53,7 @@ BOOL, INT, UINT, DOUBLE, STRING, BYTES = "bool", "int", "uint", "double", "strin
 QUANTITY, SEMVER = "kubernetes.Quantity", "kubernetes.Semver"
 TIMESTAMP, DURATION = "google.protobuf.Timestamp", "google.protobuf.Duration"
 DEVICE = "kubernetes.DRADevice"
+IP, CIDR, URL = "net.IP", "net.CIDR", "kubernetes.URL"
 ANY_LIST: Type = ("list", DYN)
 ANY_MAP: Type = ("map", DYN, DYN)
 ANY_OPTIONAL: Type = ("optional_type", DYN)
@@ -81,7 +82,9 @@ _ANY_SIZED = (STRING, BYTES, ANY_LIST, ANY_MAP)
 OVERLOADS: dict[str, list[Overload]] = {
     "size": [*((r, (), INT) for r in _ANY_SIZED), *((None, (r,), INT) for r in _ANY_SIZED)],
     "int": [(None, (DYN,), INT)], "uint": [(None, (DYN,), UINT)], "double": [(None, (DYN,), DOUBLE)],
-    "string": [(None, (DYN,), STRING)], "bytes": [(None, (DYN,), BYTES)], "bool": [(None, (DYN,), BOOL)],
+    "string": [(None, (t,), STRING)
+               for t in (INT, UINT, DOUBLE, STRING, BYTES, BOOL, TIMESTAMP, DURATION, IP, CIDR)],
+    "bytes": [(None, (DYN,), BYTES)], "bool": [(None, (DYN,), BOOL)],
     "dyn": [(None, (DYN,), DYN)], "type": [(None, (DYN,), "type")],
     "duration": [(None, (STRING,), DURATION)], "timestamp": [(None, (STRING,), TIMESTAMP)],
     "contains": [(STRING, (STRING,), BOOL)],
@@ -133,8 +136,25 @@ OVERLOADS: dict[str, list[Overload]] = {
     "orValue": [(ANY_OPTIONAL, (DYN,), INNER)],
     "or": [(ANY_OPTIONAL, (ANY_OPTIONAL,), ANY_OPTIONAL)],
     "includes": [(DYN, (DYN,), BOOL)],
+    "ip": [(None, (STRING,), IP), (CIDR, (), IP)],
+    "isIP": [(None, (STRING,), BOOL)],
+    "ip.isCanonical": [(None, (STRING,), BOOL)],
+    "family": [(IP, (), INT)],
+    **{name: [(IP, (), BOOL)] for name in ("isUnspecified", "isLoopback", "isLinkLocalMulticast",
+                                           "isLinkLocalUnicast", "isGlobalUnicast")},
+    "cidr": [(None, (STRING,), CIDR)],
+    "isCIDR": [(None, (STRING,), BOOL)],
+    "containsIP": [(CIDR, (STRING,), BOOL), (CIDR, (IP,), BOOL)],
+    "containsCIDR": [(CIDR, (STRING,), BOOL), (CIDR, (CIDR,), BOOL)],
+    "prefixLength": [(CIDR, (), INT)],
+    "masked": [(CIDR, (), CIDR)],
+    "url": [(None, (STRING,), URL)],
+    "isURL": [(None, (STRING,), BOOL)],
+    **{name: [(URL, (), STRING)] for name in ("getScheme", "getHost", "getHostname", "getPort",
+                                              "getEscapedPath")},
+    "getQuery": [(URL, (), ("map", STRING, STRING_LIST))],
 }
-NAMESPACES = ("sets", "strings", "optional")
+NAMESPACES = ("sets", "strings", "optional", "ip")
 TYPE_NAMES = {"bool", "int", "uint", "double", "string", "bytes", "list", "map", "null_type", "type"}
 QUIET_RE2 = re2.Options()
 QUIET_RE2.log_errors = False  # invalid patterns are reported as CEL errors, not logged to stderr
