@@ -29,6 +29,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from allocator.cel import celexpr_library as library
+from allocator.cel import celexpr_net
 from allocator.cel.backend import (
     AttributeValue,
     CELCompileError,
@@ -39,7 +40,7 @@ from allocator.cel.backend import (
 )
 from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
-from allocator.cel.celpy_check import DYN, Checker, type_name
+from allocator.cel.celpy_check import CIDR, DYN, IP, Checker, Type, type_name
 from allocator.cel.parser import Call, Node, Token, is_empty_list_membership, parse
 from allocator.cel.parser import tokenize as _tokenize_uncached
 from allocator.quantity import Quantity
@@ -109,11 +110,14 @@ class CelExprBackend:
         with self._lock:
             compiled, unchecked = self._compile_checked(checked_text, expression)
         tree = parse(expression)
-        Checker(expression, options, optional_map_entries=True).check(tree)  # compile() checks the result
+        checker = _NetStrings(expression, options, optional_map_entries=True)
+        checker.check(tree)  # compile() checks the result
         check_opaque_types(expression, tree)
         with self._lock:
             result_type = compiled.return_type()
-            executable = _with_tree_rewrites(checked_text, tree)
+            renamed = _apply(checked_text, [(at, at + len("string"), celexpr_net.TO_STRING)
+                                            for at in checker.positions])
+            executable = _with_tree_rewrites(renamed, tree)
             executable = _with_constant_values(_with_domain_defaults(executable, tokenize(executable)))
             if executable != checked_text:
                 compiled = self._env.compile(executable, disable_check=unchecked)
@@ -139,6 +143,21 @@ class CelExprBackend:
                                 for domain, values in device.capacity.items()},
             "device.allowMultipleAllocations": device.allow_multiple_allocations,
         })
+
+
+class _NetStrings(Checker):
+    """The checker, noting where ``string(x)`` converts an IP address or CIDR: cel-cpp would convert
+    their bytes encoding, so those calls are renamed to celexpr_net.TO_STRING."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.positions: list[int] = []
+
+    def call(self, node: Call) -> Type:
+        if (node.function == "string" and node.target is None and len(node.args) == 1
+                and self.check(node.args[0]) in (IP, CIDR)):
+            self.positions.append(node.pos)
+        return super().call(node)
 
 
 class CelExprProgram:
