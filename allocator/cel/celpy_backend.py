@@ -204,7 +204,15 @@ def _emit_call(node: Call) -> tuple[str, int]:
         return f"__{namespace}_{name}({', '.join(args)})", _MEMBER
     if node.target is None:
         return f"{name}({', '.join(args)})", _MEMBER
+    if name in _LAZY_OPTIONAL and len(args) == 1:
+        # cel-go evaluates the argument of or()/orValue() only when the optional is empty
+        present = _LAZY_OPTIONAL[name]
+        return (f"__first([{emit(node.target)}].map(__opt, __m_hasValue(__opt) ? {present} : {args[0]}))",
+                _MEMBER)
     return f"__m_{name}({', '.join([emit(node.target), *args])})", _MEMBER
+
+
+_LAZY_OPTIONAL = {"or": "__opt", "orValue": "__m_value(__opt)"}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -169,6 +169,10 @@ SETS = _cases("sets", [
 ])
 
 OPTIONALS = _cases("optional", [
+    # cel-go evaluates the alternative only for an empty optional
+    ("optional.of(2).or(optional.of([].min())).value() == 2", True),
+    ("optional.of(2).orValue([].min()) == 2", True),
+    ("optional.none().orValue([].min()) == 2", "runtime_error"),
     (f'{D}.?model.orValue("x") == "LATEST-GPU-MODEL"', True),
     (f'{D}.?nope.orValue("x") == "x"', True),
     (f'{D}.?model.hasValue()', True),
