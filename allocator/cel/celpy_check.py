@@ -32,6 +32,7 @@ from allocator.cel.parser import (
     line_column,
     qualified_name,
 )
+from allocator.cel.timelib import TimeError, from_unix, parse_duration, parse_timestamp
 
 # A static type: a CEL type name, or ("list", elem), ("map", key, value), ("optional_type", value).
 Type: TypeAlias = str | tuple["Type", ...]
@@ -76,6 +77,9 @@ ELEMENT = "@element"  # result placeholder: the receiver list's element type
 INNER = "@inner"  # result placeholder: the receiver optional's value type
 WRAPPED = "@wrapped"  # result placeholder: an optional of the argument's type
 
+TIME_GETTERS = ("getFullYear", "getMonth", "getDayOfYear", "getDayOfMonth", "getDate", "getDayOfWeek",
+                "getHours", "getMinutes", "getSeconds", "getMilliseconds")
+DURATION_GETTERS = ("getHours", "getMinutes", "getSeconds", "getMilliseconds")
 # name -> overloads (receiver, parameters, result); the receiver is None for global functions.
 Overload = tuple[Type | None, tuple[Type, ...], Type]
 _ANY_SIZED = (STRING, BYTES, ANY_LIST, ANY_MAP)
@@ -86,7 +90,10 @@ OVERLOADS: dict[str, list[Overload]] = {
                for t in (INT, UINT, DOUBLE, STRING, BYTES, BOOL, TIMESTAMP, DURATION, IP, CIDR)],
     "bytes": [(None, (DYN,), BYTES)], "bool": [(None, (DYN,), BOOL)],
     "dyn": [(None, (DYN,), DYN)], "type": [(None, (DYN,), "type")],
-    "duration": [(None, (STRING,), DURATION)], "timestamp": [(None, (STRING,), TIMESTAMP)],
+    "duration": [(None, (STRING,), DURATION), (None, (DURATION,), DURATION)],
+    "timestamp": [(None, (STRING,), TIMESTAMP), (None, (TIMESTAMP,), TIMESTAMP), (None, (INT,), TIMESTAMP)],
+    **{name: [(TIMESTAMP, (), INT), (TIMESTAMP, (STRING,), INT),
+              *([(DURATION, (), INT)] if name in DURATION_GETTERS else [])] for name in TIME_GETTERS},
     "contains": [(STRING, (STRING,), BOOL)],
     "startsWith": [(STRING, (STRING,), BOOL)],
     "endsWith": [(STRING, (STRING,), BOOL)],
@@ -407,6 +414,8 @@ class Checker:
                                   f"'({type_name(args[0])}, {type_name(args[1])})'")
         if name in REGEX_FUNCTIONS:
             self.check_regex(node.args[-1])
+        if name in ("duration", "timestamp") and receiver is None:
+            self.check_time_literal(node, name)
         return results[0] if all(r == results[0] for r in results) else DYN
 
     @staticmethod
@@ -427,6 +436,22 @@ class Checker:
                 re2.compile(str(pattern.value), QUIET_RE2)
             except re2.error as err:
                 raise self.fail(pattern, f"invalid regular expression {pattern.value!r}: {err}") from None
+
+    def check_time_literal(self, node: Call, name: str) -> None:
+        """cel-go's ValidateDurationLiterals / ValidateTimestampLiterals: a literal argument must convert."""
+        argument = node.args[0]
+        if not isinstance(argument, Literal) or argument.kind not in ("string", "int"):
+            return
+        try:
+            if name == "duration" and argument.kind == "string":
+                parse_duration(str(argument.value))
+            elif name == "timestamp":
+                if argument.kind == "string":
+                    parse_timestamp(str(argument.value))
+                else:
+                    from_unix(int(str(argument.value)))
+        except TimeError:
+            raise self.fail(argument, f"invalid {name} argument") from None
 
     def operator(self, node: Call, types: list[Type]) -> Type:
         name = node.function
@@ -473,6 +498,8 @@ class Checker:
             return _join(left, right)
         if left == right and left in ARITHMETIC[name]:
             return left
-        if name in ("_+_", "_-_") and left in TIMES and right in TIMES:
-            return TIMESTAMP if TIMESTAMP in (left, right) and left != right else left
+        if name == "_+_" and left in TIMES and right in TIMES and (left, right) != (TIMESTAMP, TIMESTAMP):
+            return TIMESTAMP if TIMESTAMP in (left, right) else DURATION
+        if name == "_-_" and left in TIMES and right in TIMES and (left, right) != (DURATION, TIMESTAMP):
+            return DURATION if left == right else TIMESTAMP
         raise mismatch

@@ -21,8 +21,8 @@ import celpy.celtypes as ct
 import re2
 from celpy.evaluation import CELEvalError, base_functions
 
-from allocator.cel import netlib
-from allocator.cel.celpy_check import QUIET_RE2
+from allocator.cel import netlib, timelib
+from allocator.cel.celpy_check import QUIET_RE2, TIME_GETTERS
 from allocator.quantity import Quantity
 from allocator.semver import Semver
 
@@ -103,6 +103,10 @@ def kind_of(value: object) -> str:
         return "net.CIDR"
     if isinstance(value, netlib.URLValue):
         return "kubernetes.URL"
+    if isinstance(value, timelib.Timestamp):
+        return "google.protobuf.Timestamp"
+    if isinstance(value, timelib.Duration):
+        return "google.protobuf.Duration"
     if isinstance(value, ct.TimestampType):
         return "google.protobuf.Timestamp"
     if isinstance(value, ct.DurationType):
@@ -703,7 +707,7 @@ def _url_query(value: netlib.URLValue) -> Any:
 
 
 def _string(value: Any) -> Any:
-    if isinstance(value, (netlib.IPAddress, netlib.CIDRPrefix)):
+    if isinstance(value, (netlib.IPAddress, netlib.CIDRPrefix, timelib.Duration, timelib.Timestamp)):
         return ct.StringType(str(value))
     if isinstance(value, (Quantity, Semver, netlib.URLValue)):
         raise _no_overload("string", value)
@@ -711,6 +715,59 @@ def _string(value: Any) -> Any:
 
 
 _CELPY_STRING = base_functions["string"]
+_CELPY_INT = base_functions["int"]
+
+
+def _time_error(function: Callable[..., Any]) -> Callable[..., Any]:
+    def implementation(*args: Any) -> Any:
+        try:
+            return function(*args)
+        except timelib.TimeError as err:
+            raise LibraryError(str(err)) from None
+
+    return implementation
+
+
+@_time_error
+def _duration(value: Any) -> Any:
+    if isinstance(value, timelib.Duration):
+        return value
+    _require(value, str, "duration")
+    return timelib.parse_duration(str(value))
+
+
+@_time_error
+def _timestamp(value: Any) -> Any:
+    if isinstance(value, timelib.Timestamp):
+        return value
+    if isinstance(value, ct.IntType) and not isinstance(value, ct.BoolType):
+        return timelib.from_unix(int(value))
+    _require(value, str, "timestamp")
+    return timelib.parse_timestamp(str(value))
+
+
+def _int(value: Any) -> Any:
+    if isinstance(value, timelib.Duration):
+        return ct.IntType(value.nanos)
+    if isinstance(value, timelib.Timestamp):
+        return ct.IntType(value.seconds)
+    return _CELPY_INT(value)
+
+
+_DURATION_UNITS = {"getHours": "h", "getMinutes": "m", "getSeconds": "s", "getMilliseconds": "ms"}
+
+
+def _time_getter(function: str) -> Callable[..., Any]:
+    @_time_error
+    def implementation(value: Any, *zone: Any) -> Any:
+        if isinstance(value, timelib.Duration) and not zone and function in _DURATION_UNITS:
+            return ct.IntType(value.part(_DURATION_UNITS[function]))
+        _require(value, timelib.Timestamp, function, *zone)
+        for name in zone:
+            _require(name, str, function, value)
+        return ct.IntType(value.get(function, *(str(name) for name in zone)))
+
+    return implementation
 
 
 def _bool_method(function: str, kind: type, method: Callable[[Any], bool]) -> Callable[[Any], Any]:
@@ -723,6 +780,10 @@ def _string_getter(function: str, method: Callable[[netlib.URLValue], str]) -> C
 
 _NET_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "string": _string,
+    "int": _int,
+    "duration": _duration,
+    "timestamp": _timestamp,
+    **{f"__m_{name}": _time_getter(name) for name in TIME_GETTERS},
     "ip": _net_parser("ip", netlib.parse_ip),
     "isIP": _net_test("isIP", netlib.is_ip),
     "__ip_isCanonical": _net_parser("ip.isCanonical", lambda text: ct.BoolType(netlib.is_canonical_ip(text))),
