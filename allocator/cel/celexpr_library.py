@@ -29,7 +29,7 @@ from typing import Any, cast
 import re2
 from cel_expr_python import cel
 
-from allocator.cel import celexpr_net
+from allocator.cel import celexpr_net, celexpr_time
 from allocator.quantity import INT64_MAX, INT64_MIN, NANO, Quantity
 from allocator.semver import Semver
 
@@ -417,4 +417,6 @@ def function_declarations() -> list[Any]:
             for name, kind in _ANY_KINDS],
         **celexpr_net.function_declarations(),
     }
+    for name, overloads in celexpr_time.overloads().items():
+        decls[name] = decls.get(name, []) + overloads
     return [cel.FunctionDecl(name, overloads) for name, overloads in decls.items()]

@@ -468,7 +468,7 @@ class Checker:
                 return DYN  # as cel-go: a dynamic branch makes the whole conditional dynamic
             return _join(types[1], types[2])
         if name == "-_":
-            if types[0] not in (DYN, INT, DOUBLE, DURATION):
+            if types[0] not in (DYN, INT, DOUBLE):  # cel-go negates no duration
                 raise mismatch
             return DYN if types[0] == DYN else types[0]  # any's negation is dyn
         left, right = types

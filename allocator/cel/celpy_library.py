@@ -331,7 +331,7 @@ def _negate(value: Any) -> Any:
     if isinstance(value, CELEvalError):
         return value
     kind = kind_of(value)
-    if kind not in ("int", "double", "google.protobuf.Duration"):
+    if kind not in ("int", "double"):
         raise _no_overload("-_", value)
     return _CEL_TYPES.get(kind, _same)(-value)
 

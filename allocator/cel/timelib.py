@@ -22,7 +22,7 @@ _INT64_MAX = 2**63 - 1
 MIN_UNIX, MAX_UNIX = -62135596800, 253402300799
 _UNITS = {"ns": 1, "us": 10**3, "\u00b5s": 10**3, "\u03bcs": 10**3, "ms": 10**6, "s": NANOS,
           "m": 60 * NANOS, "h": 3600 * NANOS}
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 class TimeError(ValueError):
@@ -111,14 +111,14 @@ class Timestamp:
         return NotImplemented
 
     def local(self, offset: int | None = None, zone: datetime.tzinfo | None = None) -> datetime.datetime:
-        instant = _EPOCH + datetime.timedelta(seconds=self.seconds)
+        instant = EPOCH + datetime.timedelta(seconds=self.seconds)
         if zone is not None:
             return instant.astimezone(zone)
         return instant.astimezone(datetime.timezone(datetime.timedelta(seconds=offset or 0)))
 
     def __str__(self) -> str:
         # Go: t.Format(time.RFC3339Nano), in the offset it was written with
-        moment = _EPOCH + datetime.timedelta(seconds=self.seconds + self.offset)
+        moment = EPOCH + datetime.timedelta(seconds=self.seconds + self.offset)
         text = f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T{moment.hour:02d}:" \
                f"{moment.minute:02d}:{moment.second:02d}"
         if self.nanos:
