@@ -779,8 +779,8 @@ def _string_getter(function: str, method: Callable[[netlib.URLValue], str]) -> C
 
 
 _NET_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "string": _string,
-    "int": _int,
+    "__to_string": _string,
+    "__to_int": _int,
     "duration": _duration,
     "timestamp": _timestamp,
     **{f"__m_{name}": _time_getter(name) for name in TIME_GETTERS},
