@@ -164,6 +164,69 @@ def _net_int(draw: st.DrawFn, depth: int) -> str:
     return f"size({_net(draw, 'url', depth + 1)}.getQuery())"
 
 
+# -- durations and timestamps: Go's parsing of literals (checked at compile time) and of strings --
+
+DURATION_TEXTS = ["1h", "90m", "1.5s", "-1.5s", "1h30m", "0", "-0", "0s", "1µs", "2us", "3ns",
+                  "1.000000001s", ".5s", "5.s", "+3s", "1d", "", "1", "s", "1.5", "9223372036854775807ns",
+                  "2562048h", "1h-1m"]
+TIMESTAMP_TEXTS = ["2020-01-01T00:00:00Z", "2020-01-01T00:00:00.5+01:00", "2021-06-30T23:59:59.123456789Z",
+                   "2020-02-29T12:00:00-08:00", "1970-01-01T00:00:00Z", "0001-01-01T00:00:00Z",
+                   "9999-12-31T23:59:59Z", "2020-01-01T00:00:00,5Z", "2020-01-01", "2020-01-01t00:00:00Z",
+                   "2020-01-01T00:00:00z", "2020-02-30T00:00:00Z", "0000-01-01T00:00:00Z",
+                   "2020-01-01T00:00:00+24:00", "2020-01-01T24:00:00Z"]
+ZONES = ["UTC", "America/New_York", "Asia/Kolkata", "+05:30", "-0:30", "05:30", "-08:00", "Nowhere/City",
+         "+1:60"]
+
+
+def _time(draw: st.DrawFn, kind: str, depth: int) -> str:
+    """An expression of kind duration or timestamp."""
+    deeper = depth < MAX_DEPTH and draw(st.integers(0, 3)) == 0
+    if kind == "duration":
+        if deeper:
+            if draw(st.booleans()):
+                return f"({_time(draw, 'timestamp', depth + 1)} - {_time(draw, 'timestamp', depth + 1)})"
+            op = draw(st.sampled_from(["+", "-"]))
+            return f"({_time(draw, 'duration', depth + 1)} {op} {_time(draw, 'duration', depth + 1)})"
+        if draw(st.integers(0, 5)) == 0:
+            return f"duration({expr(draw, 'string', depth + 1)})"
+        return f'duration("{draw(st.sampled_from(DURATION_TEXTS))}")'
+    if deeper:
+        op = draw(st.sampled_from(["+", "-"]))
+        return f"({_time(draw, 'timestamp', depth + 1)} {op} {_time(draw, 'duration', depth + 1)})"
+    shape = draw(st.integers(0, 5))
+    if shape == 0:
+        return f"timestamp({expr(draw, 'int', depth + 1)})"
+    if shape == 1:
+        return f"timestamp({draw(st.sampled_from(['0', '1577836800', '-62135596800', '253402300800']))})"
+    return f'timestamp("{draw(st.sampled_from(TIMESTAMP_TEXTS))}")'
+
+
+def _time_int(draw: st.DrawFn, depth: int) -> str:
+    if draw(st.integers(0, 3)) == 0:
+        return f"int({_time(draw, draw(st.sampled_from(['duration', 'timestamp'])), depth + 1)})"
+    if draw(st.booleans()):
+        getter = draw(st.sampled_from(["getHours", "getMinutes", "getSeconds", "getMilliseconds"]))
+        return f"{_time(draw, 'duration', depth + 1)}.{getter}()"
+    getter = draw(st.sampled_from(["getFullYear", "getMonth", "getDayOfYear", "getDayOfMonth", "getDate",
+                                   "getDayOfWeek", "getHours", "getMinutes", "getSeconds",
+                                   "getMilliseconds"]))
+    zone = f'"{draw(st.sampled_from(ZONES))}"' if draw(st.booleans()) else ""
+    return f"{_time(draw, 'timestamp', depth + 1)}.{getter}({zone})"
+
+
+def _time_bool(draw: st.DrawFn, depth: int) -> str:
+    shape = draw(st.integers(0, 3))
+    if shape == 3:  # type values: no cost bound for cel-go, so refused as new selectors
+        kind = draw(st.sampled_from(["int", "string", "bool", "duration", "timestamp"]))
+        name = draw(st.sampled_from(["int", "string", "bool", "google.protobuf.Duration", "type(1)"]))
+        timed = kind in ("duration", "timestamp")
+        value = _time(draw, kind, depth + 1) if timed else expr(draw, kind, depth + 1)
+        return f"type({value}) == {name}"
+    kind = draw(st.sampled_from(["duration", "timestamp"]))
+    op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">="]))
+    return f"{_time(draw, kind, depth + 1)} {op} {_time(draw, kind, depth + 1)}"
+
+
 def _bin(draw: st.DrawFn, kind: str, depth: int, ops: list[str]) -> str:
     return f"({expr(draw, kind, depth + 1)} {draw(st.sampled_from(ops))} {expr(draw, kind, depth + 1)})"
 
@@ -193,7 +256,9 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
     if kind == "int":
         if leaf:
             return draw(st.sampled_from(["0", "1", "2", "-1", "7", f"{D}.idx", f"{D}.?idx.orValue(3)"]))
-        shape = draw(st.integers(0, 10))
+        shape = draw(st.integers(0, 11))
+        if shape == 11:
+            return _time_int(draw, depth)
         if shape == 10:
             return _net_int(draw, depth)
         if shape == 0:
@@ -234,7 +299,9 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
                     ]
                 )
             )
-        shape = draw(st.integers(0, 7))
+        shape = draw(st.integers(0, 8))
+        if shape == 8:
+            return f"string({_time(draw, draw(st.sampled_from(['duration', 'timestamp'])), depth + 1)})"
         if shape == 7:
             return _net_string(draw, depth)
         if shape == 0:
@@ -313,7 +380,9 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
                 ]
             )
         )
-    shape = draw(st.integers(0, 15))
+    shape = draw(st.integers(0, 16))
+    if shape == 16:
+        return _time_bool(draw, depth)
     if shape >= 14:
         return _net_bool(draw, depth)
     if shape == 0:
