@@ -3,9 +3,10 @@
 Everything here is called by celpy's evaluator on celpy values (`celpy.celtypes`), plus Quantity and
 Semver objects, which celpy carries as they are. The operators replace celpy's own (heterogeneous
 equality, cross-type numeric ordering, strict bool logic, typed arithmetic); the functions implement the
-Kubernetes Quantity, Semver, lists and regex libraries, ext.Strings (v2), ext.Sets, optional values and
+Kubernetes Quantity, Semver, lists and regex libraries, ext.Strings (v2), ext.Sets, optional values,
 the DRA device maps, the Kubernetes ip/cidr/url libraries (allocator.cel.netlib) and cel-go's
-durations and timestamps (allocator.cel.timelib). Errors are raised as Python exceptions of the classes celpy turns into CEL errors.
+durations and timestamps (allocator.cel.timelib). Errors are raised as Python exceptions of the
+classes celpy turns into CEL errors.
 """
 
 from __future__ import annotations
