@@ -73,6 +73,12 @@ class OptionalValue:
 OPTIONAL_NONE = OptionalValue(False)
 
 
+_LIBRARY_KINDS: dict[type, str] = {
+    netlib.IPAddress: "net.IP", netlib.CIDRPrefix: "net.CIDR", netlib.URLValue: "kubernetes.URL",
+    timelib.Timestamp: "google.protobuf.Timestamp", timelib.Duration: "google.protobuf.Duration",
+}
+
+
 def kind_of(value: object) -> str:
     """The CEL type name of a runtime value (celpy's types, or the plain Python ones they derive from)."""
     if isinstance(value, (bool, ct.BoolType)):
@@ -99,16 +105,9 @@ def kind_of(value: object) -> str:
         return "kubernetes.Semver"
     if isinstance(value, OptionalValue):
         return "optional_type"
-    if isinstance(value, netlib.IPAddress):
-        return "net.IP"
-    if isinstance(value, netlib.CIDRPrefix):
-        return "net.CIDR"
-    if isinstance(value, netlib.URLValue):
-        return "kubernetes.URL"
-    if isinstance(value, timelib.Timestamp):
-        return "google.protobuf.Timestamp"
-    if isinstance(value, timelib.Duration):
-        return "google.protobuf.Duration"
+    library_kind = _LIBRARY_KINDS.get(type(value))
+    if library_kind is not None:
+        return library_kind
     if isinstance(value, ct.TimestampType):
         return "google.protobuf.Timestamp"
     if isinstance(value, ct.DurationType):
