@@ -160,6 +160,16 @@ class _NetStrings(Checker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.found: list[tuple[int, str, str]] = []  # (position, old name, new name)
+        # A node's type, by identity: call() asks for its argument's type before checking the call,
+        # which would otherwise check nested conversions (string(string(...))) exponentially often.
+        # Scopes are lexical, so a node has one type.
+        self.types: dict[int, Type] = {}
+
+    def check(self, node: Node) -> Type:
+        known = self.types.get(id(node))
+        if known is None:
+            known = self.types[id(node)] = super().check(node)
+        return known
 
     def call(self, node: Call) -> Type:
         subject = node.target if node.function == "getMilliseconds" else (
