@@ -40,8 +40,8 @@ from allocator.cel.backend import (
 )
 from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
-from allocator.cel.celpy_check import CIDR, DURATION, DYN, IP, TIMESTAMP, Checker, Type, type_name
-from allocator.cel.parser import Call, Node, Token, is_empty_list_membership, parse
+from allocator.cel.celpy_check import CIDR, DURATION, DYN, IP, STRING, TIMESTAMP, Checker, Type, type_name
+from allocator.cel.parser import Call, Literal, Node, Token, is_empty_list_membership, parse
 from allocator.cel.parser import tokenize as _tokenize_uncached
 from allocator.quantity import Quantity
 from allocator.semver import Semver
@@ -145,6 +145,9 @@ class CelExprBackend:
         })
 
 
+_RENAMED_CALLS = {"string", "int", "getMilliseconds", "duration", "timestamp"}
+
+
 class _NetStrings(Checker):
     """The checker, noting the calls cel-cpp would answer differently from cel-go for the type of
     their argument: ``string(x)`` of an IP address or CIDR (cel-cpp would convert their bytes
@@ -155,6 +158,9 @@ class _NetStrings(Checker):
         ("string", DURATION): celexpr_time.STRING_OF_DURATION,
         ("string", TIMESTAMP): celexpr_time.STRING_OF_TIMESTAMP,
         ("int", DURATION): celexpr_time.INT, ("getMilliseconds", DURATION): celexpr_time.MILLISECONDS,
+        # a string only known at run time (literals are canonicalised instead)
+        ("duration", STRING): celexpr_time.PARSE_DURATION, ("duration", DYN): celexpr_time.PARSE_DURATION,
+        ("timestamp", STRING): celexpr_time.PARSE_TIMESTAMP, ("timestamp", DYN): celexpr_time.PARSE_TIMESTAMP,
     }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -174,7 +180,9 @@ class _NetStrings(Checker):
     def call(self, node: Call) -> Type:
         subject = node.target if node.function == "getMilliseconds" else (
             node.args[0] if node.target is None and len(node.args) == 1 else None)
-        if node.function in ("string", "int", "getMilliseconds") and subject is not None:
+        if isinstance(subject, Literal):
+            subject = None
+        if node.function in _RENAMED_CALLS and subject is not None:
             new = self._RENAMES.get((node.function, self.check(subject)))  # type: ignore[arg-type]
             if new is not None:
                 self.found.append((node.pos, node.function, new))
@@ -386,7 +394,7 @@ def _with_time_wrappers(text: str) -> str:
         wrapper = celexpr_time.WRAPPERS.get(token.text) if token.kind == "ident" else None
         close = _matching_close(tokens, i + 1) if wrapper and _is(tokens[i + 1], "(") else None
         if wrapper is not None and close is not None:
-            edits.append((token.pos, tokens[i + 1].pos + 1, f"{wrapper}(string("))
+            edits.append((token.pos, tokens[i + 1].pos + 1, wrapper))
             edits.append((tokens[close].pos + 1, tokens[close].pos + 1, ")"))
     return _apply(text, edits)
 

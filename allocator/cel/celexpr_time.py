@@ -23,10 +23,14 @@ T = cel.Type
 
 # Phase one renames (as long as the originals, so checker positions stay right) ...
 INT, STRING_OF_DURATION, STRING_OF_TIMESTAMP = "_di", "_dstr_", "_tstr_"
+PARSE_DURATION, PARSE_TIMESTAMP = "_dur_str", "_ts_parse"
 MILLISECONDS = "_durationMillis"
 # ... and phase two wraps cel-cpp's own string conversion, which is exact to the nanosecond
-# ("3600.000000001s", "2019-12-31T23:00:00.000000001Z"), in a function giving cel-go's answer.
-WRAPPERS = {INT: "_durationNanos", STRING_OF_DURATION: "_goDuration", STRING_OF_TIMESTAMP: "_goTimestamp"}
+# ("3600.000000001s", "2019-12-31T23:00:00.000000001Z"), in a function giving cel-go's answer; and
+# hands a string to convert to cel-cpp only after Go's parser has put it in a form cel-cpp reads alike.
+WRAPPERS = {INT: "_durationNanos(string(", STRING_OF_DURATION: "_goDuration(string(",
+            STRING_OF_TIMESTAMP: "_goTimestamp(string(", PARSE_DURATION: "duration(_goDurationText(",
+            PARSE_TIMESTAMP: "timestamp(_goTimestampText("}
 
 
 def _duration_nanos(text: str) -> int:
@@ -48,18 +52,37 @@ def _milliseconds(value: datetime.timedelta) -> int:
 def overloads() -> dict[str, list[Any]]:
     S = T.STRING
     return {
-        WRAPPERS[INT]: [cel.Overload("go_duration_nanos", T.INT, [S], impl=_duration_nanos)],
-        WRAPPERS[STRING_OF_DURATION]: [
+        "_durationNanos": [cel.Overload("go_duration_nanos", T.INT, [S], impl=_duration_nanos)],
+        "_goDuration": [
             cel.Overload("go_duration_string", S, [S],
                          impl=lambda text: str(timelib.Duration(_duration_nanos(text))))],
-        WRAPPERS[STRING_OF_TIMESTAMP]: [cel.Overload("go_timestamp_string", S, [S], impl=_go_timestamp)],
+        "_goTimestamp": [cel.Overload("go_timestamp_string", S, [S], impl=_go_timestamp)],
         # only for the checker of phase one; phase two replaces every call
         INT: [cel.Overload("duration_to_int_ns", T.INT, [T.DURATION], impl=_unreachable)],
         STRING_OF_DURATION: [cel.Overload("duration_to_go_string", S, [T.DURATION], impl=_unreachable)],
         STRING_OF_TIMESTAMP: [cel.Overload("timestamp_to_go_string", S, [T.TIMESTAMP], impl=_unreachable)],
         MILLISECONDS: [cel.Overload("duration_total_milliseconds", T.INT, [T.DURATION], is_member=True,
                                     impl=_milliseconds)],
+        "_goDurationText": [cel.Overload("go_duration_text", S, [S], impl=_duration_text)],
+        "_goTimestampText": [cel.Overload("go_timestamp_text", S, [S], impl=_timestamp_text)],
+        PARSE_DURATION: [cel.Overload("string_to_go_duration", T.DURATION, [S], impl=_unreachable)],
+        PARSE_TIMESTAMP: [cel.Overload("string_to_go_timestamp", T.TIMESTAMP, [S], impl=_unreachable)],
     }
+
+
+def _duration_text(text: str) -> str:
+    try:
+        return f"{timelib.parse_duration(text).nanos}ns"
+    except timelib.TimeError:
+        raise ValueError("type conversion error from 'string' to 'google.protobuf.Duration'") from None
+
+
+def _timestamp_text(text: str) -> str:
+    try:
+        moment = timelib.parse_timestamp(text)
+    except timelib.TimeError:
+        raise ValueError("type conversion error from 'string' to 'google.protobuf.Timestamp'") from None
+    return str(timelib.Timestamp(moment.seconds, moment.nanos))
 
 
 def _unreachable(value: object) -> object:

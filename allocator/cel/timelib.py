@@ -295,13 +295,13 @@ def _parse_rfc3339(text: str) -> Timestamp:
     if rest != "Z":
         if len(rest) != 6 or rest[0] not in "+-" or rest[3] != ":":
             raise TimeError("bad time zone")
-        # Go's general parser (after its RFC 3339 fast path fails) takes offsets up to 24 hours
-        offset = (_number(rest[1:3], 0, 24) * 60 + _number(rest[4:6], 0, 59)) * 60
+        # Go's general parser (after its RFC 3339 fast path fails) takes offsets up to 24:60
+        offset = (_number(rest[1:3], 0, 24) * 60 + _number(rest[4:6], 0, 60)) * 60
         if rest[0] == "-":
             offset = -offset
-    days = (datetime.date(max(year, 1), month, day) - datetime.date(1970, 1, 1)).days
     if year == 0:  # before Python's calendar; out of CEL's range anyway
         raise TimeError("timestamp overflow")
+    days = (datetime.date(year, month, day) - datetime.date(1970, 1, 1)).days
     seconds = days * 86400 + hour * 3600 + minute * 60 + second - offset
     return Timestamp(seconds, nanos, offset)
 
