@@ -63,8 +63,13 @@ def overloads() -> dict[str, list[Any]]:
         STRING_OF_TIMESTAMP: [cel.Overload("timestamp_to_go_string", S, [T.TIMESTAMP], impl=_unreachable)],
         MILLISECONDS: [cel.Overload("duration_total_milliseconds", T.INT, [T.DURATION], is_member=True,
                                     impl=_milliseconds)],
-        "_goDurationText": [cel.Overload("go_duration_text", S, [S], impl=_duration_text)],
-        "_goTimestampText": [cel.Overload("go_timestamp_text", S, [S], impl=_timestamp_text)],
+        # a dynamic argument may also hold what else duration() and timestamp() take (a value that
+        # crosses into Python this way keeps microseconds only)
+        "_goDurationText": [cel.Overload("go_duration_text", S, [S], impl=_duration_text),
+                            cel.Overload("go_duration_same", T.DURATION, [T.DURATION], impl=_same)],
+        "_goTimestampText": [cel.Overload("go_timestamp_text", S, [S], impl=_timestamp_text),
+                             cel.Overload("go_timestamp_seconds", T.INT, [T.INT], impl=int),
+                             cel.Overload("go_timestamp_same", T.TIMESTAMP, [T.TIMESTAMP], impl=_same)],
         PARSE_DURATION: [cel.Overload("string_to_go_duration", T.DURATION, [S], impl=_unreachable)],
         PARSE_TIMESTAMP: [cel.Overload("string_to_go_timestamp", T.TIMESTAMP, [S], impl=_unreachable)],
     }
@@ -83,6 +88,10 @@ def _timestamp_text(text: str) -> str:
     except timelib.TimeError:
         raise ValueError("type conversion error from 'string' to 'google.protobuf.Timestamp'") from None
     return str(timelib.Timestamp(moment.seconds, moment.nanos))
+
+
+def _same(value: object) -> object:
+    return value
 
 
 def _unreachable(value: object) -> object:
