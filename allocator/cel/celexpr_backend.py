@@ -29,6 +29,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from allocator.cel import celexpr_library as library
+from allocator.cel import celexpr_net, celexpr_time
 from allocator.cel.backend import (
     AttributeValue,
     CELCompileError,
@@ -39,8 +40,8 @@ from allocator.cel.backend import (
 )
 from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
-from allocator.cel.celpy_check import DYN, Checker, type_name
-from allocator.cel.parser import Call, Node, Token, is_empty_list_membership, parse
+from allocator.cel.celpy_check import CIDR, DURATION, DYN, IP, STRING, TIMESTAMP, Checker, Type, type_name
+from allocator.cel.parser import Call, Literal, Node, Token, is_empty_list_membership, parse
 from allocator.cel.parser import tokenize as _tokenize_uncached
 from allocator.quantity import Quantity
 from allocator.semver import Semver
@@ -109,12 +110,15 @@ class CelExprBackend:
         with self._lock:
             compiled, unchecked = self._compile_checked(checked_text, expression)
         tree = parse(expression)
-        Checker(expression, options, optional_map_entries=True).check(tree)  # compile() checks the result
+        checker = _NetStrings(expression, options, optional_map_entries=True)
+        checker.check(tree)  # compile() checks the result
         check_opaque_types(expression, tree)
         with self._lock:
             result_type = compiled.return_type()
-            executable = _with_tree_rewrites(checked_text, tree)
+            renamed = _apply(checked_text, checker.renames(tokenize(checked_text)))
+            executable = _with_tree_rewrites(renamed, tree)
             executable = _with_constant_values(_with_domain_defaults(executable, tokenize(executable)))
+            executable = _with_time_wrappers(_with_canonical_time_literals(executable))
             if executable != checked_text:
                 compiled = self._env.compile(executable, disable_check=unchecked)
         return CelExprProgram(compiled), result_type, tree
@@ -139,6 +143,60 @@ class CelExprBackend:
                                 for domain, values in device.capacity.items()},
             "device.allowMultipleAllocations": device.allow_multiple_allocations,
         })
+
+
+_RENAMED_CALLS = {"string", "int", "getMilliseconds", "duration", "timestamp"}
+
+
+class _NetStrings(Checker):
+    """The checker, noting the calls cel-cpp would answer differently from cel-go for the type of
+    their argument: ``string(x)`` of an IP address or CIDR (cel-cpp would convert their bytes
+    encoding), and the duration and timestamp conversions of celexpr_time. They are renamed."""
+
+    _RENAMES = {
+        ("string", IP): celexpr_net.TO_STRING, ("string", CIDR): celexpr_net.TO_STRING,
+        ("string", DURATION): celexpr_time.STRING_OF_DURATION,
+        ("string", TIMESTAMP): celexpr_time.STRING_OF_TIMESTAMP,
+        ("int", DURATION): celexpr_time.INT, ("getMilliseconds", DURATION): celexpr_time.MILLISECONDS,
+        # a string only known at run time (literals are canonicalised instead)
+        ("duration", STRING): celexpr_time.PARSE_DURATION, ("duration", DYN): celexpr_time.PARSE_DURATION,
+        ("timestamp", STRING): celexpr_time.PARSE_TIMESTAMP, ("timestamp", DYN): celexpr_time.PARSE_TIMESTAMP,
+    }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.found: list[tuple[int, str, str]] = []  # (position, old name, new name)
+        # A node's type, by identity: call() asks for its argument's type before checking the call,
+        # which would otherwise check nested conversions (string(string(...))) exponentially often.
+        # Scopes are lexical, so a node has one type.
+        self.types: dict[int, Type] = {}
+
+    def check(self, node: Node) -> Type:
+        known = self.types.get(id(node))
+        if known is None:
+            known = self.types[id(node)] = super().check(node)
+        return known
+
+    def call(self, node: Call) -> Type:
+        subject = node.target if node.function == "getMilliseconds" else (
+            node.args[0] if node.target is None and len(node.args) == 1 else None)
+        if isinstance(subject, Literal):
+            subject = None
+        if node.function in _RENAMED_CALLS and subject is not None:
+            new = self._RENAMES.get((node.function, self.check(subject)))  # type: ignore[arg-type]
+            if new is not None:
+                self.found.append((node.pos, node.function, new))
+        return super().call(node)
+
+    def renames(self, tokens: list[Token]) -> list[tuple[int, int, str]]:
+        """Same-length edits: each noted call's name replaced."""
+        edits = []
+        for position, old, new in self.found:
+            name = next((t for t in tokens if t.pos >= position and t.kind == "ident" and t.text == old),
+                        None)
+            if name is not None:
+                edits.append((name.pos, name.pos + len(old), new))
+        return edits
 
 
 class CelExprProgram:
@@ -325,6 +383,34 @@ def _with_constant_values(text: str) -> str:
                 continue
             escaped = "".join(chr(b) if 0x20 <= b <= 0x7E else f"\\x{b:02x}" for b in encoded)
             edits.append((call.pos, close.pos + 1, f'b"{escaped}"'))
+    return _apply(text, edits)
+
+
+def _with_time_wrappers(text: str) -> str:
+    """Phase two of celexpr_time's renames: ``_dstr_(x)`` becomes ``_goDuration(string(x))``, etc."""
+    tokens = tokenize(text)
+    edits = []
+    for i, token in enumerate(tokens[:-1]):
+        wrapper = celexpr_time.WRAPPERS.get(token.text) if token.kind == "ident" else None
+        close = _matching_close(tokens, i + 1) if wrapper and _is(tokens[i + 1], "(") else None
+        if wrapper is not None and close is not None:
+            edits.append((token.pos, tokens[i + 1].pos + 1, wrapper))
+            edits.append((tokens[close].pos + 1, tokens[close].pos + 1, ")"))
+    return _apply(text, edits)
+
+
+def _with_canonical_time_literals(text: str) -> str:
+    """Valid ``duration("...")`` / ``timestamp("...")`` literals in the form cel-cpp reads as cel-go
+    reads the original (Go's units and fractions, offsets)."""
+    tokens = tokenize(text)
+    edits = []
+    for i in range(len(tokens) - 3):
+        call, open_, literal, close = tokens[i:i + 4]
+        if (call.kind == "ident" and call.text in ("duration", "timestamp") and _is(open_, "(")
+                and literal.kind == "string" and _is(close, ")") and not (i > 0 and _is(tokens[i - 1], "."))):
+            canonical = celexpr_time.canonical_literal(call.text, str(literal.value))
+            if canonical is not None:
+                edits.append((literal.pos, close.pos, f'"{canonical}"'))
     return _apply(text, edits)
 
 

@@ -29,6 +29,7 @@ from typing import Any, cast
 import re2
 from cel_expr_python import cel
 
+from allocator.cel import celexpr_net, celexpr_time
 from allocator.quantity import INT64_MAX, INT64_MIN, NANO, Quantity
 from allocator.semver import Semver
 
@@ -54,9 +55,11 @@ _BYTES = (bytes, bytearray)  # cel-expr-python hands bytes values to functions a
 
 def opaque_kind(value: bytes | bytearray) -> str:
     """The CEL type of a bytes value: a quantity, a version or plain bytes (how they reach cel-cpp)."""
-    tag = value[:2]
+    tag = bytes(value[:2])
     if tag == _QUANTITY_TAG:
         return "kubernetes.Quantity"
+    if tag in celexpr_net.KINDS:
+        return celexpr_net.KINDS[tag]
     return "kubernetes.Semver" if tag == _SEMVER_TAG else "bytes"
 
 
@@ -412,5 +415,8 @@ def function_declarations() -> list[Any]:
         ARITHMETIC_NOT_EQUALS: [
             _overload(f"arithmetic_ne_{name}", T.BOOL, [kind, B], _not_equals_arithmetic_quantity)
             for name, kind in _ANY_KINDS],
+        **celexpr_net.function_declarations(),
     }
+    for name, overloads in celexpr_time.overloads().items():
+        decls[name] = decls.get(name, []) + overloads
     return [cel.FunctionDecl(name, overloads) for name, overloads in decls.items()]

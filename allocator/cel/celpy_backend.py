@@ -203,8 +203,19 @@ def _emit_call(node: Call) -> tuple[str, int]:
     if namespace in NAMESPACES:
         return f"__{namespace}_{name}({', '.join(args)})", _MEMBER
     if node.target is None:
+        # int and string are also type values (type(1) == int): the conversions are called by another name
+        name = _CONVERSIONS.get(name, name)
         return f"{name}({', '.join(args)})", _MEMBER
+    if name in _LAZY_OPTIONAL and len(args) == 1:
+        # cel-go evaluates the argument of or()/orValue() only when the optional is empty
+        present = _LAZY_OPTIONAL[name]
+        return (f"__first([{emit(node.target)}].map(__opt, __m_hasValue(__opt) ? {present} : {args[0]}))",
+                _MEMBER)
     return f"__m_{name}({', '.join([emit(node.target), *args])})", _MEMBER
+
+
+_CONVERSIONS = {"int": "__to_int", "string": "__to_string"}
+_LAZY_OPTIONAL = {"or": "__opt", "orValue": "__m_value(__opt)"}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from allocator.cel.parser import (
     line_column,
     qualified_name,
 )
+from allocator.cel.timelib import TimeError, from_unix, parse_duration, parse_timestamp
 
 # A static type: a CEL type name, or ("list", elem), ("map", key, value), ("optional_type", value).
 Type: TypeAlias = str | tuple["Type", ...]
@@ -53,6 +54,7 @@ BOOL, INT, UINT, DOUBLE, STRING, BYTES = "bool", "int", "uint", "double", "strin
 QUANTITY, SEMVER = "kubernetes.Quantity", "kubernetes.Semver"
 TIMESTAMP, DURATION = "google.protobuf.Timestamp", "google.protobuf.Duration"
 DEVICE = "kubernetes.DRADevice"
+IP, CIDR, URL = "net.IP", "net.CIDR", "kubernetes.URL"
 ANY_LIST: Type = ("list", DYN)
 ANY_MAP: Type = ("map", DYN, DYN)
 ANY_OPTIONAL: Type = ("optional_type", DYN)
@@ -75,15 +77,23 @@ ELEMENT = "@element"  # result placeholder: the receiver list's element type
 INNER = "@inner"  # result placeholder: the receiver optional's value type
 WRAPPED = "@wrapped"  # result placeholder: an optional of the argument's type
 
+TIME_GETTERS = ("getFullYear", "getMonth", "getDayOfYear", "getDayOfMonth", "getDate", "getDayOfWeek",
+                "getHours", "getMinutes", "getSeconds", "getMilliseconds")
+DURATION_GETTERS = ("getHours", "getMinutes", "getSeconds", "getMilliseconds")
 # name -> overloads (receiver, parameters, result); the receiver is None for global functions.
 Overload = tuple[Type | None, tuple[Type, ...], Type]
 _ANY_SIZED = (STRING, BYTES, ANY_LIST, ANY_MAP)
 OVERLOADS: dict[str, list[Overload]] = {
     "size": [*((r, (), INT) for r in _ANY_SIZED), *((None, (r,), INT) for r in _ANY_SIZED)],
     "int": [(None, (DYN,), INT)], "uint": [(None, (DYN,), UINT)], "double": [(None, (DYN,), DOUBLE)],
-    "string": [(None, (DYN,), STRING)], "bytes": [(None, (DYN,), BYTES)], "bool": [(None, (DYN,), BOOL)],
+    "string": [(None, (t,), STRING)
+               for t in (INT, UINT, DOUBLE, STRING, BYTES, BOOL, TIMESTAMP, DURATION, IP, CIDR)],
+    "bytes": [(None, (DYN,), BYTES)], "bool": [(None, (DYN,), BOOL)],
     "dyn": [(None, (DYN,), DYN)], "type": [(None, (DYN,), "type")],
-    "duration": [(None, (STRING,), DURATION)], "timestamp": [(None, (STRING,), TIMESTAMP)],
+    "duration": [(None, (STRING,), DURATION), (None, (DURATION,), DURATION)],
+    "timestamp": [(None, (STRING,), TIMESTAMP), (None, (TIMESTAMP,), TIMESTAMP), (None, (INT,), TIMESTAMP)],
+    **{name: [(TIMESTAMP, (), INT), (TIMESTAMP, (STRING,), INT),
+              *([(DURATION, (), INT)] if name in DURATION_GETTERS else [])] for name in TIME_GETTERS},
     "contains": [(STRING, (STRING,), BOOL)],
     "startsWith": [(STRING, (STRING,), BOOL)],
     "endsWith": [(STRING, (STRING,), BOOL)],
@@ -133,8 +143,25 @@ OVERLOADS: dict[str, list[Overload]] = {
     "orValue": [(ANY_OPTIONAL, (DYN,), INNER)],
     "or": [(ANY_OPTIONAL, (ANY_OPTIONAL,), ANY_OPTIONAL)],
     "includes": [(DYN, (DYN,), BOOL)],
+    "ip": [(None, (STRING,), IP), (CIDR, (), IP)],
+    "isIP": [(None, (STRING,), BOOL)],
+    "ip.isCanonical": [(None, (STRING,), BOOL)],
+    "family": [(IP, (), INT)],
+    **{name: [(IP, (), BOOL)] for name in ("isUnspecified", "isLoopback", "isLinkLocalMulticast",
+                                           "isLinkLocalUnicast", "isGlobalUnicast")},
+    "cidr": [(None, (STRING,), CIDR)],
+    "isCIDR": [(None, (STRING,), BOOL)],
+    "containsIP": [(CIDR, (STRING,), BOOL), (CIDR, (IP,), BOOL)],
+    "containsCIDR": [(CIDR, (STRING,), BOOL), (CIDR, (CIDR,), BOOL)],
+    "prefixLength": [(CIDR, (), INT)],
+    "masked": [(CIDR, (), CIDR)],
+    "url": [(None, (STRING,), URL)],
+    "isURL": [(None, (STRING,), BOOL)],
+    **{name: [(URL, (), STRING)] for name in ("getScheme", "getHost", "getHostname", "getPort",
+                                              "getEscapedPath")},
+    "getQuery": [(URL, (), ("map", STRING, STRING_LIST))],
 }
-NAMESPACES = ("sets", "strings", "optional")
+NAMESPACES = ("sets", "strings", "optional", "ip")
 TYPE_NAMES = {"bool", "int", "uint", "double", "string", "bytes", "list", "map", "null_type", "type"}
 QUIET_RE2 = re2.Options()
 QUIET_RE2.log_errors = False  # invalid patterns are reported as CEL errors, not logged to stderr
@@ -387,6 +414,8 @@ class Checker:
                                   f"'({type_name(args[0])}, {type_name(args[1])})'")
         if name in REGEX_FUNCTIONS:
             self.check_regex(node.args[-1])
+        if name in ("duration", "timestamp") and receiver is None:
+            self.check_time_literal(node, name)
         return results[0] if all(r == results[0] for r in results) else DYN
 
     @staticmethod
@@ -408,6 +437,22 @@ class Checker:
             except re2.error as err:
                 raise self.fail(pattern, f"invalid regular expression {pattern.value!r}: {err}") from None
 
+    def check_time_literal(self, node: Call, name: str) -> None:
+        """cel-go's ValidateDurationLiterals / ValidateTimestampLiterals: a literal argument must convert."""
+        argument = node.args[0]
+        if not isinstance(argument, Literal) or argument.kind not in ("string", "int"):
+            return
+        try:
+            if name == "duration" and argument.kind == "string":
+                parse_duration(str(argument.value))
+            elif name == "timestamp":
+                if argument.kind == "string":
+                    parse_timestamp(str(argument.value))
+                else:
+                    from_unix(int(str(argument.value)))
+        except TimeError:
+            raise self.fail(argument, f"invalid {name} argument") from None
+
     def operator(self, node: Call, types: list[Type]) -> Type:
         name = node.function
         mismatch = self.fail(node, f"found no matching overload for '{name}' applied to "
@@ -423,7 +468,7 @@ class Checker:
                 return DYN  # as cel-go: a dynamic branch makes the whole conditional dynamic
             return _join(types[1], types[2])
         if name == "-_":
-            if types[0] not in (DYN, INT, DOUBLE, DURATION):
+            if types[0] not in (DYN, INT, DOUBLE):  # cel-go negates no duration
                 raise mismatch
             return DYN if types[0] == DYN else types[0]  # any's negation is dyn
         left, right = types
@@ -453,6 +498,8 @@ class Checker:
             return _join(left, right)
         if left == right and left in ARITHMETIC[name]:
             return left
-        if name in ("_+_", "_-_") and left in TIMES and right in TIMES:
-            return TIMESTAMP if TIMESTAMP in (left, right) and left != right else left
+        if name == "_+_" and left in TIMES and right in TIMES and (left, right) != (TIMESTAMP, TIMESTAMP):
+            return TIMESTAMP if TIMESTAMP in (left, right) else DURATION
+        if name == "_-_" and left in TIMES and right in TIMES and (left, right) != (DURATION, TIMESTAMP):
+            return DURATION if left == right else TIMESTAMP
         raise mismatch

@@ -115,6 +115,19 @@ _BOOL_RESULTS = {"isQuantity", "isSemver", "isInteger", "hasValue", "isGreaterTh
 _INT_RESULTS = {"size", "int", "uint", "compareTo", "sign", "asInteger", "major", "minor", "patch", "charAt"}
 _COMPARISONS = {"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"}
 _SIZED_KINDS = {"string", "bytes", "list", "map", "dyn"}
+IP, CIDR, URL = "net.IP", "net.CIDR", "kubernetes.URL"
+TIMESTAMP, DURATION = "google.protobuf.Timestamp", "google.protobuf.Duration"
+_TIMES = {TIMESTAMP, DURATION}
+# Types the Kubernetes estimator prices == for (1, a URL by its size); for cel-go they have no size,
+# so != (and == of any other type without one, such as type values) cannot be bounded.
+_KUBERNETES_EQUALITY = {IP, CIDR, URL, "kubernetes.Quantity", "kubernetes.Semver"}
+_NOMINAL_NET = {"family": INT, "prefixLength": INT, "isUnspecified": BOOL, "isLoopback": BOOL,
+                "isLinkLocalMulticast": BOOL, "isLinkLocalUnicast": BOOL, "isGlobalUnicast": BOOL,
+                "masked": Shape(CIDR), "isURL": BOOL, "getQuery": Shape("map"),
+                **dict.fromkeys(("getScheme", "getHost", "getHostname", "getPort", "getEscapedPath"),
+                                Shape("string"))}
+_TIME_GETTERS = {"getFullYear", "getMonth", "getDayOfYear", "getDate", "getDayOfMonth", "getDayOfWeek",
+                 "getHours", "getMinutes", "getSeconds", "getMilliseconds"}
 
 
 class _Estimator:
@@ -208,7 +221,7 @@ class _Estimator:
             costs, shapes = self.estimate_all(args)
             return _add(costs[0], max(costs[1], costs[2])), _widest(shapes[1:])
         namespace = qualified_name(node.target) if node.target is not None else None
-        if namespace in ("sets", "strings", "optional", "math"):
+        if namespace in ("sets", "strings", "optional", "math", "ip"):
             qualified, target = f"{namespace}.{name}", None
         else:
             qualified, target = name, node.target
@@ -248,6 +261,10 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
     """
     first = operands[0] if operands else DYN
     second = operands[1] if len(operands) > 1 else DYN
+    if name == "_==_" and first.kind == second.kind and first.kind in _KUBERNETES_EQUALITY:
+        return (_traversal(second.size) if first.kind == URL else 1), BOOL
+    if name == "_!=_" and {_named(first.kind), _named(second.kind)} <= _KUBERNETES_EQUALITY:
+        return MAX_COST, BOOL
     if name in _COMPARISONS:
         # Proportional to the smaller operand for strings, bytes, lists and dynamic values; 1 for scalars.
         if not {first.kind, second.kind} & _SIZED_KINDS:
@@ -327,6 +344,13 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         return _traversal(first.size), result
     if name in ("add", "sub"):
         return 1, Shape("kubernetes.Quantity")
+    net = _net_call_cost(name, operands)
+    if net is not None:
+        return net
+    if name in ("duration", "timestamp"):
+        return 1, Shape(DURATION if name == "duration" else TIMESTAMP, size=1)
+    if name in _TIME_GETTERS:
+        return 1, INT
     if name == "string":
         # cel-go knows no size for the conversion of a typed value, so searching it cannot be bounded;
         # converting a dynamic value (an attribute) keeps that value's size and traverses it.
@@ -349,12 +373,45 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
     return 1, DYN
 
 
+def _named(kind: str) -> str:
+    """A capacity's shape is "quantity": the type's name for it."""
+    return "kubernetes.Quantity" if kind == "quantity" else kind
+
+
+def _net_call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape] | None:
+    """The Kubernetes estimator's prices for the ip, cidr and url libraries: parsing traverses the
+    string, an accessor is nominal, a containment test compares two addresses of 4 to 16 bytes."""
+    first = operands[0] if operands else DYN
+    if name in ("ip", "cidr", "isIP", "isCIDR", "url", "ip.isCanonical") and first.kind != CIDR:
+        factor = 2 * STRING_TRAVERSAL_FACTOR if name == "ip.isCanonical" else STRING_TRAVERSAL_FACTOR
+        results = {"ip": Shape(IP), "cidr": Shape(CIDR), "url": Shape(URL, first.size)}
+        return _traversal(first.size, factor), results.get(name, BOOL)
+    if name == "ip":  # the address of a CIDR
+        return 1, Shape(IP)
+    if name in _NOMINAL_NET:
+        return 1, _NOMINAL_NET[name]
+    if name in ("containsIP", "containsCIDR"):
+        compare = math.ceil(32 * STRING_TRAVERSAL_FACTOR)  # two addresses of at most 16 bytes
+        if name == "containsCIDR":  # and the prefix masked and its bits compared
+            compare += math.ceil(16 * STRING_TRAVERSAL_FACTOR) + 1
+        argument = operands[1] if len(operands) > 1 else DYN
+        if argument.kind not in (IP, CIDR):  # the string overload parses it too
+            compare = _add(compare, _traversal(argument.size))
+        return compare, BOOL
+    return None
+
+
 def _arithmetic_result(first: Shape, second: Shape) -> Shape:
     """A number has size 1 for the estimator; a dynamic operand with no number beside it may be
     anything (cel-go resolves no overload), so its result has no size."""
     for operand in (first, second):
         if operand.kind in ("int", "uint", "double"):
             return Shape(operand.kind, size=1)
+    if first.kind in _TIMES or second.kind in _TIMES:
+        kinds = {first.kind, second.kind}
+        if kinds == {TIMESTAMP}:
+            return Shape(DURATION, size=1)  # the difference of two timestamps
+        return Shape(TIMESTAMP if TIMESTAMP in kinds else DURATION, size=1)
     return Shape(first.kind)
 
 

@@ -121,3 +121,23 @@ def test_allow_multiple_allocations_is_a_plain_field() -> None:
 def test_syntax_errors_name_the_position(expression: str, position: str) -> None:
     with pytest.raises(CELCompileError, match=f"syntax error at {position}"):
         cost(expression)
+
+
+def test_network_libraries_are_priced_as_upstream() -> None:
+    # Figures from upstream's estimator (k8s.io/apiserver's library.CostEstimator on cel-go).
+    assert cost('ip("1.2.3.4").family() == 4') == 3
+    assert cost('ip.isCanonical("2001:DB8::1")') == 3
+    assert cost('cidr("10.0.0.0/8").containsIP("10.1.2.3")') == 6
+    assert cost('cidr("10.0.0.0/8").containsCIDR("10.1.0.0/16")') == 10
+    assert cost(f"cidr('10.0.0.0/8').containsIP({D}.s)") == 16
+    assert cost('ip("1.2.3.4") == ip("1.2.3.4")') == 3
+    assert cost(f'url({D}.s) == url("http://x")') == 13
+    assert cost(f'url("http://x") == url({D}.s)') == 19  # an URL's == is priced by its right side
+    assert cost('url("https://example.com/?a=1&a=2&b").getQuery() == {"a": ["1", "2"], "b": [""]}') == 55
+    assert cost('ip("::1") != ip("::1")') == MAX_COST  # cel-go knows no size of these types
+    assert cost('quantity("1") != quantity("1")') == MAX_COST
+
+
+def test_durations_and_timestamps_are_scalars() -> None:
+    assert cost('duration("1h") + duration("1m") == duration("61m")') == 5
+    assert cost('timestamp("2020-01-01T00:00:00Z") - duration("1h") < timestamp("2020-01-01T00:00:00Z")') == 5
