@@ -29,6 +29,7 @@ from allocator.cel.parser import (
     MapExpr,
     Node,
     Select,
+    TRANSFORMS,
     line_column,
     qualified_name,
 )
@@ -74,6 +75,8 @@ ARITHMETIC = {
 ELEMENT = "@element"  # result placeholder: the receiver list's element type
 INNER = "@inner"  # result placeholder: the receiver optional's value type
 WRAPPED = "@wrapped"  # result placeholder: an optional of the argument's type
+SAME = "@same"  # result placeholder: the receiver list's own type
+FLAT = "@flat"  # result placeholder: the element type of a list of lists
 
 # name -> overloads (receiver, parameters, result); the receiver is None for global functions.
 Overload = tuple[Type | None, tuple[Type, ...], Type]
@@ -133,8 +136,16 @@ OVERLOADS: dict[str, list[Overload]] = {
     "orValue": [(ANY_OPTIONAL, (DYN,), INNER)],
     "or": [(ANY_OPTIONAL, (ANY_OPTIONAL,), ANY_OPTIONAL)],
     "includes": [(DYN, (DYN,), BOOL)],
+    # cel-go's lists extension, version 3 (lists_ext)
+    "slice": [(ANY_LIST, (INT, INT), SAME)],
+    "flatten": [(("list", ANY_LIST), (), FLAT), (ANY_LIST, (INT,), ANY_LIST)],
+    "sort": [(("list", kind), (), ("list", kind)) for kind in (INT, UINT, DOUBLE, BOOL, DURATION, TIMESTAMP,
+                                                                STRING, BYTES)],
+    "distinct": [(ANY_LIST, (), SAME)],
+    "reverse": [(ANY_LIST, (), SAME)],
+    "lists.range": [(None, (INT,), ("list", INT))],
 }
-NAMESPACES = ("sets", "strings", "optional")
+NAMESPACES = ("sets", "strings", "optional", "lists")
 TYPE_NAMES = {"bool", "int", "uint", "double", "string", "bytes", "list", "map", "null_type", "type"}
 QUIET_RE2 = re2.Options()
 QUIET_RE2.log_errors = False  # invalid patterns are reported as CEL errors, not logged to stderr
@@ -343,21 +354,42 @@ class Checker:
             raise self.fail(node, f"expression of type '{type_name(target)}' cannot be the range of a "
                                   "comprehension (must be list, map, or dynamic)")
         scope = {node.var: variable}
-        if node.var2 is not None:  # all(k, v, p) / exists(k, v, p): index or key, then the value
-            scope = {node.var: INT if isinstance(target, tuple) and target[0] == "list" else variable,
-                     node.var2: second}
+        if node.var2 is not None:  # two-variable forms: index or key, then the value
+            variable = INT if isinstance(target, tuple) and target[0] == "list" else variable
+            scope = {node.var: variable, node.var2: second}
         self.scopes.append(scope)
         results = [self.check(arg) for arg in node.args]
         self.scopes.pop()
-        has_predicate = node.macro != "map" or len(results) == 2
+        if node.macro == "sortBy":
+            return self.sort_by(node, target, results[0])
+        has_predicate = node.macro not in ("map", *TRANSFORMS) or len(results) == 2
         if has_predicate and not unifies(results[0], BOOL):
             found = type_name(results[0])
             raise self.fail(node.args[0], f"{node.macro}() predicate must be bool, not {found}")
-        if node.macro == "map":
+        if node.macro in ("map", "transformList"):
             return ("list", results[-1])
+        if node.macro == "transformMap":
+            return ("map", variable, results[-1])
+        if node.macro == "transformMapEntry":
+            entry = results[-1]
+            if entry == DYN:
+                return ANY_MAP
+            if not (isinstance(entry, tuple) and entry[0] == "map"):
+                raise self.fail(node.args[-1], "found no matching overload for 'cel.@mapInsert' applied to "
+                                               f"'(map(dyn, dyn), {type_name(entry)})'")
+            return ("map", _known(entry[1]), _known(entry[2]))
         if node.macro == "filter":
             return ("list", variable)
         return BOOL
+
+    def sort_by(self, node: Comprehension, target: Type, key: Type) -> Type:
+        """``list.sortBy(e, key)``: cel-go expands it to ``@sortByAssociatedKeys`` of the list and
+        the list of its keys, declared for lists whose keys have an orderable type."""
+        is_list = target == DYN or (isinstance(target, tuple) and target[0] == "list")
+        if not is_list or not (key == DYN or key in ORDERED):
+            raise self.fail(node, "found no matching overload for '@sortByAssociatedKeys' applied to "
+                                  f"'{type_name(target)}.(list({type_name(key)}))'")
+        return ("list", DYN) if target == DYN else ("list", _known(target[1]))
 
     def call(self, node: Call) -> Type:
         name = node.function
@@ -399,6 +431,11 @@ class Checker:
             return inner
         if result == WRAPPED:
             return ("optional_type", args[0])
+        if result in (SAME, FLAT):
+            inner = receiver[1] if isinstance(receiver, tuple) else DYN
+            if result == FLAT:
+                inner = inner[1] if isinstance(inner, tuple) else DYN
+            return ("list", _known(inner))
         return result
 
     def check_regex(self, pattern: Node) -> None:

@@ -164,6 +164,8 @@ class _Estimator:
         return [c for c, _ in results], [s for _, s in results]
 
     def comprehension(self, node: Comprehension) -> tuple[int, Shape]:
+        if node.macro == "sortBy":
+            return self.sort_by(node)
         range_cost, range_shape = self.estimate(node.target)
         if node.macro == "bind":
             # cel.bind expands to a comprehension over an empty list literal, whose creation is charged.
@@ -190,10 +192,17 @@ class _Estimator:
             per_item, fixed, result = _add(costs[0], 3), 1, BOOL
         elif node.macro == "exists_one":  # step p ? acc + 1 : acc, result acc == 1
             per_item, fixed, result = _add(costs[0], 2), 2, BOOL
+        elif node.macro in ("transformMap", "transformMapEntry"):
+            # step cel.@mapInsert(acc, k, t) or cel.@mapInsert(acc, t), or f ? that : acc; the
+            # accumulator starts as a map literal
+            per_item = _add(*costs, 3 if node.macro == "transformMap" else 2)
+            fixed = MAP_CREATE_COST + 1
+            key = INT if range_shape.kind == "list" else first
+            result = Shape("map", count, elem=shapes[-1], key=key)
         elif node.macro == "filter":  # step p ? acc + [x] : acc
             per_item, fixed = _add(costs[0], 13), LIST_CREATE_COST + 1
             result = Shape("list", count, elem=first)
-        else:  # map: step acc + [t], or p ? acc + [t] : acc
+        else:  # map, transformList: step acc + [t], or p ? acc + [t] : acc
             per_item = _add(*costs, 12)
             fixed, result = LIST_CREATE_COST + 1, Shape("list", count, elem=shapes[-1])
         return _add(range_cost, _mul(count, per_item), fixed), result
@@ -208,7 +217,7 @@ class _Estimator:
             costs, shapes = self.estimate_all(args)
             return _add(costs[0], max(costs[1], costs[2])), _widest(shapes[1:])
         namespace = qualified_name(node.target) if node.target is not None else None
-        if namespace in ("sets", "strings", "optional", "math"):
+        if namespace in ("sets", "strings", "optional", "math", "lists"):
             qualified, target = f"{namespace}.{name}", None
         else:
             qualified, target = name, node.target
@@ -216,8 +225,22 @@ class _Estimator:
         arg_costs, arg_shapes = self.estimate_all(args)
         base = _add(target_cost, *arg_costs)
         operands = ([target_shape] if target is not None else []) + arg_shapes
-        own, shape = _call_cost(qualified, operands)
+        if qualified in _LISTS_EXTENSION and (target is not None) == (qualified != "lists.range"):
+            own, shape = _lists_extension_cost(qualified, target_shape, args, arg_shapes)
+        else:
+            own, shape = _call_cost(qualified, operands)
         return _add(base, own), shape
+
+    def sort_by(self, node: Comprehension) -> tuple[int, Shape]:
+        """cel-go expands ``l.sortBy(e, key)`` to a cel.bind of the list whose result is
+        ``@sortByAssociatedKeys`` of it and of its keys (a map over it)."""
+        target_cost, target_shape = self.estimate(node.target)
+        self.scopes.append({_SORT_BY_INPUT: target_shape})
+        keys = Comprehension(node.pos, "map", Ident(node.pos, _SORT_BY_INPUT), node.var, None, node.args)
+        keys_cost, keys_shape = self.estimate(keys)
+        self.scopes.pop()
+        own, shape = _sort_cost(keys_shape, target_shape.elem)
+        return _add(LIST_CREATE_COST, target_cost, 1, keys_cost, own), shape
 
 
 def _member(shape: Shape, field: str) -> Shape:
@@ -347,6 +370,61 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
     if name in ("_-_", "_*_", "_/_", "_%_", "-_"):
         return 1, _arithmetic_result(first, second if len(operands) > 1 else first)
     return 1, DYN
+
+
+_LISTS_EXTENSION = {"slice", "flatten", "sort", "distinct", "reverse", "lists.range"}
+_SORT_BY_INPUT = "@__sortBy_input__"
+
+
+def _int_literal(node: Node, default: int) -> int:
+    """An argument's value where it is an int literal (negative ones count as 0), as cel-go's list
+    estimators read it; else ``default``."""
+    if isinstance(node, Literal) and node.kind == "int":
+        return max(0, cast(int, node.value))
+    return default
+
+
+def _factor(size: int, factor: float) -> int:
+    """cel-go's MultiplyByCostFactor: rounded up, saturating."""
+    if size >= UNBOUNDED or size * factor >= 2**64:
+        return MAX_COST
+    return math.ceil(size * factor)
+
+
+def _allocating(size: int, factor: float) -> int:
+    """A call that builds a list: dispatch 1, the list 10, and ``factor`` per element of ``size``."""
+    return _add(_factor(size, factor), 1, LIST_CREATE_COST)
+
+
+def _lists_extension_cost(name: str, target: Shape, args: tuple[Node, ...],
+                          shapes: list[Shape]) -> tuple[int, Shape]:
+    """cel-go's estimators of the lists extension (ext.Lists version 3)."""
+    if name == "lists.range":
+        size = _int_literal(args[0], UNBOUNDED)
+        return _allocating(size, 1), Shape("list", size, elem=INT)
+    if name == "slice":
+        start, end = _int_literal(args[0], 0), _int_literal(args[1], target.size)
+        size = (end - start) % 2**64  # unsigned, as in cel-go: a start past the end wraps around
+        return _allocating(size, 1), Shape("list", size, elem=target.elem)
+    if name == "reverse":
+        return _allocating(target.size, 1), Shape("list", target.size, elem=target.elem)
+    if name == "flatten":
+        depth = _int_literal(args[0], UNBOUNDED) if args else 1
+        inner = target.elem.elem if target.elem is not None and target.elem.elem is not None else None
+        return _allocating(target.size, depth), Shape("list", target.size, elem=inner)
+    if name == "distinct":
+        squared = _mul(target.size, target.size)
+        return _allocating(squared, 2), Shape("list", squared, elem=target.elem)
+    return _sort_cost(target, target.elem)
+
+
+def _sort_cost(keys: Shape, elem: Shape | None) -> tuple[int, Shape]:
+    """sort() and sortBy's @sortByAssociatedKeys: 2 per pair of keys, 2.1 where the keys may be
+    strings or bytes (cel-go takes the dearest of the overloads that match)."""
+    squared = _mul(keys.size, keys.size)
+    key_kind = keys.elem.kind if keys.elem is not None else "dyn"
+    factor = 2.0 if key_kind in ("int", "uint", "double", "bool") else 2.0 + STRING_TRAVERSAL_FACTOR
+    return _allocating(squared, factor), Shape("list", squared, elem=elem)
 
 
 def _arithmetic_result(first: Shape, second: Shape) -> Shape:
