@@ -40,7 +40,7 @@ from allocator.cel.backend import (
 from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
 from allocator.cel.celpy_check import DYN, Checker, type_name
-from allocator.cel.parser import Call, Node, Token, is_empty_list_membership, parse
+from allocator.cel.parser import Call, Comprehension, Node, Token, is_empty_list_membership, parse
 from allocator.cel.parser import tokenize as _tokenize_uncached
 from allocator.quantity import Quantity
 from allocator.semver import Semver
@@ -73,7 +73,7 @@ _CHECKER_GAPS = re.compile(
 # compile() tokenizes the same text at several stages; the token lists are only read
 tokenize = functools.lru_cache(maxsize=256)(_tokenize_uncached)
 
-_UNESTIMATED_MACROS = {"existsOne", "transformList", "transformMap", "transformMapEntry"}
+_SORT_BY_INPUT = "__sortBy_input__"
 _MISSING_KEY = re.compile(r'Key not found in map : "?([^"]*)"?')
 _APPLIED_TO = re.compile(r"applied to '\([^']*\)'")
 _RENAMED_BACK = {new: old for old, new in library.RENAMED_MEMBER_FUNCTIONS.items()}
@@ -105,15 +105,18 @@ class CelExprBackend:
     def _compile(self, expression: str, options: CompileOptions) -> tuple[CelExprProgram, Any, Node]:
         tokens = tokenize(expression)
         _reject_disabled_features(tokens, options)
-        checked_text = _same_length_rewrites(expression, tokens)
-        with self._lock:
-            compiled, unchecked = self._compile_checked(checked_text, expression)
         tree = parse(expression)
+        checked_text = _same_length_rewrites(expression, tokens)
+        expanded = _with_macro_expansions(checked_text)
+        with self._lock:
+            compiled, unchecked = self._compile_checked(expanded, expression)
         Checker(expression, options, optional_map_entries=True).check(tree)  # compile() checks the result
         check_opaque_types(expression, tree)
         with self._lock:
             result_type = compiled.return_type()
-            executable = _with_tree_rewrites(checked_text, tree)
+            # tree rewrites need the positions of the text they edit
+            executable = _with_tree_rewrites(expanded, tree if expanded == checked_text else parse(expanded))
+            checked_text = expanded
             executable = _with_constant_values(_with_domain_defaults(executable, tokenize(executable)))
             if executable != checked_text:
                 compiled = self._env.compile(executable, disable_check=unchecked)
@@ -267,10 +270,6 @@ def _reject_disabled_features(tokens: list[Token], options: CompileOptions) -> N
         if token.text == "includes" and not options.list_type_attributes and _is_member_call(tokens, i):
             raise CELCompileError("undeclared reference to 'includes' (it exists only when the "
                                   "DRAListTypeAttributes feature is enabled)")
-        if token.text in _UNESTIMATED_MACROS and _is_member_call(tokens, i):
-            # cel-expr has no run-time cost limit, so what the estimator cannot bound is refused
-            raise CELCompileError(f"'{token.text}' is not supported: the cost estimator does not know "
-                                  "this two-variable comprehension; use all/exists/map/filter instead")
 
 
 def _same_length_rewrites(text: str, tokens: list[Token]) -> str:
@@ -279,6 +278,10 @@ def _same_length_rewrites(text: str, tokens: list[Token]) -> str:
     renames = library.RENAMED_MEMBER_FUNCTIONS
     edits = [(t.pos, t.pos + len(t.text), renames[t.text]) for i, t in enumerate(tokens)
              if t.kind == "ident" and t.text in renames and _is_member_call(tokens, i)]
+    # cel-cpp knows the two-variable form only as existsOne, cel-go also as exists_one
+    edits += [(t.pos, t.pos + len(t.text), "existsOne ") for i, t in enumerate(tokens)
+              if t.text == "exists_one" and _is_member_call(tokens, i)
+              and _argument_count(tokens, i + 1) == 3]
     for i in range(len(tokens) - 5):
         window = [t.text for t in tokens[i:i + 6]]
         always_present = f"device.{window[4]}" in _VARIABLES
@@ -286,6 +289,86 @@ def _same_length_rewrites(text: str, tokens: list[Token]) -> str:
             start, end = tokens[i].pos, tokens[i + 5].pos + 1
             edits.append((start, end, "(true" + " " * (end - start - 6) + ")"))
     return _apply(text, edits)
+
+
+def _argument_count(tokens: list[Token], open_index: int) -> int:
+    close = _matching_close(tokens, open_index)
+    if close is None or close == open_index + 1:
+        return 0
+    depth = 0
+    commas = 0
+    for token in tokens[open_index + 1:close]:
+        if token.kind == "punct" and token.text in "([{":
+            depth += 1
+        elif token.kind == "punct" and token.text in ")]}":
+            depth -= 1
+        elif depth == 0 and _is(token, ","):
+            commas += 1
+    return commas + 1
+
+
+def _with_macro_expansions(text: str) -> str:
+    """The macros cel-expr lacks, one call at a time (so nested ones expand too), as cel-go expands
+    them: ``l.sortBy(e, key)`` binds the list once and orders it by the list of its keys; cel-cpp
+    declares transformMap and transformMapEntry but has no run-time ``cel.@mapInsert``, so they
+    become a transformList of entries that a function of ours gathers into the map."""
+    while True:
+        tokens = tokenize(text)
+        index_at = {token.pos: i for i, token in enumerate(tokens)}
+        calls = [node for node in walk(parse(text))
+                 if isinstance(node, Comprehension) and node.macro in _EXPANDED_MACROS]
+        if not calls:
+            return text
+        call = calls[-1]  # the last found is innermost or rightmost: it contains no other
+        dot = index_at[call.pos]
+        close = _matching_close(tokens, dot + 2)
+        assert close is not None  # the text parsed
+        start = tokens[_chain_start(tokens, dot)].pos
+        receiver = text[start:tokens[dot].pos]
+        arguments = text[tokens[dot + 2].pos + 1:tokens[close].pos]
+        if call.macro == "sortBy":
+            bound = _SORT_BY_INPUT
+            keys = f"{bound}.map({arguments})"
+            expansion = f"cel.bind({bound}, {receiver}, {bound}.{library.SORT_BY_KEYS}({keys}))"
+        else:
+            last = call.args[-1]
+            last_start = min(part.pos for part in walk(last))
+            while not _balanced(text[last_start:tokens[close].pos]):  # a parenthesized transform
+                last_start = text.rindex("(", 0, last_start)
+            head = text[tokens[dot + 2].pos + 1:last_start]
+            transform = text[last_start:tokens[close].pos]
+            if call.macro == "transformMap":
+                transform = f"[{call.var}, {transform}]"
+            expansion = f"{_EXPANDED_MACROS[call.macro]}({receiver}.transformList({head}{transform}))"
+        text = text[:start] + expansion + text[tokens[close].pos + 1:]
+
+
+_EXPANDED_MACROS = {"sortBy": "", "transformMap": library.MAP_FROM_PAIRS,
+                    "transformMapEntry": library.MAP_FROM_ENTRIES}
+
+
+def _chain_start(tokens: list[Token], dot: int) -> int:
+    """The index of the first token of the member chain that ends before token ``dot``."""
+    j = dot - 1
+    while j >= 0:
+        token = tokens[j]
+        if token.kind == "punct" and token.text in ")]}":
+            depth = 0
+            while j >= 0:
+                if tokens[j].kind == "punct" and tokens[j].text in ")]}":
+                    depth += 1
+                elif tokens[j].kind == "punct" and tokens[j].text in "([{":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                j -= 1
+            j -= 1
+        elif (token.kind != "punct" or token.text == "."
+              or (token.text == "?" and j > 0 and _is(tokens[j - 1], "."))):
+            j -= 1
+        else:
+            break
+    return j + 1
 
 
 def _with_domain_defaults(text: str, tokens: list[Token]) -> str:

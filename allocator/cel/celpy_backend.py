@@ -46,6 +46,7 @@ from allocator.cel.celpy_library import (
     map_insert,
 )
 from allocator.cel.parser import (
+    TRANSFORMS,
     Call,
     Comprehension,
     Has,
@@ -55,7 +56,6 @@ from allocator.cel.parser import (
     Literal,
     MapExpr,
     Node,
-    TRANSFORMS,
     Select,
     is_empty_list_membership,
     parse,
@@ -378,7 +378,7 @@ _MACROS = {"all", "exists", "exists_one", "map", "filter", *TRANSFORMS}
 def _two_variable_fold(name: str, pairs: list[tuple[Any, Any]], bodies: list[Callable[[Any], Any]]) -> Any:
     """exists_one(k, v, p) and the transforms, as cel-go's expansions run them: every element is
     visited, and the first error (a filter that is not a bool included) is the result."""
-    accumulated: Any = 0 if name == "exists_one" else ct.ListType() if name == "transformList" else ct.MapType()
+    accumulated: Any = {"exists_one": 0, "transformList": ct.ListType()}.get(name, ct.MapType())
     for pair in pairs:
         if name == "exists_one" or len(bodies) == 2:
             keep = bodies[0](pair)

@@ -19,6 +19,7 @@ import re2
 
 from allocator.cel.backend import CELCompileError, CompileOptions
 from allocator.cel.parser import (
+    TRANSFORMS,
     Call,
     Comprehension,
     Has,
@@ -29,7 +30,6 @@ from allocator.cel.parser import (
     MapExpr,
     Node,
     Select,
-    TRANSFORMS,
     line_column,
     qualified_name,
 )
