@@ -369,8 +369,6 @@ def _map_from(entries: list[Any], pairs: bool) -> dict[Any, Any]:
         if not pairs and type(entry) is not dict:
             raise NoSuchOverload("cel.@mapInsert", result, entry)
         for key, value in ([entry] if pairs else entry.items()):
-            if type(key) not in (int, bool, str):
-                raise ValueError(f"unsupported key type: {_cel_kind(key)}")
             if any(cel_equal(key, other) for other in result):
                 shown = str(key).lower() if type(key) is bool else key
                 raise ValueError(f"insert failed: key {shown} already exists")

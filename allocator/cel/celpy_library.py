@@ -714,8 +714,6 @@ def _sorted_by_keys(values: Any, keys: Any) -> Any:
 def map_insert(mapping: ct.MapType, key: Any, value: Any) -> ct.MapType:
     """cel-go's ``cel.@mapInsert`` for the two-variable transforms: a copy of ``mapping`` with one more
     entry; a key already there (by CEL equality: 1 and 1.0 are one key) is an error."""
-    if kind_of(key) not in ("int", "uint", "bool", "string"):
-        raise LibraryError(f"unsupported key type: {kind_of(key)}")
     if _map_find(mapping, key) is not None:
         raise LibraryError(f"insert failed: key {_to_display(key)} already exists")
     result = ct.MapType(mapping)

@@ -13,8 +13,8 @@ condition and step. Sizes that cannot be bounded make the estimate saturate at 2
 
 Figures with these rules (tests/cel/test_cost.py): `device.driver == "gpu.example.com"` costs 4; the three
 benchmark selectors (equality on driver/model/memory, `in` on a list, quantity compareTo) cost 14, 19 and 7;
-an `exists` with `startsWith` over one attribute domain costs 164; two nested loops over the attribute maps
-cost about 5,400 (25,000 with a regex match inside); three nested loops exceed 1,000,000 and are rejected,
+an `exists` with `startsWith` over one attribute domain costs 196; two nested loops over the attribute maps
+cost about 6,400 (25,000 with a regex match inside); three nested loops exceed 1,000,000 and are rejected,
 and so is a string search in the result of string(), whose size cel-go cannot bound.
 """
 
@@ -188,8 +188,10 @@ class _Estimator:
         # Per element: the loop condition and step of cel-go's macro expansion; plus the accumulator's
         # initial value (a list literal for map/filter) and the result expression.
         count = range_shape.size
-        if node.macro in ("all", "exists"):  # cond @not_strictly_false(acc), step acc && p
+        if node.macro == "all":  # cond @not_strictly_false(acc), step acc && p
             per_item, fixed, result = _add(costs[0], 3), 1, BOOL
+        elif node.macro == "exists":  # cond @not_strictly_false(!acc), step acc || p
+            per_item, fixed, result = _add(costs[0], 4), 1, BOOL
         elif node.macro == "exists_one":  # step p ? acc + 1 : acc, result acc == 1
             per_item, fixed, result = _add(costs[0], 2), 2, BOOL
         elif node.macro in ("transformMap", "transformMapEntry"):
@@ -272,10 +274,11 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
     first = operands[0] if operands else DYN
     second = operands[1] if len(operands) > 1 else DYN
     if name in _COMPARISONS:
-        # Proportional to the smaller operand for strings, bytes, lists and dynamic values; 1 for scalars.
+        # Proportional to the smaller operand for strings, bytes, lists and dynamic values (nothing
+        # when one is empty, "" or []); 1 for scalars.
         if not {first.kind, second.kind} & _SIZED_KINDS:
             return 1, BOOL
-        return max(1, _traversal(min(first.size, second.size))), BOOL
+        return _traversal(min(first.size, second.size)), BOOL
     if name == "@in":
         return (1 if second.kind == "map" else max(1, second.size)), BOOL
     if name == "_+_":
