@@ -177,8 +177,8 @@ class _Estimator:
             first, second = range_shape.key or DYN, range_shape.elem or DYN
         else:
             first, second = range_shape.elem or DYN, DYN
-            if node.var2 is not None:  # two-variable form over a list: index, value
-                first, second = INT, range_shape.elem or DYN
+            if node.var2 is not None:  # two-variable form: index, value (a dynamic range's index is dyn)
+                first, second = INT if range_shape.kind == "list" else DYN, range_shape.elem or DYN
         scope = {node.var: first}
         if node.var2 is not None:
             scope[node.var2] = second
@@ -199,8 +199,7 @@ class _Estimator:
             # accumulator starts as a map literal
             per_item = _add(*costs, 3 if node.macro == "transformMap" else 2)
             fixed = MAP_CREATE_COST + 1
-            key = INT if range_shape.kind == "list" else first
-            result = Shape("map", count, elem=shapes[-1], key=key)
+            result = Shape("map", count, elem=shapes[-1], key=first)
         elif node.macro == "filter":  # step p ? acc + [x] : acc
             per_item, fixed = _add(costs[0], 13), LIST_CREATE_COST + 1
             result = Shape("list", count, elem=first)
@@ -288,7 +287,9 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
             size = min(UNBOUNDED, first.size + second.size)
             return _traversal(size), Shape(first.kind if first.kind != "dyn" else second.kind, size)
         if first.kind == "dyn" and second.kind == "dyn":  # may be two lists or strings: sizes add up
-            return 1, Shape("dyn", min(UNBOUNDED, first.size + second.size), elem=first.elem or second.elem)
+            size = min(UNBOUNDED, first.size + second.size)
+            # the dearest overload that may apply: string concatenation traverses the result
+            return max(1, _traversal(size)), Shape("dyn", size, elem=first.elem or second.elem)
         return 1, _arithmetic_result(first, second)
     if name in ("startsWith", "endsWith"):
         return _traversal(second.size), BOOL
