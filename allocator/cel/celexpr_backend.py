@@ -323,7 +323,7 @@ def _with_macro_expansions(text: str) -> str:
         dot = index_at[call.pos]
         close = _matching_close(tokens, dot + 2)
         assert close is not None  # the text parsed
-        start = tokens[_chain_start(tokens, dot)].pos
+        start = _operand_start(text, call.target, tokens[dot].pos)
         receiver = text[start:tokens[dot].pos]
         arguments = text[tokens[dot + 2].pos + 1:tokens[close].pos]
         if call.macro == "sortBy":
@@ -331,10 +331,7 @@ def _with_macro_expansions(text: str) -> str:
             keys = f"{bound}.map({arguments})"
             expansion = f"cel.bind({bound}, {receiver}, {bound}.{library.SORT_BY_KEYS}({keys}))"
         else:
-            last = call.args[-1]
-            last_start = min(part.pos for part in walk(last))
-            while not _balanced(text[last_start:tokens[close].pos]):  # a parenthesized transform
-                last_start = text.rindex("(", 0, last_start)
+            last_start = _operand_start(text, call.args[-1], tokens[close].pos)
             head = text[tokens[dot + 2].pos + 1:last_start]
             transform = text[last_start:tokens[close].pos]
             if call.macro == "transformMap":
@@ -347,28 +344,15 @@ _EXPANDED_MACROS = {"sortBy": "", "transformMap": library.MAP_FROM_PAIRS,
                     "transformMapEntry": library.MAP_FROM_ENTRIES}
 
 
-def _chain_start(tokens: list[Token], dot: int) -> int:
-    """The index of the first token of the member chain that ends before token ``dot``."""
-    j = dot - 1
-    while j >= 0:
-        token = tokens[j]
-        if token.kind == "punct" and token.text in ")]}":
-            depth = 0
-            while j >= 0:
-                if tokens[j].kind == "punct" and tokens[j].text in ")]}":
-                    depth += 1
-                elif tokens[j].kind == "punct" and tokens[j].text in "([{":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                j -= 1
-            j -= 1
-        elif (token.kind != "punct" or token.text == "."
-              or (token.text == "?" and j > 0 and _is(tokens[j - 1], "."))):
-            j -= 1
-        else:
-            break
-    return j + 1
+def _operand_start(text: str, node: Node, end: int) -> int:
+    """Where the text of ``node``, which ends before ``end``, begins: its leftmost part, widened to
+    the parentheses around it and to the ``cel`` of a ``cel.bind`` (which the parse drops)."""
+    start = min(part.pos for part in walk(node))
+    while not _balanced(text[start:end]):
+        start = text.rindex("(", 0, start)
+    if text[start] == ".":  # cel.bind(...): the namespace before the dot
+        start = text.rindex("cel", 0, start)
+    return start
 
 
 def _with_domain_defaults(text: str, tokens: list[Token]) -> str:

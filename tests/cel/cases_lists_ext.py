@@ -74,6 +74,9 @@ SORT_DISTINCT = _cases("lists extension sort", [
     (f'{D}.tags.sortBy(t, t) == ["a", "b", "b"]', True),
     ("[2, 1].sortBy(x, x).sortBy(y, -y) == [2, 1]", True),
     ("[2, 1].sortBy(x, x).map(y, y * 2) == [2, 4]", True),
+    ("1 in [3, 1].sortBy(x, x % 3).filter(x, x > 2)", False),  # the receiver is the list, not the `in`
+    ("cel.bind(y, [2, 1], y).sortBy(x, x) == [1, 2]", True),
+    ("-[2, 1].sortBy(x, x)[0] == -1", True),
     ("[1, 2].sortBy(x, [x]) == []", "compile_error"),  # the key must have an ordered type
     ('"abc".sortBy(x, x) == []', "compile_error"),  # sortBy applies to lists only
     ('{"a": 1}.sortBy(x, x) == []', "compile_error"),
@@ -91,6 +94,8 @@ TWO_VARIABLE = _cases("two-variable comprehensions", [
     ('{"a": 1}.transformMap(k, v, v + 1) == {"a": 2}', True),
     ('{"a": 1, "b": 2}.transformMap(k, v, v > 1, v) == {"b": 2}', True),
     ("[1, 2].transformMap(i, v, v) == {0: 1, 1: 2}", True),
+    ("7 in [1, 2, 3].transformMap(i, v, v > 1, (v + 1)).transformList(k, v, v)", False),
+    ("[1, 2].transformMapEntry(i, v, cel.bind(z, v, {z: i})).size() == 2", True),
     ("[1, 2].transformMapEntry(i, v, {v: i}) == {1: 0, 2: 1}", True),
     ("[1, 2].transformMapEntry(i, v, v > 1, {v: i}) == {2: 1}", True),
     ("[1, 1].transformMapEntry(i, v, {v: i}) == {}", "runtime_error"),  # duplicate key
