@@ -26,8 +26,8 @@ Open CEL differences from cel-go found by the differential campaigns (cost estim
 selectors, milli sums and asInteger, opaque == in cel-expr, cel-go's typing of an empty list's
 filter) are listed one by one, with the reason, in tests/conformance/differential.py
 (KNOWN_CEL_DIFFERENCES). Not yet implemented, so a compile error here: the CEL functions of upstream's
-environment that docs/operations.md lists under Known limitations (cel-go's list extension, the
-two-variable transforms, ip/cidr/url, type(), duration, timestamp).
+environment that docs/operations.md lists under Known limitations (ip/cidr/url, type(), duration,
+timestamp).
 
 Upstream quirk we copy: with DRAOptionalNodeOperations off, devices of slices with skipNodeOperations are
 usable unless another alpha allocator gate is on (upstream's variants differ; allocator.checks says which).
