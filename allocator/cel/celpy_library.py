@@ -4,7 +4,8 @@ Everything here is called by celpy's evaluator on celpy values (`celpy.celtypes`
 Semver objects, which celpy carries as they are. The operators replace celpy's own (heterogeneous
 equality, cross-type numeric ordering, strict bool logic, typed arithmetic); the functions implement the
 Kubernetes Quantity, Semver, lists and regex libraries, cel-go's lists extension (lists_ext), ext.Strings
-(v2), ext.Sets, optional values and the DRA device maps. Errors are raised as Python exceptions of the classes celpy turns into CEL errors.
+(v2), ext.Sets, optional values and the DRA device maps. Errors are raised as Python exceptions of the
+classes celpy turns into CEL errors.
 """
 
 from __future__ import annotations
