@@ -21,6 +21,7 @@ overload per argument kind.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import itertools
 from collections.abc import Callable, Sequence
@@ -340,7 +341,8 @@ def _cel_kind(value: object) -> str:
     if isinstance(value, _BYTES):
         return opaque_kind(value)
     return {bool: "bool", int: "int", float: "double", str: "string", list: "list", dict: "map",
-            type(None): "null_type"}.get(type(value), type(value).__name__)
+            type(None): "null_type", datetime.datetime: "google.protobuf.Timestamp",
+            datetime.timedelta: "google.protobuf.Duration"}.get(type(value), type(value).__name__)
 
 
 def _lists_call(implementation: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
