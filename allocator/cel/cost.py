@@ -72,8 +72,9 @@ SCALAR_DYN = Shape("dyn", size=1)
 BOOL = Shape("bool", size=1)
 INT = Shape("int", size=1)
 
-# An attribute is a string/version of at most 64 bytes or (list attributes) a list of at most 64 values.
-_ATTRIBUTE_VALUE = Shape("dyn", MAX_ATTRIBUTE_VALUE_LENGTH, elem=Shape("dyn", MAX_ATTRIBUTE_VALUE_LENGTH))
+# An attribute is a string/version of at most 64 bytes or (list attributes) a list of at most 64 values;
+# cel-go knows no size for an element of a list attribute (the attribute's type is dyn).
+_ATTRIBUTE_VALUE = Shape("dyn", MAX_ATTRIBUTE_VALUE_LENGTH, elem=DYN)
 _DOMAIN_KEY = Shape("string", size=MAX_DOMAIN_LENGTH)
 _ID_KEY = Shape("string", size=MAX_ID_LENGTH)
 
@@ -279,7 +280,9 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
             return 1, BOOL
         return _traversal(min(first.size, second.size)), BOOL
     if name == "@in":
-        return (1 if second.kind == "map" else max(1, second.size)), BOOL
+        # a list is searched (an empty one costs nothing); a dynamic one may be a map, which costs 1
+        cost = 1 if second.kind == "map" else second.size if second.kind == "list" else max(1, second.size)
+        return cost, BOOL
     if name == "_+_":
         if first.kind == "list" or second.kind == "list":
             return 1, Shape("list", min(UNBOUNDED, first.size + second.size), elem=first.elem or second.elem)
@@ -330,7 +333,7 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
             size = _mul(math.ceil(first.size / old.size), new.size)
         return _traversal(first.size, 2 * STRING_TRAVERSAL_FACTOR), Shape("string", size)
     if name == "split":
-        part = Shape("string", first.size)
+        part = Shape("string")  # cel-go sizes the list, not its parts
         return _traversal(first.size, 2 * STRING_TRAVERSAL_FACTOR), Shape("list", first.size, elem=part)
     if name == "join":
         # As the Kubernetes estimator: the elements of a typed list (a literal, a split() or map()
