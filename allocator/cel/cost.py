@@ -139,8 +139,9 @@ class _Estimator:
             cost, shape = self.estimate(node.operand)
             return _add(cost, 1), _member(shape, node.field)
         if isinstance(node, Has):
+            # the Kubernetes environment keeps cel-go's old rule: the presence test itself is free
             cost, _ = self.estimate(node.select.operand)
-            return _add(cost, 1), BOOL
+            return cost, BOOL
         if isinstance(node, Index):
             cost, shape = self.estimate(node.operand)
             index_cost, _ = self.estimate(node.index)
