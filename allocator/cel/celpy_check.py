@@ -389,7 +389,14 @@ class Checker:
         if not is_list or not (key == DYN or key in ORDERED):
             raise self.fail(node, "found no matching overload for '@sortByAssociatedKeys' applied to "
                                   f"'{type_name(target)}.(list({type_name(key)}))'")
-        return ("list", DYN) if target == DYN else ("list", _known(target[1]))
+        if target == DYN:
+            return ("list", DYN)
+        by_element = isinstance(node.args[0], Ident) and node.args[0].name == node.var
+        if target[1] == FREE and (key == FREE or by_element):
+            # an empty literal sorted by its elements: cel-go binds their type to the first
+            # overload's key type, int
+            return ("list", INT)
+        return ("list", target[1])
 
     def call(self, node: Call) -> Type:
         name = node.function
@@ -419,6 +426,8 @@ class Checker:
                                   f"'({type_name(args[0])}, {type_name(args[1])})'")
         if name in REGEX_FUNCTIONS:
             self.check_regex(node.args[-1])
+        if isinstance(receiver, tuple) and receiver[0] == "list" and receiver[1] == FREE:
+            return results[0]  # cel-go binds an empty literal's element type to the first overload's
         return results[0] if all(r == results[0] for r in results) else DYN
 
     @staticmethod
@@ -431,11 +440,11 @@ class Checker:
             return inner
         if result == WRAPPED:
             return ("optional_type", args[0])
-        if result in (SAME, FLAT):
+        if result in (SAME, FLAT):  # a free element type stays free (the receiver is an empty literal)
             inner = receiver[1] if isinstance(receiver, tuple) else DYN
-            if result == FLAT:
+            if result == FLAT and inner != FREE:
                 inner = inner[1] if isinstance(inner, tuple) else DYN
-            return ("list", _known(inner))
+            return ("list", inner)
         return result
 
     def check_regex(self, pattern: Node) -> None:

@@ -174,6 +174,9 @@ class _Estimator:
             self.scopes.append({node.var: range_shape})
             body_cost, body_shape = self.estimate(node.args[0])
             self.scopes.pop()
+            if isinstance(node.args[0], Ident) and node.args[0].name == node.var:
+                # cel-go copies no size from a result that is the bound name itself
+                body_shape = Shape(body_shape.kind, elem=body_shape.elem, key=body_shape.key)
             return _add(LIST_CREATE_COST, range_cost, body_cost), body_shape
         if range_shape.kind == "map":
             first, second = range_shape.key or DYN, range_shape.elem or DYN
