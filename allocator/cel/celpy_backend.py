@@ -378,7 +378,7 @@ _MACROS = {"all", "exists", "exists_one", "map", "filter", *TRANSFORMS}
 def _two_variable_fold(name: str, pairs: list[tuple[Any, Any]], bodies: list[Callable[[Any], Any]]) -> Any:
     """exists_one(k, v, p) and the transforms, as cel-go's expansions run them: every element is
     visited, and the first error (a filter that is not a bool included) is the result."""
-    accumulated: Any = {"exists_one": 0, "transformList": ct.ListType()}.get(name, ct.MapType())
+    count, built_list, built_map = 0, ct.ListType(), ct.MapType()
     for pair in pairs:
         if name == "exists_one" or len(bodies) == 2:
             keep = bodies[0](pair)
@@ -388,24 +388,26 @@ def _two_variable_fold(name: str, pairs: list[tuple[Any, Any]], bodies: list[Cal
             if not keep:
                 continue
             if name == "exists_one":
-                accumulated += 1
+                count += 1
                 continue
         value = bodies[-1](pair)
         if isinstance(value, CELEvalError):
             return value
         try:
             if name == "transformList":
-                accumulated = ct.ListType([*accumulated, value])
+                built_list.append(value)
             elif name == "transformMap":
-                accumulated = map_insert(accumulated, pair[0], value)
+                map_insert(built_map, pair[0], value)
             elif isinstance(value, dict):
                 for key, entry in value.items():
-                    accumulated = map_insert(accumulated, key, entry)
+                    map_insert(built_map, key, entry)
             else:
                 raise NoOverload(f"no such overload: cel.@mapInsert(map, {kind_of(value)})")
         except (LibraryError, NoOverload) as err:
             return CELEvalError(str(err), type(err), (str(err),))
-    return ct.BoolType(accumulated == 1) if name == "exists_one" else accumulated
+    if name == "exists_one":
+        return ct.BoolType(count == 1)
+    return built_list if name == "transformList" else built_map
 
 
 def _quantifier(name: str, values: Any, body: Callable[[Any], Any]) -> Any:

@@ -712,14 +712,12 @@ def _sorted_by_keys(values: Any, keys: Any) -> Any:
         v, keys, kind_of, _less))(values)
 
 
-def map_insert(mapping: ct.MapType, key: Any, value: Any) -> ct.MapType:
-    """cel-go's ``cel.@mapInsert`` for the two-variable transforms: a copy of ``mapping`` with one more
-    entry; a key already there (by CEL equality: 1 and 1.0 are one key) is an error."""
+def map_insert(mapping: ct.MapType, key: Any, value: Any) -> None:
+    """cel-go's ``cel.@mapInsert`` for the two-variable transforms, on the map being built: a key
+    already there (by CEL equality: 1 and 1.0 are one key) is an error."""
     if _map_find(mapping, key) is not None:
         raise LibraryError(f"insert failed: key {_to_display(key)} already exists")
-    result = ct.MapType(mapping)
-    dict.__setitem__(result, key, value)
-    return result
+    dict.__setitem__(mapping, key, value)
 
 
 def _list_index_of(values: list[Any], item: Any) -> Any:
