@@ -390,7 +390,7 @@ class Checker:
             raise self.fail(node, "found no matching overload for '@sortByAssociatedKeys' applied to "
                                   f"'{type_name(target)}.(list({type_name(key)}))'")
         if target == DYN:
-            return ("list", DYN)
+            return DYN  # the overloads for every key type apply, with different results
         by_element = isinstance(node.args[0], Ident) and node.args[0].name == node.var
         if target[1] == FREE and (key == FREE or by_element):
             # an empty literal sorted by its elements: cel-go binds their type to the first
@@ -440,10 +440,12 @@ class Checker:
             return inner
         if result == WRAPPED:
             return ("optional_type", args[0])
-        if result in (SAME, FLAT):  # a free element type stays free (the receiver is an empty literal)
-            inner = receiver[1] if isinstance(receiver, tuple) else DYN
+        if result in (SAME, FLAT):
+            # list(T) of a dynamic receiver (or of dynamic elements, for flatten) leaves T free:
+            # cel-go's checker then takes the list for one of any element type
+            inner = receiver[1] if isinstance(receiver, tuple) else FREE
             if result == FLAT and inner != FREE:
-                inner = inner[1] if isinstance(inner, tuple) else DYN
+                inner = inner[1] if isinstance(inner, tuple) else FREE
             return ("list", inner)
         return result
 

@@ -121,4 +121,19 @@ EMPTY_LITERALS = _cases("lists extension on an empty literal", [
     ('[].flatten().exists(s, s == "b")', False),
 ])
 
-CASES: list[CelCase] = [*SLICE_FLATTEN_RANGE, *SORT_DISTINCT, *TWO_VARIABLE, *EMPTY_LITERALS]
+# On a dynamic receiver (a list attribute) slice, reverse, distinct and flatten() give a list whose
+# element type is left free, which a list literal takes beside a list of any type; sort() and
+# sortBy() give dyn, flatten(depth) list(dyn).
+DYNAMIC_RECEIVERS = _cases("lists extension on a dynamic list", [
+    (f"[{D}.ids.slice(0, 1), [1]].size() == 2", True),
+    (f'[{D}.ids.reverse(), ["a"]].size() == 2', True),
+    (f"[{D}.ids.flatten(), [1]].size() == 2", True),
+    (f"[{D}.ids.transformList(i, v, v * i + 1), {D}.ids.slice(0, 1)].size() == 2", True),
+    (f"[{D}.ids.sort(), [1]].size() == 2", "compile_error"),
+    (f"[{D}.ids.sortBy(x, x), [1]].size() == 2", "compile_error"),
+    (f"[{D}.ids.flatten(1), [1]].size() == 2", "compile_error"),
+    (f"[{D}.ids.slice(0, 1), {D}.ids].size() == 2", "compile_error"),
+])
+
+CASES: list[CelCase] = [*SLICE_FLATTEN_RANGE, *SORT_DISTINCT, *TWO_VARIABLE, *EMPTY_LITERALS,
+                        *DYNAMIC_RECEIVERS]
