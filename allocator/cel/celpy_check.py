@@ -307,6 +307,11 @@ class Checker:
         was_optional = isinstance(operand, tuple) and operand[0] == "optional_type"
         target = operand[1] if was_optional else operand
         result = self.member(node, target, field, index)
+        if optional and field is None and (target in (DYN, FREE) or (
+                isinstance(target, tuple) and target[0] == "list" and target[1] == FREE)):
+            # cel-go's optional index of a dynamic value (or of an empty literal) leaves the
+            # value's type free: orValue(x) takes x's type (an optional field selection is dyn)
+            return ("optional_type", FREE)
         return ("optional_type", result) if optional or was_optional else result
 
     def member(self, node: Node, target: Type, field: str | None, index: Type | None) -> Type:

@@ -11,6 +11,7 @@ from case import DEFAULT_DEVICE, CelCase
 from allocator.cel.backend import CompileOptions
 
 D = 'device.attributes["gpu.example.com"]'
+C = 'device.capacity["gpu.example.com"]'
 LIST_OPTIONS = CompileOptions(list_type_attributes=True)
 LIST_DEVICE = {
     **DEFAULT_DEVICE,
@@ -135,5 +136,15 @@ DYNAMIC_RECEIVERS = _cases("lists extension on a dynamic list", [
     (f"[{D}.ids.slice(0, 1), {D}.ids].size() == 2", "compile_error"),
 ])
 
+# An optional index into a dynamic list (a list attribute) or an empty literal leaves the value's
+# type free, so orValue(x) has x's type; an optional field of a dynamic value stays dyn.
+OPTIONAL_INDEX = _cases("optional index of a dynamic list", [
+    (f"[{D}.ids[?7].orValue(-5), 1].size() == 2", True),
+    ("1 in [1, [][?7].orValue(-5)]", True),
+    (f'{C}.memory == {D}.ids[?1].orValue(-5)', "compile_error"),
+    (f'{D}.ids[?0].orValue("x") == 3', "compile_error"),
+    (f"[{D}.?index.orValue(3), 1].size() == 2", "compile_error"),
+])
+
 CASES: list[CelCase] = [*SLICE_FLATTEN_RANGE, *SORT_DISTINCT, *TWO_VARIABLE, *EMPTY_LITERALS,
-                        *DYNAMIC_RECEIVERS]
+                        *DYNAMIC_RECEIVERS, *OPTIONAL_INDEX]
