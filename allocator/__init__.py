@@ -24,7 +24,7 @@ that claim against the released Go code. Deliberate differences, each commented 
 
 Open CEL differences from cel-go found by the differential campaigns (cost estimates of stored
 selectors, milli sums and asInteger, opaque == in cel-expr, cel-go's typing of an empty list's
-filter) are listed one by one, with the reason, in tests/conformance/differential.py
+filter and sortBy) are listed one by one, with the reason, in tests/conformance/differential.py
 (KNOWN_CEL_DIFFERENCES). Not yet implemented, so a compile error here: the CEL functions of upstream's
 environment that docs/operations.md lists under Known limitations (ip/cidr/url, type(), duration,
 timestamp).
