@@ -3,10 +3,10 @@
 Everything here is called by celpy's evaluator on celpy values (`celpy.celtypes`), plus Quantity and
 Semver objects, which celpy carries as they are. The operators replace celpy's own (heterogeneous
 equality, cross-type numeric ordering, strict bool logic, typed arithmetic); the functions implement the
-Kubernetes Quantity, Semver, lists and regex libraries, ext.Strings (v2), ext.Sets, optional values,
-the DRA device maps, the Kubernetes ip/cidr/url libraries (allocator.cel.netlib) and cel-go's
-durations and timestamps (allocator.cel.timelib). Errors are raised as Python exceptions of the
-classes celpy turns into CEL errors.
+Kubernetes Quantity, Semver, lists and regex libraries, cel-go's lists extension (lists_ext),
+ext.Strings (v2), ext.Sets, optional values, the DRA device maps, the Kubernetes ip/cidr/url
+libraries (allocator.cel.netlib) and cel-go's durations and timestamps (allocator.cel.timelib).
+Errors are raised as Python exceptions of the classes celpy turns into CEL errors.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import celpy.celtypes as ct
 import re2
 from celpy.evaluation import CELEvalError, base_functions
 
-from allocator.cel import netlib, timelib
+from allocator.cel import lists_ext, netlib, timelib
 from allocator.cel.celpy_check import QUIET_RE2, TIME_GETTERS
 from allocator.quantity import Quantity
 from allocator.semver import Semver
@@ -856,6 +856,45 @@ def _extreme(function: str, pick_less: bool) -> Callable[[list[Any]], Any]:
     return implementation
 
 
+def _lists_extension(function: str, implementation: Callable[..., list[Any]],
+                     *kinds: type) -> Callable[..., Any]:
+    """A function of cel-go's lists extension (lists_ext) on a list receiver and arguments of
+    ``kinds``; its errors carry cel-go's messages."""
+    def checked(values: Any, *args: Any) -> Any:
+        _require(values, list, function, *args)
+        if len(args) > len(kinds):
+            raise _no_overload(function, values, *args)
+        for arg, kind in zip(args, kinds, strict=False):
+            _require(arg, kind, function, values, *args)
+        try:
+            return ct.ListType(implementation(values, *(int(a) for a in args)))
+        except lists_ext.ListsError as err:
+            raise LibraryError(str(err)) from None
+
+    return checked
+
+
+def _lists_range(size: Any) -> Any:
+    _require(size, ct.IntType, "lists.range")
+    try:
+        return ct.ListType(ct.IntType(i) for i in lists_ext.list_range(int(size)))
+    except lists_ext.ListsError as err:
+        raise LibraryError(str(err)) from None
+
+
+def _sorted_by_keys(values: Any, keys: Any) -> Any:
+    return _lists_extension("@sortByAssociatedKeys", lambda v: lists_ext.sorted_by_keys(
+        v, keys, kind_of, _less))(values)
+
+
+def map_insert(mapping: ct.MapType, key: Any, value: Any) -> None:
+    """cel-go's ``cel.@mapInsert`` for the two-variable transforms, on the map being built: a key
+    already there (by CEL equality: 1 and 1.0 are one key) is an error."""
+    if _map_find(mapping, key) is not None:
+        raise LibraryError(f"insert failed: key {_to_display(key)} already exists")
+    dict.__setitem__(mapping, key, value)
+
+
 def _list_index_of(values: list[Any], item: Any) -> Any:
     return ct.IntType(next((i for i, v in enumerate(values) if cel_equals(v, item)), -1))
 
@@ -1067,6 +1106,15 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "__m_min": _list_method("min", _extreme("min", pick_less=True)),
     "__m_max": _list_method("max", _extreme("max", pick_less=False)),
     "__m_includes": _includes,
+    "__m_slice": _lists_extension("slice", lists_ext.slice_of, ct.IntType, ct.IntType),
+    "__m_flatten": _lists_extension("flatten", lambda v, depth=1: lists_ext.flattened(
+        v, depth, lambda item: isinstance(item, list)), ct.IntType),
+    "__m_sort": _lists_extension("sort", lambda v: lists_ext.sorted_by_keys(v, v, kind_of, _less)),
+    "__m_distinct": _lists_extension("distinct", lambda v: lists_ext.distinct(
+        v, lambda a, b: go_equal(a, b) is True)),
+    "__m_reverse": _lists_extension("reverse", lists_ext.reversed_list),
+    "__lists_range": _lists_range,
+    "__sort_by_keys": _sorted_by_keys,
     "__m_hasValue": _optional_method("hasValue", lambda o: ct.BoolType(o.present)),
     "__m_value": _optional_method("value", _optional_value),
     "__m_orValue": _optional_method("orValue", lambda o, default: o.value if o.present else default),

@@ -83,3 +83,31 @@ def test_net_values_and_time_conversions_keep_upstream_answers() -> None:
         'timestamp(device.attributes["d"].at) == timestamp("2020-01-01T00:00:00.5Z")',
     ]:
         assert engine.compile(expression).matches(device), expression
+
+
+def test_values_cel_expr_cannot_carry_are_evaluated_by_celpy() -> None:
+    # cel-expr-python refuses a duration or timestamp that a Python function returns (here the lists
+    # extension's sort); the selector and the derived expression still give cel-go's answer.
+    engine = cel.get_engine("cel-expr")
+    device = cel.make_device("gpu.example.com", {}, {}, memo_key=("slice", 1, "dev-0"))
+    sorted_durations = '[duration("2h"), duration("1m")].sort()'
+    selector = engine.compile(f'{sorted_durations}[0] == duration("1m")')
+    assert selector.engine == "cel-expr"
+    assert selector.matches(device) is True
+    assert selector.matches(device) is True  # the remembered answer
+    failing = engine.compile(f'{sorted_durations}[0] == duration("1m") && [1][2] == 1')
+    with pytest.raises(cel.CELRuntimeError, match="index"):
+        failing.matches(device)
+    derived = engine.compile_derived(f'{sorted_durations}.size()', cel.CompileOptions())
+    assert derived.value(device) == 2
+
+
+def test_a_failure_of_cel_expr_python_itself_is_a_runtime_error() -> None:
+    from allocator.cel.celexpr_backend import CelExprProgram
+
+    class Failing:
+        def eval(self, activation: object) -> None:
+            raise RuntimeError("INVALID_ARGUMENT: something cel-expr-python cannot do")
+
+    with pytest.raises(cel.CELRuntimeError, match="cel-expr: INVALID_ARGUMENT"):
+        CelExprProgram(Failing()).evaluate(object())

@@ -23,6 +23,10 @@ if importlib.util.find_spec("cases_time") is not None:
     import cases_time
 
     TABLES.append(cases_time)
+if importlib.util.find_spec("cases_lists_ext") is not None:
+    import cases_lists_ext
+
+    TABLES.append(cases_lists_ext)
 
 ALL_CASES: list[CelCase] = [case for table in TABLES for case in table.CASES]
 

@@ -250,19 +250,73 @@ def _optional_int(draw: st.DrawFn, depth: int) -> str:
     return f"optional.ofNonZeroValue({expr(draw, 'int', depth + 1)}).orValue(5)"
 
 
+def _list_extension(draw: st.DrawFn, kind: str, depth: int) -> str:
+    """A list of ``kind`` (ints or strings) through cel-go's lists extension or transformList; some
+    calls fail at run time (slice bounds, lists.range(-1)) or do not compile (flatten of a typed
+    flat list, sortBy on a key of no ordered type)."""
+    element = "int" if kind == "ints" else "string"
+    target = expr(draw, kind, depth + 1)
+    shape = draw(st.integers(0, 7))
+    if shape == 0:
+        return f"{target}.{draw(st.sampled_from(['sort', 'distinct', 'reverse']))}()"
+    if shape == 1:
+        bounds = draw(st.sampled_from(["0, 1", "1, 2", "0, 0", "2, 1", "-1, 1", "0, 5"]))
+        if draw(st.booleans()):
+            bounds = f"0, {expr(draw, 'int', depth + 1)}"
+        return f"{target}.slice({bounds})"
+    if shape == 2:
+        key = draw(st.sampled_from(
+            ["-x", "x % 3", "1", "[x]"] if kind == "ints" else ["x", "size(x)", "x.upperAscii()", "[x]"]))
+        return f"{target}.sortBy(x, {key})"
+    if shape == 3:
+        other = expr(draw, kind, depth + 1)
+        form = draw(st.sampled_from(["[{}, {}].flatten()", "[{}, {}].flatten(1)", "{}.flatten()",
+                                     "dyn([{}, {}]).flatten(2)"]))
+        return form.format(target, other) if form.count("{}") == 2 else form.format(target)
+    if shape == 4:
+        transform = "v * i + 1" if kind == "ints" else 'v + "-" + string(i)'
+        if draw(st.booleans()):
+            return f"{target}.transformList(i, v, {transform})"
+        return f"{target}.transformList(i, v, i % 2 == 0, {transform})"
+    if shape == 5 and kind == "ints":
+        return f"lists.range({expr(draw, 'int', depth + 1)})"
+    if shape == 6:  # values of a map built by a transform, in key order of a sort
+        built = _map_transform(draw, depth)
+        return f"{built}.transformList(k, v, {'v' if kind == 'ints' else 'string(k)'}).sort()"
+    return f"[{expr(draw, element, depth + 1)}, {expr(draw, element, depth + 1)}].sort()"
+
+
+def _map_transform(draw: st.DrawFn, depth: int) -> str:
+    """A map(int, int) through transformMap or transformMapEntry (duplicate keys fail at run time)."""
+    source = expr(draw, "ints", depth + 1)
+    return draw(st.sampled_from([
+        f"{source}.transformMap(i, v, v + i)",
+        f"{source}.transformMap(i, v, v > 1, v)",
+        f"{source}.transformMapEntry(i, v, {{v: i}})",
+        f"{source}.transformMapEntry(i, v, i < 2, {{v % 3: i}})",
+    ]))
+
+
+def _map_transform_size(draw: st.DrawFn, depth: int) -> str:
+    built = _map_transform(draw, depth)
+    return draw(st.sampled_from([f"size({built})", f"{built}.transformList(k, v, k + v).sum()"]))
+
+
 def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
     """A random expression of type ``kind``: int, string, bool, quantity, version, ints, strings."""
     leaf = depth >= MAX_DEPTH or draw(st.integers(0, 2)) == 0
     if kind == "int":
         if leaf:
             return draw(st.sampled_from(["0", "1", "2", "-1", "7", f"{D}.idx", f"{D}.?idx.orValue(3)"]))
-        shape = draw(st.integers(0, 11))
-        if shape == 11:
+        shape = draw(st.integers(0, 12))
+        if shape == 12:
             return _time_int(draw, depth)
-        if shape == 10:
+        if shape == 11:
             return _net_int(draw, depth)
         if shape == 0:
             return _bin(draw, "int", depth, ["+", "-", "*", "/", "%"])
+        if shape == 10:
+            return _map_transform_size(draw, depth)
         if shape == 1:
             return f"size({expr(draw, 'string', depth + 1)})"
         if shape == 2:
@@ -352,7 +406,9 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
     if kind == "ints":
         if leaf:
             return draw(st.sampled_from(["[]", "[1, 2, 3]", "[3, 1]", f"{D}.ids"]))
-        shape = draw(st.integers(0, 3))
+        shape = draw(st.integers(0, 4))
+        if shape == 4:
+            return _list_extension(draw, "ints", depth)
         if shape == 0:
             return f"{expr(draw, 'ints', depth + 1)}.filter(x, x > {expr(draw, 'int', depth + 1)})"
         if shape == 1:
@@ -363,6 +419,8 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
     if kind == "strings":
         if leaf:
             return draw(st.sampled_from(['["a", "b"]', "[]", f"{D}.tags", '"a,b,c".split(",")']))
+        if draw(st.booleans()):
+            return _list_extension(draw, "strings", depth)
         return f'{expr(draw, "string", depth + 1)}.split("-")'
     assert kind == "bool", kind
     if leaf:
@@ -380,13 +438,18 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
                 ]
             )
         )
-    shape = draw(st.integers(0, 16))
-    if shape == 16:
+    shape = draw(st.integers(0, 17))
+    if shape == 17:
         return _time_bool(draw, depth)
-    if shape >= 14:
+    if shape >= 15:
         return _net_bool(draw, depth)
     if shape == 0:
         return _bin(draw, "int", depth, ["==", "!=", "<", "<=", ">", ">="])
+    if shape == 14:  # two-variable quantifiers: index (or key) and value
+        macro = draw(st.sampled_from(["exists", "all", "existsOne", "exists_one"]))
+        kind = draw(st.sampled_from(["ints", "strings"]))
+        predicate = draw(st.sampled_from(["i < 2", "i == v", "v == v", "size(string(v)) > i", "v > i"]))
+        return f"{expr(draw, kind, depth + 1)}.{macro}(i, v, {predicate})"
     if shape == 1:
         return _bin(draw, "string", depth, ["==", "!=", "<", ">"])
     if shape == 2:

@@ -37,6 +37,7 @@ from allocator import (
     ResourceSlice,
     cel,
 )
+from allocator.cel.cost import MAX_COST
 from allocator.quantity import Quantity
 
 Obj = dict[str, Any]
@@ -331,14 +332,23 @@ def attribute_json(value: cel.AttributeValue | Obj) -> str:
     return orjson.dumps(present, option=orjson.OPT_SORT_KEYS).decode()
 
 
+def upstream_cost(answer: Obj) -> int:
+    """cel-go's estimate: the upstream program leaves out 2**64 - 1, which it gives for an estimate
+    without bound and for an expression that did not compile (then 0 here)."""
+    if "maxCost" in answer:
+        return int(answer["maxCost"])
+    return 0 if answer["outcome"] == "compile_error" else MAX_COST
+
+
 def cel_upstream(ask: Callable[[Obj], Obj], question: Obj) -> tuple[str, Obj]:
     """Upstream's outcome. For a new selector an estimated cost over the limit counts as a compile
-    error, because the API server rejects it; upstream's allocator does not estimate stored ones."""
+    error, because the API server rejects it (an estimate without bound too); upstream's allocator
+    does not estimate stored ones."""
     answer = ask({"mode": "cel", **question})
     kind = answer["outcome"]
     if kind == "value":
         kind = "value:" + attribute_json(answer.get("attribute") or {})
-    over_limit = answer.get("maxCost", 0) > cel.DEFAULT_COST_LIMIT
+    over_limit = upstream_cost(answer) > cel.DEFAULT_COST_LIMIT
     if kind != "compile_error" and over_limit and question.get("newExpressions"):
         kind = "compile_error"
     return kind, answer
@@ -357,7 +367,7 @@ def _cost_over_limit_on_one_side(engine: str, question: Obj, ours: str, answer: 
     limit = cel.DEFAULT_COST_LIMIT
     if not question.get("newExpressions"):  # upstream's allocator does not estimate at all
         return ours == "compile_error" and our_cost > limit and answer["outcome"] != "compile_error"
-    return (our_cost > limit) != (answer.get("maxCost", 0) > limit)
+    return (our_cost > limit) != (upstream_cost(answer) > limit)
 
 
 KNOWN_CEL_DIFFERENCES: dict[str, Callable[[str, Obj, str, Obj], bool]] = {
@@ -405,6 +415,12 @@ KNOWN_CEL_DIFFERENCES: dict[str, Callable[[str, Obj, str, Obj], bool]] = {
     "filter of an empty list literal": lambda e, q, o, a: (
         ("[].filter(" in q["expression"] or "[] + []).filter(" in q["expression"])
         and a["outcome"] == "compile_error"
+    ),
+    # The same for sortBy: cel-go binds the free element type of ``[]`` through the overloads of its
+    # key expression (``[].sortBy(x, -x)`` is a list(double) there, ``[].sortBy(x, x)`` a list(int),
+    # which we copy); ours stays free for any other key.
+    "sortBy of an empty list literal": lambda e, q, o, a: (
+        "[].sortBy(" in q["expression"] and a["outcome"] == "compile_error"
     ),
 }
 
