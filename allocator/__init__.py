@@ -25,10 +25,10 @@ that claim against the released Go code. Deliberate differences, each commented 
 
 Open CEL differences from cel-go found by the differential campaigns (cost estimates of stored
 selectors, milli sums and asInteger, opaque == in cel-expr, cel-go's typing of an empty list's
-filter) are listed one by one, with the reason, in tests/conformance/differential.py
-(KNOWN_CEL_DIFFERENCES). Not yet implemented, so a compile error here: the CEL functions of upstream's
-environment that docs/operations.md lists under Known limitations (cel-go's list extension, the
-two-variable transforms, ip/cidr/url, type(), duration, timestamp).
+filter and sortBy, cel-expr's UTC string() of a timestamp written with an offset) are listed one by
+one, with the reason, in tests/conformance/differential.py (KNOWN_CEL_DIFFERENCES). Not yet
+implemented, so a compile error here: the CEL functions of upstream's environment that
+docs/operations.md lists under Known limitations (the Kubernetes format library).
 
 Upstream quirk we copy: with DRAOptionalNodeOperations off, devices of slices with skipNodeOperations are
 usable unless another alpha allocator gate is on (upstream's variants differ; allocator.checks says which).

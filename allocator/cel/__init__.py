@@ -25,6 +25,7 @@ import importlib.util
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import cast
 
 from cachetools import LRUCache
@@ -40,6 +41,7 @@ from allocator.cel.backend import (
     CELResultTypeError,
     CELRuntimeError,
     CompileOptions,
+    EngineCannotCarry,
     Program,
     derived_result_problem,
     make_device,
@@ -109,6 +111,9 @@ class Selector:
             result: bool | str = self._program.evaluate(activation)  # type: ignore[union-attr]
         except CELRuntimeError as err:
             result = err.message  # errors are deterministic too: remembered like results
+        except EngineCannotCarry:
+            result = _carried_elsewhere(lambda: _other_engine(self._backend_name).compile(
+                self.expression, self.options).matches(device))
         if device.memo_key is not None:
             _remember(device.results, self, result)
         if result.__class__ is bool:
@@ -117,6 +122,19 @@ class Selector:
 
     def __repr__(self) -> str:
         return f"Selector({self.expression!r}, engine={self.engine!r})"
+
+
+def _other_engine(name: str) -> Engine:
+    """The engine that evaluates what engine ``name`` cannot carry (EngineCannotCarry): celpy, pure
+    Python, is always there and carries every value."""
+    return get_engine("celpy" if name != "celpy" else "cel-expr")
+
+
+def _carried_elsewhere(evaluate: Callable[[], bool]) -> bool | str:
+    try:
+        return evaluate()
+    except CELRuntimeError as err:
+        return err.message
 
 
 def _remember(results: dict[object, bool | str], selector: Selector, result: bool | str) -> None:
@@ -131,18 +149,26 @@ class DerivedExpression:
     """A compiled derived-attribute expression (DRADerivedAttributes): ``value`` evaluates it on a device
     and raises CELRuntimeError when that fails or gives no attribute value."""
 
-    __slots__ = ("_backend", "_program", "expression")
+    __slots__ = ("_backend", "_lists_allowed", "_options", "_program", "expression")
 
-    def __init__(self, expression: str, backend: Backend, program: Program) -> None:
+    def __init__(self, expression: str, backend: Backend, program: Program, options: CompileOptions,
+                 lists_allowed: bool) -> None:
         self.expression = expression
         self._backend = backend
         self._program = program
+        self._options = options
+        self._lists_allowed = lists_allowed
 
     def value(self, device: CELDevice) -> AttributeValue:
         activation = device.activations.get(self._backend.name)
         if activation is None:
             activation = device.activations[self._backend.name] = self._backend.activation(device)
-        return self._program.value(activation)
+        try:
+            return self._program.value(activation)
+        except EngineCannotCarry:
+            other = _other_engine(self._backend.name)
+            return other.compile_derived(self.expression, self._options,
+                                         lists_allowed=self._lists_allowed).value(device)
 
     def __repr__(self) -> str:
         return f"DerivedExpression({self.expression!r}, engine={self._backend.name!r})"
@@ -234,7 +260,7 @@ class Engine:
         if problem is not None:
             raise CELResultTypeError(problem, expression)
         _check_cost(expression, options)
-        derived = DerivedExpression(expression, self._backend, program)
+        derived = DerivedExpression(expression, self._backend, program, options, lists_allowed)
         with self._lock:
             self._derived[key] = derived
         return derived

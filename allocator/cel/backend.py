@@ -48,6 +48,12 @@ class CELRuntimeError(CELError):
     pass
 
 
+class EngineCannotCarry(Exception):
+    """An engine met a value it cannot hand back from a function of ours (cel-expr-python converts no
+    duration, timestamp or type value returned by Python, as the lists extension returns them): the
+    expression is evaluated by the other engine instead, which has the same semantics."""
+
+
 class CELResultTypeError(CELCompileError):
     """An expression whose static result type cannot serve where it is used (a derived attribute)."""
 

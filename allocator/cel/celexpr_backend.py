@@ -29,18 +29,20 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 from allocator.cel import celexpr_library as library
+from allocator.cel import celexpr_net, celexpr_time
 from allocator.cel.backend import (
     AttributeValue,
     CELCompileError,
     CELDevice,
     CELRuntimeError,
     CompileOptions,
+    EngineCannotCarry,
     attribute_result,
 )
 from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
-from allocator.cel.celpy_check import DYN, Checker, type_name
-from allocator.cel.parser import Call, Node, Token, is_empty_list_membership, parse
+from allocator.cel.celpy_check import CIDR, DURATION, DYN, IP, STRING, TIMESTAMP, Checker, Type, type_name
+from allocator.cel.parser import Call, Comprehension, Literal, Node, Token, is_empty_list_membership, parse
 from allocator.cel.parser import tokenize as _tokenize_uncached
 from allocator.quantity import Quantity
 from allocator.semver import Semver
@@ -73,7 +75,7 @@ _CHECKER_GAPS = re.compile(
 # compile() tokenizes the same text at several stages; the token lists are only read
 tokenize = functools.lru_cache(maxsize=256)(_tokenize_uncached)
 
-_UNESTIMATED_MACROS = {"existsOne", "transformList", "transformMap", "transformMapEntry"}
+_SORT_BY_INPUT = "__sortBy_input__"
 _MISSING_KEY = re.compile(r'Key not found in map : "?([^"]*)"?')
 _APPLIED_TO = re.compile(r"applied to '\([^']*\)'")
 _RENAMED_BACK = {new: old for old, new in library.RENAMED_MEMBER_FUNCTIONS.items()}
@@ -105,16 +107,23 @@ class CelExprBackend:
     def _compile(self, expression: str, options: CompileOptions) -> tuple[CelExprProgram, Any, Node]:
         tokens = tokenize(expression)
         _reject_disabled_features(tokens, options)
-        checked_text = _same_length_rewrites(expression, tokens)
-        with self._lock:
-            compiled, unchecked = self._compile_checked(checked_text, expression)
         tree = parse(expression)
-        Checker(expression, options, optional_map_entries=True).check(tree)  # compile() checks the result
+        checked_text = _same_length_rewrites(expression, tokens)
+        expanded = _with_macro_expansions(checked_text)
+        with self._lock:
+            compiled, unchecked = self._compile_checked(expanded, expression)
+        checker = _NetStrings(expression, options, optional_map_entries=True)
+        checker.check(tree)  # compile() checks the result
         check_opaque_types(expression, tree)
         with self._lock:
             result_type = compiled.return_type()
-            executable = _with_tree_rewrites(checked_text, tree)
+            # the renames keep every length, so the tree's positions hold until a macro is expanded
+            renamed = _apply(checked_text, checker.renames(tokenize(checked_text)))
+            executable = _with_macro_expansions(renamed)
+            executable = _with_tree_rewrites(executable, tree if executable == renamed else parse(executable))
+            checked_text = expanded
             executable = _with_constant_values(_with_domain_defaults(executable, tokenize(executable)))
+            executable = _with_time_wrappers(_with_canonical_time_literals(executable))
             if executable != checked_text:
                 compiled = self._env.compile(executable, disable_check=unchecked)
         return CelExprProgram(compiled), result_type, tree
@@ -141,6 +150,64 @@ class CelExprBackend:
         })
 
 
+_RENAMED_CALLS = {"string", "int", "getMilliseconds", "duration", "timestamp"}
+
+
+class _NetStrings(Checker):
+    """The checker, noting the calls cel-cpp would answer differently from cel-go for the type of
+    their argument: ``string(x)`` of an IP address or CIDR (cel-cpp would convert their bytes
+    encoding), and the duration and timestamp conversions of celexpr_time. They are renamed."""
+
+    _RENAMES = {
+        ("string", IP): celexpr_net.TO_STRING, ("string", CIDR): celexpr_net.TO_STRING,
+        ("string", DURATION): celexpr_time.STRING_OF_DURATION,
+        ("string", TIMESTAMP): celexpr_time.STRING_OF_TIMESTAMP,
+        ("int", DURATION): celexpr_time.INT, ("getMilliseconds", DURATION): celexpr_time.MILLISECONDS,
+        # a string only known at run time (literals are canonicalised instead)
+        ("duration", STRING): celexpr_time.PARSE_DURATION, ("duration", DYN): celexpr_time.PARSE_DURATION,
+        ("timestamp", STRING): celexpr_time.PARSE_TIMESTAMP, ("timestamp", DYN): celexpr_time.PARSE_TIMESTAMP,
+    }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.found: list[tuple[int, str, str]] = []  # (position, old name, new name)
+        # A node's type, by identity: call() asks for its argument's type before checking the call,
+        # which would otherwise check nested conversions (string(string(...))) exponentially often.
+        # Scopes are lexical, so a node has one type.
+        self.types: dict[int, Type] = {}
+
+    def check(self, node: Node) -> Type:
+        known = self.types.get(id(node))
+        if known is None:
+            known = self.types[id(node)] = super().check(node)
+        return known
+
+    def call(self, node: Call) -> Type:
+        subject = node.target if node.function == "getMilliseconds" else (
+            node.args[0] if node.target is None and len(node.args) == 1 else None)
+        if isinstance(subject, Literal):
+            subject = None
+        if node.function in _RENAMED_CALLS and subject is not None:
+            new = self._RENAMES.get((node.function, self.check(subject)))  # type: ignore[arg-type]
+            if new is not None:
+                self.found.append((node.pos, node.function, new))
+        return super().call(node)
+
+    def renames(self, tokens: list[Token]) -> list[tuple[int, int, str]]:
+        """Same-length edits: each noted call's name replaced."""
+        edits = []
+        for position, old, new in self.found:
+            name = next((t for t in tokens if t.pos >= position and t.kind == "ident" and t.text == old),
+                        None)
+            if name is not None:
+                edits.append((name.pos, name.pos + len(old), new))
+        return edits
+
+
+# What cel-expr-python says of a Python function's result it cannot convert to a CEL value.
+_CANNOT_CARRY = "Non-CEL value type"
+
+
 class CelExprProgram:
     __slots__ = ("_compiled",)
 
@@ -148,7 +215,7 @@ class CelExprProgram:
         self._compiled = compiled
 
     def evaluate(self, activation: object) -> bool:
-        result = self._compiled.eval(activation)
+        result = self._run(activation)
         value = result.value()
         if value.__class__ is bool:
             return value
@@ -157,11 +224,19 @@ class CelExprProgram:
         raise CELRuntimeError(f"selector must evaluate to a bool, got {_type_name(result.type())} {value!r}")
 
     def value(self, activation: object) -> AttributeValue:
-        result = self._compiled.eval(activation)
+        result = self._run(activation)
         value = result.value()
         if result.type() == T.ERROR:
             raise CELRuntimeError(_runtime_message(str(value)))
         return attribute_result(_native(value, result.type()), _kind_of, _plain)
+
+    def _run(self, activation: object) -> Any:
+        try:
+            return self._compiled.eval(activation)
+        except RuntimeError as err:  # cel-expr-python's own failures, not CEL errors
+            if _CANNOT_CARRY in str(err):
+                raise EngineCannotCarry(str(err)) from None
+            raise CELRuntimeError(f"cel-expr: {err}") from None
 
 
 class _Unsigned(int):
@@ -267,10 +342,6 @@ def _reject_disabled_features(tokens: list[Token], options: CompileOptions) -> N
         if token.text == "includes" and not options.list_type_attributes and _is_member_call(tokens, i):
             raise CELCompileError("undeclared reference to 'includes' (it exists only when the "
                                   "DRAListTypeAttributes feature is enabled)")
-        if token.text in _UNESTIMATED_MACROS and _is_member_call(tokens, i):
-            # cel-expr has no run-time cost limit, so what the estimator cannot bound is refused
-            raise CELCompileError(f"'{token.text}' is not supported: the cost estimator does not know "
-                                  "this two-variable comprehension; use all/exists/map/filter instead")
 
 
 def _same_length_rewrites(text: str, tokens: list[Token]) -> str:
@@ -279,6 +350,10 @@ def _same_length_rewrites(text: str, tokens: list[Token]) -> str:
     renames = library.RENAMED_MEMBER_FUNCTIONS
     edits = [(t.pos, t.pos + len(t.text), renames[t.text]) for i, t in enumerate(tokens)
              if t.kind == "ident" and t.text in renames and _is_member_call(tokens, i)]
+    # cel-cpp knows the two-variable form only as existsOne, cel-go also as exists_one
+    edits += [(t.pos, t.pos + len(t.text), "existsOne ") for i, t in enumerate(tokens)
+              if t.text == "exists_one" and _is_member_call(tokens, i)
+              and _argument_count(tokens, i + 1) == 3]
     for i in range(len(tokens) - 5):
         window = [t.text for t in tokens[i:i + 6]]
         always_present = f"device.{window[4]}" in _VARIABLES
@@ -286,6 +361,70 @@ def _same_length_rewrites(text: str, tokens: list[Token]) -> str:
             start, end = tokens[i].pos, tokens[i + 5].pos + 1
             edits.append((start, end, "(true" + " " * (end - start - 6) + ")"))
     return _apply(text, edits)
+
+
+def _argument_count(tokens: list[Token], open_index: int) -> int:
+    close = _matching_close(tokens, open_index)
+    if close is None or close == open_index + 1:
+        return 0
+    depth = 0
+    commas = 0
+    for token in tokens[open_index + 1:close]:
+        if token.kind == "punct" and token.text in "([{":
+            depth += 1
+        elif token.kind == "punct" and token.text in ")]}":
+            depth -= 1
+        elif depth == 0 and _is(token, ","):
+            commas += 1
+    return commas + 1
+
+
+def _with_macro_expansions(text: str) -> str:
+    """The macros cel-expr lacks, one call at a time (so nested ones expand too), as cel-go expands
+    them: ``l.sortBy(e, key)`` binds the list once and orders it by the list of its keys; cel-cpp
+    declares transformMap and transformMapEntry but has no run-time ``cel.@mapInsert``, so they
+    become a transformList of entries that a function of ours gathers into the map."""
+    while True:
+        tokens = tokenize(text)
+        index_at = {token.pos: i for i, token in enumerate(tokens)}
+        calls = [node for node in walk(parse(text))
+                 if isinstance(node, Comprehension) and node.macro in _EXPANDED_MACROS]
+        if not calls:
+            return text
+        call = calls[-1]  # the last found is innermost or rightmost: it contains no other
+        dot = index_at[call.pos]
+        close = _matching_close(tokens, dot + 2)
+        assert close is not None  # the text parsed
+        start = _operand_start(text, call.target, tokens[dot].pos)
+        receiver = text[start:tokens[dot].pos]
+        arguments = text[tokens[dot + 2].pos + 1:tokens[close].pos]
+        if call.macro == "sortBy":
+            bound = _SORT_BY_INPUT
+            keys = f"{bound}.map({arguments})"
+            expansion = f"cel.bind({bound}, {receiver}, {bound}.{library.SORT_BY_KEYS}({keys}))"
+        else:
+            last_start = _operand_start(text, call.args[-1], tokens[close].pos)
+            head = text[tokens[dot + 2].pos + 1:last_start]
+            transform = text[last_start:tokens[close].pos]
+            if call.macro == "transformMap":
+                transform = f"[{call.var}, {transform}]"
+            expansion = f"{_EXPANDED_MACROS[call.macro]}({receiver}.transformList({head}{transform}))"
+        text = text[:start] + expansion + text[tokens[close].pos + 1:]
+
+
+_EXPANDED_MACROS = {"sortBy": "", "transformMap": library.MAP_FROM_PAIRS,
+                    "transformMapEntry": library.MAP_FROM_ENTRIES}
+
+
+def _operand_start(text: str, node: Node, end: int) -> int:
+    """Where the text of ``node``, which ends before ``end``, begins: its leftmost part, widened to
+    the parentheses around it and to the ``cel`` of a ``cel.bind`` (which the parse drops)."""
+    start = min(part.pos for part in walk(node))
+    while not _balanced(text[start:end]):
+        start = text.rindex("(", 0, start)
+    if text[start] == ".":  # cel.bind(...): the namespace before the dot
+        start = text.rindex("cel", 0, start)
+    return start
 
 
 def _with_domain_defaults(text: str, tokens: list[Token]) -> str:
@@ -325,6 +464,34 @@ def _with_constant_values(text: str) -> str:
                 continue
             escaped = "".join(chr(b) if 0x20 <= b <= 0x7E else f"\\x{b:02x}" for b in encoded)
             edits.append((call.pos, close.pos + 1, f'b"{escaped}"'))
+    return _apply(text, edits)
+
+
+def _with_time_wrappers(text: str) -> str:
+    """Phase two of celexpr_time's renames: ``_dstr_(x)`` becomes ``_goDuration(string(x))``, etc."""
+    tokens = tokenize(text)
+    edits = []
+    for i, token in enumerate(tokens[:-1]):
+        wrapper = celexpr_time.WRAPPERS.get(token.text) if token.kind == "ident" else None
+        close = _matching_close(tokens, i + 1) if wrapper and _is(tokens[i + 1], "(") else None
+        if wrapper is not None and close is not None:
+            edits.append((token.pos, tokens[i + 1].pos + 1, wrapper))
+            edits.append((tokens[close].pos + 1, tokens[close].pos + 1, ")"))
+    return _apply(text, edits)
+
+
+def _with_canonical_time_literals(text: str) -> str:
+    """Valid ``duration("...")`` / ``timestamp("...")`` literals in the form cel-cpp reads as cel-go
+    reads the original (Go's units and fractions, offsets)."""
+    tokens = tokenize(text)
+    edits = []
+    for i in range(len(tokens) - 3):
+        call, open_, literal, close = tokens[i:i + 4]
+        if (call.kind == "ident" and call.text in ("duration", "timestamp") and _is(open_, "(")
+                and literal.kind == "string" and _is(close, ")") and not (i > 0 and _is(tokens[i - 1], "."))):
+            canonical = celexpr_time.canonical_literal(call.text, str(literal.value))
+            if canonical is not None:
+                edits.append((literal.pos, close.pos, f'"{canonical}"'))
     return _apply(text, edits)
 
 

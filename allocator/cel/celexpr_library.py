@@ -21,6 +21,7 @@ overload per argument kind.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import itertools
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from typing import Any, cast
 import re2
 from cel_expr_python import cel
 
+from allocator.cel import celexpr_net, celexpr_time, lists_ext
 from allocator.quantity import INT64_MAX, INT64_MIN, NANO, Quantity
 from allocator.semver import Semver
 
@@ -54,9 +56,11 @@ _BYTES = (bytes, bytearray)  # cel-expr-python hands bytes values to functions a
 
 def opaque_kind(value: bytes | bytearray) -> str:
     """The CEL type of a bytes value: a quantity, a version or plain bytes (how they reach cel-cpp)."""
-    tag = value[:2]
+    tag = bytes(value[:2])
     if tag == _QUANTITY_TAG:
         return "kubernetes.Quantity"
+    if tag in celexpr_net.KINDS:
+        return celexpr_net.KINDS[tag]
     return "kubernetes.Semver" if tag == _SEMVER_TAG else "bytes"
 
 
@@ -329,6 +333,82 @@ def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
     return found if limit < 0 else found[:limit]
 
 
+# -- cel-go's lists extension (lists_ext) ----------------------------------------------------------
+
+SORT_BY_KEYS = "_sortByKeys"  # what celexpr_backend expands sortBy to, as cel-go's @sortByAssociatedKeys
+
+
+def _cel_kind(value: object) -> str:
+    """The CEL type of a value as cel-expr-python hands it to a function (a uint looks like an int)."""
+    if isinstance(value, _BYTES):
+        return opaque_kind(value)
+    return {bool: "bool", int: "int", float: "double", str: "string", list: "list", dict: "map",
+            type(None): "null_type", datetime.datetime: "google.protobuf.Timestamp",
+            datetime.timedelta: "google.protobuf.Duration"}.get(type(value), type(value).__name__)
+
+
+def _lists_call(implementation: Callable[..., list[Any]]) -> Callable[..., list[Any]]:
+    def call(*args: Any) -> list[Any]:
+        try:
+            return implementation(*args)
+        except lists_ext.ListsError as err:
+            raise ValueError(str(err)) from None
+
+    return call
+
+
+def _sorted_by_keys(items: list[Any], keys: list[Any]) -> list[Any]:
+    return lists_ext.sorted_by_keys(items, keys, _cel_kind, lambda a, b: bool(a < b))
+
+
+# transformMap and transformMapEntry as celexpr_backend expands them: the map of [key, value] pairs,
+# and the union of single-entry maps, in order; a key seen before (by CEL equality) is an error.
+MAP_FROM_PAIRS = "_mapFromPairs"
+MAP_FROM_ENTRIES = "_mapFromEntries"
+
+
+def _map_from(entries: list[Any], pairs: bool) -> dict[Any, Any]:
+    result: dict[Any, Any] = {}
+    for entry in entries:
+        if not pairs and type(entry) is not dict:
+            raise NoSuchOverload("cel.@mapInsert", result, entry)
+        for key, value in ([entry] if pairs else entry.items()):
+            if any(cel_equal(key, other) for other in result):
+                shown = str(key).lower() if type(key) is bool else key
+                raise ValueError(f"insert failed: key {shown} already exists")
+            result[key] = value
+    return result
+
+
+_LISTS_FUNCTIONS: dict[str, Callable[..., list[Any]]] = {
+    "slice": lists_ext.slice_of,
+    "flatten": lambda items, depth=1: lists_ext.flattened(items, depth, lambda item: type(item) is list),
+    "sort": lambda items: _sorted_by_keys(items, items),
+    "distinct": lambda items: lists_ext.distinct(items, cel_equal),
+    "reverse": lists_ext.reversed_list,
+    "lists.range": lists_ext.list_range,
+    SORT_BY_KEYS: _sorted_by_keys,
+}
+
+
+def _lists_declarations() -> dict[str, list[Any]]:
+    L, N = T.LIST, T.INT
+    call = {name: _lists_call(implementation) for name, implementation in _LISTS_FUNCTIONS.items()}
+    return {
+        "slice": [_member("slice", L, [L, N, N], call["slice"])],
+        "flatten": [_member("flatten", L, [L], call["flatten"]),
+                    _member("flatten", L, [L, N], call["flatten"])],
+        "sort": [_member("sort", L, [L], call["sort"])],
+        "distinct": [_member("distinct", L, [L], call["distinct"])],
+        "reverse": [_member("reverse", L, [L], call["reverse"])],
+        "lists.range": [_overload("lists_range_int", T.List(N), [N], call["lists.range"])],
+        SORT_BY_KEYS: [_member(SORT_BY_KEYS, L, [L, L], call[SORT_BY_KEYS])],
+        MAP_FROM_PAIRS: [_overload("map_from_pairs", T.MAP, [L], lambda items: _map_from(items, pairs=True))],
+        MAP_FROM_ENTRIES: [_overload("map_from_entries", T.MAP, [L],
+                                     lambda items: _map_from(items, pairs=False))],
+    }
+
+
 # Equality with a quantity add() or sub() returned: to cel-go that result is a pointer, which the
 # Quantity and Semver equality of the Kubernetes library refuses ("no such overload"), any other
 # value is merely unequal to it, and != is then always true. celexpr_backend calls these instead of
@@ -412,5 +492,9 @@ def function_declarations() -> list[Any]:
         ARITHMETIC_NOT_EQUALS: [
             _overload(f"arithmetic_ne_{name}", T.BOOL, [kind, B], _not_equals_arithmetic_quantity)
             for name, kind in _ANY_KINDS],
+        **celexpr_net.function_declarations(),
+        **_lists_declarations(),
     }
+    for name, overloads in celexpr_time.overloads().items():
+        decls[name] = decls.get(name, []) + overloads
     return [cel.FunctionDecl(name, overloads) for name, overloads in decls.items()]

@@ -43,8 +43,10 @@ from allocator.cel.celpy_library import (
     LibraryError,
     NoOverload,
     kind_of,
+    map_insert,
 )
 from allocator.cel.parser import (
+    TRANSFORMS,
     Call,
     Comprehension,
     Has,
@@ -176,12 +178,17 @@ def _emit_comprehension(node: Comprehension) -> str:
     if node.macro == "bind":
         # celpy has no cel.bind; a one-element map() binds the variable the same way.
         return f"__first([{emit(node.target)}].map({node.var}, {emit(node.args[0])}))"
+    if node.macro == "sortBy":
+        # cel-go's expansion: the list bound once, then ordered by the list of its keys
+        bound = "__sortBy_input__"
+        keys = f"__range({bound}).map({node.var}, {emit(node.args[0])})"
+        return f"__first([{emit(node.target)}].map({bound}, __sort_by_keys({bound}, {keys})))"
     target = f"__range({emit(node.target)})"
     if node.macro == "map" and len(node.args) == 2:
         predicate, transform = node.args
         return f"{target}.filter({node.var}, {emit(predicate)}).map({node.var}, {emit(transform)})"
     variables = node.var if node.var2 is None else f"{node.var}, {node.var2}"
-    return f"{target}.{node.macro}({variables}, {emit(node.args[0])})"
+    return f"{target}.{node.macro}({variables}, {', '.join(emit(arg) for arg in node.args)})"
 
 
 def _emit_call(node: Call) -> tuple[str, int]:
@@ -203,8 +210,19 @@ def _emit_call(node: Call) -> tuple[str, int]:
     if namespace in NAMESPACES:
         return f"__{namespace}_{name}({', '.join(args)})", _MEMBER
     if node.target is None:
+        # int and string are also type values (type(1) == int): the conversions are called by another name
+        name = _CONVERSIONS.get(name, name)
         return f"{name}({', '.join(args)})", _MEMBER
+    if name in _LAZY_OPTIONAL and len(args) == 1:
+        # cel-go evaluates the argument of or()/orValue() only when the optional is empty
+        present = _LAZY_OPTIONAL[name]
+        return (f"__first([{emit(node.target)}].map(__opt, __m_hasValue(__opt) ? {present} : {args[0]}))",
+                _MEMBER)
     return f"__m_{name}({', '.join([emit(node.target), *args])})", _MEMBER
+
+
+_CONVERSIONS = {"int": "__to_int", "string": "__to_string"}
+_LAZY_OPTIONAL = {"or": "__opt", "orValue": "__m_value(__opt)"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -326,10 +344,13 @@ class _BudgetedEvaluator(Evaluator):
         if isinstance(values, CELEvalError):
             return values
         arguments = tree.children[2].children
-        if len(arguments) == 3:  # the two-variable all(k, v, p) / exists(k, v, p)
-            pairs = values.items() if isinstance(values, dict) else \
+        if len(arguments) >= 3:  # the two-variable forms: all, exists, exists_one, the transforms
+            pairs = list(values.items()) if isinstance(values, dict) else \
                 [(ct.IntType(i), v) for i, v in enumerate(values)]
-            return _quantifier(method.value, pairs, self._two_variable_body(arguments))
+            bodies = [self._two_variable_body(arguments, argument) for argument in arguments[2:]]
+            if method.value in ("all", "exists"):
+                return _quantifier(method.value, pairs, bodies[0])
+            return _two_variable_fold(method.value, pairs, bodies)
         body = self.build_ss_macro_eval(tree)
         if method.value in ("all", "exists"):
             return _quantifier(method.value, values, body)
@@ -349,9 +370,9 @@ class _BudgetedEvaluator(Evaluator):
         return ct.BoolType(sum(1 for r in results if r) == 1)
 
 
-    def _two_variable_body(self, arguments: list[Any]) -> Callable[[tuple[Any, Any]], Any]:
+    def _two_variable_body(self, arguments: list[Any], body_tree: Any) -> Callable[[tuple[Any, Any]], Any]:
         first, second = (next(a.find_data("ident")).children[0].value for a in arguments[:2])
-        nested = self.sub_evaluator(arguments[2])
+        nested = self.sub_evaluator(body_tree)
 
         def body(pair: tuple[Any, Any]) -> Any:
             try:
@@ -362,7 +383,42 @@ class _BudgetedEvaluator(Evaluator):
         return body
 
 
-_MACROS = {"all", "exists", "exists_one", "map", "filter"}
+_MACROS = {"all", "exists", "exists_one", "map", "filter", *TRANSFORMS}
+
+
+def _two_variable_fold(name: str, pairs: list[tuple[Any, Any]], bodies: list[Callable[[Any], Any]]) -> Any:
+    """exists_one(k, v, p) and the transforms, as cel-go's expansions run them: every element is
+    visited, and the first error (a filter that is not a bool included) is the result."""
+    count, built_list, built_map = 0, ct.ListType(), ct.MapType()
+    for pair in pairs:
+        if name == "exists_one" or len(bodies) == 2:
+            keep = bodies[0](pair)
+            if kind_of(keep) != "bool":
+                return keep if isinstance(keep, CELEvalError) else CELEvalError(
+                    "no such overload", NoOverload, (f"{name}() predicate returned {kind_of(keep)}",))
+            if not keep:
+                continue
+            if name == "exists_one":
+                count += 1
+                continue
+        value = bodies[-1](pair)
+        if isinstance(value, CELEvalError):
+            return value
+        try:
+            if name == "transformList":
+                built_list.append(value)
+            elif name == "transformMap":
+                map_insert(built_map, pair[0], value)
+            elif isinstance(value, dict):
+                for key, entry in value.items():
+                    map_insert(built_map, key, entry)
+            else:
+                raise NoOverload(f"no such overload: cel.@mapInsert(map, {kind_of(value)})")
+        except (LibraryError, NoOverload) as err:
+            return CELEvalError(str(err), type(err), (str(err),))
+    if name == "exists_one":
+        return ct.BoolType(count == 1)
+    return built_list if name == "transformList" else built_map
 
 
 def _quantifier(name: str, values: Any, body: Callable[[Any], Any]) -> Any:

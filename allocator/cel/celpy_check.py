@@ -19,6 +19,7 @@ import re2
 
 from allocator.cel.backend import CELCompileError, CompileOptions
 from allocator.cel.parser import (
+    TRANSFORMS,
     Call,
     Comprehension,
     Has,
@@ -32,6 +33,7 @@ from allocator.cel.parser import (
     line_column,
     qualified_name,
 )
+from allocator.cel.timelib import TimeError, from_unix, parse_duration, parse_timestamp
 
 # A static type: a CEL type name, or ("list", elem), ("map", key, value), ("optional_type", value).
 Type: TypeAlias = str | tuple["Type", ...]
@@ -53,6 +55,7 @@ BOOL, INT, UINT, DOUBLE, STRING, BYTES = "bool", "int", "uint", "double", "strin
 QUANTITY, SEMVER = "kubernetes.Quantity", "kubernetes.Semver"
 TIMESTAMP, DURATION = "google.protobuf.Timestamp", "google.protobuf.Duration"
 DEVICE = "kubernetes.DRADevice"
+IP, CIDR, URL = "net.IP", "net.CIDR", "kubernetes.URL"
 ANY_LIST: Type = ("list", DYN)
 ANY_MAP: Type = ("map", DYN, DYN)
 ANY_OPTIONAL: Type = ("optional_type", DYN)
@@ -74,16 +77,26 @@ ARITHMETIC = {
 ELEMENT = "@element"  # result placeholder: the receiver list's element type
 INNER = "@inner"  # result placeholder: the receiver optional's value type
 WRAPPED = "@wrapped"  # result placeholder: an optional of the argument's type
+SAME = "@same"  # result placeholder: the receiver list's own type
+FLAT = "@flat"  # result placeholder: the element type of a list of lists
 
+TIME_GETTERS = ("getFullYear", "getMonth", "getDayOfYear", "getDayOfMonth", "getDate", "getDayOfWeek",
+                "getHours", "getMinutes", "getSeconds", "getMilliseconds")
+DURATION_GETTERS = ("getHours", "getMinutes", "getSeconds", "getMilliseconds")
 # name -> overloads (receiver, parameters, result); the receiver is None for global functions.
 Overload = tuple[Type | None, tuple[Type, ...], Type]
 _ANY_SIZED = (STRING, BYTES, ANY_LIST, ANY_MAP)
 OVERLOADS: dict[str, list[Overload]] = {
     "size": [*((r, (), INT) for r in _ANY_SIZED), *((None, (r,), INT) for r in _ANY_SIZED)],
     "int": [(None, (DYN,), INT)], "uint": [(None, (DYN,), UINT)], "double": [(None, (DYN,), DOUBLE)],
-    "string": [(None, (DYN,), STRING)], "bytes": [(None, (DYN,), BYTES)], "bool": [(None, (DYN,), BOOL)],
+    "string": [(None, (t,), STRING)
+               for t in (INT, UINT, DOUBLE, STRING, BYTES, BOOL, TIMESTAMP, DURATION, IP, CIDR)],
+    "bytes": [(None, (DYN,), BYTES)], "bool": [(None, (DYN,), BOOL)],
     "dyn": [(None, (DYN,), DYN)], "type": [(None, (DYN,), "type")],
-    "duration": [(None, (STRING,), DURATION)], "timestamp": [(None, (STRING,), TIMESTAMP)],
+    "duration": [(None, (STRING,), DURATION), (None, (DURATION,), DURATION)],
+    "timestamp": [(None, (STRING,), TIMESTAMP), (None, (TIMESTAMP,), TIMESTAMP), (None, (INT,), TIMESTAMP)],
+    **{name: [(TIMESTAMP, (), INT), (TIMESTAMP, (STRING,), INT),
+              *([(DURATION, (), INT)] if name in DURATION_GETTERS else [])] for name in TIME_GETTERS},
     "contains": [(STRING, (STRING,), BOOL)],
     "startsWith": [(STRING, (STRING,), BOOL)],
     "endsWith": [(STRING, (STRING,), BOOL)],
@@ -133,8 +146,33 @@ OVERLOADS: dict[str, list[Overload]] = {
     "orValue": [(ANY_OPTIONAL, (DYN,), INNER)],
     "or": [(ANY_OPTIONAL, (ANY_OPTIONAL,), ANY_OPTIONAL)],
     "includes": [(DYN, (DYN,), BOOL)],
+    "ip": [(None, (STRING,), IP), (CIDR, (), IP)],
+    "isIP": [(None, (STRING,), BOOL)],
+    "ip.isCanonical": [(None, (STRING,), BOOL)],
+    "family": [(IP, (), INT)],
+    **{name: [(IP, (), BOOL)] for name in ("isUnspecified", "isLoopback", "isLinkLocalMulticast",
+                                           "isLinkLocalUnicast", "isGlobalUnicast")},
+    "cidr": [(None, (STRING,), CIDR)],
+    "isCIDR": [(None, (STRING,), BOOL)],
+    "containsIP": [(CIDR, (STRING,), BOOL), (CIDR, (IP,), BOOL)],
+    "containsCIDR": [(CIDR, (STRING,), BOOL), (CIDR, (CIDR,), BOOL)],
+    "prefixLength": [(CIDR, (), INT)],
+    "masked": [(CIDR, (), CIDR)],
+    "url": [(None, (STRING,), URL)],
+    "isURL": [(None, (STRING,), BOOL)],
+    **{name: [(URL, (), STRING)] for name in ("getScheme", "getHost", "getHostname", "getPort",
+                                              "getEscapedPath")},
+    "getQuery": [(URL, (), ("map", STRING, STRING_LIST))],
+    # cel-go's lists extension, version 3 (lists_ext)
+    "slice": [(ANY_LIST, (INT, INT), SAME)],
+    "flatten": [(("list", ANY_LIST), (), FLAT), (ANY_LIST, (INT,), ANY_LIST)],
+    "sort": [(("list", kind), (), ("list", kind)) for kind in (INT, UINT, DOUBLE, BOOL, DURATION, TIMESTAMP,
+                                                                STRING, BYTES)],
+    "distinct": [(ANY_LIST, (), SAME)],
+    "reverse": [(ANY_LIST, (), SAME)],
+    "lists.range": [(None, (INT,), ("list", INT))],
 }
-NAMESPACES = ("sets", "strings", "optional")
+NAMESPACES = ("sets", "strings", "optional", "ip", "lists")
 TYPE_NAMES = {"bool", "int", "uint", "double", "string", "bytes", "list", "map", "null_type", "type"}
 QUIET_RE2 = re2.Options()
 QUIET_RE2.log_errors = False  # invalid patterns are reported as CEL errors, not logged to stderr
@@ -301,6 +339,11 @@ class Checker:
             # optional: `attrs.ids[?i].orValue(-5)` has the default's type.
             return DYN
         result = self.member(node, target, field, index)
+        if optional and field is None and (target in (DYN, FREE) or (
+                isinstance(target, tuple) and target[0] == "list" and target[1] == FREE)):
+            # cel-go's optional index of a dynamic value (or of an empty literal) leaves the
+            # value's type free: orValue(x) takes x's type (an optional field selection is dyn)
+            return ("optional_type", FREE)
         return ("optional_type", result) if optional or was_optional else result
 
     def member(self, node: Node, target: Type, field: str | None, index: Type | None) -> Type:
@@ -348,21 +391,49 @@ class Checker:
             raise self.fail(node, f"expression of type '{type_name(target)}' cannot be the range of a "
                                   "comprehension (must be list, map, or dynamic)")
         scope = {node.var: variable}
-        if node.var2 is not None:  # all(k, v, p) / exists(k, v, p): index or key, then the value
-            scope = {node.var: INT if isinstance(target, tuple) and target[0] == "list" else variable,
-                     node.var2: second}
+        if node.var2 is not None:  # two-variable forms: index or key, then the value
+            variable = INT if isinstance(target, tuple) and target[0] == "list" else variable
+            scope = {node.var: variable, node.var2: second}
         self.scopes.append(scope)
         results = [self.check(arg) for arg in node.args]
         self.scopes.pop()
-        has_predicate = node.macro != "map" or len(results) == 2
+        if node.macro == "sortBy":
+            return self.sort_by(node, target, results[0])
+        has_predicate = node.macro not in ("map", *TRANSFORMS) or len(results) == 2
         if has_predicate and not unifies(results[0], BOOL):
             found = type_name(results[0])
             raise self.fail(node.args[0], f"{node.macro}() predicate must be bool, not {found}")
-        if node.macro == "map":
+        if node.macro in ("map", "transformList"):
             return ("list", results[-1])
+        if node.macro == "transformMap":
+            return ("map", variable, results[-1])
+        if node.macro == "transformMapEntry":
+            entry = results[-1]
+            if entry == DYN:
+                return ANY_MAP
+            if not (isinstance(entry, tuple) and entry[0] == "map"):
+                raise self.fail(node.args[-1], "found no matching overload for 'cel.@mapInsert' applied to "
+                                               f"'(map(dyn, dyn), {type_name(entry)})'")
+            return ("map", _known(entry[1]), _known(entry[2]))
         if node.macro == "filter":
             return ("list", variable)
         return BOOL
+
+    def sort_by(self, node: Comprehension, target: Type, key: Type) -> Type:
+        """``list.sortBy(e, key)``: cel-go expands it to ``@sortByAssociatedKeys`` of the list and
+        the list of its keys, declared for lists whose keys have an orderable type."""
+        is_list = target == DYN or (isinstance(target, tuple) and target[0] == "list")
+        if not is_list or not (key == DYN or key in ORDERED):
+            raise self.fail(node, "found no matching overload for '@sortByAssociatedKeys' applied to "
+                                  f"'{type_name(target)}.(list({type_name(key)}))'")
+        if target == DYN:
+            return DYN  # the overloads for every key type apply, with different results
+        by_element = isinstance(node.args[0], Ident) and node.args[0].name == node.var
+        if target[1] == FREE and (key == FREE or by_element):
+            # an empty literal sorted by its elements: cel-go binds their type to the first
+            # overload's key type, int
+            return ("list", INT)
+        return ("list", target[1])
 
     def call(self, node: Call) -> Type:
         name = node.function
@@ -392,6 +463,10 @@ class Checker:
                                   f"'({type_name(args[0])}, {type_name(args[1])})'")
         if name in REGEX_FUNCTIONS:
             self.check_regex(node.args[-1])
+        if name in ("duration", "timestamp") and receiver is None:
+            self.check_time_literal(node, name)
+        if isinstance(receiver, tuple) and receiver[0] == "list" and receiver[1] == FREE:
+            return results[0]  # cel-go binds an empty literal's element type to the first overload's
         return results[0] if all(r == results[0] for r in results) else DYN
 
     @staticmethod
@@ -407,6 +482,13 @@ class Checker:
             return inner
         if result == WRAPPED:
             return ("optional_type", args[0])
+        if result in (SAME, FLAT):
+            # list(T) of a dynamic receiver (or of dynamic elements, for flatten) leaves T free:
+            # cel-go's checker then takes the list for one of any element type
+            inner = receiver[1] if isinstance(receiver, tuple) else FREE
+            if result == FLAT and inner != FREE:
+                inner = inner[1] if isinstance(inner, tuple) else FREE
+            return ("list", inner)
         return result
 
     def check_regex(self, pattern: Node) -> None:
@@ -415,6 +497,22 @@ class Checker:
                 re2.compile(str(pattern.value), QUIET_RE2)
             except re2.error as err:
                 raise self.fail(pattern, f"invalid regular expression {pattern.value!r}: {err}") from None
+
+    def check_time_literal(self, node: Call, name: str) -> None:
+        """cel-go's ValidateDurationLiterals / ValidateTimestampLiterals: a literal argument must convert."""
+        argument = node.args[0]
+        if not isinstance(argument, Literal) or argument.kind not in ("string", "int"):
+            return
+        try:
+            if name == "duration" and argument.kind == "string":
+                parse_duration(str(argument.value))
+            elif name == "timestamp":
+                if argument.kind == "string":
+                    parse_timestamp(str(argument.value))
+                else:
+                    from_unix(int(str(argument.value)))
+        except TimeError:
+            raise self.fail(argument, f"invalid {name} argument") from None
 
     def operator(self, node: Call, types: list[Type]) -> Type:
         name = node.function
@@ -431,7 +529,7 @@ class Checker:
                 return DYN  # as cel-go: a dynamic branch makes the whole conditional dynamic
             return _join(types[1], types[2])
         if name == "-_":
-            if types[0] not in (DYN, INT, DOUBLE, DURATION):
+            if types[0] not in (DYN, INT, DOUBLE):  # cel-go negates no duration
                 raise mismatch
             return DYN if types[0] == DYN else types[0]  # any's negation is dyn
         left, right = types
@@ -461,6 +559,8 @@ class Checker:
             return _join(left, right)
         if left == right and left in ARITHMETIC[name]:
             return left
-        if name in ("_+_", "_-_") and left in TIMES and right in TIMES:
-            return TIMESTAMP if TIMESTAMP in (left, right) and left != right else left
+        if name == "_+_" and left in TIMES and right in TIMES and (left, right) != (TIMESTAMP, TIMESTAMP):
+            return TIMESTAMP if TIMESTAMP in (left, right) else DURATION
+        if name == "_-_" and left in TIMES and right in TIMES and (left, right) != (DURATION, TIMESTAMP):
+            return DURATION if left == right else TIMESTAMP
         raise mismatch

@@ -3,8 +3,10 @@
 Everything here is called by celpy's evaluator on celpy values (`celpy.celtypes`), plus Quantity and
 Semver objects, which celpy carries as they are. The operators replace celpy's own (heterogeneous
 equality, cross-type numeric ordering, strict bool logic, typed arithmetic); the functions implement the
-Kubernetes Quantity, Semver, lists and regex libraries, ext.Strings (v2), ext.Sets, optional values and
-the DRA device maps. Errors are raised as Python exceptions of the classes celpy turns into CEL errors.
+Kubernetes Quantity, Semver, lists and regex libraries, cel-go's lists extension (lists_ext),
+ext.Strings (v2), ext.Sets, optional values, the DRA device maps, the Kubernetes ip/cidr/url
+libraries (allocator.cel.netlib) and cel-go's durations and timestamps (allocator.cel.timelib).
+Errors are raised as Python exceptions of the classes celpy turns into CEL errors.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from typing import Any
 
 import celpy.celtypes as ct
 import re2
-from celpy.evaluation import CELEvalError
+from celpy.evaluation import CELEvalError, base_functions
 
-from allocator.cel.celpy_check import QUIET_RE2
+from allocator.cel import lists_ext, netlib, timelib
+from allocator.cel.celpy_check import QUIET_RE2, TIME_GETTERS
 from allocator.quantity import Quantity
 from allocator.semver import Semver
 
@@ -70,6 +73,12 @@ class OptionalValue:
 OPTIONAL_NONE = OptionalValue(False)
 
 
+_LIBRARY_KINDS: dict[type, str] = {
+    netlib.IPAddress: "net.IP", netlib.CIDRPrefix: "net.CIDR", netlib.URLValue: "kubernetes.URL",
+    timelib.Timestamp: "google.protobuf.Timestamp", timelib.Duration: "google.protobuf.Duration",
+}
+
+
 def kind_of(value: object) -> str:
     """The CEL type name of a runtime value (celpy's types, or the plain Python ones they derive from)."""
     if isinstance(value, (bool, ct.BoolType)):
@@ -96,6 +105,9 @@ def kind_of(value: object) -> str:
         return "kubernetes.Semver"
     if isinstance(value, OptionalValue):
         return "optional_type"
+    library_kind = _LIBRARY_KINDS.get(type(value))
+    if library_kind is not None:
+        return library_kind
     if isinstance(value, ct.TimestampType):
         return "google.protobuf.Timestamp"
     if isinstance(value, ct.DurationType):
@@ -153,8 +165,8 @@ def go_equal(a: object, b: object) -> bool | None:
     a_null, b_null = kind_of(a) == "null_type", kind_of(b) == "null_type"
     if a_null or b_null:
         return a_null and b_null
-    if isinstance(a, Semver):
-        return a == b if isinstance(b, Semver) else None
+    if isinstance(a, (Semver, *_NET_TYPES)):
+        return a == b if type(b) is type(a) else None
     if isinstance(a, Quantity):
         return a == b if isinstance(b, Quantity) and not isinstance(b, ArithmeticQuantity) else None
     if _is_number(a):
@@ -176,6 +188,9 @@ def go_equal(a: object, b: object) -> bool | None:
             return a.present == b.present
         return go_equal(a.value, b.value)
     return bool(a == b)
+
+
+_NET_TYPES = (netlib.IPAddress, netlib.CIDRPrefix, netlib.URLValue)
 
 
 class ArithmeticQuantity(Quantity):
@@ -317,7 +332,7 @@ def _negate(value: Any) -> Any:
     if isinstance(value, CELEvalError):
         return value
     kind = kind_of(value)
-    if kind not in ("int", "double", "google.protobuf.Duration"):
+    if kind not in ("int", "double"):
         raise _no_overload("-_", value)
     return _CEL_TYPES.get(kind, _same)(-value)
 
@@ -638,6 +653,168 @@ def _to_display(value: Any) -> str:
     return str(value)
 
 
+def _net_parser(function: str, parse: Callable[[str], Any]) -> Callable[[Any], Any]:
+    def implementation(text: Any) -> Any:
+        _require(text, str, function)
+        try:
+            return parse(str(text))
+        except netlib.NetParseError as err:
+            raise LibraryError(str(err)) from None
+
+    return implementation
+
+
+def _net_test(function: str, test: Callable[[str], bool]) -> Callable[[Any], Any]:
+    def implementation(text: Any) -> Any:
+        _require(text, str, function)
+        return ct.BoolType(test(str(text)))
+
+    return implementation
+
+
+def _net_method(function: str, kind: type, method: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def implementation(value: Any) -> Any:
+        _require(value, kind, function)
+        return method(value)
+
+    return implementation
+
+
+def _contains_ip(prefix: Any, other: Any) -> Any:
+    _require(prefix, netlib.CIDRPrefix, "containsIP", other)
+    if isinstance(other, str):
+        other = _net_parser("ip", netlib.parse_ip)(other)
+    _require(other, netlib.IPAddress, "containsIP", prefix)
+    return ct.BoolType(prefix.contains_ip(other))
+
+
+def _contains_cidr(prefix: Any, other: Any) -> Any:
+    _require(prefix, netlib.CIDRPrefix, "containsCIDR", other)
+    if isinstance(other, str):
+        other = _net_parser("cidr", netlib.parse_cidr)(other)
+    _require(other, netlib.CIDRPrefix, "containsCIDR", prefix)
+    return ct.BoolType(prefix.contains_cidr(other))
+
+
+def _ip_member(value: Any) -> Any:
+    """``cidr.ip()``: the prefix's address as written."""
+    _require(value, netlib.CIDRPrefix, "ip")
+    return value.address
+
+
+def _url_query(value: netlib.URLValue) -> Any:
+    return ct.MapType({ct.StringType(key): ct.ListType([ct.StringType(v) for v in values])
+                       for key, values in value.query().items()})
+
+
+def _string(value: Any) -> Any:
+    if isinstance(value, (netlib.IPAddress, netlib.CIDRPrefix, timelib.Duration, timelib.Timestamp)):
+        return ct.StringType(str(value))
+    if isinstance(value, (Quantity, Semver, netlib.URLValue)):
+        raise _no_overload("string", value)
+    return _CELPY_STRING(value)
+
+
+_CELPY_STRING = base_functions["string"]
+_CELPY_INT = base_functions["int"]
+
+
+def _time_error(function: Callable[..., Any]) -> Callable[..., Any]:
+    def implementation(*args: Any) -> Any:
+        try:
+            return function(*args)
+        except timelib.TimeError as err:
+            raise LibraryError(str(err)) from None
+
+    return implementation
+
+
+@_time_error
+def _duration(value: Any) -> Any:
+    if isinstance(value, timelib.Duration):
+        return value
+    _require(value, str, "duration")
+    return timelib.parse_duration(str(value))
+
+
+@_time_error
+def _timestamp(value: Any) -> Any:
+    if isinstance(value, timelib.Timestamp):
+        return value
+    if isinstance(value, ct.IntType) and not isinstance(value, ct.BoolType):
+        return timelib.from_unix(int(value))
+    _require(value, str, "timestamp")
+    return timelib.parse_timestamp(str(value))
+
+
+def _int(value: Any) -> Any:
+    if isinstance(value, timelib.Duration):
+        return ct.IntType(value.nanos)
+    if isinstance(value, timelib.Timestamp):
+        return ct.IntType(value.seconds)
+    return _CELPY_INT(value)
+
+
+_DURATION_UNITS = {"getHours": "h", "getMinutes": "m", "getSeconds": "s", "getMilliseconds": "ms"}
+
+
+def _time_getter(function: str) -> Callable[..., Any]:
+    @_time_error
+    def implementation(value: Any, *zone: Any) -> Any:
+        if isinstance(value, timelib.Duration) and not zone and function in _DURATION_UNITS:
+            return ct.IntType(value.part(_DURATION_UNITS[function]))
+        _require(value, timelib.Timestamp, function, *zone)
+        for name in zone:
+            _require(name, str, function, value)
+        return ct.IntType(value.get(function, *(str(name) for name in zone)))
+
+    return implementation
+
+
+def _bool_method(function: str, kind: type, method: Callable[[Any], bool]) -> Callable[[Any], Any]:
+    return _net_method(function, kind, lambda value: ct.BoolType(method(value)))
+
+
+def _string_getter(function: str, method: Callable[[netlib.URLValue], str]) -> Callable[[Any], Any]:
+    return _net_method(function, netlib.URLValue, lambda value: ct.StringType(method(value)))
+
+
+_NET_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "__to_string": _string,
+    "__to_int": _int,
+    "duration": _duration,
+    "timestamp": _timestamp,
+    **{f"__m_{name}": _time_getter(name) for name in TIME_GETTERS},
+    "ip": _net_parser("ip", netlib.parse_ip),
+    "isIP": _net_test("isIP", netlib.is_ip),
+    "__ip_isCanonical": _net_parser("ip.isCanonical", lambda text: ct.BoolType(netlib.is_canonical_ip(text))),
+    "cidr": _net_parser("cidr", netlib.parse_cidr),
+    "isCIDR": _net_test("isCIDR", netlib.is_cidr),
+    "url": _net_parser("url", netlib.parse_url),
+    "isURL": _net_test("isURL", netlib.is_url),
+    "__m_family": _net_method("family", netlib.IPAddress, lambda ip: ct.IntType(ip.family)),
+    "__m_isUnspecified": _bool_method("isUnspecified", netlib.IPAddress, netlib.IPAddress.is_unspecified),
+    "__m_isLoopback": _bool_method("isLoopback", netlib.IPAddress, netlib.IPAddress.is_loopback),
+    "__m_isLinkLocalMulticast": _bool_method("isLinkLocalMulticast", netlib.IPAddress,
+                                             netlib.IPAddress.is_link_local_multicast),
+    "__m_isLinkLocalUnicast": _bool_method("isLinkLocalUnicast", netlib.IPAddress,
+                                           netlib.IPAddress.is_link_local_unicast),
+    "__m_isGlobalUnicast": _bool_method("isGlobalUnicast", netlib.IPAddress,
+                                        netlib.IPAddress.is_global_unicast),
+    "__m_ip": _ip_member,
+    "__m_containsIP": _contains_ip,
+    "__m_containsCIDR": _contains_cidr,
+    "__m_prefixLength": _net_method("prefixLength", netlib.CIDRPrefix, lambda c: ct.IntType(c.length)),
+    "__m_masked": _net_method("masked", netlib.CIDRPrefix, netlib.CIDRPrefix.masked),
+    "__m_getScheme": _string_getter("getScheme", lambda u: u.scheme),
+    "__m_getHost": _string_getter("getHost", lambda u: u.host),
+    "__m_getHostname": _string_getter("getHostname", netlib.URLValue.hostname),
+    "__m_getPort": _string_getter("getPort", netlib.URLValue.port),
+    "__m_getEscapedPath": _string_getter("getEscapedPath", netlib.URLValue.escaped_path),
+    "__m_getQuery": _net_method("getQuery", netlib.URLValue, _url_query),
+}
+
+
 def _list_method(function: str, scan: Callable[..., Any]) -> Callable[..., Any]:
     def implementation(values: Any, *args: Any) -> Any:
         _require(values, list, function, *args)
@@ -677,6 +854,45 @@ def _extreme(function: str, pick_less: bool) -> Callable[[list[Any]], Any]:
         return best
 
     return implementation
+
+
+def _lists_extension(function: str, implementation: Callable[..., list[Any]],
+                     *kinds: type) -> Callable[..., Any]:
+    """A function of cel-go's lists extension (lists_ext) on a list receiver and arguments of
+    ``kinds``; its errors carry cel-go's messages."""
+    def checked(values: Any, *args: Any) -> Any:
+        _require(values, list, function, *args)
+        if len(args) > len(kinds):
+            raise _no_overload(function, values, *args)
+        for arg, kind in zip(args, kinds, strict=False):
+            _require(arg, kind, function, values, *args)
+        try:
+            return ct.ListType(implementation(values, *(int(a) for a in args)))
+        except lists_ext.ListsError as err:
+            raise LibraryError(str(err)) from None
+
+    return checked
+
+
+def _lists_range(size: Any) -> Any:
+    _require(size, ct.IntType, "lists.range")
+    try:
+        return ct.ListType(ct.IntType(i) for i in lists_ext.list_range(int(size)))
+    except lists_ext.ListsError as err:
+        raise LibraryError(str(err)) from None
+
+
+def _sorted_by_keys(values: Any, keys: Any) -> Any:
+    return _lists_extension("@sortByAssociatedKeys", lambda v: lists_ext.sorted_by_keys(
+        v, keys, kind_of, _less))(values)
+
+
+def map_insert(mapping: ct.MapType, key: Any, value: Any) -> None:
+    """cel-go's ``cel.@mapInsert`` for the two-variable transforms, on the map being built: a key
+    already there (by CEL equality: 1 and 1.0 are one key) is an error."""
+    if _map_find(mapping, key) is not None:
+        raise LibraryError(f"insert failed: key {_to_display(key)} already exists")
+    dict.__setitem__(mapping, key, value)
 
 
 def _list_index_of(values: list[Any], item: Any) -> Any:
@@ -890,8 +1106,18 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "__m_min": _list_method("min", _extreme("min", pick_less=True)),
     "__m_max": _list_method("max", _extreme("max", pick_less=False)),
     "__m_includes": _includes,
+    "__m_slice": _lists_extension("slice", lists_ext.slice_of, ct.IntType, ct.IntType),
+    "__m_flatten": _lists_extension("flatten", lambda v, depth=1: lists_ext.flattened(
+        v, depth, lambda item: isinstance(item, list)), ct.IntType),
+    "__m_sort": _lists_extension("sort", lambda v: lists_ext.sorted_by_keys(v, v, kind_of, _less)),
+    "__m_distinct": _lists_extension("distinct", lambda v: lists_ext.distinct(
+        v, lambda a, b: go_equal(a, b) is True)),
+    "__m_reverse": _lists_extension("reverse", lists_ext.reversed_list),
+    "__lists_range": _lists_range,
+    "__sort_by_keys": _sorted_by_keys,
     "__m_hasValue": _optional_method("hasValue", lambda o: ct.BoolType(o.present)),
     "__m_value": _optional_method("value", _optional_value),
     "__m_orValue": _optional_method("orValue", lambda o, default: o.value if o.present else default),
     "__m_or": _optional_method("or", lambda o, other: o if o.present else other),
+    **_NET_FUNCTIONS,
 }

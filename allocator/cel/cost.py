@@ -13,8 +13,8 @@ condition and step. Sizes that cannot be bounded make the estimate saturate at 2
 
 Figures with these rules (tests/cel/test_cost.py): `device.driver == "gpu.example.com"` costs 4; the three
 benchmark selectors (equality on driver/model/memory, `in` on a list, quantity compareTo) cost 14, 19 and 7;
-an `exists` with `startsWith` over one attribute domain costs 164; two nested loops over the attribute maps
-cost about 5,400 (25,000 with a regex match inside); three nested loops exceed 1,000,000 and are rejected,
+an `exists` with `startsWith` over one attribute domain costs 196; two nested loops over the attribute maps
+cost about 6,400 (25,000 with a regex match inside); three nested loops exceed 1,000,000 and are rejected,
 and so is a string search in the result of string(), whose size cel-go cannot bound.
 """
 
@@ -72,8 +72,9 @@ SCALAR_DYN = Shape("dyn", size=1)
 BOOL = Shape("bool", size=1)
 INT = Shape("int", size=1)
 
-# An attribute is a string/version of at most 64 bytes or (list attributes) a list of at most 64 values.
-_ATTRIBUTE_VALUE = Shape("dyn", MAX_ATTRIBUTE_VALUE_LENGTH, elem=Shape("dyn", MAX_ATTRIBUTE_VALUE_LENGTH))
+# An attribute is a string/version of at most 64 bytes or (list attributes) a list of at most 64 values;
+# cel-go knows no size for an element of a list attribute (the attribute's type is dyn).
+_ATTRIBUTE_VALUE = Shape("dyn", MAX_ATTRIBUTE_VALUE_LENGTH, elem=DYN)
 _DOMAIN_KEY = Shape("string", size=MAX_DOMAIN_LENGTH)
 _ID_KEY = Shape("string", size=MAX_ID_LENGTH)
 
@@ -115,6 +116,19 @@ _BOOL_RESULTS = {"isQuantity", "isSemver", "isInteger", "hasValue", "isGreaterTh
 _INT_RESULTS = {"size", "int", "uint", "compareTo", "sign", "asInteger", "major", "minor", "patch", "charAt"}
 _COMPARISONS = {"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"}
 _SIZED_KINDS = {"string", "bytes", "list", "map", "dyn"}
+IP, CIDR, URL = "net.IP", "net.CIDR", "kubernetes.URL"
+TIMESTAMP, DURATION = "google.protobuf.Timestamp", "google.protobuf.Duration"
+_TIMES = {TIMESTAMP, DURATION}
+# Types the Kubernetes estimator prices == for (1, a URL by its size); for cel-go they have no size,
+# so != (and == of any other type without one, such as type values) cannot be bounded.
+_KUBERNETES_EQUALITY = {IP, CIDR, URL, "kubernetes.Quantity", "kubernetes.Semver"}
+_NOMINAL_NET = {"family": INT, "prefixLength": INT, "isUnspecified": BOOL, "isLoopback": BOOL,
+                "isLinkLocalMulticast": BOOL, "isLinkLocalUnicast": BOOL, "isGlobalUnicast": BOOL,
+                "masked": Shape(CIDR), "isURL": BOOL, "getQuery": Shape("map"),
+                **dict.fromkeys(("getScheme", "getHost", "getHostname", "getPort", "getEscapedPath"),
+                                Shape("string"))}
+_TIME_GETTERS = {"getFullYear", "getMonth", "getDayOfYear", "getDate", "getDayOfMonth", "getDayOfWeek",
+                 "getHours", "getMinutes", "getSeconds", "getMilliseconds"}
 
 
 class _Estimator:
@@ -138,8 +152,9 @@ class _Estimator:
             cost, shape = self.estimate(node.operand)
             return _add(cost, 1), _member(shape, node.field)
         if isinstance(node, Has):
+            # the Kubernetes environment keeps cel-go's old rule: the presence test itself is free
             cost, _ = self.estimate(node.select.operand)
-            return _add(cost, 1), BOOL
+            return cost, BOOL
         if isinstance(node, Index):
             cost, shape = self.estimate(node.operand)
             index_cost, _ = self.estimate(node.index)
@@ -164,19 +179,24 @@ class _Estimator:
         return [c for c, _ in results], [s for _, s in results]
 
     def comprehension(self, node: Comprehension) -> tuple[int, Shape]:
+        if node.macro == "sortBy":
+            return self.sort_by(node)
         range_cost, range_shape = self.estimate(node.target)
         if node.macro == "bind":
             # cel.bind expands to a comprehension over an empty list literal, whose creation is charged.
             self.scopes.append({node.var: range_shape})
             body_cost, body_shape = self.estimate(node.args[0])
             self.scopes.pop()
+            if isinstance(node.args[0], Ident) and node.args[0].name == node.var:
+                # cel-go copies no size from a result that is the bound name itself
+                body_shape = Shape(body_shape.kind, elem=body_shape.elem, key=body_shape.key)
             return _add(LIST_CREATE_COST, range_cost, body_cost), body_shape
         if range_shape.kind == "map":
             first, second = range_shape.key or DYN, range_shape.elem or DYN
         else:
             first, second = range_shape.elem or DYN, DYN
-            if node.var2 is not None:  # two-variable form over a list: index, value
-                first, second = INT, range_shape.elem or DYN
+            if node.var2 is not None:  # two-variable form: index, value (a dynamic range's index is dyn)
+                first, second = INT if range_shape.kind == "list" else DYN, range_shape.elem or DYN
         scope = {node.var: first}
         if node.var2 is not None:
             scope[node.var2] = second
@@ -186,14 +206,22 @@ class _Estimator:
         # Per element: the loop condition and step of cel-go's macro expansion; plus the accumulator's
         # initial value (a list literal for map/filter) and the result expression.
         count = range_shape.size
-        if node.macro in ("all", "exists"):  # cond @not_strictly_false(acc), step acc && p
+        if node.macro == "all":  # cond @not_strictly_false(acc), step acc && p
             per_item, fixed, result = _add(costs[0], 3), 1, BOOL
+        elif node.macro == "exists":  # cond @not_strictly_false(!acc), step acc || p
+            per_item, fixed, result = _add(costs[0], 4), 1, BOOL
         elif node.macro == "exists_one":  # step p ? acc + 1 : acc, result acc == 1
             per_item, fixed, result = _add(costs[0], 2), 2, BOOL
+        elif node.macro in ("transformMap", "transformMapEntry"):
+            # step cel.@mapInsert(acc, k, t) or cel.@mapInsert(acc, t), or f ? that : acc; the
+            # accumulator starts as a map literal
+            per_item = _add(*costs, 3 if node.macro == "transformMap" else 2)
+            fixed = MAP_CREATE_COST + 1
+            result = Shape("map", count, elem=shapes[-1], key=first)
         elif node.macro == "filter":  # step p ? acc + [x] : acc
             per_item, fixed = _add(costs[0], 13), LIST_CREATE_COST + 1
             result = Shape("list", count, elem=first)
-        else:  # map: step acc + [t], or p ? acc + [t] : acc
+        else:  # map, transformList: step acc + [t], or p ? acc + [t] : acc
             per_item = _add(*costs, 12)
             fixed, result = LIST_CREATE_COST + 1, Shape("list", count, elem=shapes[-1])
         return _add(range_cost, _mul(count, per_item), fixed), result
@@ -208,7 +236,7 @@ class _Estimator:
             costs, shapes = self.estimate_all(args)
             return _add(costs[0], max(costs[1], costs[2])), _widest(shapes[1:])
         namespace = qualified_name(node.target) if node.target is not None else None
-        if namespace in ("sets", "strings", "optional", "math"):
+        if namespace in ("sets", "strings", "optional", "math", "ip", "lists"):
             qualified, target = f"{namespace}.{name}", None
         else:
             qualified, target = name, node.target
@@ -216,8 +244,22 @@ class _Estimator:
         arg_costs, arg_shapes = self.estimate_all(args)
         base = _add(target_cost, *arg_costs)
         operands = ([target_shape] if target is not None else []) + arg_shapes
-        own, shape = _call_cost(qualified, operands)
+        if qualified in _LISTS_EXTENSION and (target is not None) == (qualified != "lists.range"):
+            own, shape = _lists_extension_cost(qualified, target_shape, args, arg_shapes)
+        else:
+            own, shape = _call_cost(qualified, operands)
         return _add(base, own), shape
+
+    def sort_by(self, node: Comprehension) -> tuple[int, Shape]:
+        """cel-go expands ``l.sortBy(e, key)`` to a cel.bind of the list whose result is
+        ``@sortByAssociatedKeys`` of it and of its keys (a map over it)."""
+        target_cost, target_shape = self.estimate(node.target)
+        self.scopes.append({_SORT_BY_INPUT: target_shape})
+        keys = Comprehension(node.pos, "map", Ident(node.pos, _SORT_BY_INPUT), node.var, None, node.args)
+        keys_cost, keys_shape = self.estimate(keys)
+        self.scopes.pop()
+        own, shape = _sort_cost(keys_shape, target_shape.elem)
+        return _add(LIST_CREATE_COST, target_cost, 1, keys_cost, own), shape
 
 
 def _member(shape: Shape, field: str) -> Shape:
@@ -248,13 +290,20 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
     """
     first = operands[0] if operands else DYN
     second = operands[1] if len(operands) > 1 else DYN
+    if name == "_==_" and first.kind == second.kind and first.kind in _KUBERNETES_EQUALITY:
+        return (_traversal(second.size) if first.kind == URL else 1), BOOL
+    if name == "_!=_" and {_named(first.kind), _named(second.kind)} <= _KUBERNETES_EQUALITY:
+        return MAX_COST, BOOL
     if name in _COMPARISONS:
-        # Proportional to the smaller operand for strings, bytes, lists and dynamic values; 1 for scalars.
+        # Proportional to the smaller operand for strings, bytes, lists and dynamic values (nothing
+        # when one is empty, "" or []); 1 for scalars.
         if not {first.kind, second.kind} & _SIZED_KINDS:
             return 1, BOOL
-        return max(1, _traversal(min(first.size, second.size))), BOOL
+        return _traversal(min(first.size, second.size)), BOOL
     if name == "@in":
-        return (1 if second.kind == "map" else max(1, second.size)), BOOL
+        # a list is searched (an empty one costs nothing); a dynamic one may be a map, which costs 1
+        cost = 1 if second.kind == "map" else second.size if second.kind == "list" else max(1, second.size)
+        return cost, BOOL
     if name == "_+_":
         if first.kind == "list" or second.kind == "list":
             return 1, Shape("list", min(UNBOUNDED, first.size + second.size), elem=first.elem or second.elem)
@@ -262,7 +311,9 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
             size = min(UNBOUNDED, first.size + second.size)
             return _traversal(size), Shape(first.kind if first.kind != "dyn" else second.kind, size)
         if first.kind == "dyn" and second.kind == "dyn":  # may be two lists or strings: sizes add up
-            return 1, Shape("dyn", min(UNBOUNDED, first.size + second.size), elem=first.elem or second.elem)
+            size = min(UNBOUNDED, first.size + second.size)
+            # the dearest overload that may apply: string concatenation traverses the result
+            return max(1, _traversal(size)), Shape("dyn", size, elem=first.elem or second.elem)
         return 1, _arithmetic_result(first, second)
     if name in ("startsWith", "endsWith"):
         return _traversal(second.size), BOOL
@@ -303,7 +354,7 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
             size = _mul(math.ceil(first.size / old.size), new.size)
         return _traversal(first.size, 2 * STRING_TRAVERSAL_FACTOR), Shape("string", size)
     if name == "split":
-        part = Shape("string", first.size)
+        part = Shape("string")  # cel-go sizes the list, not its parts
         return _traversal(first.size, 2 * STRING_TRAVERSAL_FACTOR), Shape("list", first.size, elem=part)
     if name == "join":
         # As the Kubernetes estimator: the elements of a typed list (a literal, a split() or map()
@@ -327,6 +378,13 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         return _traversal(first.size), result
     if name in ("add", "sub"):
         return 1, Shape("kubernetes.Quantity")
+    net = _net_call_cost(name, operands)
+    if net is not None:
+        return net
+    if name in ("duration", "timestamp"):
+        return 1, Shape(DURATION if name == "duration" else TIMESTAMP, size=1)
+    if name in _TIME_GETTERS:
+        return 1, INT
     if name == "string":
         # cel-go knows no size for the conversion of a typed value, so searching it cannot be bounded;
         # converting a dynamic value (an attribute) keeps that value's size and traverses it.
@@ -349,12 +407,100 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
     return 1, DYN
 
 
+def _named(kind: str) -> str:
+    """A capacity's shape is "quantity": the type's name for it."""
+    return "kubernetes.Quantity" if kind == "quantity" else kind
+
+
+def _net_call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape] | None:
+    """The Kubernetes estimator's prices for the ip, cidr and url libraries: parsing traverses the
+    string, an accessor is nominal, a containment test compares two addresses of 4 to 16 bytes."""
+    first = operands[0] if operands else DYN
+    if name in ("ip", "cidr", "isIP", "isCIDR", "url", "ip.isCanonical") and first.kind != CIDR:
+        factor = 2 * STRING_TRAVERSAL_FACTOR if name == "ip.isCanonical" else STRING_TRAVERSAL_FACTOR
+        results = {"ip": Shape(IP), "cidr": Shape(CIDR), "url": Shape(URL, first.size)}
+        return _traversal(first.size, factor), results.get(name, BOOL)
+    if name == "ip":  # the address of a CIDR
+        return 1, Shape(IP)
+    if name in _NOMINAL_NET:
+        return 1, _NOMINAL_NET[name]
+    if name in ("containsIP", "containsCIDR"):
+        compare = math.ceil(32 * STRING_TRAVERSAL_FACTOR)  # two addresses of at most 16 bytes
+        if name == "containsCIDR":  # and the prefix masked and its bits compared
+            compare += math.ceil(16 * STRING_TRAVERSAL_FACTOR) + 1
+        argument = operands[1] if len(operands) > 1 else DYN
+        if argument.kind not in (IP, CIDR):  # the string overload parses it too
+            compare = _add(compare, _traversal(argument.size))
+        return compare, BOOL
+    return None
+
+
+_LISTS_EXTENSION = {"slice", "flatten", "sort", "distinct", "reverse", "lists.range"}
+_SORT_BY_INPUT = "@__sortBy_input__"
+
+
+def _int_literal(node: Node, default: int) -> int:
+    """An argument's value where it is an int literal (negative ones count as 0), as cel-go's list
+    estimators read it; else ``default``."""
+    if isinstance(node, Literal) and node.kind == "int":
+        return max(0, cast(int, node.value))
+    return default
+
+
+def _factor(size: int, factor: float) -> int:
+    """cel-go's MultiplyByCostFactor: rounded up, saturating."""
+    if size >= UNBOUNDED or size * factor >= 2**64:
+        return MAX_COST
+    return math.ceil(size * factor)
+
+
+def _allocating(size: int, factor: float) -> int:
+    """A call that builds a list: dispatch 1, the list 10, and ``factor`` per element of ``size``."""
+    return _add(_factor(size, factor), 1, LIST_CREATE_COST)
+
+
+def _lists_extension_cost(name: str, target: Shape, args: tuple[Node, ...],
+                          shapes: list[Shape]) -> tuple[int, Shape]:
+    """cel-go's estimators of the lists extension (ext.Lists version 3)."""
+    if name == "lists.range":
+        size = _int_literal(args[0], UNBOUNDED)
+        return _allocating(size, 1), Shape("list", size, elem=INT)
+    if name == "slice":
+        start, end = _int_literal(args[0], 0), _int_literal(args[1], target.size)
+        size = (end - start) % 2**64  # unsigned, as in cel-go: a start past the end wraps around
+        return _allocating(size, 1), Shape("list", size, elem=target.elem)
+    if name == "reverse":
+        return _allocating(target.size, 1), Shape("list", target.size, elem=target.elem)
+    if name == "flatten":
+        depth = _int_literal(args[0], UNBOUNDED) if args else 1
+        inner = target.elem.elem if target.elem is not None and target.elem.elem is not None else None
+        return _allocating(target.size, depth), Shape("list", target.size, elem=inner)
+    if name == "distinct":
+        squared = _mul(target.size, target.size)
+        return _allocating(squared, 2), Shape("list", squared, elem=target.elem)
+    return _sort_cost(target, target.elem)
+
+
+def _sort_cost(keys: Shape, elem: Shape | None) -> tuple[int, Shape]:
+    """sort() and sortBy's @sortByAssociatedKeys: 2 per pair of keys, 2.1 where the keys may be
+    strings or bytes (cel-go takes the dearest of the overloads that match)."""
+    squared = _mul(keys.size, keys.size)
+    key_kind = keys.elem.kind if keys.elem is not None else "dyn"
+    factor = 2.0 if key_kind in ("int", "uint", "double", "bool") else 2.0 + STRING_TRAVERSAL_FACTOR
+    return _allocating(squared, factor), Shape("list", squared, elem=elem)
+
+
 def _arithmetic_result(first: Shape, second: Shape) -> Shape:
     """A number has size 1 for the estimator; a dynamic operand with no number beside it may be
     anything (cel-go resolves no overload), so its result has no size."""
     for operand in (first, second):
         if operand.kind in ("int", "uint", "double"):
             return Shape(operand.kind, size=1)
+    if first.kind in _TIMES or second.kind in _TIMES:
+        kinds = {first.kind, second.kind}
+        if kinds == {TIMESTAMP}:
+            return Shape(DURATION, size=1)  # the difference of two timestamps
+        return Shape(TIMESTAMP if TIMESTAMP in kinds else DURATION, size=1)
     return Shape(first.kind)
 
 

@@ -90,11 +90,13 @@ class Has(Node):
 
 @dataclass(frozen=True, slots=True)
 class Comprehension(Node):
-    """A macro over a range: all, exists, exists_one, map, filter (on `target`), or cel.bind.
+    """A macro over a range: all, exists, exists_one, map, filter, sortBy (on `target`), cel.bind,
+    or one of the two-variable transformList, transformMap and transformMapEntry.
 
-    `map` has either one argument (the transform) or two (a filter, then the transform).
-    For `bind`, `target` is the initial value, `var` the bound name and `args` the result expression.
-    `var2` is set for the two-variable forms `all(k, v, p)` / `exists(k, v, p)`.
+    `map` and the transforms have either one argument (the transform) or two (a filter, then the
+    transform). `sortBy` has one, the sort key. For `bind`, `target` is the initial value, `var` the
+    bound name and `args` the result expression. `var2` is set for the two-variable forms
+    (`all(k, v, p)`, `exists`, `exists_one`, which `existsOne` is parsed as, and the transforms).
     """
 
     macro: str
@@ -262,7 +264,10 @@ def _number(text: str, token: Token) -> tuple[int | float, LiteralKind]:
 _RELATIONS = {"==": "_==_", "!=": "_!=_", "<": "_<_", "<=": "_<=_", ">": "_>_", ">=": "_>=_", "in": "@in"}
 _ADDITIVE = {"+": "_+_", "-": "_-_"}
 _MULTIPLICATIVE = {"*": "_*_", "/": "_/_", "%": "_%_"}
-_COMPREHENSION_MACROS = {"all": (2, 3), "exists": (2, 3), "exists_one": (2,), "map": (2, 3), "filter": (2,)}
+_COMPREHENSION_MACROS = {"all": (2, 3), "exists": (2, 3), "exists_one": (2, 3), "existsOne": (3,),
+                         "map": (2, 3), "filter": (2,), "sortBy": (2,), "transformList": (3, 4),
+                         "transformMap": (3, 4), "transformMapEntry": (3, 4)}
+TRANSFORMS = ("transformList", "transformMap", "transformMapEntry")
 
 
 class _Parser:
@@ -438,8 +443,18 @@ class _Parser:
     def member_call(self, pos: int, target: Node, name: str, args: tuple[Node, ...]) -> Node:
         arities = _COMPREHENSION_MACROS.get(name)
         if arities and len(args) in arities:
-            if name == "map":
-                return Comprehension(pos, "map", target, self.macro_variable(args[0], name), None, args[1:])
+            if name in ("map", "sortBy"):
+                if name == "sortBy" and isinstance(target, (Literal, MapExpr)):
+                    raise _error(self.text, target.pos, "sortBy can only be applied to a list, identifier, "
+                                                        "comprehension, call or select expression")
+                return Comprehension(pos, name, target, self.macro_variable(args[0], name), None, args[1:])
+            if name == "existsOne":
+                name = "exists_one"
+            if name in TRANSFORMS:
+                first, second = (self.macro_variable(arg, name) for arg in args[:2])
+                if first == second:
+                    raise _error(self.text, args[1].pos, f"duplicate variable name '{first}' in {name}()")
+                return Comprehension(pos, name, target, first, second, args[2:])
             variables = [self.macro_variable(arg, name) for arg in args[:-1]]
             if len(args) == 3:
                 if variables[0] == variables[1]:

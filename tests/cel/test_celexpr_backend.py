@@ -54,3 +54,60 @@ def test_compile_errors_point_into_the_users_text() -> None:
     with pytest.raises(cel.CELCompileError, match=r"<input>:1:\d+: .*'indexOf'") as raised:
         cel.get_engine("cel-expr").compile('"abc".indexOf(true) == 2')
     assert '| "abc".indexOf(true) == 2' in str(raised.value)
+
+
+def test_nested_conversions_compile_in_linear_time() -> None:
+    # the checker that finds the conversions to rename asks for an argument's type before the call's
+    import time
+
+    engine = cel.get_engine("cel-expr")
+    expression = "string(" * 25 + 'duration("1.5s")' + ")" * 25 + ' == "1.5s"'
+    started = time.monotonic()
+    selector = engine.compile(expression, cel.CompileOptions(cost_limit=None))
+    assert time.monotonic() - started < 2
+    assert selector.matches(cel.make_device("d", {}, {}))
+
+
+def test_net_values_and_time_conversions_keep_upstream_answers() -> None:
+    engine = cel.get_engine("cel-expr")
+    device = cel.make_device("d", {"addr": {"string": "10.1.2.3"}, "unit": {"string": "2µs"},
+                                    "at": {"string": "2020-01-01T00:00:00,5Z"}}, {})
+    for expression in [
+        'cel.bind(a, cidr("10.1.2.3/8"), string(a.masked())) == "10.0.0.0/8"',
+        'string(device.attributes["d"].addr) == string(ip(device.attributes["d"].addr))',
+        'int(duration("1h0m0.000000001s")) == 3600000000001',
+        'string(duration("1µs")) == "0.000001s"',
+        'duration("1.5s").getMilliseconds() == 1500',
+        # a string known only at run time is parsed with Go's rules before cel-cpp converts it
+        'duration(device.attributes["d"].unit) == duration("2µs")',
+        'timestamp(device.attributes["d"].at) == timestamp("2020-01-01T00:00:00.5Z")',
+    ]:
+        assert engine.compile(expression).matches(device), expression
+
+
+def test_values_cel_expr_cannot_carry_are_evaluated_by_celpy() -> None:
+    # cel-expr-python refuses a duration or timestamp that a Python function returns (here the lists
+    # extension's sort); the selector and the derived expression still give cel-go's answer.
+    engine = cel.get_engine("cel-expr")
+    device = cel.make_device("gpu.example.com", {}, {}, memo_key=("slice", 1, "dev-0"))
+    sorted_durations = '[duration("2h"), duration("1m")].sort()'
+    selector = engine.compile(f'{sorted_durations}[0] == duration("1m")')
+    assert selector.engine == "cel-expr"
+    assert selector.matches(device) is True
+    assert selector.matches(device) is True  # the remembered answer
+    failing = engine.compile(f'{sorted_durations}[0] == duration("1m") && [1][2] == 1')
+    with pytest.raises(cel.CELRuntimeError, match="index"):
+        failing.matches(device)
+    derived = engine.compile_derived(f'{sorted_durations}.size()', cel.CompileOptions())
+    assert derived.value(device) == 2
+
+
+def test_a_failure_of_cel_expr_python_itself_is_a_runtime_error() -> None:
+    from allocator.cel.celexpr_backend import CelExprProgram
+
+    class Failing:
+        def eval(self, activation: object) -> None:
+            raise RuntimeError("INVALID_ARGUMENT: something cel-expr-python cannot do")
+
+    with pytest.raises(cel.CELRuntimeError, match="cel-expr: INVALID_ARGUMENT"):
+        CelExprProgram(Failing()).evaluate(object())

@@ -15,6 +15,18 @@ if importlib.util.find_spec("cases_libraries") is not None:
     import cases_libraries
 
     TABLES.append(cases_libraries)
+if importlib.util.find_spec("cases_network") is not None:
+    import cases_network
+
+    TABLES.append(cases_network)
+if importlib.util.find_spec("cases_time") is not None:
+    import cases_time
+
+    TABLES.append(cases_time)
+if importlib.util.find_spec("cases_lists_ext") is not None:
+    import cases_lists_ext
+
+    TABLES.append(cases_lists_ext)
 
 ALL_CASES: list[CelCase] = [case for table in TABLES for case in table.CASES]
 

@@ -109,3 +109,20 @@ def test_syntax_errors_are_compile_errors_with_a_clear_message(text: str, messag
     with pytest.raises(CELCompileError, match=message.replace("(", r"\(").replace(")", r"\)")
                        .replace("{", r"\{").replace("}", r"\}").replace("?", r"\?").replace(".", r"\.")):
         parse(text)
+
+
+def test_two_variable_macros_and_sort_by() -> None:
+    transform = parse("l.transformMap(k, v, v > 1, v * 2)")
+    assert isinstance(transform, Comprehension)
+    shape = (transform.macro, transform.var, transform.var2, len(transform.args))
+    assert shape == ("transformMap", "k", "v", 2)
+    exists_one = parse("l.existsOne(i, v, v == 1)")
+    assert isinstance(exists_one, Comprehension)
+    assert (exists_one.macro, exists_one.var2) == ("exists_one", "v")  # one macro under both names
+    sort_by = parse("l.sortBy(e, -e)")
+    assert isinstance(sort_by, Comprehension) and (sort_by.macro, sort_by.var) == ("sortBy", "e")
+    # cel-go's sortBy refuses literal receivers other than lists
+    for text in ('"abc".sortBy(e, e)', '{"a": 1}.sortBy(e, e)', "l.transformList(i, i, i)"):
+        with pytest.raises(CELCompileError):
+            parse(text)
+    assert isinstance(parse("l.sortBy(e)"), Call)  # the wrong arity is an ordinary (undeclared) call

@@ -30,6 +30,8 @@ def devices(draw: st.DrawFn, lists: bool) -> Obj:
         attributes["ver"] = {"version": draw(st.sampled_from(["1.2.3", "2.0.0-rc.1", "0.9.0", "1.10.0"]))}
     if draw(st.booleans()):
         attributes["ok"] = {"bool": draw(st.booleans())}
+    if draw(st.booleans()):
+        attributes["addr"] = {"string": draw(st.one_of(ip_texts(), cidr_texts(), url_texts()))}
     if draw(st.integers(0, 3)) == 0:
         attributes["other.example.com/zone"] = {"string": draw(st.sampled_from(["z1", "z2"]))}
     if lists and draw(st.booleans()):
@@ -45,6 +47,184 @@ def devices(draw: st.DrawFn, lists: bool) -> Obj:
     if draw(st.booleans()):
         device["allowMultipleAllocations"] = draw(st.booleans())
     return device
+
+
+# -- IP addresses, CIDRs and URLs as text: valid and invalid, for the Go-rule parsers -------------
+
+
+@st.composite
+def ip_texts(draw: st.DrawFn) -> str:
+    shape = draw(st.integers(0, 6))
+    octet = st.sampled_from(["0", "1", "10", "127", "169", "254", "255", "256", "01", "224", "192"])
+    group = st.sampled_from(["0", "1", "ff", "FFFF", "fe80", "ff02", "0db8", "2001", "12345", "", "g"])
+    if shape <= 1:
+        count = draw(st.sampled_from([4, 4, 4, 3, 5]))
+        return ".".join(draw(octet) for _ in range(count))
+    if shape <= 3:
+        groups = [draw(group) for _ in range(draw(st.integers(1, 9)))]
+        if draw(st.booleans()):
+            groups.insert(draw(st.integers(0, len(groups))), "")  # a :: somewhere
+        text = ":".join(groups)
+        if draw(st.integers(0, 4)) == 0:
+            text += ":" + ".".join(draw(octet) for _ in range(4))
+        return text
+    if shape == 4:
+        return draw(st.sampled_from(["::", "::1", "::ffff:1.2.3.4", "::ffff:0102:0304", "fe80::1%eth0",
+                                     "1::", "::1.2.3.4", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7::", "%x"]))
+    if shape == 5:
+        return draw(st.sampled_from(["", " 1.2.3.4", "1.2.3.4 ", "localhost", "1.2.3.4/8", "[::1]"]))
+    return draw(st.sampled_from(["10.0.0.1", "192.168.1.1", "2001:db8::1", "169.254.1.1", "224.0.0.1",
+                                 "255.255.255.255", "0.0.0.0", "127.0.0.1", "ff02::1", "fe80::"]))
+
+
+@st.composite
+def cidr_texts(draw: st.DrawFn) -> str:
+    bits = draw(st.sampled_from(["0", "8", "16", "24", "32", "33", "64", "128", "129", "08", "+8", "", "x"]))
+    return f"{draw(ip_texts())}/{bits}" if draw(st.integers(0, 9)) else draw(ip_texts())
+
+
+@st.composite
+def url_texts(draw: st.DrawFn) -> str:
+    scheme = draw(st.sampled_from(["http://", "https://", "HTTP://", "ftp://", "", "1x://", "mailto:", "s:",
+                                   "//"]))
+    user = draw(st.sampled_from(["", "", "u@", "u:p@", "a b@", "%41@"]))
+    host = draw(st.sampled_from(["example.com", "a.b", "10.0.0.1", "[::1]", "[1.2.3.4]", "[fe80::1%25e]",
+                                 "a b", "%41", "%2e", "", "a:80", "a:8x", "a:b:80", "[::1]:443", "é.com",
+                                 "[::1"]))
+    path = draw(st.sampled_from(["", "/", "/a/b", "/a%20b", "/a%2Fb", "/a b", "/%zz", "/é", "x", "*"]))
+    query = draw(st.sampled_from(["", "?", "?a=1&b=2&a=3", "?a;b=1", "?%zz=1&c=2", "?a+b=c%20d", "?=x&k"]))
+    fragment = draw(st.sampled_from(["", "", "#f", "#a%20b", "#%zz", "#a#b"]))
+    return scheme + user + host + path + query + fragment
+
+
+def _text(draw: st.DrawFn, texts: Any, depth: int) -> str:
+    """A string expression holding net text: a literal, or the device's "addr" attribute."""
+    if draw(st.integers(0, 4)) == 0:
+        return f"{D}.addr" if draw(st.booleans()) else f'{D}.?addr.orValue("10.0.0.1")'
+    return '"' + draw(texts) + '"'
+
+
+def _net(draw: st.DrawFn, kind: str, depth: int) -> str:
+    """An expression of kind ip, cidr or url."""
+    if kind == "ip":
+        if depth < MAX_DEPTH and draw(st.integers(0, 3)) == 0:
+            return f"{_net(draw, 'cidr', depth + 1)}.ip()"
+        return f"ip({_text(draw, ip_texts(), depth)})"
+    if kind == "cidr":
+        if depth < MAX_DEPTH and draw(st.integers(0, 3)) == 0:
+            return f"{_net(draw, 'cidr', depth + 1)}.masked()"
+        return f"cidr({_text(draw, cidr_texts(), depth)})"
+    return f"url({_text(draw, url_texts(), depth)})"
+
+
+def _net_bool(draw: st.DrawFn, depth: int) -> str:
+    shape = draw(st.integers(0, 8))
+    if shape == 0:
+        test = draw(st.sampled_from(["isIP", "ip.isCanonical", "isCIDR", "isURL"]))
+        texts = {"isIP": ip_texts(), "ip.isCanonical": ip_texts(), "isCIDR": cidr_texts(),
+                 "isURL": url_texts()}
+        return f"{test}({_text(draw, texts[test], depth)})"
+    if shape == 1:
+        method = draw(st.sampled_from(["isUnspecified", "isLoopback", "isLinkLocalMulticast",
+                                       "isLinkLocalUnicast", "isGlobalUnicast"]))
+        return f"{_net(draw, 'ip', depth + 1)}.{method}()"
+    if shape == 2:
+        other = _net(draw, "ip", depth + 1) if draw(st.booleans()) else _text(draw, ip_texts(), depth)
+        return f"{_net(draw, 'cidr', depth + 1)}.containsIP({other})"
+    if shape == 3:
+        other = _net(draw, "cidr", depth + 1) if draw(st.booleans()) else _text(draw, cidr_texts(), depth)
+        return f"{_net(draw, 'cidr', depth + 1)}.containsCIDR({other})"
+    if shape == 4:
+        kind = draw(st.sampled_from(["ip", "cidr", "url"]))
+        return f"{_net(draw, kind, depth + 1)} == {_net(draw, kind, depth + 1)}"
+    if shape == 5:
+        key = draw(st.sampled_from(["a", "b", "k", "", "a b"]))
+        return f'"{key}" in {_net(draw, "url", depth + 1)}.getQuery()'
+    if shape == 6:
+        return f"{_net(draw, 'url', depth + 1)}.getQuery() == {{'a': ['1', '3'], 'b': ['2']}}"
+    if shape == 7:  # mixes types on purpose
+        kinds = st.sampled_from(["ip", "cidr", "url"])
+        return f"{_net(draw, draw(kinds), depth + 1)} == {_net(draw, draw(kinds), depth + 1)}"
+    return f"{_net(draw, 'cidr', depth + 1)}.containsIP({expr(draw, 'string', depth + 1)})"
+
+
+def _net_string(draw: st.DrawFn, depth: int) -> str:
+    if draw(st.booleans()):
+        return f"string({_net(draw, draw(st.sampled_from(['ip', 'cidr'])), depth + 1)})"
+    getter = draw(st.sampled_from(["getScheme", "getHost", "getHostname", "getPort", "getEscapedPath"]))
+    return f"{_net(draw, 'url', depth + 1)}.{getter}()"
+
+
+def _net_int(draw: st.DrawFn, depth: int) -> str:
+    shape = draw(st.integers(0, 2))
+    if shape == 0:
+        return f"{_net(draw, 'ip', depth + 1)}.family()"
+    if shape == 1:
+        return f"{_net(draw, 'cidr', depth + 1)}.prefixLength()"
+    return f"size({_net(draw, 'url', depth + 1)}.getQuery())"
+
+
+# -- durations and timestamps: Go's parsing of literals (checked at compile time) and of strings --
+
+DURATION_TEXTS = ["1h", "90m", "1.5s", "-1.5s", "1h30m", "0", "-0", "0s", "1µs", "2us", "3ns",
+                  "1.000000001s", ".5s", "5.s", "+3s", "1d", "", "1", "s", "1.5", "9223372036854775807ns",
+                  "2562048h", "1h-1m"]
+TIMESTAMP_TEXTS = ["2020-01-01T00:00:00Z", "2020-01-01T00:00:00.5+01:00", "2021-06-30T23:59:59.123456789Z",
+                   "2020-02-29T12:00:00-08:00", "1970-01-01T00:00:00Z", "0001-01-01T00:00:00Z",
+                   "9999-12-31T23:59:59Z", "2020-01-01T00:00:00,5Z", "2020-01-01", "2020-01-01t00:00:00Z",
+                   "2020-01-01T00:00:00z", "2020-02-30T00:00:00Z", "0000-01-01T00:00:00Z",
+                   "2020-01-01T00:00:00+24:00", "2020-01-01T24:00:00Z"]
+ZONES = ["UTC", "America/New_York", "Asia/Kolkata", "+05:30", "-0:30", "05:30", "-08:00", "Nowhere/City",
+         "+1:60"]
+
+
+def _time(draw: st.DrawFn, kind: str, depth: int) -> str:
+    """An expression of kind duration or timestamp."""
+    deeper = depth < MAX_DEPTH and draw(st.integers(0, 3)) == 0
+    if kind == "duration":
+        if deeper:
+            if draw(st.booleans()):
+                return f"({_time(draw, 'timestamp', depth + 1)} - {_time(draw, 'timestamp', depth + 1)})"
+            op = draw(st.sampled_from(["+", "-"]))
+            return f"({_time(draw, 'duration', depth + 1)} {op} {_time(draw, 'duration', depth + 1)})"
+        if draw(st.integers(0, 5)) == 0:
+            return f"duration({expr(draw, 'string', depth + 1)})"
+        return f'duration("{draw(st.sampled_from(DURATION_TEXTS))}")'
+    if deeper:
+        op = draw(st.sampled_from(["+", "-"]))
+        return f"({_time(draw, 'timestamp', depth + 1)} {op} {_time(draw, 'duration', depth + 1)})"
+    shape = draw(st.integers(0, 5))
+    if shape == 0:
+        return f"timestamp({expr(draw, 'int', depth + 1)})"
+    if shape == 1:
+        return f"timestamp({draw(st.sampled_from(['0', '1577836800', '-62135596800', '253402300800']))})"
+    return f'timestamp("{draw(st.sampled_from(TIMESTAMP_TEXTS))}")'
+
+
+def _time_int(draw: st.DrawFn, depth: int) -> str:
+    if draw(st.integers(0, 3)) == 0:
+        return f"int({_time(draw, draw(st.sampled_from(['duration', 'timestamp'])), depth + 1)})"
+    if draw(st.booleans()):
+        getter = draw(st.sampled_from(["getHours", "getMinutes", "getSeconds", "getMilliseconds"]))
+        return f"{_time(draw, 'duration', depth + 1)}.{getter}()"
+    getter = draw(st.sampled_from(["getFullYear", "getMonth", "getDayOfYear", "getDayOfMonth", "getDate",
+                                   "getDayOfWeek", "getHours", "getMinutes", "getSeconds",
+                                   "getMilliseconds"]))
+    zone = f'"{draw(st.sampled_from(ZONES))}"' if draw(st.booleans()) else ""
+    return f"{_time(draw, 'timestamp', depth + 1)}.{getter}({zone})"
+
+
+def _time_bool(draw: st.DrawFn, depth: int) -> str:
+    shape = draw(st.integers(0, 3))
+    if shape == 3:  # type values: no cost bound for cel-go, so refused as new selectors
+        kind = draw(st.sampled_from(["int", "string", "bool", "duration", "timestamp"]))
+        name = draw(st.sampled_from(["int", "string", "bool", "google.protobuf.Duration", "type(1)"]))
+        timed = kind in ("duration", "timestamp")
+        value = _time(draw, kind, depth + 1) if timed else expr(draw, kind, depth + 1)
+        return f"type({value}) == {name}"
+    kind = draw(st.sampled_from(["duration", "timestamp"]))
+    op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">="]))
+    return f"{_time(draw, kind, depth + 1)} {op} {_time(draw, kind, depth + 1)}"
 
 
 def _bin(draw: st.DrawFn, kind: str, depth: int, ops: list[str]) -> str:
@@ -70,15 +250,73 @@ def _optional_int(draw: st.DrawFn, depth: int) -> str:
     return f"optional.ofNonZeroValue({expr(draw, 'int', depth + 1)}).orValue(5)"
 
 
+def _list_extension(draw: st.DrawFn, kind: str, depth: int) -> str:
+    """A list of ``kind`` (ints or strings) through cel-go's lists extension or transformList; some
+    calls fail at run time (slice bounds, lists.range(-1)) or do not compile (flatten of a typed
+    flat list, sortBy on a key of no ordered type)."""
+    element = "int" if kind == "ints" else "string"
+    target = expr(draw, kind, depth + 1)
+    shape = draw(st.integers(0, 7))
+    if shape == 0:
+        return f"{target}.{draw(st.sampled_from(['sort', 'distinct', 'reverse']))}()"
+    if shape == 1:
+        bounds = draw(st.sampled_from(["0, 1", "1, 2", "0, 0", "2, 1", "-1, 1", "0, 5"]))
+        if draw(st.booleans()):
+            bounds = f"0, {expr(draw, 'int', depth + 1)}"
+        return f"{target}.slice({bounds})"
+    if shape == 2:
+        key = draw(st.sampled_from(
+            ["-x", "x % 3", "1", "[x]"] if kind == "ints" else ["x", "size(x)", "x.upperAscii()", "[x]"]))
+        return f"{target}.sortBy(x, {key})"
+    if shape == 3:
+        other = expr(draw, kind, depth + 1)
+        form = draw(st.sampled_from(["[{}, {}].flatten()", "[{}, {}].flatten(1)", "{}.flatten()",
+                                     "dyn([{}, {}]).flatten(2)"]))
+        return form.format(target, other) if form.count("{}") == 2 else form.format(target)
+    if shape == 4:
+        transform = "v * i + 1" if kind == "ints" else 'v + "-" + string(i)'
+        if draw(st.booleans()):
+            return f"{target}.transformList(i, v, {transform})"
+        return f"{target}.transformList(i, v, i % 2 == 0, {transform})"
+    if shape == 5 and kind == "ints":
+        return f"lists.range({expr(draw, 'int', depth + 1)})"
+    if shape == 6:  # values of a map built by a transform, in key order of a sort
+        built = _map_transform(draw, depth)
+        return f"{built}.transformList(k, v, {'v' if kind == 'ints' else 'string(k)'}).sort()"
+    return f"[{expr(draw, element, depth + 1)}, {expr(draw, element, depth + 1)}].sort()"
+
+
+def _map_transform(draw: st.DrawFn, depth: int) -> str:
+    """A map(int, int) through transformMap or transformMapEntry (duplicate keys fail at run time)."""
+    source = expr(draw, "ints", depth + 1)
+    return draw(st.sampled_from([
+        f"{source}.transformMap(i, v, v + i)",
+        f"{source}.transformMap(i, v, v > 1, v)",
+        f"{source}.transformMapEntry(i, v, {{v: i}})",
+        f"{source}.transformMapEntry(i, v, i < 2, {{v % 3: i}})",
+    ]))
+
+
+def _map_transform_size(draw: st.DrawFn, depth: int) -> str:
+    built = _map_transform(draw, depth)
+    return draw(st.sampled_from([f"size({built})", f"{built}.transformList(k, v, k + v).sum()"]))
+
+
 def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
     """A random expression of type ``kind``: int, string, bool, quantity, version, ints, strings."""
     leaf = depth >= MAX_DEPTH or draw(st.integers(0, 2)) == 0
     if kind == "int":
         if leaf:
             return draw(st.sampled_from(["0", "1", "2", "-1", "7", f"{D}.idx", f"{D}.?idx.orValue(3)"]))
-        shape = draw(st.integers(0, 9))
+        shape = draw(st.integers(0, 12))
+        if shape == 12:
+            return _time_int(draw, depth)
+        if shape == 11:
+            return _net_int(draw, depth)
         if shape == 0:
             return _bin(draw, "int", depth, ["+", "-", "*", "/", "%"])
+        if shape == 10:
+            return _map_transform_size(draw, depth)
         if shape == 1:
             return f"size({expr(draw, 'string', depth + 1)})"
         if shape == 2:
@@ -115,7 +353,11 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
                     ]
                 )
             )
-        shape = draw(st.integers(0, 6))
+        shape = draw(st.integers(0, 8))
+        if shape == 8:
+            return f"string({_time(draw, draw(st.sampled_from(['duration', 'timestamp'])), depth + 1)})"
+        if shape == 7:
+            return _net_string(draw, depth)
         if shape == 0:
             method = draw(st.sampled_from(["lowerAscii", "upperAscii", "trim"]))
             return f"{expr(draw, 'string', depth + 1)}.{method}()"
@@ -164,7 +406,9 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
     if kind == "ints":
         if leaf:
             return draw(st.sampled_from(["[]", "[1, 2, 3]", "[3, 1]", f"{D}.ids"]))
-        shape = draw(st.integers(0, 3))
+        shape = draw(st.integers(0, 4))
+        if shape == 4:
+            return _list_extension(draw, "ints", depth)
         if shape == 0:
             return f"{expr(draw, 'ints', depth + 1)}.filter(x, x > {expr(draw, 'int', depth + 1)})"
         if shape == 1:
@@ -175,6 +419,8 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
     if kind == "strings":
         if leaf:
             return draw(st.sampled_from(['["a", "b"]', "[]", f"{D}.tags", '"a,b,c".split(",")']))
+        if draw(st.booleans()):
+            return _list_extension(draw, "strings", depth)
         return f'{expr(draw, "string", depth + 1)}.split("-")'
     assert kind == "bool", kind
     if leaf:
@@ -192,9 +438,18 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
                 ]
             )
         )
-    shape = draw(st.integers(0, 13))
+    shape = draw(st.integers(0, 17))
+    if shape == 17:
+        return _time_bool(draw, depth)
+    if shape >= 15:
+        return _net_bool(draw, depth)
     if shape == 0:
         return _bin(draw, "int", depth, ["==", "!=", "<", "<=", ">", ">="])
+    if shape == 14:  # two-variable quantifiers: index (or key) and value
+        macro = draw(st.sampled_from(["exists", "all", "existsOne", "exists_one"]))
+        kind = draw(st.sampled_from(["ints", "strings"]))
+        predicate = draw(st.sampled_from(["i < 2", "i == v", "v == v", "size(string(v)) > i", "v > i"]))
+        return f"{expr(draw, kind, depth + 1)}.{macro}(i, v, {predicate})"
     if shape == 1:
         return _bin(draw, "string", depth, ["==", "!=", "<", ">"])
     if shape == 2:
