@@ -28,8 +28,8 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
+from allocator.cel import celexpr_format, celexpr_net, celexpr_time
 from allocator.cel import celexpr_library as library
-from allocator.cel import celexpr_net, celexpr_time
 from allocator.cel.backend import (
     AttributeValue,
     CELCompileError,
@@ -41,7 +41,7 @@ from allocator.cel.backend import (
 from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
 from allocator.cel.celpy_check import CIDR, DURATION, DYN, IP, STRING, TIMESTAMP, Checker, Type, type_name
-from allocator.cel.parser import Call, Literal, Node, Token, is_empty_list_membership, parse
+from allocator.cel.parser import Call, Literal, Node, Token, is_empty_list_membership, parse, qualified_name
 from allocator.cel.parser import tokenize as _tokenize_uncached
 from allocator.quantity import Quantity
 from allocator.semver import Semver
@@ -467,6 +467,7 @@ def _with_tree_rewrites(text: str, tree: Node) -> str:
     wrappers = [
         *_empty_list_membership_edits(text, tree, tokens, index_at),
         *_arithmetic_equality_edits(text, tree, tokens, index_at),
+        *_format_optional_edits(tree, tokens, index_at),
     ]
     # Wrappers only insert around operands; a native comparison they would cut through is left out.
     edits = [
@@ -545,6 +546,29 @@ def _arithmetic_equality_edits(
         edits.append((start, start, f"{function}("))
         edits.append((tokens[operator].pos, tokens[operator].pos + 2, ","))
         edits.append((tokens[close].pos + 1, tokens[close].pos + 1, ")"))
+    return edits
+
+
+def _format_optional_edits(tree: Node, tokens: list[Token], index_at: dict[int, int]
+                            ) -> list[tuple[int, int, str]]:
+    """``f.validate(s)`` and ``format.named(n)`` call their list-returning twins and take ``[?0]``
+    of the result: cel-expr-python declares no function returning an optional (celexpr_format)."""
+    edits = []
+    for node in walk(tree):
+        if not (isinstance(node, Call) and node.target is not None and len(node.args) == 1):
+            continue
+        is_named = node.function == "named" and qualified_name(node.target) == "format"
+        if not (is_named or node.function == "validate"):
+            continue
+        dot = index_at.get(node.pos)
+        if dot is None or not _is(tokens[dot + 1], node.function) or not _is(tokens[dot + 2], "("):
+            continue
+        close = _matching_close(tokens, dot + 2)
+        if close is None:
+            continue
+        name = tokens[dot + 1]
+        edits.append((name.pos, name.pos + len(name.text), celexpr_format.RENAMED[node.function]))
+        edits.append((tokens[close].pos + 1, tokens[close].pos + 1, "[?0]"))
     return edits
 
 
