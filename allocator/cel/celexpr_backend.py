@@ -93,10 +93,15 @@ class CelExprBackend:
         self._lock = threading.Lock()  # compile is rare; the binding's thread safety is unproven there
 
     def compile(self, expression: str, options: CompileOptions) -> CelExprProgram:
-        program, result_type, _ = self._compile(expression, options)
+        program, result_type, tree = self._compile(expression, options)
         if result_type not in (T.BOOL, T.DYN):
             raise CELCompileError(f"must evaluate to bool or the unknown type, not {_type_name(result_type)}",
                                   expression)
+        if result_type == T.DYN and _uses_format_results(tree):
+            # cel-cpp sees validate() and format.named() as dyn; the shared checker knows their types
+            known = _result_type_name(result_type, tree, expression, options)
+            if known not in ("bool", DYN):
+                raise CELCompileError(f"must evaluate to bool or the unknown type, not {known}", expression)
         return program
 
     def compile_value(self, expression: str, options: CompileOptions) -> tuple[CelExprProgram, str]:
@@ -547,6 +552,11 @@ def _arithmetic_equality_edits(
         edits.append((tokens[operator].pos, tokens[operator].pos + 2, ","))
         edits.append((tokens[close].pos + 1, tokens[close].pos + 1, ")"))
     return edits
+
+
+def _uses_format_results(tree: Node) -> bool:
+    return any(isinstance(node, Call) and node.target is not None and node.function in ("validate", "named")
+               for node in walk(tree))
 
 
 def _format_optional_edits(tree: Node, tokens: list[Token], index_at: dict[int, int]
