@@ -7,12 +7,13 @@ import pytest
 
 from allocator.cel import formatlib
 
-LABEL_REGEX = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
-               "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
-               "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
-SUBDOMAIN_REGEX = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-                   "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-                   "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+LABEL_REGEX = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+               "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+               "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+SUBDOMAIN_REGEX = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+                   "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
+                   "regex used for validation is "
+                   "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
 KEY_REGEX = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
              "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation "
              "is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
@@ -33,8 +34,8 @@ KEY_REGEX = ("must consist of alphanumeric characters, '-', '_' or '.', and must
     ("qualifiedName", "a/b", []),
     ("qualifiedName", "a/", ["name part must be non-empty", f"name part {KEY_REGEX}"]),
     ("qualifiedName", "example.com/" + "a" * 64, ["name part must be no more than 63 bytes"]),
-    ("qualifiedName", "a/b/c", [f"a valid label key {KEY_REGEX} with an optional DNS subdomain prefix and '/' "
-                                "(e.g. 'example.com/MyName')"]),
+    ("qualifiedName", "a/b/c", [f"a valid label key {KEY_REGEX} with an optional DNS subdomain prefix "
+                                "and '/' (e.g. 'example.com/MyName')"]),
     ("qualifiedName", "A/b", [f"prefix part {SUBDOMAIN_REGEX}"]),
     ("labelValue", "", []),
     ("labelValue", "a" * 64, ["must be no more than 63 bytes"]),
