@@ -27,8 +27,10 @@ selectors, milli sums and asInteger, opaque == in cel-expr, cel-go's typing of a
 filter, cel-expr's UTC string() of a timestamp written with an offset) are listed one by one, with
 the reason, in tests/conformance/differential.py (KNOWN_CEL_DIFFERENCES). Not yet implemented, so a
 compile error here: the CEL functions of upstream's environment that docs/operations.md lists under
-Known limitations (cel-go's list extension, the two-variable transforms, the Kubernetes format
-library).
+Known limitations (cel-go's list extension, the two-variable transforms). The Kubernetes format
+library is there (allocator.cel.formatlib), upstream's quirks included: a *Prefix format replaces
+the last two bytes of a name ending in '-' by "a", ``datetime`` looks only at the text up to a
+second 't'.
 
 Upstream quirk we copy: with DRAOptionalNodeOperations off, devices of slices with skipNodeOperations are
 usable unless another alpha allocator gate is on (upstream's variants differ; allocator.checks says which).
