@@ -154,6 +154,7 @@ def is_date(text: str) -> bool:
     if match is None:
         return False
     year, month, day = (int(group) for group in match.groups())
+    # Python's calendar has no year 0; like 2000 it is a leap year in Go's proleptic calendar
     return 1 <= month <= 12 and 1 <= day <= calendar.monthrange(year or 2000, month)[1]
 
 
