@@ -26,9 +26,10 @@ that claim against the released Go code. Deliberate differences, each commented 
 Open CEL differences from cel-go found by the differential campaigns (cost estimates of stored
 selectors, milli sums and asInteger, opaque == in cel-expr, cel-go's typing of an empty list's
 filter and sortBy, cel-expr's UTC string() of a timestamp written with an offset) are listed one by
-one, with the reason, in tests/conformance/differential.py (KNOWN_CEL_DIFFERENCES). Not yet
-implemented, so a compile error here: the CEL functions of upstream's environment that
-docs/operations.md lists under Known limitations (the Kubernetes format library).
+one, with the reason, in tests/conformance/differential.py (KNOWN_CEL_DIFFERENCES). Every CEL library
+of upstream's environment is implemented. The Kubernetes format library (allocator.cel.formatlib)
+copies upstream's quirks: a *Prefix format replaces the last two bytes of a name ending in '-' by
+"a", ``datetime`` looks only at the text up to a second 't'.
 
 Upstream quirk we copy: with DRAOptionalNodeOperations off, devices of slices with skipNodeOperations are
 usable unless another alpha allocator gate is on (upstream's variants differ; allocator.checks says which).

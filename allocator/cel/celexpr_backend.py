@@ -28,8 +28,8 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
+from allocator.cel import celexpr_format, celexpr_net, celexpr_time
 from allocator.cel import celexpr_library as library
-from allocator.cel import celexpr_net, celexpr_time
 from allocator.cel.backend import (
     AttributeValue,
     CELCompileError,
@@ -42,7 +42,16 @@ from allocator.cel.backend import (
 from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
 from allocator.cel.celpy_check import CIDR, DURATION, DYN, IP, STRING, TIMESTAMP, Checker, Type, type_name
-from allocator.cel.parser import Call, Comprehension, Literal, Node, Token, is_empty_list_membership, parse
+from allocator.cel.parser import (
+    Call,
+    Comprehension,
+    Literal,
+    Node,
+    Token,
+    is_empty_list_membership,
+    parse,
+    qualified_name,
+)
 from allocator.cel.parser import tokenize as _tokenize_uncached
 from allocator.quantity import Quantity
 from allocator.semver import Semver
@@ -94,10 +103,15 @@ class CelExprBackend:
         self._lock = threading.Lock()  # compile is rare; the binding's thread safety is unproven there
 
     def compile(self, expression: str, options: CompileOptions) -> CelExprProgram:
-        program, result_type, _ = self._compile(expression, options)
+        program, result_type, tree = self._compile(expression, options)
         if result_type not in (T.BOOL, T.DYN):
             raise CELCompileError(f"must evaluate to bool or the unknown type, not {_type_name(result_type)}",
                                   expression)
+        if result_type == T.DYN and _uses_format_results(tree):
+            # cel-cpp sees validate() and format.named() as dyn; the shared checker knows their types
+            known = _result_type_name(result_type, tree, expression, options)
+            if known not in ("bool", DYN):
+                raise CELCompileError(f"must evaluate to bool or the unknown type, not {known}", expression)
         return program
 
     def compile_value(self, expression: str, options: CompileOptions) -> tuple[CelExprProgram, str]:
@@ -548,6 +562,7 @@ def _with_tree_rewrites(text: str, tree: Node) -> str:
     wrappers = [
         *_empty_list_membership_edits(text, tree, tokens, index_at),
         *_arithmetic_equality_edits(text, tree, tokens, index_at),
+        *_format_optional_edits(tree, tokens, index_at),
     ]
     # Wrappers only insert around operands; a native comparison they would cut through is left out.
     edits = [
@@ -626,6 +641,34 @@ def _arithmetic_equality_edits(
         edits.append((start, start, f"{function}("))
         edits.append((tokens[operator].pos, tokens[operator].pos + 2, ","))
         edits.append((tokens[close].pos + 1, tokens[close].pos + 1, ")"))
+    return edits
+
+
+def _uses_format_results(tree: Node) -> bool:
+    return any(isinstance(node, Call) and node.target is not None and node.function in ("validate", "named")
+               for node in walk(tree))
+
+
+def _format_optional_edits(tree: Node, tokens: list[Token], index_at: dict[int, int]
+                            ) -> list[tuple[int, int, str]]:
+    """``f.validate(s)`` and ``format.named(n)`` call their list-returning twins and take ``[?0]``
+    of the result: cel-expr-python declares no function returning an optional (celexpr_format)."""
+    edits = []
+    for node in walk(tree):
+        if not (isinstance(node, Call) and node.target is not None and len(node.args) == 1):
+            continue
+        is_named = node.function == "named" and qualified_name(node.target) == "format"
+        if not (is_named or node.function == "validate"):
+            continue
+        dot = index_at.get(node.pos)
+        if dot is None or not _is(tokens[dot + 1], node.function) or not _is(tokens[dot + 2], "("):
+            continue
+        close = _matching_close(tokens, dot + 2)
+        if close is None:
+            continue
+        name = tokens[dot + 1]
+        edits.append((name.pos, name.pos + len(name.text), celexpr_format.RENAMED[node.function]))
+        edits.append((tokens[close].pos + 1, tokens[close].pos + 1, "[?0]"))
     return edits
 
 

@@ -30,7 +30,7 @@ from typing import Any, cast
 import re2
 from cel_expr_python import cel
 
-from allocator.cel import celexpr_net, celexpr_time, lists_ext
+from allocator.cel import celexpr_format, celexpr_net, celexpr_time, lists_ext
 from allocator.quantity import INT64_MAX, INT64_MIN, NANO, Quantity
 from allocator.semver import Semver
 
@@ -61,6 +61,8 @@ def opaque_kind(value: bytes | bytearray) -> str:
         return "kubernetes.Quantity"
     if tag in celexpr_net.KINDS:
         return celexpr_net.KINDS[tag]
+    if tag in celexpr_format.KINDS:
+        return celexpr_format.KINDS[tag]
     return "kubernetes.Semver" if tag == _SEMVER_TAG else "bytes"
 
 
@@ -494,6 +496,7 @@ def function_declarations() -> list[Any]:
             for name, kind in _ANY_KINDS],
         **celexpr_net.function_declarations(),
         **_lists_declarations(),
+        **celexpr_format.function_declarations(),
     }
     for name, overloads in celexpr_time.overloads().items():
         decls[name] = decls.get(name, []) + overloads

@@ -17,6 +17,7 @@ from typing import TypeAlias
 
 import re2
 
+from allocator.cel import formatlib
 from allocator.cel.backend import CELCompileError, CompileOptions
 from allocator.cel.parser import (
     TRANSFORMS,
@@ -56,6 +57,7 @@ QUANTITY, SEMVER = "kubernetes.Quantity", "kubernetes.Semver"
 TIMESTAMP, DURATION = "google.protobuf.Timestamp", "google.protobuf.Duration"
 DEVICE = "kubernetes.DRADevice"
 IP, CIDR, URL = "net.IP", "net.CIDR", "kubernetes.URL"
+FORMAT = formatlib.TYPE_NAME
 ANY_LIST: Type = ("list", DYN)
 ANY_MAP: Type = ("map", DYN, DYN)
 ANY_OPTIONAL: Type = ("optional_type", DYN)
@@ -171,8 +173,11 @@ OVERLOADS: dict[str, list[Overload]] = {
     "distinct": [(ANY_LIST, (), SAME)],
     "reverse": [(ANY_LIST, (), SAME)],
     "lists.range": [(None, (INT,), ("list", INT))],
+    **{f"format.{key}": [(None, (), FORMAT)] for key in formatlib.FORMATS},
+    "format.named": [(None, (STRING,), ("optional_type", FORMAT))],
+    "validate": [(FORMAT, (STRING,), ("optional_type", STRING_LIST))],
 }
-NAMESPACES = ("sets", "strings", "optional", "ip", "lists")
+NAMESPACES = ("sets", "strings", "optional", "ip", "lists", "format")
 TYPE_NAMES = {"bool", "int", "uint", "double", "string", "bytes", "list", "map", "null_type", "type"}
 QUIET_RE2 = re2.Options()
 QUIET_RE2.log_errors = False  # invalid patterns are reported as CEL errors, not logged to stderr

@@ -23,7 +23,7 @@ import celpy.celtypes as ct
 import re2
 from celpy.evaluation import CELEvalError, base_functions
 
-from allocator.cel import lists_ext, netlib, timelib
+from allocator.cel import formatlib, lists_ext, netlib, timelib
 from allocator.cel.celpy_check import QUIET_RE2, TIME_GETTERS
 from allocator.quantity import Quantity
 from allocator.semver import Semver
@@ -190,7 +190,7 @@ def go_equal(a: object, b: object) -> bool | None:
     return bool(a == b)
 
 
-_NET_TYPES = (netlib.IPAddress, netlib.CIDRPrefix, netlib.URLValue)
+_NET_TYPES = (netlib.IPAddress, netlib.CIDRPrefix, netlib.URLValue, formatlib.NamedFormat)
 
 
 class ArithmeticQuantity(Quantity):
@@ -710,7 +710,7 @@ def _url_query(value: netlib.URLValue) -> Any:
 def _string(value: Any) -> Any:
     if isinstance(value, (netlib.IPAddress, netlib.CIDRPrefix, timelib.Duration, timelib.Timestamp)):
         return ct.StringType(str(value))
-    if isinstance(value, (Quantity, Semver, netlib.URLValue)):
+    if isinstance(value, (Quantity, Semver, netlib.URLValue, formatlib.NamedFormat)):
         raise _no_overload("string", value)
     return _CELPY_STRING(value)
 
@@ -812,6 +812,28 @@ _NET_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "__m_getPort": _string_getter("getPort", netlib.URLValue.port),
     "__m_getEscapedPath": _string_getter("getEscapedPath", netlib.URLValue.escaped_path),
     "__m_getQuery": _net_method("getQuery", netlib.URLValue, _url_query),
+}
+
+
+def _format_named(name: Any) -> Any:
+    _require(name, str, "format.named")
+    found = formatlib.named(str(name))
+    return OPTIONAL_NONE if found is None else OptionalValue(True, found)
+
+
+def _format_validate(format_: Any, text: Any) -> Any:
+    _require(format_, formatlib.NamedFormat, "validate", text)
+    _require(text, str, "validate", format_)
+    errors = format_.validate(str(text))
+    if not errors:
+        return OPTIONAL_NONE
+    return OptionalValue(True, ct.ListType([ct.StringType(e) for e in errors]))
+
+
+_FORMAT_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    **{f"__format_{key}": (lambda key=key: formatlib.NamedFormat(key)) for key in formatlib.FORMATS},
+    "__format_named": _format_named,
+    "__m_validate": _format_validate,
 }
 
 
@@ -1120,4 +1142,5 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "__m_orValue": _optional_method("orValue", lambda o, default: o.value if o.present else default),
     "__m_or": _optional_method("or", lambda o, other: o if o.present else other),
     **_NET_FUNCTIONS,
+    **_FORMAT_FUNCTIONS,
 }

@@ -117,11 +117,16 @@ _INT_RESULTS = {"size", "int", "uint", "compareTo", "sign", "asInteger", "major"
 _COMPARISONS = {"_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"}
 _SIZED_KINDS = {"string", "bytes", "list", "map", "dyn"}
 IP, CIDR, URL = "net.IP", "net.CIDR", "kubernetes.URL"
+FORMAT = "kubernetes.NamedFormat"
+MAX_FORMAT_SIZE = 64  # apiserver's cel.MaxFormatSize
+MAX_NAME_FORMAT_REGEX_SIZE = 128  # apiserver's cel.MaxNameFormatRegexSize
 TIMESTAMP, DURATION = "google.protobuf.Timestamp", "google.protobuf.Duration"
 _TIMES = {TIMESTAMP, DURATION}
 # Types the Kubernetes estimator prices == for (1, a URL by its size); for cel-go they have no size,
 # so != (and == of any other type without one, such as type values) cannot be bounded.
-_KUBERNETES_EQUALITY = {IP, CIDR, URL, "kubernetes.Quantity", "kubernetes.Semver"}
+_KUBERNETES_EQUALITY = {IP, CIDR, URL, FORMAT, "kubernetes.Quantity", "kubernetes.Semver"}
+# format.named()'s result: an optional, which == must not take for a format
+_OPTIONAL_FORMAT = Shape("optional_type", elem=Shape(FORMAT))
 _NOMINAL_NET = {"family": INT, "prefixLength": INT, "isUnspecified": BOOL, "isLoopback": BOOL,
                 "isLinkLocalMulticast": BOOL, "isLinkLocalUnicast": BOOL, "isGlobalUnicast": BOOL,
                 "masked": Shape(CIDR), "isURL": BOOL, "getQuery": Shape("map"),
@@ -236,7 +241,7 @@ class _Estimator:
             costs, shapes = self.estimate_all(args)
             return _add(costs[0], max(costs[1], costs[2])), _widest(shapes[1:])
         namespace = qualified_name(node.target) if node.target is not None else None
-        if namespace in ("sets", "strings", "optional", "math", "ip", "lists"):
+        if namespace in ("sets", "strings", "optional", "math", "ip", "lists", "format"):
             qualified, target = f"{namespace}.{name}", None
         else:
             qualified, target = name, node.target
@@ -290,6 +295,11 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
     """
     first = operands[0] if operands else DYN
     second = operands[1] if len(operands) > 1 else DYN
+    if name in ("_==_", "_!=_") and first is _OPTIONAL_FORMAT and second is _OPTIONAL_FORMAT:
+        return MAX_COST, BOOL  # as upstream's estimate of two format.named() results
+    if name == "_==_" and first.kind == second.kind == FORMAT:
+        # the Kubernetes estimator: a format's name of at most 64 bytes is compared
+        return _traversal(MAX_FORMAT_SIZE), BOOL
     if name == "_==_" and first.kind == second.kind and first.kind in _KUBERNETES_EQUALITY:
         return (_traversal(second.size) if first.kind == URL else 1), BOOL
     if name == "_!=_" and {_named(first.kind), _named(second.kind)} <= _KUBERNETES_EQUALITY:
@@ -378,6 +388,16 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
         return _traversal(first.size), result
     if name in ("add", "sub"):
         return 1, Shape("kubernetes.Quantity")
+    if name == "validate" and len(operands) == 2:
+        # the Kubernetes estimator: the string is traversed once per (assumed) regex expression of a
+        # 128-byte pattern, whatever the format; the result's size is unknown
+        traversal = _traversal(operands[1].size)
+        regex = math.ceil(MAX_NAME_FORMAT_REGEX_SIZE * REGEX_LENGTH_FACTOR)
+        return _mul(traversal, regex), Shape("list", elem=Shape("string"))
+    if name == "format.named":
+        return 1, _OPTIONAL_FORMAT
+    if name.startswith("format."):
+        return 1, Shape(FORMAT)
     net = _net_call_cost(name, operands)
     if net is not None:
         return net
@@ -396,6 +416,8 @@ def _call_cost(name: str, operands: list[Shape]) -> tuple[int, Shape]:
     if name in _INT_RESULTS:
         return 1, INT
     if name in ("orValue", "value"):
+        if first is _OPTIONAL_FORMAT:
+            return 1, Shape(FORMAT)
         # cel-go keeps no size for what an optional holds
         return 1, Shape(first.kind, elem=first.elem)
     if name == "dyn":

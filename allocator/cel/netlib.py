@@ -544,6 +544,11 @@ def is_url(text: str) -> bool:
     return True
 
 
+def parse_request_uri(text: str) -> None:
+    """Go's url.ParseRequestURI: raises NetParseError with its reason (without the "parse" prefix)."""
+    _go_parse(text, via_request=True)
+
+
 def parse_url(text: str) -> URLValue:
     """``url(text)``: accepted by url.ParseRequestURI, then split by url.Parse."""
     try:

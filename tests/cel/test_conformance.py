@@ -19,6 +19,10 @@ if importlib.util.find_spec("cases_network") is not None:
     import cases_network
 
     TABLES.append(cases_network)
+if importlib.util.find_spec("cases_format") is not None:
+    import cases_format
+
+    TABLES.append(cases_format)
 if importlib.util.find_spec("cases_time") is not None:
     import cases_time
 

@@ -183,3 +183,19 @@ def test_unbounded_list_functions() -> None:
     options = CompileOptions(list_type_attributes=True)
     assert cost(f"lists.range({D}.index).size() == 1", options) == MAX_COST
     assert cost("[1, 2].slice(2, 1) == []", options) == MAX_COST
+
+
+def test_format_library_is_priced_as_upstream() -> None:
+    # Figures from upstream's estimator (k8s.io/apiserver's library.CostEstimator on cel-go):
+    # validate() costs ceil(0.1 * string size) * ceil(0.25 * 128) whatever the format.
+    assert cost('format.uri().validate("http://x").hasValue()') == 34
+    assert cost(f"format.dns1123Label().validate({D}.s).hasValue()") == 230
+    assert cost('format.datetime().validate("2021-01-01T00:00:00Z").orValue([]).size() == 0') == 78
+    assert cost('dyn(1).validate("x").hasValue()') == 34
+    assert cost('format.named("uuid").hasValue() && !format.named("x").hasValue()') == 5
+    assert cost('format.uuid() == format.named("uuid").value()') == 10  # a name of up to 64 bytes
+    assert cost('format.uuid() in [format.uuid()]') == 13
+    # unbounded for cel-go: != of formats, == of optionals, anything over the errors' list
+    assert cost("format.uuid() != format.byte()") == MAX_COST
+    assert cost('format.named("uuid") == format.named("uuid")') == MAX_COST
+    assert cost('format.uuid().validate("x").value().join(",") == ""') == MAX_COST

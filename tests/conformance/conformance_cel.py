@@ -32,6 +32,8 @@ def devices(draw: st.DrawFn, lists: bool) -> Obj:
         attributes["ok"] = {"bool": draw(st.booleans())}
     if draw(st.booleans()):
         attributes["addr"] = {"string": draw(st.one_of(ip_texts(), cidr_texts(), url_texts()))}
+    if draw(st.booleans()):
+        attributes["name"] = {"string": draw(format_texts())}
     if draw(st.integers(0, 3)) == 0:
         attributes["other.example.com/zone"] = {"string": draw(st.sampled_from(["z1", "z2"]))}
     if lists and draw(st.booleans()):
@@ -227,6 +229,76 @@ def _time_bool(draw: st.DrawFn, depth: int) -> str:
     return f"{_time(draw, kind, depth + 1)} {op} {_time(draw, kind, depth + 1)}"
 
 
+# -- the format library: valid and invalid names, URIs, UUIDs, base64, dates --------------------
+
+FORMAT_NAMES = ["dns1123Label", "dns1123Subdomain", "dns1035Label", "qualifiedName", "dns1123LabelPrefix",
+                "dns1123SubdomainPrefix", "dns1035LabelPrefix", "labelValue", "uri", "uuid", "byte", "date",
+                "datetime"]
+
+
+@st.composite
+def format_texts(draw: st.DrawFn) -> str:
+    shape = draw(st.integers(0, 5))
+    if shape == 0:  # names: labels, subdomains, qualified names, prefixes
+        part = st.sampled_from(["a", "my-name", "A", "1abc", "a_b", "-a", "a-", "x.y", "", "é", "a" * 63,
+                                "b" * 64, "Ex.com", "a.-", "-", "ab.c-"])
+        return draw(st.sampled_from(["", "/", "."])).join(draw(st.lists(part, min_size=1, max_size=3)))
+    if shape == 1:
+        return draw(url_texts())
+    if shape == 2:
+        hexes = draw(st.sampled_from(["123e4567", "123E4567", "12g45678", "1234567"]))
+        dash = draw(st.sampled_from(["-", "", "_"]))
+        last = draw(st.sampled_from(["426614174000", "42661417400"]))
+        return dash.join([hexes, "e89b", "12d3", "a456", last])
+    if shape == 3:
+        return draw(st.sampled_from(["aGVsbG8=", "aGVsbG8", "aGVsbA==", "aGVs", "", "a+/b", "aGVs\n", "====",
+                                     "ab=c"]))
+    date = draw(st.sampled_from(["2024-02-29", "2023-02-29", "2021-04-31", "0000-01-01", "2021-1-01",
+                                 "9999-12-31", "2021-13-01", "+021-01-01"]))
+    if shape == 4:
+        return date
+    clock = draw(st.sampled_from(["00:00:00", "23:59:59", "24:00:00", "12:60:00", "1:00:00", "12:00:00.123"]))
+    zone = draw(st.sampled_from(["Z", "z", "+05:30", "-0800", "", "Zt", "ZTx"]))
+    return date + draw(st.sampled_from(["T", "t", " ", "TT"])) + clock + zone
+
+
+def _format_text(draw: st.DrawFn, depth: int) -> str:
+    """A string expression to validate: a literal, the device's "name" attribute, or any string."""
+    choice = draw(st.integers(0, 6))
+    if choice == 0:
+        return f"{D}.name" if draw(st.booleans()) else f'{D}.?name.orValue("x")'
+    if choice == 1 and depth < MAX_DEPTH:
+        return expr(draw, "string", depth + 1)
+    return '"' + draw(format_texts()) + '"'
+
+
+def _format(draw: st.DrawFn) -> str:
+    """A format value: format.<name>(), or (mostly known) format.named(...).value()."""
+    if draw(st.integers(0, 3)):
+        return f"format.{draw(st.sampled_from(FORMAT_NAMES))}()"
+    name = draw(st.sampled_from([*FORMAT_NAMES, "UUID", "dns1123label", ""]))
+    return f'format.named("{name}").value()'
+
+
+def _format_bool(draw: st.DrawFn, depth: int) -> str:
+    shape = draw(st.integers(0, 6))
+    validated = f"{_format(draw)}.validate({_format_text(draw, depth)})"
+    if shape <= 1:
+        return f"{validated}.hasValue()" if shape else f"!{validated}.hasValue()"
+    if shape == 2:
+        return f"{validated}.orValue([]).size() == {draw(st.integers(0, 2))}"
+    if shape == 3:
+        start = draw(st.sampled_from(["a lowercase", "must", "parse", "invalid", "name part", "prefix part"]))
+        return f'{validated}.value()[0].startsWith("{start}")'
+    if shape == 4:
+        name = draw(st.sampled_from([*FORMAT_NAMES, "nope", "URI"]))
+        return f'format.named("{name}").hasValue()'
+    if shape == 5:
+        return f"{_format(draw)} {draw(st.sampled_from(['==', '==', '!=']))} {_format(draw)}"
+    word = draw(st.sampled_from(["must", "ok", "63"]))
+    return f'{validated}.orValue(["ok"]).exists(e, e.contains("{word}"))'
+
+
 def _bin(draw: st.DrawFn, kind: str, depth: int, ops: list[str]) -> str:
     return f"({expr(draw, kind, depth + 1)} {draw(st.sampled_from(ops))} {expr(draw, kind, depth + 1)})"
 
@@ -353,7 +425,10 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
                     ]
                 )
             )
-        shape = draw(st.integers(0, 8))
+        shape = draw(st.integers(0, 9))
+        if shape == 9:
+            validated = f"{_format(draw)}.validate({_format_text(draw, depth)})"
+            return f'{validated}.orValue(["ok"])[0]'
         if shape == 8:
             return f"string({_time(draw, draw(st.sampled_from(['duration', 'timestamp'])), depth + 1)})"
         if shape == 7:
@@ -438,7 +513,9 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
                 ]
             )
         )
-    shape = draw(st.integers(0, 17))
+    shape = draw(st.integers(0, 18))
+    if shape == 18:
+        return _format_bool(draw, depth)
     if shape == 17:
         return _time_bool(draw, depth)
     if shape >= 15:

@@ -419,7 +419,7 @@ KNOWN_CEL_DIFFERENCES: dict[str, Callable[[str, Obj, str, Obj], bool]] = {
         a.get("error") == "cannot convert value to integer"
         and (".add(" in q["expression"] or ".sub(" in q["expression"])
     ),
-    # cel-expr only: the Kubernetes Semver, Quantity, IP, CIDR and URL fail == with a value of another
+    # cel-expr only: the Kubernetes Semver, Quantity, IP, CIDR, URL and format fail == with a value of another
     # type when they are on the left ("no such overload"; celpy does this, see celpy_library.go_equal).
     # cel-cpp compares its bytes encoding natively, and knowing that a dynamic left operand (an attribute) is
     # an opaque value takes a test on every attribute comparison, the common selector; so cel-expr
