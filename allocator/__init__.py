@@ -13,8 +13,9 @@ that claim against the released Go code. Deliberate differences, each commented 
   takes any list; allocated peers that disagree make the starting intersection depend on their order,
   a quirk we copy, except that slices which do not target the node come in name order here and in
   list order (not defined) upstream;
-- a device that still holds shares is not handed out exclusively (for an "all" request: unschedulable,
-  where upstream may try the device and stop with the error of a constraint it fails);
+- a device that still holds shares is not handed out exclusively, nor looked at by the search: where
+  upstream may try it and stop with an error only that device raises (a selector failing on it, or
+  for an "all" request a constraint it fails), ours is unschedulable;
 - a selector whose estimated CEL cost exceeds the limit is a compile error here (as when the API
   server validates it); upstream's allocator skips the estimate and stops such a selector at run time;
 - the search prunes hopeless branches, so its ``steps`` can be lower than upstream's allocateOne

@@ -338,11 +338,16 @@ class Checker:
                 optional: bool) -> Type:
         was_optional = isinstance(operand, tuple) and operand[0] == "optional_type"
         target = operand[1] if was_optional else operand
+        if field is None and target == DYN:
+            # An index of a dynamic value (optional or not, `[?i]` too, also behind `.?`): cel-go
+            # resolves it against its list and its map overloads, whose results differ, so it is plain
+            # dyn, and orValue(x) on it takes x's type (see result()). `attrs.ids[?i].orValue(-5)` is
+            # an int; an optional field selection of a dyn value stays an optional of dyn.
+            return DYN
         result = self.member(node, target, field, index)
-        if optional and field is None and (target in (DYN, FREE) or (
+        if optional and field is None and (target == FREE or (
                 isinstance(target, tuple) and target[0] == "list" and target[1] == FREE)):
-            # cel-go's optional index of a dynamic value (or of an empty literal) leaves the
-            # value's type free: orValue(x) takes x's type (an optional field selection is dyn)
+            # an optional index of an empty literal leaves the value's type free, as in cel-go
             return ("optional_type", FREE)
         return ("optional_type", result) if optional or was_optional else result
 
@@ -471,6 +476,9 @@ class Checker:
 
     @staticmethod
     def result(result: Type, receiver: Type | None, args: list[Type]) -> Type:
+        if result == INNER and not isinstance(receiver, tuple) and args:
+            # orValue(x) on a dynamic receiver: the value type is free and takes the default's type.
+            return args[0]
         if result in (ELEMENT, INNER):
             inner = receiver[1] if isinstance(receiver, tuple) else DYN
             if inner == FREE:

@@ -125,6 +125,14 @@ CASES: list[CelCase] = [
     CelCase("optional_none", "optional.none().orValue(5) == 5", True),
     CelCase("optional_map_select", '{"a": 1}.?a.orValue(0) == 1', True),
     CelCase("optional_list_index", "[1, 2][?5].orValue(0) == 0", True),
+    # cel-go types an index of a dyn value as dyn (list and map overloads disagree), so orValue on
+    # it takes the default's type and the literal is homogeneous; `.?` keeps the value type dyn.
+    CelCase("optional_index_of_dyn_takes_the_default_type", f"2 in [{GPU}.ints[?0].orValue(-5), 2]", True,
+            device=LIST_DEVICE, options=LIST_OPTIONS),
+    CelCase("optional_index_of_absent_dyn_fails_at_run_time", f"2 in [{GPU}.nope[?0].orValue(-5), 2]",
+            "runtime_error"),
+    CelCase("optional_select_of_dyn_stays_dyn", f'[{GPU}.?model.orValue("x"), "y"] == ["x", "y"]',
+            "compile_error"),
     # strings extension
     CelCase("string_contains", f'{GPU}.model.contains("GPU")', True),
     CelCase("string_ends_with", f'{GPU}.model.endsWith("MODEL")', True),

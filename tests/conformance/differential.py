@@ -76,7 +76,7 @@ def cel_engine(name: str) -> Iterator[None]:
             os.environ[cel.BACKEND_ENV] = saved
 
 
-def run_ours(world: Obj, deadline_s: float = 10.0) -> Verdict:
+def run_ours(world: Obj, deadline_s: float = 10.0, *, prune: bool = True) -> Verdict:
     try:
         inventory = Inventory()
         for raw in world["classes"]:
@@ -87,7 +87,9 @@ def run_ours(world: Obj, deadline_s: float = 10.0) -> Verdict:
         for raw in world["allocatedClaims"]:
             state.add_claim(ResourceClaim.from_api(raw))
         claims = [ResourceClaim.from_api(raw) for raw in world["claims"]]
-        allocator = Allocator(inventory, state, FeatureGates(world["gates"]), deadline_s=deadline_s)
+        allocator = Allocator(
+            inventory, state, FeatureGates(world["gates"]), deadline_s=deadline_s, prune=prune
+        )
         outcome = allocator.allocate(Node.from_api(world["node"]), claims)
     except InvalidObjectError as exc:
         return Verdict("invalid", error=str(exc))
@@ -223,18 +225,24 @@ def _upstream_took_a_shared_device_whole(world: Obj, ours: Verdict, theirs: Verd
 
 
 _CONSTRAINT_ERROR = re.compile(r"cannot add device (.+) because a claim constraint would not be satisfied")
+# A selector (or capacity check) that failed on one device: "selector #0 on device d/p/n: ...".
+_DEVICE_CHECK_ERROR = re.compile(r"(?:selector #\d+ on|checking capacity for) device (\S+?):")
 
 
-def _upstream_tried_a_shared_device_for_all(world: Obj, ours: Verdict, theirs: Verdict) -> bool:
-    """The same, for one of an "all" request's devices: upstream tries it and stops with the error a
-    failing constraint is there; ours counts it as in use, so the request cannot have all of them."""
-    found = _CONSTRAINT_ERROR.search(theirs.error) if ours.kind == "unschedulable" else None
-    if found is None or theirs.kind != "error":
-        return False
-    driver, rest = found.group(1).split("/", 1)
+def _device_id(text: str) -> tuple[str, str, str] | None:
+    if text.count("/") < 2:
+        return None
+    driver, rest = text.split("/", 1)
     pool, device = rest.rsplit("/", 1)  # pool names may hold slashes, driver and device names not
-    if (driver, pool, device) not in _held_by_shares(world):
+    return driver, pool, device
+
+
+def _held_by_shares_only(world: Obj, device_id: tuple[str, str, str] | None) -> bool:
+    """An allocated claim holds a share of the device, which (now) cannot be shared: upstream does
+    not count it as in use, we do."""
+    if device_id is None or device_id not in _held_by_shares(world):
         return False
+    driver, pool, device = device_id
     consumable = world["gates"].get("DRAConsumableCapacity", False)
     return not any(
         consumable and raw.get("allowMultipleAllocations")
@@ -243,6 +251,24 @@ def _upstream_tried_a_shared_device_for_all(world: Obj, ours: Verdict, theirs: V
         for raw in s["spec"].get("devices", [])
         if raw["name"] == device
     )
+
+
+def _upstream_tried_a_shared_device_for_all(world: Obj, ours: Verdict, theirs: Verdict) -> bool:
+    """The same, for one of an "all" request's devices: upstream tries it and stops with the error a
+    failing constraint is there; ours counts it as in use, so the request cannot have all of them."""
+    found = _CONSTRAINT_ERROR.search(theirs.error) if ours.kind == "unschedulable" else None
+    if found is None or theirs.kind != "error":
+        return False
+    return _held_by_shares_only(world, _device_id(found.group(1)))
+
+
+def _upstream_checked_a_shared_device(world: Obj, ours: Verdict, theirs: Verdict) -> bool:
+    """The same, for a request's selectors: upstream's search looks at the device (it is free there)
+    and stops with the error a selector or capacity check raises on it; ours never looks at it."""
+    found = _DEVICE_CHECK_ERROR.search(theirs.error) if ours.kind == "unschedulable" else None
+    if found is None or theirs.kind != "error":
+        return False
+    return _held_by_shares_only(world, _device_id(found.group(1)))
 
 
 KNOWN_DIFFERENCES: dict[str, Callable[[Obj, Verdict, Verdict], bool]] = {
@@ -257,10 +283,13 @@ KNOWN_DIFFERENCES: dict[str, Callable[[Obj, Verdict, Verdict], bool]] = {
     ),
     # Upstream only counts exclusive allocations as in use, so it hands out a device whose shares are
     # still allocated (after the device stopped allowing multiple allocations, or with
-    # DRAConsumableCapacity turned off); we keep it for its sharers. For an "all" request that means
-    # unschedulable here where upstream may stop at the device with a failing constraint's error.
+    # DRAConsumableCapacity turned off); we keep it for its sharers. So upstream may stop with an
+    # error only that device raises where we are unschedulable: a selector that fails on it, or for
+    # an "all" request a constraint it fails.
     "device that still holds shares": lambda w, o, t: (
-        _upstream_took_a_shared_device_whole(w, o, t) or _upstream_tried_a_shared_device_for_all(w, o, t)
+        _upstream_took_a_shared_device_whole(w, o, t)
+        or _upstream_tried_a_shared_device_for_all(w, o, t)
+        or _upstream_checked_a_shared_device(w, o, t)
     ),
 }
 
