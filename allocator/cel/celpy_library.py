@@ -680,20 +680,24 @@ def _net_method(function: str, kind: type, method: Callable[[Any], Any]) -> Call
     return implementation
 
 
-def _contains_ip(prefix: Any, other: Any) -> Any:
-    _require(prefix, netlib.CIDRPrefix, "containsIP", other)
+def _contained(function: str, prefix: Any, other: Any, kind: type, parser: str,
+               parse: Callable[[str], Any]) -> Any:
+    """The argument of containsIP/containsCIDR as a value of ``kind``, parsed when it is a string."""
+    _require(prefix, netlib.CIDRPrefix, function, other)
     if isinstance(other, str):
-        other = _net_parser("ip", netlib.parse_ip)(other)
-    _require(other, netlib.IPAddress, "containsIP", prefix)
-    return ct.BoolType(prefix.contains_ip(other))
+        other = _net_parser(parser, parse)(other)
+    _require(other, kind, function, prefix)
+    return other
+
+
+def _contains_ip(prefix: Any, other: Any) -> Any:
+    return ct.BoolType(prefix.contains_ip(
+        _contained("containsIP", prefix, other, netlib.IPAddress, "ip", netlib.parse_ip)))
 
 
 def _contains_cidr(prefix: Any, other: Any) -> Any:
-    _require(prefix, netlib.CIDRPrefix, "containsCIDR", other)
-    if isinstance(other, str):
-        other = _net_parser("cidr", netlib.parse_cidr)(other)
-    _require(other, netlib.CIDRPrefix, "containsCIDR", prefix)
-    return ct.BoolType(prefix.contains_cidr(other))
+    return ct.BoolType(prefix.contains_cidr(
+        _contained("containsCIDR", prefix, other, netlib.CIDRPrefix, "cidr", netlib.parse_cidr)))
 
 
 def _ip_member(value: Any) -> Any:

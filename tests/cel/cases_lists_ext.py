@@ -6,21 +6,17 @@ tests/conformance for a new selector with list-type attributes).
 
 from __future__ import annotations
 
-from case import DEFAULT_DEVICE, CelCase
-
-from allocator.cel.backend import CompileOptions
+from case import CelCase
+from cases_libraries import LIST_DEVICE as SORTED_LIST_DEVICE
+from cases_libraries import LIST_OPTIONS
 
 D = 'device.attributes["gpu.example.com"]'
 C = 'device.capacity["gpu.example.com"]'
-LIST_OPTIONS = CompileOptions(list_type_attributes=True)
+# The libraries' list device with unsorted, repeating lists, for sort, distinct and reverse.
 LIST_DEVICE = {
-    **DEFAULT_DEVICE,
-    "attributes": {
-        **DEFAULT_DEVICE["attributes"],
-        "ids": {"ints": [3, 1, 2]},
-        "tags": {"strings": ["b", "a", "b"]},
-        "versions": {"versions": ["1.0.0", "2.0.0"]},
-    },
+    **SORTED_LIST_DEVICE,
+    "attributes": {**SORTED_LIST_DEVICE["attributes"], "ids": {"ints": [3, 1, 2]},
+                   "tags": {"strings": ["b", "a", "b"]}},
 }
 
 
