@@ -41,7 +41,7 @@ from allocator.cel.backend import (
     CELResultTypeError,
     CELRuntimeError,
     CompileOptions,
-    EngineCannotCarry,
+    DeferToOtherEngine,
     Program,
     derived_result_problem,
     make_device,
@@ -111,7 +111,7 @@ class Selector:
             result: bool | str = self._program.evaluate(activation)  # type: ignore[union-attr]
         except CELRuntimeError as err:
             result = err.message  # errors are deterministic too: remembered like results
-        except EngineCannotCarry:
+        except DeferToOtherEngine:
             result = _carried_elsewhere(lambda: _other_engine(self._backend_name).compile(
                 self.expression, self.options).matches(device))
         if device.memo_key is not None:
@@ -125,7 +125,7 @@ class Selector:
 
 
 def _other_engine(name: str) -> Engine:
-    """The engine that evaluates what engine ``name`` cannot carry (EngineCannotCarry): celpy, pure
+    """The engine that evaluates what engine ``name`` defers (DeferToOtherEngine): celpy, pure
     Python, is always there and carries every value."""
     return get_engine("celpy" if name != "celpy" else "cel-expr")
 
@@ -165,7 +165,7 @@ class DerivedExpression:
             activation = device.activations[self._backend.name] = self._backend.activation(device)
         try:
             return self._program.value(activation)
-        except EngineCannotCarry:
+        except DeferToOtherEngine:
             other = _other_engine(self._backend.name)
             return other.compile_derived(self.expression, self._options,
                                          lists_allowed=self._lists_allowed).value(device)

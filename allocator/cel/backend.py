@@ -48,10 +48,12 @@ class CELRuntimeError(CELError):
     pass
 
 
-class EngineCannotCarry(Exception):
-    """An engine met a value it cannot hand back from a function of ours (cel-expr-python converts no
-    duration, timestamp or type value returned by Python, as the lists extension returns them): the
-    expression is evaluated by the other engine instead, which has the same semantics."""
+class DeferToOtherEngine(Exception):
+    """An engine cannot give cel-go's answer for this evaluation; the other engine, which has the
+    same semantics, evaluates the expression instead. cel-expr defers where cel-expr-python cannot
+    carry a value back from a function of ours (a duration, timestamp or type value that the lists
+    extension returns), and where cel-cpp fails an optional selection (``.?f``, ``[?k]``) of a value
+    that is no container, which cel-go answers with an empty optional."""
 
 
 class CELResultTypeError(CELCompileError):

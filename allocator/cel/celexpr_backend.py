@@ -36,7 +36,7 @@ from allocator.cel.backend import (
     CELDevice,
     CELRuntimeError,
     CompileOptions,
-    EngineCannotCarry,
+    DeferToOtherEngine,
     attribute_result,
 )
 from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
@@ -140,7 +140,7 @@ class CelExprBackend:
             executable = _with_time_wrappers(_with_canonical_time_literals(executable))
             if executable != checked_text:
                 compiled = self._env.compile(executable, disable_check=unchecked)
-        return CelExprProgram(compiled), result_type, tree
+        return CelExprProgram(compiled, _selects_optionally(tokens)), result_type, tree
 
     def _compile_checked(self, text: str, expression: str) -> tuple[Any, bool]:
         """``text`` (the user's ``expression`` after same-length rewrites) compiled, and whether the
@@ -223,10 +223,13 @@ _CANNOT_CARRY = "Non-CEL value type"
 
 
 class CelExprProgram:
-    __slots__ = ("_compiled",)
+    __slots__ = ("_compiled", "_optional_selection")
 
-    def __init__(self, compiled: Any) -> None:
+    def __init__(self, compiled: Any, optional_selection: bool = False) -> None:
         self._compiled = compiled
+        # The user's expression selects with .? or [?: cel-cpp fails that on a value that is no
+        # container where cel-go gives an empty optional, so an error is checked by celpy.
+        self._optional_selection = optional_selection
 
     def evaluate(self, activation: object) -> bool:
         result = self._run(activation)
@@ -234,22 +237,27 @@ class CelExprProgram:
         if value.__class__ is bool:
             return value
         if result.type() == T.ERROR:
-            raise CELRuntimeError(_runtime_message(str(value)))
+            raise self._error(str(value))
         raise CELRuntimeError(f"selector must evaluate to a bool, got {_type_name(result.type())} {value!r}")
 
     def value(self, activation: object) -> AttributeValue:
         result = self._run(activation)
         value = result.value()
         if result.type() == T.ERROR:
-            raise CELRuntimeError(_runtime_message(str(value)))
+            raise self._error(str(value))
         return attribute_result(_native(value, result.type()), _kind_of, _plain)
+
+    def _error(self, message: str) -> Exception:
+        if self._optional_selection:
+            return DeferToOtherEngine(message)
+        return CELRuntimeError(_runtime_message(message))
 
     def _run(self, activation: object) -> Any:
         try:
             return self._compiled.eval(activation)
         except RuntimeError as err:  # cel-expr-python's own failures, not CEL errors
-            if _CANNOT_CARRY in str(err):
-                raise EngineCannotCarry(str(err)) from None
+            if _CANNOT_CARRY in str(err) or self._optional_selection:
+                raise DeferToOtherEngine(str(err)) from None
             raise CELRuntimeError(f"cel-expr: {err}") from None
 
 
@@ -356,6 +364,11 @@ def _reject_disabled_features(tokens: list[Token], options: CompileOptions) -> N
         if token.text == "includes" and not options.list_type_attributes and _is_member_call(tokens, i):
             raise CELCompileError("undeclared reference to 'includes' (it exists only when the "
                                   "DRAListTypeAttributes feature is enabled)")
+
+
+def _selects_optionally(tokens: list[Token]) -> bool:
+    return any(token.text == "?" and i > 0 and tokens[i - 1].text in (".", "[")
+               for i, token in enumerate(tokens))
 
 
 def _same_length_rewrites(text: str, tokens: list[Token]) -> str:

@@ -399,7 +399,9 @@ def _optional_qualify(container: Any, key: Any) -> Any:
     if isinstance(container, list) and _is_number(key):
         position = int(key)
         return OptionalValue(True, container[position]) if 0 <= position < len(container) else OPTIONAL_NONE
-    raise _no_overload("_[?_]", container, key)
+    if isinstance(container, list):
+        raise _no_overload("_[?_]", container, key)
+    return OPTIONAL_NONE  # as cel-go: a value that is no container has nothing to select
 
 
 def _range(value: Any) -> Any:

@@ -193,6 +193,16 @@ OPTIONALS = _cases("optional", [
     ("[1, 2][?1].orValue(0) == 2", True),
     ('{"a": {"b": 1}}.?a.b.orValue(0) == 1', True),
     ('{"a": {"b": 1}}.?x.b.orValue(0) == 0', True),
+    # selecting from a value that is no container finds nothing in cel-go (cel-cpp fails, so the
+    # cel-expr engine has celpy answer); from a list with a key that is no index it fails
+    (f"{D}.index[?0].orValue(-5) == -5", True),
+    (f'{D}.model[?0].orValue("x") == "x"', True),
+    (f"{D}.?index.x.orValue(5) == 5", True),
+    (f"{D}.index[?0].hasValue()", False),
+    ("dyn(1.5)[?0].hasValue()", False),
+    ('dyn(true)[?"x"].orValue(-5) == -5', True),
+    ('dyn([1])[?"a"].orValue(-5) == -5', "runtime_error"),
+    (f"{D}.index[?0].value() == 1", "runtime_error"),
 ])
 
 BIND = _cases("cel.bind", [

@@ -143,7 +143,7 @@ OPTIONAL_INDEX = _cases("optional index of a dynamic list", [
 ])
 
 # Durations and timestamps out of the extension's functions: cel-expr-python cannot take them back
-# from Python, so the cel-expr engine hands such an expression to celpy (EngineCannotCarry).
+# from Python, so the cel-expr engine hands such an expression to celpy (DeferToOtherEngine).
 TIME_ELEMENTS = _cases("lists extension on durations and timestamps", [
     ('[duration("2h"), duration("1m")].sort() == [duration("1m"), duration("2h")]', True),
     ('[timestamp("2020-01-01T00:00:00Z"), timestamp("2019-01-01T00:00:00Z")].sort()[0]'
