@@ -132,8 +132,9 @@ class CelExprBackend:
         with self._lock:
             result_type = compiled.return_type()
             # the renames keep every length, so the tree's positions hold until a macro is expanded
-            renamed = _apply(checked_text, checker.renames(tokenize(checked_text)))
-            executable = _with_macro_expansions(renamed)
+            renames = checker.renames(tokenize(checked_text))
+            renamed = _apply(checked_text, renames)
+            executable = _with_macro_expansions(renamed) if renames else expanded
             executable = _with_tree_rewrites(executable, tree if executable == renamed else parse(executable))
             checked_text = expanded
             executable = _with_constant_values(_with_domain_defaults(executable, tokenize(executable)))

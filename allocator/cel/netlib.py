@@ -11,6 +11,7 @@ Errors are raised as :class:`NetParseError` with upstream's message.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -202,12 +203,16 @@ def parse_ip(text: str) -> IPAddress:
     return address
 
 
-def is_ip(text: str) -> bool:
+def _parses(parse: Callable[[str], object], text: str) -> bool:
     try:
-        parse_ip(text)
+        parse(text)
     except NetParseError:
         return False
     return True
+
+
+def is_ip(text: str) -> bool:
+    return _parses(parse_ip, text)
 
 
 def is_canonical_ip(text: str) -> bool:
@@ -274,11 +279,7 @@ def parse_cidr(text: str) -> CIDRPrefix:
 
 
 def is_cidr(text: str) -> bool:
-    try:
-        parse_cidr(text)
-    except NetParseError:
-        return False
-    return True
+    return _parses(parse_cidr, text)
 
 
 # -- URLs -------------------------------------------------------------------------------------------
@@ -537,11 +538,7 @@ def _parse_error(text: str, err: NetParseError) -> NetParseError:
 
 def is_url(text: str) -> bool:
     """``isURL(text)``: Go's url.ParseRequestURI accepts it."""
-    try:
-        _go_parse(text, via_request=True)
-    except NetParseError:
-        return False
-    return True
+    return _parses(parse_request_uri, text)
 
 
 def parse_request_uri(text: str) -> None:
