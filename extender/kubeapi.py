@@ -20,6 +20,7 @@ import orjson
 from yarl import URL
 
 from extender import credentials
+from extender.httppool import HttpPool
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -106,7 +107,10 @@ class KubeClient:
         self._auth = auth
         self._tls = {"server_hostname": server_hostname} if server_hostname else {}
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
-        self._session: aiohttp.ClientSession | None = None
+        self._request_timeout_s = request_timeout_s
+        self._host_header = base.host_port_subcomponent or ""
+        self._session: aiohttp.ClientSession | None = None   # watches
+        self._pool: HttpPool | None = None   # every other request
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -167,6 +171,9 @@ class KubeClient:
         )
 
     async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -292,20 +299,55 @@ class KubeClient:
             return ApiError.from_status(body, status)
         return ApiError(status, "", str(body.get("message") or ""), body)
 
+    def _pool_(self) -> HttpPool:
+        if self._pool is None:
+            base = URL(self.base_url)
+            if base.scheme not in ("http", "https") or not base.host:
+                raise KubeConfigError(f"API server address {self.base_url!r} is not an http(s) URL")
+            context = None
+            if base.scheme == "https":
+                context = self._ssl if isinstance(self._ssl, ssl.SSLContext) else ssl.create_default_context()
+                if self._ssl is False:   # aiohttp's meaning of ssl=False: do not verify the server
+                    context.check_hostname = False
+                    context.verify_mode = ssl.CERT_NONE
+            self._pool = HttpPool(base.host, base.port or (443 if context else 80), ssl_context=context,
+                                  server_hostname=self._tls.get("server_hostname"))
+        return self._pool
+
+    def _target(self, path: str, params: Mapping[str, Any] | None) -> str:
+        """The request line's target: the base URL's path, `path` and the query, percent-encoded."""
+        if self._base is not None and not params and _PLAIN_PATH(path):
+            return self._base_path + path
+        url = URL(self._url(path))
+        return (url.with_query(_query(params)) if params else url).raw_path_qs
+
+    def _head(self, method: str, target: str, content_type: str | None, length: int) -> bytes:
+        head = (f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n"
+                f"User-Agent: {USER_AGENT}\r\nAccept: {JSON}\r\n")
+        token = self._auth() if self._auth else None
+        if token:
+            if "\r" in token or "\n" in token:
+                raise KubeConfigError("the Authorization header read from the credentials has a line break")
+            head += f"Authorization: {token}\r\n"
+        if content_type:
+            head += f"Content-Type: {content_type}\r\nContent-Length: {length}\r\n"
+        return (head + "\r\n").encode("latin-1")
+
     async def _request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
                        body: Any = None, content_type: str = JSON) -> dict:
         data = orjson.dumps(body) if body is not None else None
+        target = self._target(path, params)
+        pool = self._pool_()
         for attempt in range(2):
-            async with self._session_().request(
-                    method, self._url(path), params=_query(params) if params else None, data=data,
-                    headers=self._headers(content_type if data is not None else None),
-                    **self._tls_kwargs()) as response:
-                payload = await response.read()
-            if response.status == 401 and attempt == 0 and isinstance(self._auth, ReusedAuth):
+            head = self._head(method, target, content_type if data is not None else None,
+                              len(data) if data is not None else 0)
+            async with asyncio.timeout(self._request_timeout_s):
+                status, payload = await pool.request(method, head, data)
+            if status == 401 and attempt == 0 and isinstance(self._auth, ReusedAuth):
                 self._auth.forget()  # the token may have rotated since it was read: read it again
                 continue
-            if response.status >= 300:
-                raise self._error(response.status, payload)
+            if status >= 300:
+                raise self._error(status, payload)
             break
         if not payload:
             return {}
@@ -313,7 +355,7 @@ class KubeClient:
             result = orjson.loads(payload)
         except orjson.JSONDecodeError as err:
             message = f"{method} {path}: response is not JSON: {err}"
-            raise ApiError(response.status, "InternalError", message) from err
+            raise ApiError(status, "InternalError", message) from err
         return result if isinstance(result, dict) else {"items": result}
 
 
