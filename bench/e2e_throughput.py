@@ -580,6 +580,10 @@ def _report(runs: list[dict[str, dict[str, Any]]], orders: list[list[str]]) -> d
         names = runs[0][mode][key].keys()
         return {name: round(statistics.median([run[mode][key][name] for run in runs]), 1) for name in names}
 
+    def spread(mode: str, key: str) -> float:
+        values = [run[mode][key] for run in runs]
+        return round((max(values) - min(values)) / statistics.median(values), 3)
+
     return {
         # Pairs (1-based) whose set-ups started on a busy machine: compare the others.
         "disturbed_runs": [index for index, run in enumerate(runs, 1) if _disturbed(run)],
@@ -594,6 +598,12 @@ def _report(runs: list[dict[str, dict[str, Any]]], orders: list[list[str]]) -> d
             "ratio": ratio("steady_pods_per_s"),
             "in_tree_p99_s": median("in-tree", "steady_p99_s", 3),
             "extender_p99_s": median("extender", "steady_p99_s", 3),
+        },
+        # How far one set-up's own runs lie apart, as a share of their median: the noise a single
+        # pair's ratio carries (the same binaries and workload, only the run differs).
+        "same_setup_spread": {
+            mode: {key: spread(mode, key) for key in ("pods_per_s", "steady_pods_per_s")}
+            for mode in ("in-tree", "extender")
         },
         "runs": [
             {
