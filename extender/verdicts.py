@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple
 
-from allocator import PREEMPTION_MAY_HELP, AllocationOutcome
-from extender.filtercache import ClaimRefs, renames
+from allocator import AllocationOutcome
+from extender.filtercache import ClaimRefs, renames, unresolvable
 
 
 class Reason(StrEnum):
@@ -55,12 +54,10 @@ NAMED_UNKNOWN_NODES = 100
 TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
 
 
-class CarriedFailure(NamedTuple):
-    """A failure the filter cache carried over from other claims with the same specs."""
-
-    outcome: AllocationOutcome
-    computed_for: ClaimRefs  # the claims the outcome names
-    claims: ClaimRefs  # the claims to name instead
+# A failure the filter cache carried over from other claims with the same specs: (the outcome, the
+# claims it names, the claims to name instead). A plain tuple: a NamedTuple's constructor costs five
+# times as much, and a filter on a filling cluster makes one for most of its nodes.
+CarriedFailure = tuple[AllocationOutcome, ClaimRefs, ClaimRefs]
 
 
 class NodeVerdict:
@@ -142,13 +139,13 @@ def outcome_verdict(node_name: str, outcome: AllocationOutcome) -> NodeVerdict:
 
 
 def cached_verdict(node_name: str, outcome: AllocationOutcome, *, computed_for: ClaimRefs | None,
-                   claims: ClaimRefs) -> NodeVerdict:
-    """A verdict from the filter cache; a failure worked out for other claims is renamed to `claims`
-    only when read."""
+                   claims: ClaimRefs, beyond_eviction: bool) -> NodeVerdict:
+    """A verdict from the filter cache (`beyond_eviction`: the entry's `unresolvable`); a failure
+    worked out for other claims is renamed to `claims` only when read."""
     if computed_for is None:
         return outcome_verdict(node_name, outcome)
-    return NodeVerdict(node_name, fits=False, unresolvable=unresolvable(outcome), reason=_DEVICES,
-                       carried=CarriedFailure(outcome, computed_for, claims))
+    return NodeVerdict(node_name, fits=False, unresolvable=beyond_eviction, reason=_DEVICES,
+                       carried=(outcome, computed_for, claims))
 
 
 def allocated_devices(outcome: AllocationOutcome | None) -> int:
@@ -216,8 +213,3 @@ def _said(verdict: NodeVerdict, *, brief: bool) -> str:
 
 def failure_message(outcome: AllocationOutcome) -> str:
     return outcome.summary() or CANNOT_ALLOCATE
-
-
-def unresolvable(outcome: AllocationOutcome) -> bool:
-    """Could evicting pods free what the node lacks? If not, preemption need not try the node."""
-    return PREEMPTION_MAY_HELP.isdisjoint(outcome.rejection_keys())
