@@ -302,8 +302,7 @@ class Scheduler:
                                                    deadline=self.clock() + self.filter_deadline_s)
         except SchedulingError:
             return dict.fromkeys(node_names, 0)
-        verdicts = [checked[name] for name in node_names]
-        scores = self.scorer.scores(pod, fitting=[v for v in verdicts if v.fits], plan=plan)
+        scores = self.scorer.scores(pod, fitting=[v for v in checked.values() if v.fits], plan=plan)
         return {name: scores.get(name, 0) for name in node_names}
 
     # ---- bind ---------------------------------------------------------------------------------
