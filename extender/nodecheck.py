@@ -129,8 +129,7 @@ class NodeChecker:
             node_key, cached, computed_for, beyond_eviction = filter_cache.get(plan.signature, node)
             if cached is not None:
                 return self._node_allocatable(plan, node, cached_verdict(
-                    node_name, cached, computed_for=computed_for, claims=plan.signature.claims,
-                    beyond_eviction=beyond_eviction), evicting)
+                    node_name, cached, computed_for, plan.signature.claims, beyond_eviction), evicting)
         allocator = self.planner.allocator_for(plan)
         try:
             twin_key, outcome = None, None
@@ -297,8 +296,7 @@ class NodeChecker:
                     verdict = fitting[name] = NodeVerdict(name, fits=True, outcome=outcome)
                 verdicts[name] = verdict
             else:
-                verdicts[name] = cached_verdict(name, outcome, computed_for=computed_for, claims=claims,
-                                                beyond_eviction=beyond_eviction)
+                verdicts[name] = cached_verdict(name, outcome, computed_for, claims, beyond_eviction)
         return verdicts
 
     def _fitting_verdicts(self, spec: str) -> dict[str, NodeVerdict]:

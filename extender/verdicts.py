@@ -68,7 +68,7 @@ class NodeVerdict:
 
     __slots__ = ("_carried", "_message", "_outcome", "fits", "node", "reason", "unresolvable")
 
-    def __init__(self, node: str, *, fits: bool, message: str = "", unresolvable: bool = False,
+    def __init__(self, node: str, fits: bool, message: str = "", unresolvable: bool = False,
                  reason: Reason = Reason.FITS, outcome: AllocationOutcome | None = None,
                  carried: CarriedFailure | None = None) -> None:
         self.node = node
@@ -138,14 +138,16 @@ def outcome_verdict(node_name: str, outcome: AllocationOutcome) -> NodeVerdict:
                        unresolvable=unresolvable(outcome), reason=_DEVICES, outcome=outcome)
 
 
-def cached_verdict(node_name: str, outcome: AllocationOutcome, *, computed_for: ClaimRefs | None,
+def cached_verdict(node_name: str, outcome: AllocationOutcome, computed_for: ClaimRefs | None,
                    claims: ClaimRefs, beyond_eviction: bool) -> NodeVerdict:
     """A verdict from the filter cache (`beyond_eviction`: the entry's `unresolvable`); a failure
-    worked out for other claims is renamed to `claims` only when read."""
+    worked out for other claims is renamed to `claims` only when read.
+
+    Called and calling positionally: a filter on a filling cluster makes one carried failure for most
+    of its nodes, and keyword arguments double the cost of making one."""
     if computed_for is None:
         return outcome_verdict(node_name, outcome)
-    return NodeVerdict(node_name, fits=False, unresolvable=beyond_eviction, reason=_DEVICES,
-                       carried=(outcome, computed_for, claims))
+    return NodeVerdict(node_name, False, "", beyond_eviction, _DEVICES, None, (outcome, computed_for, claims))
 
 
 def allocated_devices(outcome: AllocationOutcome | None) -> int:
