@@ -170,7 +170,7 @@ class Scheduler:
 
     def _count_outcome(self, reason: Reason, count: int) -> None:
         if count:
-            self.metrics.filter_outcomes.labels(reason=reason).inc(count)
+            self.metrics.count_filter_outcome(reason, count)
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if self._claim_waiters and kind in ("Pod", "ResourceClaim"):
