@@ -62,13 +62,11 @@ MAX_ENTRIES = 20_000
 MAX_SNAPSHOTS = 16
 MAX_LOGGED_CHANGES = 50_000
 
-class Entry(NamedTuple):
-    outcome: AllocationOutcome
-    claims: ClaimRefs  # the claims the outcome was computed for
-    carries: bool  # a failure that can be carried over to other claims (renamed)
-    # A failure no eviction can help with (`unresolvable`): worked out once here, not on every filter
-    # that reuses the entry (a filling cluster has a cached failure for most nodes).
-    unresolvable: bool
+# A cached outcome: (the outcome, the claims it was computed for, whether a failure can be carried
+# over to other claims (renamed), whether a failure is `unresolvable`: worked out once here, not on
+# every filter that reuses the entry). A plain tuple: a filter unpacks one per node, and unpacking a
+# NamedTuple takes the generic path, 2.5 times as slow.
+Entry = tuple[AllocationOutcome, ClaimRefs, bool, bool]
 
 
 class _InFlight(NamedTuple):
@@ -322,7 +320,8 @@ class FilterCache:
         claims = signature.claims
         success = outcome.success
         carries = success or outcome.for_claims(renames(claims, claims)) is not None
-        entry = self._entries[key] = Entry(outcome, claims, carries, not success and unresolvable(outcome))
+        entry: Entry = (outcome, claims, carries, not success and unresolvable(outcome))
+        self._entries[key] = entry
         self._entries.move_to_end(key)
         snapshot = self._snapshots.get(signature.spec)
         if snapshot is not None:
