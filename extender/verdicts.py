@@ -192,6 +192,7 @@ def split(verdicts: Mapping[str, NodeVerdict], *, brief: bool = False,
     if some_fit is None:  # whether any verdict fits, when the caller has not worked it out
         some_fit = any(verdict.fits for verdict in verdicts.values())
     passed = result.passed
+    terse = brief and some_fit  # where a node fits, a node without devices only says CANNOT_ALLOCATE
     for name, verdict in verdicts.items():
         if verdict.fits:
             passed.append(name)
@@ -202,15 +203,10 @@ def split(verdicts: Mapping[str, NodeVerdict], *, brief: bool = False,
             unknown += 1
             if unknown <= NAMED_UNKNOWN_NODES:
                 result.unresolvable[name] = verdict.message
-        elif verdict.unresolvable:
-            result.unresolvable[name] = _said(verdict, brief=brief and some_fit)
         else:
-            result.failed[name] = _said(verdict, brief=brief and some_fit)
+            said = CANNOT_ALLOCATE if terse and verdict.reason == _DEVICES else verdict.message
+            (result.unresolvable if verdict.unresolvable else result.failed)[name] = said
     return result
-
-
-def _said(verdict: NodeVerdict, *, brief: bool) -> str:
-    return CANNOT_ALLOCATE if brief and verdict.reason == _DEVICES else verdict.message
 
 
 def failure_message(outcome: AllocationOutcome) -> str:
