@@ -303,6 +303,10 @@ class Scheduler:
         except SchedulingError:
             return dict.fromkeys(node_names, 0)
         scores = self.scorer.scores(pod, fitting=[v for v in checked.values() if v.fits], plan=plan)
+        if len(scores) == len(node_names):
+            # Every name fits, once each (kube-scheduler sends the nodes filter passed): scores has them
+            # all, in order, already.
+            return scores
         return {name: scores.get(name, 0) for name in node_names}
 
     # ---- bind ---------------------------------------------------------------------------------
