@@ -126,10 +126,10 @@ class NodeChecker:
         node_key = None
         filter_cache = self.filter_cache
         if use_cache and plan.signature is not None and filter_cache is not None:
-            node_key, cached, computed_for = filter_cache.get(plan.signature, node)
+            node_key, cached, computed_for, beyond_eviction = filter_cache.get(plan.signature, node)
             if cached is not None:
                 return self._node_allocatable(plan, node, cached_verdict(
-                    node_name, cached, computed_for=computed_for, claims=plan.signature.claims), evicting)
+                    node_name, cached, computed_for, plan.signature.claims, beyond_eviction), evicting)
         allocator = self.planner.allocator_for(plan)
         try:
             twin_key, outcome = None, None
@@ -289,14 +289,14 @@ class NodeChecker:
             names = [node.name for node in nodes if self.planner.for_node(plan, node) is plan]
         fitting = self._fitting_verdicts(signature.spec)
         claims = signature.claims
-        for name, outcome, computed_for in filter_cache.hits_for(signature, names, node_of):
+        for name, outcome, computed_for, beyond_eviction in filter_cache.hits_for(signature, names, node_of):
             if outcome.success:
                 verdict = fitting.get(name)
                 if verdict is None or verdict._outcome is not outcome:
                     verdict = fitting[name] = NodeVerdict(name, fits=True, outcome=outcome)
                 verdicts[name] = verdict
             else:
-                verdicts[name] = cached_verdict(name, outcome, computed_for=computed_for, claims=claims)
+                verdicts[name] = cached_verdict(name, outcome, computed_for, claims, beyond_eviction)
         return verdicts
 
     def _fitting_verdicts(self, spec: str) -> dict[str, NodeVerdict]:

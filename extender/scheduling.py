@@ -170,7 +170,7 @@ class Scheduler:
 
     def _count_outcome(self, reason: Reason, count: int) -> None:
         if count:
-            self.metrics.filter_outcomes.labels(reason=reason).inc(count)
+            self.metrics.count_filter_outcome(reason, count)
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if self._claim_waiters and kind in ("Pod", "ResourceClaim"):
@@ -302,8 +302,11 @@ class Scheduler:
                                                    deadline=self.clock() + self.filter_deadline_s)
         except SchedulingError:
             return dict.fromkeys(node_names, 0)
-        verdicts = [checked[name] for name in node_names]
-        scores = self.scorer.scores(pod, fitting=[v for v in verdicts if v.fits], plan=plan)
+        scores = self.scorer.scores(pod, fitting=[v for v in checked.values() if v.fits], plan=plan)
+        if len(scores) == len(node_names):
+            # Every name fits, once each (kube-scheduler sends the nodes filter passed): scores has them
+            # all, in order, already.
+            return scores
         return {name: scores.get(name, 0) for name in node_names}
 
     # ---- bind ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ outweighed by placement; rounding to 0..10 may tie such nodes but never reverses
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from operator import attrgetter
 from typing import NamedTuple
 
 from common.rules import SCORING_POLICIES, annotated_scoring_policy
@@ -23,6 +24,7 @@ from common.rules import SCORING_POLICIES, annotated_scoring_policy
 MAX_SCORE = 10
 # Upstream's FirstAvailableDeviceRequestMaxSize: the first subrequest earns 8 points, the eighth 1.
 FIRST_AVAILABLE_MAX = 8
+_RANK_POINTS = attrgetter("rank_points")
 
 
 class NodeFit(NamedTuple):
@@ -59,7 +61,7 @@ def node_scores(policy: str, fits: Mapping[str, NodeFit]) -> dict[str, int]:
     """Score every node 0..MAX_SCORE. Raises ValueError for an unknown policy."""
     if policy not in SCORING_POLICIES:
         raise ValueError(f"unknown scoring policy {policy!r}; expected one of {', '.join(SCORING_POLICIES)}")
-    best_rank = max((fit.rank_points for fit in fits.values()), default=0)
+    best_rank = max(map(_RANK_POINTS, fits.values()), default=0)
     scale = best_rank + (0 if policy == "none" else 1)
     scores: dict[str, int] = {}
     score_of: dict[NodeFit, int] = {}  # nodes of a workload have a handful of distinct fits

@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple
 
-from allocator import PREEMPTION_MAY_HELP, AllocationOutcome
-from extender.filtercache import ClaimRefs, renames
+from allocator import AllocationOutcome
+from extender.filtercache import ClaimRefs, renames, unresolvable
 
 
 class Reason(StrEnum):
@@ -55,12 +54,10 @@ NAMED_UNKNOWN_NODES = 100
 TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
 
 
-class CarriedFailure(NamedTuple):
-    """A failure the filter cache carried over from other claims with the same specs."""
-
-    outcome: AllocationOutcome
-    computed_for: ClaimRefs  # the claims the outcome names
-    claims: ClaimRefs  # the claims to name instead
+# A failure the filter cache carried over from other claims with the same specs: (the outcome, the
+# claims it names, the claims to name instead). A plain tuple: a NamedTuple's constructor costs five
+# times as much, and a filter on a filling cluster makes one for most of its nodes.
+CarriedFailure = tuple[AllocationOutcome, ClaimRefs, ClaimRefs]
 
 
 class NodeVerdict:
@@ -71,7 +68,7 @@ class NodeVerdict:
 
     __slots__ = ("_carried", "_message", "_outcome", "fits", "node", "reason", "unresolvable")
 
-    def __init__(self, node: str, *, fits: bool, message: str = "", unresolvable: bool = False,
+    def __init__(self, node: str, fits: bool, message: str = "", unresolvable: bool = False,
                  reason: Reason = Reason.FITS, outcome: AllocationOutcome | None = None,
                  carried: CarriedFailure | None = None) -> None:
         self.node = node
@@ -141,14 +138,16 @@ def outcome_verdict(node_name: str, outcome: AllocationOutcome) -> NodeVerdict:
                        unresolvable=unresolvable(outcome), reason=_DEVICES, outcome=outcome)
 
 
-def cached_verdict(node_name: str, outcome: AllocationOutcome, *, computed_for: ClaimRefs | None,
-                   claims: ClaimRefs) -> NodeVerdict:
-    """A verdict from the filter cache; a failure worked out for other claims is renamed to `claims`
-    only when read."""
+def cached_verdict(node_name: str, outcome: AllocationOutcome, computed_for: ClaimRefs | None,
+                   claims: ClaimRefs, beyond_eviction: bool) -> NodeVerdict:
+    """A verdict from the filter cache (`beyond_eviction`: the entry's `unresolvable`); a failure
+    worked out for other claims is renamed to `claims` only when read.
+
+    Called and calling positionally: a filter on a filling cluster makes one carried failure for most
+    of its nodes, and keyword arguments double the cost of making one."""
     if computed_for is None:
         return outcome_verdict(node_name, outcome)
-    return NodeVerdict(node_name, fits=False, unresolvable=unresolvable(outcome), reason=_DEVICES,
-                       carried=CarriedFailure(outcome, computed_for, claims))
+    return NodeVerdict(node_name, False, "", beyond_eviction, _DEVICES, None, (outcome, computed_for, claims))
 
 
 def allocated_devices(outcome: AllocationOutcome | None) -> int:
@@ -193,6 +192,7 @@ def split(verdicts: Mapping[str, NodeVerdict], *, brief: bool = False,
     if some_fit is None:  # whether any verdict fits, when the caller has not worked it out
         some_fit = any(verdict.fits for verdict in verdicts.values())
     passed = result.passed
+    terse = brief and some_fit  # where a node fits, a node without devices only says CANNOT_ALLOCATE
     for name, verdict in verdicts.items():
         if verdict.fits:
             passed.append(name)
@@ -203,21 +203,11 @@ def split(verdicts: Mapping[str, NodeVerdict], *, brief: bool = False,
             unknown += 1
             if unknown <= NAMED_UNKNOWN_NODES:
                 result.unresolvable[name] = verdict.message
-        elif verdict.unresolvable:
-            result.unresolvable[name] = _said(verdict, brief=brief and some_fit)
         else:
-            result.failed[name] = _said(verdict, brief=brief and some_fit)
+            said = CANNOT_ALLOCATE if terse and verdict.reason == _DEVICES else verdict.message
+            (result.unresolvable if verdict.unresolvable else result.failed)[name] = said
     return result
-
-
-def _said(verdict: NodeVerdict, *, brief: bool) -> str:
-    return CANNOT_ALLOCATE if brief and verdict.reason == _DEVICES else verdict.message
 
 
 def failure_message(outcome: AllocationOutcome) -> str:
     return outcome.summary() or CANNOT_ALLOCATE
-
-
-def unresolvable(outcome: AllocationOutcome) -> bool:
-    """Could evicting pods free what the node lacks? If not, preemption need not try the node."""
-    return PREEMPTION_MAY_HELP.isdisjoint(outcome.rejection_keys())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import orjson
@@ -93,7 +94,8 @@ def _pod(fields: Mapping[str, Any], what: str) -> dict:
 
 
 def _string_list(value: Any, what: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+    # map() rather than a generator: NodeNames holds hundreds of names in every filter and prioritize.
+    if not isinstance(value, list) or not all(map(isinstance, value, repeat(str))):
         raise BadRequest(f"{what} must be a list of strings")
     return value
 
@@ -172,7 +174,7 @@ def encode_filter_result(
 
 def encode_host_priorities(scores: Mapping[str, int]) -> bytes:
     """HostPriorityList: a bare JSON array."""
-    return orjson.dumps([{"Host": host, "Score": int(score)} for host, score in scores.items()])
+    return orjson.dumps([{"Host": host, "Score": score} for host, score in scores.items()])
 
 
 @dataclass(frozen=True)
