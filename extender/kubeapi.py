@@ -107,7 +107,7 @@ class KubeClient:
         self._auth = auth
         self._tls = {"server_hostname": server_hostname} if server_hostname else {}
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
-        self._request_timeout_s = request_timeout_s
+        self._context: ssl.SSLContext | None = None   # built by _tls_context() on first use
         self._host_header = base.host_port_subcomponent or ""
         self._session: aiohttp.ClientSession | None = None   # watches
         self._pool: HttpPool | None = None   # every other request
@@ -270,7 +270,7 @@ class KubeClient:
 
     def _session_(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True, limit=64)
+            connector = aiohttp.TCPConnector(ssl=self._tls_context() or True, limit=64)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
 
@@ -299,17 +299,25 @@ class KubeClient:
             return ApiError.from_status(body, status)
         return ApiError(status, "", str(body.get("message") or ""), body)
 
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """The one TLS context of the watches and the other requests; None for an http:// server.
+        Without one given, the system's trust store; `ssl_context=False` means: do not verify."""
+        if self._context is None and self.base_url.startswith("https:"):
+            if isinstance(self._ssl, ssl.SSLContext):
+                self._context = self._ssl
+            else:
+                self._context = ssl.create_default_context()
+                if self._ssl is False:
+                    self._context.check_hostname = False
+                    self._context.verify_mode = ssl.CERT_NONE
+        return self._context
+
     def _pool_(self) -> HttpPool:
         if self._pool is None:
             base = URL(self.base_url)
             if base.scheme not in ("http", "https") or not base.host:
                 raise KubeConfigError(f"API server address {self.base_url!r} is not an http(s) URL")
-            context = None
-            if base.scheme == "https":
-                context = self._ssl if isinstance(self._ssl, ssl.SSLContext) else ssl.create_default_context()
-                if self._ssl is False:   # aiohttp's meaning of ssl=False: do not verify the server
-                    context.check_hostname = False
-                    context.verify_mode = ssl.CERT_NONE
+            context = self._tls_context()
             self._pool = HttpPool(base.host, base.port or (443 if context else 80), ssl_context=context,
                                   server_hostname=self._tls.get("server_hostname"))
         return self._pool
@@ -341,7 +349,7 @@ class KubeClient:
         for attempt in range(2):
             head = self._head(method, target, content_type if data is not None else None,
                               len(data) if data is not None else 0)
-            async with asyncio.timeout(self._request_timeout_s):
+            async with asyncio.timeout(self._timeout.total):
                 status, payload = await pool.request(method, head, data)
             if status == 401 and attempt == 0 and isinstance(self._auth, ReusedAuth):
                 self._auth.forget()  # the token may have rotated since it was read: read it again
