@@ -3,6 +3,7 @@ or a skip saying why there is none."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -26,8 +27,11 @@ def helm_or_skip() -> str:
         pytest.skip(f"helm could not be built with `go install`: {str(failed)[:500]}")
 
 
-def run_helm(helm: str, *args: str, kubeconfig: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_helm(
+    helm: str, *args: str, kubeconfig: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     command = [helm, *args]
     if kubeconfig is not None:
         command.append(f"--kubeconfig={kubeconfig}")
-    return subprocess.run(command, capture_output=True, text=True, timeout=HELM_TIMEOUT_S, check=False)
+    return subprocess.run(command, capture_output=True, text=True, timeout=HELM_TIMEOUT_S, check=False,
+                          env={**os.environ, **(env or {})})
