@@ -1,4 +1,4 @@
-"""Running the chart's helm for the tests (tests/deploy and tests/e2e): the binary build_helm.py builds,
+"""Running the chart's helm for the tests (tests/deploy and tests/e2e): the binary go_tools.py builds,
 or a skip saying why there is none."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ HELM_TIMEOUT_S = 120
 
 
 def helm_or_skip() -> str:
-    import build_helm
     from build_control_plane import BuildUnavailable
+    from go_tools import HELM
 
     try:
-        return str(build_helm.ensure_built())
+        return str(HELM.ensure_built())
     except BuildUnavailable as missing:
         pytest.skip(f"helm is not available: {missing}")
     except RuntimeError as failed:  # e.g. no network to the Go module proxy

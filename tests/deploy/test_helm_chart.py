@@ -4,7 +4,7 @@ that cannot work refuse to render; the pod rolls when what it reads changes; the
 chart_readme.py writes.
 
 helm is the Go module helm.sh/helm/v3/cmd/helm at a pinned version, built on first use into
-~/.cache/dra-extender (tests/deploy/build_helm.py); without Go these tests skip and say so. The same
+~/.cache/dra-extender (tests/deploy/go_tools.py); without Go these tests skip and say so. The same
 chart on a real API server: tests/e2e/test_helm_install.py."""
 
 from __future__ import annotations
