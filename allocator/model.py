@@ -284,7 +284,7 @@ class NodeAllocatableResource:
     allocation of the device translates into a node allocatable resource (cpu, memory, hugepages-*).
 
     The allocator does not read it; kube-scheduler's side of the gate (the extender's
-    extender/nodeallocatable.py) does. Validated here as the API server validates it."""
+    extender/plugin/nodeallocatable.py) does. Validated here as the API server validates it."""
 
     __slots__ = ("capacity_key", "capacity_multiplier", "device_multiplier", "mapped", "per_container",
                  "per_pod")

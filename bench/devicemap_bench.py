@@ -17,12 +17,12 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from allocator import FeatureGates
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.devicemap import DEFAULT_PER_PAGE, build_map, render_page, take_view
-from extender.scheduling import Scheduler
-from extender.server import ExtenderServer
+from extender.http.devicemap import DEFAULT_PER_PAGE, build_map, render_page, take_view
+from extender.http.server import ExtenderServer
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.scheduling import Scheduler
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 DRIVER = "gpu.example.com"
 

@@ -1,5 +1,5 @@
 """How a pod names its ResourceClaims and how a claim names its consumers: read one way by the
-scheduler (extender.podclaims, strict), the cluster cache and the controllers, and the webhook.
+scheduler (extender.plugin.podclaims, strict), the cluster cache and the controllers, and the webhook.
 
 A pod lists its claims in `spec.resourceClaims[]`, each either directly (`resourceClaimName`) or
 through a template: the resourceclaim controller then records the generated claim's name under the
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-# The feature gate under which a PodGroup may be a claim's consumer (see extender.podgroups).
+# The feature gate under which a PodGroup may be a claim's consumer (see extender.plugin.podgroups).
 WORKLOAD_CLAIMS = "DRAWorkloadResourceClaims"
 PODGROUP_API_GROUP = "scheduling.k8s.io"
 PODGROUP_RESOURCE = "podgroups"
@@ -71,7 +71,8 @@ def resolve_entry(pod: Mapping[str, Any], entry: Mapping[str, Any]) -> ClaimRefe
 
 
 def extended_claim_name(pod: Mapping[str, Any]) -> str | None:
-    """The special claim of extended resources backed by DRA (extender.extendedresources), if written."""
+    """The special claim of extended resources backed by DRA (extender.plugin.extendedresources), if
+    written."""
     extended = (pod.get("status") or {}).get("extendedResourceClaimStatus")
     name = extended.get("resourceClaimName") if isinstance(extended, dict) else None
     return name if isinstance(name, str) and name else None

@@ -34,7 +34,6 @@ from common.rules import (
     parse_duration,
     parse_positive_duration,
 )
-from extender.cache import ClusterCache
 from extender.controllers import (
     CONTROLLER_NAMES,
     ControllerOptions,
@@ -42,18 +41,19 @@ from extender.controllers import (
     check_names,
     start_controllers,
 )
-from extender.scheduling import (
+from extender.http.server import DEFAULT_PREFIX
+from extender.plugin.scheduling import (
     DEFAULT_FILTER_TIMEOUT_S,
     DEFAULT_HOLD_TTL_S,
     DEFAULT_NODE_TIMEOUT_S,
     Scheduler,
 )
-from extender.server import DEFAULT_PREFIX
+from extender.state.cache import ClusterCache
 from webhook.server import WebhookServer
 
 if TYPE_CHECKING:
-    from extender.informer import ClusterWatcher
-    from extender.kubeapi import KubeClient
+    from extender.kube.client import KubeClient
+    from extender.kube.informer import ClusterWatcher
 
 log = logging.getLogger(__name__)
 
@@ -504,11 +504,11 @@ class Cluster:
 async def open_cluster(source: SourceOptions, *, wait_ready_s: float | None) -> Cluster:
     """A ClusterCache from the snapshot or from the API server (watched until closed)."""
     if source.snapshot:
-        from extender.objects_io import load_objects
+        from extender.kube.objects_io import load_objects
 
         return Cluster(ClusterCache.from_objects(load_objects([source.snapshot]), source.features))
-    from extender.informer import ClusterWatcher, watched_kinds
-    from extender.kubeapi import KubeClient
+    from extender.kube.client import KubeClient
+    from extender.kube.informer import ClusterWatcher, watched_kinds
 
     client = await KubeClient.connect(kubeconfig=source.kubeconfig, context=source.context)
     cache = ClusterCache(source.features)
@@ -522,9 +522,9 @@ async def open_cluster(source: SourceOptions, *, wait_ready_s: float | None) -> 
 
 
 def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER) -> Scheduler:
-    from extender.assume import AssumeCache
-    from extender.claimwriter import ClaimWriter
-    from extender.filtercache import FilterCache
+    from extender.plugin.claimwriter import ClaimWriter
+    from extender.plugin.filtercache import FilterCache
+    from extender.state.assume import AssumeCache
 
     assume = AssumeCache()
     assume.attach(cluster.cache)

@@ -22,8 +22,8 @@ from allocator import (
 )
 from allocator.outcome import AllocationOutcome
 from extender.commands import output
-from extender.names import split_ref
-from extender.objects_io import ObjectLoadError, Snapshot, load_snapshot
+from extender.http.names import split_ref
+from extender.kube.objects_io import ObjectLoadError, Snapshot, load_snapshot
 
 
 class UsageError(ValueError):

@@ -23,7 +23,7 @@ from allocator.derived import claim_problems
 from allocator.policies import request_policy_problems
 from common.rules import scoring_annotation_problem
 from extender.commands import output
-from extender.objects_io import ObjectLoadError, load_objects
+from extender.kube.objects_io import ObjectLoadError, load_objects
 
 MAX_LISTED_ERRORS = 3
 

@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 from extender.commands import output
-from extender.names import split_ref
+from extender.http.names import split_ref
 from extender.wiring import (
     OptionsError,
     SourceOptions,
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _explain(args: argparse.Namespace, source: SourceOptions, namespace: str, name: str) -> int:
-    from extender.explain import ExplainError, explain_pod, render_text
+    from extender.http.explain import ExplainError, explain_pod, render_text
 
     try:
         cluster = await open_cluster(source, wait_ready_s=SYNC_TIMEOUT_S)

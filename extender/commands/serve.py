@@ -23,11 +23,11 @@ import orjson
 from allocator import AllocationError, cel
 from common.tls import ReloadingTLS
 from extender import eventloop
-from extender.cache import ClusterCache
 from extender.commands.output import EXIT_ERROR, add_logging_arguments, configure_logging, examples
-from extender.filtercache import FilterCache
-from extender.podclaims import has_claims
-from extender.server import ExtenderServer
+from extender.http.server import ExtenderServer
+from extender.plugin.filtercache import FilterCache
+from extender.plugin.podclaims import has_claims
+from extender.state.cache import ClusterCache
 from extender.wiring import (
     Cluster,
     OptionsError,

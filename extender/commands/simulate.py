@@ -53,7 +53,7 @@ def _key(raw: dict) -> tuple[str, str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from extender.objects_io import ObjectLoadError, load_objects
+    from extender.kube.objects_io import ObjectLoadError, load_objects
 
     output.configure_logging(args.log_level, args.log_format)
     try:
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _simulate(args: argparse.Namespace, features: FeatureGates, objects: list[dict],
                     pod_raw: dict) -> int:
-    from extender.cache import ClusterCache
+    from extender.state.cache import ClusterCache
     from extender.wiring import Cluster, build_scheduler
 
     cache = ClusterCache.from_objects(objects, features)

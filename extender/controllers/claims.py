@@ -8,7 +8,7 @@ from typing import Any
 
 from common.claimrefs import controlled_by_group_of, is_controlled_by, is_group_reference, pod_uid
 from extender.controllers.pools import DeviceId, PoolId
-from extender.podclaims import (
+from extender.plugin.podclaims import (
     ClaimsNotReady,
     InvalidPodError,
     allocation_of,

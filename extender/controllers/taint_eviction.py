@@ -28,7 +28,7 @@ from extender.controllers.evictor import Eviction, PodEvictor, PodRef, Reason
 from extender.controllers.pools import DeviceId, PoolId, PoolIndex
 from extender.controllers.rule_status import current_condition, eviction_condition, same_condition
 from extender.controllers.tolerations import NO_EXECUTE, eviction_time
-from extender.podgroups import reserved_for_pod
+from extender.plugin.podgroups import reserved_for_pod
 
 log = logging.getLogger(__name__)
 

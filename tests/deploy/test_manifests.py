@@ -35,8 +35,8 @@ from deploy_manifests import (
 )
 
 from allocator import FeatureGates
-from extender.cache import ClusterCache
-from extender.server import DEFAULT_PREFIX, ExtenderServer
+from extender.http.server import DEFAULT_PREFIX, ExtenderServer
+from extender.state.cache import ClusterCache
 from extender.wiring import Cluster, build_scheduler
 from webhook.admission import AdmissionHandler
 from webhook.server import build_app

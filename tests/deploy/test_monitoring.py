@@ -79,13 +79,13 @@ def served_metrics() -> set[str]:
     import asyncio
 
     from allocator import FeatureGates
-    from extender.assume import AssumeCache
-    from extender.cache import ClusterCache
-    from extender.claimwriter import ClaimWriter
     from extender.controllers.metrics import ControllerMetrics
-    from extender.objects_io import load_objects
-    from extender.scheduling import Scheduler
-    from extender.server import ExtenderServer
+    from extender.http.server import ExtenderServer
+    from extender.kube.objects_io import load_objects
+    from extender.plugin.claimwriter import ClaimWriter
+    from extender.plugin.scheduling import Scheduler
+    from extender.state.assume import AssumeCache
+    from extender.state.cache import ClusterCache
     from webhook.admission import AdmissionHandler
     from webhook.cache_lookup import as_lookup
     from webhook.server import build_app

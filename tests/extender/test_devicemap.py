@@ -13,12 +13,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from allocator import FeatureGates
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.objects_io import load_objects
-from extender.scheduling import Scheduler
-from extender.server import ExtenderServer
+from extender.http.server import ExtenderServer
+from extender.kube.objects_io import load_objects
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.scheduling import Scheduler
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
 HOSTILE = '<img src=x onerror="alert(1)">&'
@@ -146,7 +146,7 @@ async def test_five_thousand_nodes_render_one_page_of_them() -> None:
 
 
 def test_shared_pools_group_apart() -> None:
-    from extender.devicemap import SHARED_POOLS, build_map, take_view
+    from extender.http.devicemap import SHARED_POOLS, build_map, take_view
 
     objects = load_objects([EXAMPLES])
     shared = copy.deepcopy(next(raw for raw in objects if raw["kind"] == "ResourceSlice"))
@@ -159,7 +159,7 @@ def test_shared_pools_group_apart() -> None:
 
 @pytest.mark.parametrize("older", [True, False])
 def test_only_the_newest_generation_of_a_pool_counts(older: bool) -> None:
-    from extender.devicemap import build_map, take_view
+    from extender.http.devicemap import build_map, take_view
 
     objects = load_objects([EXAMPLES])
     stale = copy.deepcopy(next(raw for raw in objects if raw["kind"] == "ResourceSlice"))

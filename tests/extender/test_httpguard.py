@@ -14,10 +14,10 @@ import pytest
 from test_server import EXAMPLES, JSON, PAYLOADS, build_server
 
 from common.httpguard import LARGE_BODY_BYTES, LARGE_BODY_SLOTS, MAX_BIND_BYTES, HttpLimits
-from extender import wire
-from extender.objects_io import load_objects
-from extender.server import ExtenderServer
-from extender.verdicts import NAMED_UNKNOWN_NODES
+from extender.http import wire
+from extender.http.server import ExtenderServer
+from extender.kube.objects_io import load_objects
+from extender.plugin.verdicts import NAMED_UNKNOWN_NODES
 
 
 @pytest.fixture

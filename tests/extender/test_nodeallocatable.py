@@ -13,13 +13,12 @@ import pytest
 from fakeapi import ApiRequest
 
 from allocator import FeatureGates, InvalidObjectError, Inventory, Node, ResourceClaim, ResourceSlice
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.explain import explain_pod, render_text
-from extender.filtercache import FilterCache
-from extender.kubeapi import KubeClient
-from extender.nodeallocatable import (
+from extender.http.explain import explain_pod, render_text
+from extender.http.server import ExtenderServer
+from extender.kube.client import KubeClient
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.filtercache import FilterCache
+from extender.plugin.nodeallocatable import (
     ClaimUse,
     NodeAllocatableError,
     NodeUsage,
@@ -30,11 +29,12 @@ from extender.nodeallocatable import (
     pod_level_shortfall,
     pod_requests,
 )
-from extender.planning import SchedulingError
-from extender.podtransform import slim_pod
-from extender.scheduling import BindFailed, Scheduler
-from extender.server import ExtenderServer
-from extender.verdicts import Reason
+from extender.plugin.planning import SchedulingError
+from extender.plugin.scheduling import BindFailed, Scheduler
+from extender.plugin.verdicts import Reason
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
+from extender.state.podtransform import slim_pod
 
 ON = FeatureGates({"DRANodeAllocatableResources": True})
 CPU_DRIVER = "cpu.example.com"

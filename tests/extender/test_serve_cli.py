@@ -21,7 +21,7 @@ import yaml
 
 from allocator import FeatureGates
 from extender.cli import build_parser, main
-from extender.objects_io import load_objects
+from extender.kube.objects_io import load_objects
 from extender.wiring import serve_options
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -350,8 +350,8 @@ async def test_serve_without_pods_prints_a_curl_template_that_works_once_filled_
 
 
 def test_timeout_flags_reach_the_scheduler() -> None:
-    from extender.cache import ClusterCache
-    from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
+    from extender.plugin.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
+    from extender.state.cache import ClusterCache
     from extender.wiring import Cluster, build_scheduler, scheduler_options
 
     cluster = Cluster(ClusterCache.from_objects(load_objects([EXAMPLES]), FeatureGates()))
@@ -387,8 +387,8 @@ def test_every_duration_flag_takes_go_durations_and_plain_seconds() -> None:
 def test_banner_of_a_large_cluster_names_a_few_nodes_and_says_how_to_ask_about_more() -> None:
     from types import SimpleNamespace
 
-    from extender.cache import ClusterCache
     from extender.commands.serve import BANNER_NODES, usage_banner
+    from extender.state.cache import ClusterCache
 
     example = [obj for obj in load_objects([Path(__file__).resolve().parents[2] / "examples" / "cluster"])
                if obj["kind"] != "Node"]
@@ -458,10 +458,10 @@ async def test_after_the_sync_the_warmed_node_views_are_frozen_too(monkeypatch: 
 async def test_node_views_warmed_after_the_sync_are_the_ones_filters_use(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from allocator import inventory as inventory_module
-    from extender.assume import AssumeCache
-    from extender.cache import ClusterCache
     from extender.commands import serve as serve_command
-    from extender.filtercache import FilterCache
+    from extender.plugin.filtercache import FilterCache
+    from extender.state.assume import AssumeCache
+    from extender.state.cache import ClusterCache
 
     built: list[str] = []
     gather = inventory_module.gather_pools

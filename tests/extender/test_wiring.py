@@ -11,10 +11,10 @@ import pytest
 
 from allocator import FeatureGates
 from common.httpguard import HttpLimits
-from extender.cache import ClusterCache
 from extender.cli import build_parser
 from extender.controllers import ControllerOptions
-from extender.objects_io import load_objects
+from extender.kube.objects_io import load_objects
+from extender.state.cache import ClusterCache
 from extender.wiring import (
     Cluster,
     NetworkOptions,

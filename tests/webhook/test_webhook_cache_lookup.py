@@ -19,8 +19,8 @@ from webhook_fixtures import (
 )
 
 from allocator import FeatureGates
-from extender.cache import ClusterCache
-from extender.podtransform import slim_pod
+from extender.state.cache import ClusterCache
+from extender.state.podtransform import slim_pod
 from webhook.admission import AdmissionHandler
 from webhook.cache_lookup import ClusterCacheLookup, as_lookup
 from webhook.lookup import StaticClusterLookup

@@ -30,7 +30,7 @@ from common.claimrefs import (
     pod_key,
     pod_uid,
 )
-from extender.podclaims import ClaimsNotReady, claim_references
+from extender.plugin.podclaims import ClaimsNotReady, claim_references
 
 # In-flight owner prefix for allocations made for a PodGroup (see AssumeCache): group members share
 # them, every other pod sees the claim "in the process of being allocated".

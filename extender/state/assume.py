@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from allocator import AllocatedState, ResourceClaim
-from extender.cache import ClusterCache
+from extender.state.cache import ClusterCache
 
 
 class AlreadyInFlight(ValueError):

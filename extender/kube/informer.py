@@ -22,8 +22,8 @@ import aiohttp
 
 from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
-from extender.cache import ClusterCache
-from extender.kubeapi import ApiError, KubeClient
+from extender.kube.client import ApiError, KubeClient
+from extender.state.cache import ClusterCache
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """A small asyncio Kubernetes API client: raw dicts over aiohttp, orjson bodies.
 
-Credentials come from extender.credentials, and from the `kubernetes` package only for a kubeconfig
+Credentials come from extender.kube.credentials, and from the `kubernetes` package only for a kubeconfig
 user with an exec plugin or an auth-provider; its typed models are far too slow for slices and claims
 (see the library measurements), and importing it costs about 40 MB of memory.
 """
@@ -19,8 +19,8 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from extender import credentials
-from extender.httppool import HttpPool
+from extender.kube import credentials
+from extender.kube.httppool import HttpPool
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -124,7 +124,7 @@ class KubeClient:
     async def connect(cls, *, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
         """A client for the in-cluster service account by default; a kubeconfig (explicit path, or
         $KUBECONFIG / ~/.kube/config when not running in a pod) when `kubeconfig` or `context` is given
-        or no service account exists. See extender.credentials; a kubeconfig user with an exec plugin or
+        or no service account exists. See extender.kube.credentials; a kubeconfig user with an exec plugin or
         an auth-provider is loaded with the `kubernetes` package instead."""
         in_cluster_problem = None
         if kubeconfig is None and context is None:

@@ -87,7 +87,7 @@ def resolve_pod_claims(pod: Mapping, lookup: ClaimLookup, *,
     """The pod's claims in spec order (entries without a claim skipped). Raises ClaimsNotReady.
 
     `accept_group_owner` (gate DRAWorkloadResourceClaims): a generated claim controlled by the pod's
-    PodGroup is the pod's too (see extender.podgroups)."""
+    PodGroup is the pod's too (see extender.plugin.podgroups)."""
     namespace = (pod.get("metadata") or {}).get("namespace") or ""
     resolved: list[PodClaim] = []
     for ref in claim_references(pod):

@@ -7,12 +7,12 @@ pod to status.reservedFor. A 409 Conflict re-reads the claim and tries again (5 
 client-go's DefaultRetry); a claim that got allocated elsewhere or is being deleted ends the bind.
 Then the pod's Binding is created. Any failure after a write undoes what this bind wrote.
 
-A pod's special claim for extended resources backed by DRA (extender/extendedresources.py) is first
+A pod's special claim for extended resources backed by DRA (extender/plugin/extendedresources.py) is first
 created, owned by the pod, then goes through the same steps, and the pod's
 status.extendedResourceClaimStatus is written before the Binding (upstream's PreBind). Undo deletes it.
 
 With DRANodeAllocatableResources, the pod's status.nodeAllocatableResourceClaimStatuses (what its
-claims' devices add to its cpu, memory or hugepages: extender/nodeallocatable.py) is written with a
+claims' devices add to its cpu, memory or hugepages: extender/plugin/nodeallocatable.py) is written with a
 merge patch just before the Binding, as upstream's PreBind does; undo clears it with an empty list,
 as upstream's Unreserve does.
 
@@ -36,10 +36,10 @@ import aiohttp
 
 from allocator import ResourceClaim
 from common.rules import RESERVED_FOR_MAX
-from extender.cache import ClusterCache
-from extender.extendedresources import Variant, creation_body
-from extender.kubeapi import ApiError, KubeClient
-from extender.nodeallocatable import STATUS_FIELD
+from extender.kube.client import ApiError, KubeClient
+from extender.plugin.extendedresources import Variant, creation_body
+from extender.plugin.nodeallocatable import STATUS_FIELD
+from extender.state.cache import ClusterCache
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ class _Written:
     # resourceVersion precondition of a status write whose outcome is unknown (timed out, connection
     # lost, 5xx): the API server may still apply it for as long as the claim keeps that version.
     pending_write_rv: str | None = None
-    # The reservedFor entry this bind adds when it is not the pod (a PodGroup, extender.podgroups).
+    # The reservedFor entry this bind adds when it is not the pod (a PodGroup, extender.plugin.podgroups).
     consumer: dict | None = None
     # The in-memory special claim's UID when this bind created the claim (undo deletes it).
     created_from: str | None = None

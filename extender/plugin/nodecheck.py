@@ -26,11 +26,18 @@ from allocator import (
     takes_skipped_node_operations,
 )
 from allocator.errors import AllocationTimeout
-from extender.cache import ClusterCache
-from extender.filtercache import MAX_SNAPSHOTS, FilterCache
-from extender.nodeallocatable import ClaimUse, NodeAllocatableError, NodeFit, PodDemand, fit
-from extender.planning import Planner, PodPlan, SchedulingError
-from extender.verdicts import UNKNOWN_NODE, NodeVerdict, Reason, cached_verdict, outcome_verdict, timed_out
+from extender.plugin.filtercache import MAX_SNAPSHOTS, FilterCache
+from extender.plugin.nodeallocatable import ClaimUse, NodeAllocatableError, NodeFit, PodDemand, fit
+from extender.plugin.planning import Planner, PodPlan, SchedulingError
+from extender.plugin.verdicts import (
+    UNKNOWN_NODE,
+    NodeVerdict,
+    Reason,
+    cached_verdict,
+    outcome_verdict,
+    timed_out,
+)
+from extender.state.cache import ClusterCache
 
 # How long one check of many nodes may run on the event loop before it lets other requests in.
 YIELD_AFTER_S = 0.005

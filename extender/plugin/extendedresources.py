@@ -16,7 +16,7 @@ plugin's extended-resource part:
   an earlier attempt), found through an index kept from the cache's claim events.
 
 The scheduler adds the special claim to the claims it allocates; the claim writer creates it at bind
-(see extender/claimwriter.py). Everything here is node- and pod-local computation on raw API dicts.
+(see extender/plugin/claimwriter.py). Everything here is node- and pod-local computation on raw API dicts.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from cachetools import LRUCache
 from allocator import Node, ResourceClaim
 from allocator.quantity import Quantity
 from common.claimrefs import EXTENDED_CLAIM_ANNOTATION
-from extender.cache import ClusterCache
+from extender.state.cache import ClusterCache
 
 # resourceapi.ResourceDeviceClassPrefix: the implicit extended resource name of every DeviceClass.
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"

@@ -33,10 +33,10 @@ from typing import NamedTuple
 import orjson
 
 from allocator import PREEMPTION_MAY_HELP, AllocatedState, AllocationOutcome, Node, ResourceClaim
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.scoring import NodeFit
-from extender.twins import TwinKey, TwinVerdicts
+from extender.plugin.scoring import NodeFit
+from extender.plugin.twins import TwinKey, TwinVerdicts
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 PoolId = tuple[str, str]
 # Claims as (key, uid) each, in order.

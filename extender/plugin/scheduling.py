@@ -29,19 +29,19 @@ from allocator import AllocationError, Allocator, NodeAllocationError, ResourceC
 from allocator.errors import AllocationTimeout
 from common.claimrefs import WORKLOAD_CLAIMS, group_name_of, known_claim_names, pod_key, pod_uid
 from common.rules import DEFAULT_SCORING_POLICY
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import BindError
-from extender.extendedresources import Variant
-from extender.filtercache import FilterCache
-from extender.holds import FilterHolds
-from extender.metrics import Metrics
-from extender.nodeallocatable import NodeFit, as_fit_units, pod_requests
-from extender.nodecheck import NodeChecker
-from extender.placement import NodeScorer
-from extender.planning import Planner, PodPlan, SchedulingError
-from extender.podgroups import OWNER_PREFIX, reserved_for_pod
-from extender.verdicts import CONFLICT_REASONS, FilterResult, Reason, answer
+from extender.plugin.claimwriter import BindError
+from extender.plugin.extendedresources import Variant
+from extender.plugin.filtercache import FilterCache
+from extender.plugin.holds import FilterHolds
+from extender.plugin.metrics import Metrics
+from extender.plugin.nodeallocatable import NodeFit, as_fit_units, pod_requests
+from extender.plugin.nodecheck import NodeChecker
+from extender.plugin.placement import NodeScorer
+from extender.plugin.planning import Planner, PodPlan, SchedulingError
+from extender.plugin.podgroups import OWNER_PREFIX, reserved_for_pod
+from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, answer
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class BindFailed(Exception):
 
 
 class BindWriter(Protocol):
-    """What bind needs of the claim writer (extender/claimwriter.py)."""
+    """What bind needs of the claim writer (extender/plugin/claimwriter.py)."""
 
     conflicts: int  # write conflicts answered by a fresh read (a metric)
 

@@ -25,11 +25,11 @@ from aiohttp import web
 
 from allocator import DeviceTaintRule, ResourceSlice
 from common.claimrefs import is_group_reference, pod_key
-from extender import wire
-from extender.podclaims import ClaimsNotReady, InvalidPodError, claim_name_for, claim_references
+from extender.http import wire
+from extender.plugin.podclaims import ClaimsNotReady, InvalidPodError, claim_name_for, claim_references
 
 if TYPE_CHECKING:
-    from extender.server import ExtenderServer
+    from extender.http.server import ExtenderServer
 
 ROUTE = "/debug/ui"
 DEFAULT_PER_PAGE = 50

@@ -8,9 +8,9 @@ from typing import Any
 
 from allocator import Rejection
 from common.claimrefs import pod_key
-from extender.planning import PodPlan, SchedulingError
-from extender.scheduling import Scheduler
-from extender.verdicts import NodeVerdict
+from extender.plugin.planning import PodPlan, SchedulingError
+from extender.plugin.scheduling import Scheduler
+from extender.plugin.verdicts import NodeVerdict
 
 
 class ExplainError(LookupError):

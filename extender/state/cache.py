@@ -27,11 +27,11 @@ from allocator import (
     ResourceSlice,
 )
 from common.claimrefs import group_name_of
-from extender.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
-from extender.nodeallocatable import NodeUsage
-from extender.podgroups import check_group_claims
-from extender.podtransform import slim_pod
-from extender.sharing import ObjectSharer
+from extender.plugin.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
+from extender.plugin.nodeallocatable import NodeUsage
+from extender.plugin.podgroups import check_group_claims
+from extender.state.podtransform import slim_pod
+from extender.state.sharing import ObjectSharer
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ KINDS: dict[str, tuple[str, bool]] = {
     "ResourceClaim": ("resource.k8s.io/v1", True),
     "ResourceClaimTemplate": ("resource.k8s.io/v1", True),
     "DeviceTaintRule": ("resource.k8s.io/v1", False),
-    # Watched only with the DRAWorkloadResourceClaims gate (see extender.podgroups).
+    # Watched only with the DRAWorkloadResourceClaims gate (see extender.plugin.podgroups).
     "PodGroup": ("scheduling.k8s.io/v1beta1", True),
 }
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
@@ -114,7 +114,7 @@ class ClusterCache:
         self._ignored = 0
         self._unnamed_invalid = 0   # objects without a usable name cannot be stored at all
         self._sharer = ObjectSharer()
-        # What the pods on each node request (extender.nodeallocatable), kept only when it is read.
+        # What the pods on each node request (extender.plugin.nodeallocatable), kept only when it is read.
         self.node_usage = NodeUsage() if features.enabled(NODE_ALLOCATABLE_GATE) else None
 
     # ---- construction -------------------------------------------------------------------------
@@ -217,8 +217,8 @@ class ClusterCache:
                 log.exception("cache subscriber failed on %s %s %s", event_type, kind, key)
 
     def _shared(self, kind: str, raw: dict, old: dict | None) -> dict:
-        """`raw` (a Pod already slimmed: see extender.podtransform, no secrets and no bulk) with its
-        parts equal to other stored objects' shared (see extender.sharing), starting with `old`, the
+        """`raw` (a Pod already slimmed: see extender.state.podtransform, no secrets and no bulk) with its
+        parts equal to other stored objects' shared (see extender.state.sharing), starting with `old`, the
         version it replaces. Only for objects that are stored: a deleted or stale one is not worth it."""
         if kind == "Pod":
             return self._sharer.pod(raw, old)

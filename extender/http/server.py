@@ -5,7 +5,7 @@ kube-scheduler ignores the body of any answer but a 200, so a malformed filter o
 answered 200 with the problem in `Error` (which kube-scheduler logs); prioritize and preempt have no
 such field and get HTTP 400 with a message. A scheduling problem is an answer, not an HTTP error.
 Body sizes, slow and idle connections are bounded (common.httpguard).
-Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/debug/ui` (extender/devicemap.py),
+Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/debug/ui` (extender/http/devicemap.py),
 `/healthz`, `/readyz`, `/metrics`. The `/debug/` pages describe the cluster's pods and claims: unless
 `debug_from_anywhere`, they answer only connections from loopback (`kubectl port-forward` arrives
 there); kubelet's probes and Prometheus reach the rest from the pod network.
@@ -26,13 +26,13 @@ import yaml
 from aiohttp import web
 
 from common.httpguard import BodyReader, HttpLimits, LimitedRunner, RequestRefused, expect_handler
-from extender import devicemap, wire
-from extender.explain import ExplainError, explain_pod, render_text
-from extender.extendedresources import requested_names
-from extender.metrics import CONTENT_TYPE
-from extender.names import split_ref
-from extender.podclaims import has_claims
-from extender.scheduling import BindFailed, Scheduler
+from extender.http import devicemap, wire
+from extender.http.explain import ExplainError, explain_pod, render_text
+from extender.http.names import split_ref
+from extender.plugin.extendedresources import requested_names
+from extender.plugin.metrics import CONTENT_TYPE
+from extender.plugin.podclaims import has_claims
+from extender.plugin.scheduling import BindFailed, Scheduler
 
 log = logging.getLogger(__name__)
 
