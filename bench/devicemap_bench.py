@@ -74,7 +74,7 @@ def main() -> int:
     build_s, render_s, size = [], [], 0
     for _ in range(args.repeats):
         started = time.perf_counter()
-        device_map = build_map(take_view(server))
+        device_map = build_map(take_view(server.cache, server.scheduler.in_flight()))
         built = time.perf_counter()
         page = render_page(device_map, page=1, per_page=DEFAULT_PER_PAGE, node_filter="")
         render_s.append(time.perf_counter() - built)

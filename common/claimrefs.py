@@ -128,3 +128,21 @@ def is_group_reference(entry: object) -> bool:
     """A `status.reservedFor` entry naming a PodGroup."""
     return (isinstance(entry, dict) and entry.get("apiGroup") == PODGROUP_API_GROUP
             and entry.get("resource") == PODGROUP_RESOURCE)
+
+
+# MaxPodGroupResourceClaims in scheduling/v1beta1.
+MAX_GROUP_CLAIMS = 4
+GROUP_CLAIM_SOURCE_FIELDS = ("resourceClaimName", "resourceClaimTemplateName")
+
+
+def check_group_claims(claims: list[Any]) -> None:
+    """Raises ValueError naming the field when a PodGroup's spec.resourceClaims (a list) cannot be read."""
+    if len(claims) > MAX_GROUP_CLAIMS:
+        raise ValueError(f"spec.resourceClaims: must have at most {MAX_GROUP_CLAIMS} items, "
+                         f"has {len(claims)}")
+    for i, entry in enumerate(claims):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise ValueError(f"spec.resourceClaims[{i}].name: required")
+        if sum(1 for field in GROUP_CLAIM_SOURCE_FIELDS if entry.get(field)) != 1:
+            raise ValueError(f"spec.resourceClaims[{i}]: exactly one of resourceClaimName and "
+                             "resourceClaimTemplateName must be set")

@@ -19,12 +19,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
-from allocator import FeatureGates
+from allocator import FeatureGates, cel
 from common.claimrefs import WORKLOAD_CLAIMS
 from common.httpguard import HttpLimits
 from common.rules import (
@@ -60,6 +62,20 @@ log = logging.getLogger(__name__)
 
 class OptionsError(ValueError):
     """A flag combination that cannot run; the message names the flags."""
+
+
+# Picks the CEL engine for every command (`dra-extender --version` names the one in use).
+CEL_ENGINE_ENV = "DRA_EXTENDER_CEL_BACKEND"
+
+
+def choose_cel_engine(environ: Mapping[str, str] = os.environ) -> None:
+    """Hand ``$DRA_EXTENDER_CEL_BACKEND`` (if set) to the allocator; OptionsError names the variable when
+    it names no usable engine, so a server never starts whose every filter would fail."""
+    requested = environ.get(CEL_ENGINE_ENV, "").strip()
+    try:
+        cel.use_engine(requested or None)
+    except ValueError as error:
+        raise OptionsError(f"{CEL_ENGINE_ENV}: {error}") from None
 
 
 def parse_features(text: str) -> FeatureGates:

@@ -14,13 +14,13 @@ from typing import Any
 from allocator import (
     AllocatedState,
     AllocationError,
+    AllocationOutcome,
     Allocator,
     FeatureGates,
     Inventory,
     NodeAllocationError,
     Reason,
 )
-from allocator.outcome import AllocationOutcome
 from extender.commands import output
 from extender.http.names import split_ref
 from extender.kube.objects_io import ObjectLoadError, Snapshot, load_snapshot

@@ -18,9 +18,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocator import FeatureGates, InvalidObjectError, ResourceSlice, cel, parse_object
-from allocator.derived import claim_problems
-from allocator.policies import request_policy_problems
+from allocator import (
+    FeatureGates,
+    InvalidObjectError,
+    ResourceSlice,
+    cel,
+    claim_problems,
+    parse_object,
+    request_policy_problems,
+)
 from common.rules import scoring_annotation_problem
 from extender.commands import output
 from extender.kube.objects_io import ObjectLoadError, load_objects

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from allocator import AllocationError, cel
+from allocator import AllocationError
 from common.tls import ReloadingTLS
 from extender import eventloop
 from extender.commands.output import EXIT_ERROR, add_logging_arguments, configure_logging, examples
@@ -221,12 +221,6 @@ def run(args: argparse.Namespace) -> int:
         options = serve_options(args)
     except OptionsError as error:
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_ERROR
-    try:
-        # Checked without importing the engine: it is loaded by the first selector that needs it.
-        cel.configured_engine_name()
-    except ValueError as error:  # otherwise /readyz says ok and every filter fails
-        print(f"error: {cel.BACKEND_ENV}: {error}", file=sys.stderr)
         return EXIT_ERROR
     try:
         return eventloop.run(serve(options))

@@ -7,6 +7,8 @@ Entry point (extender.wiring maps serve's flags onto ControllerOptions and calls
 
 Everything runs on the event loop that calls start; cache events must be applied on that loop.
 With leader election only the Lease holder acts; the others keep nothing but their candidacy.
+
+Imports plugin/, state/, kube/, allocator/ and common/; never http/ or the composition root.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import html
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -29,7 +29,7 @@ from extender.http import wire
 from extender.plugin.podclaims import ClaimsNotReady, InvalidPodError, claim_name_for, claim_references
 
 if TYPE_CHECKING:
-    from extender.http.server import ExtenderServer
+    from extender.state.cache import ClusterCache
 
 ROUTE = "/debug/ui"
 DEFAULT_PER_PAGE = 50
@@ -136,10 +136,9 @@ class ClusterView:
     pod_names_by_uid: dict[str, str]
 
 
-def take_view(server: ExtenderServer) -> ClusterView:
-    cache = server.cache
+def take_view(cache: ClusterCache, in_flight: list[dict[str, Any]]) -> ClusterView:
+    """What the map shows, taken from the cache and the allocations in flight at one moment."""
     pods = cache.valid_objects("Pod")
-    in_flight = server.scheduler.in_flight()
     wanted = {entry.get("podUID") for entry in in_flight}
     names: dict[str, str] = {}
     for pod in pods:
@@ -342,16 +341,16 @@ async def _no_icon(_request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def register(app: web.Application, server: ExtenderServer) -> None:
-    """Add the device map to the debug app of `server` (an ExtenderServer)."""
+def register(app: web.Application, view: Callable[[], ClusterView]) -> None:
+    """Add the device map to a debug app; `view` takes the picture it draws (see take_view)."""
 
     async def device_map(request: web.Request) -> web.Response:
         page = _int_query(request, "page", default=1, maximum=10**9)
         per_page = _int_query(request, "per_page", default=DEFAULT_PER_PAGE, maximum=MAX_PER_PAGE)
         node_filter = request.query.get("node", "")
-        view = take_view(server)
+        picture = view()
         text = await asyncio.to_thread(
-            lambda: render_page(build_map(view), page=page, per_page=per_page, node_filter=node_filter)
+            lambda: render_page(build_map(picture), page=page, per_page=per_page, node_filter=node_filter)
         )
         response = web.Response(text=text, content_type="text/html", charset="utf-8")
         response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY

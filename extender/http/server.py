@@ -139,7 +139,7 @@ class ExtenderServer:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics_endpoint)
-        devicemap.register(app, self)
+        devicemap.register(app, lambda: devicemap.take_view(self.cache, self.scheduler.in_flight()))
         return app
 
     async def start(self, host: str, extender_port: int, debug_port: int,

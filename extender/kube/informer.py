@@ -1,4 +1,4 @@
-"""List + watch of the kinds the extender needs, feeding the ClusterCache.
+"""List + watch of the kinds the extender needs, feeding a WatchSink (the extender's ClusterCache).
 
 Per kind: list, then watch from the list's resourceVersion, resuming from the last version seen
 (events and bookmarks) whenever the server ends a stream. A 410 Gone means the version fell out of
@@ -14,18 +14,37 @@ import datetime
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
 from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
 from extender.kube.client import ApiError, KubeClient
-from extender.state.cache import ClusterCache
 
 log = logging.getLogger(__name__)
+
+
+class Replacing(Protocol):
+    """The complete contents of one kind, arriving object by object (a re-list)."""
+
+    def add(self, raw: dict) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class WatchSink(Protocol):
+    """What list+watch feeds (the extender's ClusterCache): whole contents after a list, then changes."""
+
+    ready: bool
+
+    def apply(self, kind: str, event_type: str, raw: object) -> None: ...
+
+    def replace(self, kind: str, items: Iterable[dict]) -> None: ...
+
+    def replacing(self, kind: str) -> Replacing: ...
 
 
 @dataclass(frozen=True)
@@ -149,7 +168,7 @@ class ClusterWatcher:
     def __init__(
         self,
         client: KubeClient,
-        cache: ClusterCache,
+        cache: WatchSink,
         *,
         kinds: tuple[WatchedKind, ...] = DEFAULT_KINDS,
         on_restart: Callable[[str], None] | None = None,

@@ -28,8 +28,7 @@ from typing import Any, NamedTuple
 
 from cachetools import LRUCache
 
-from allocator import Node, ResourceClaim
-from allocator.quantity import Quantity
+from allocator import Node, Quantity, ResourceClaim
 from common.claimrefs import EXTENDED_CLAIM_ANNOTATION
 from extender.state.cache import ClusterCache
 

@@ -18,6 +18,7 @@ from cachetools import LRUCache, TTLCache
 from allocator import (
     AllocationError,
     AllocationOutcome,
+    AllocationTimeout,
     InvalidObjectError,
     Node,
     NodeAllocationError,
@@ -25,9 +26,15 @@ from allocator import (
     node_matches_selector,
     takes_skipped_node_operations,
 )
-from allocator.errors import AllocationTimeout
 from extender.plugin.filtercache import MAX_SNAPSHOTS, FilterCache
-from extender.plugin.nodeallocatable import ClaimUse, NodeAllocatableError, NodeFit, PodDemand, fit
+from extender.plugin.nodeallocatable import (
+    ClaimUse,
+    NodeAllocatableError,
+    NodeFit,
+    PodDemand,
+    fit,
+    node_usage,
+)
 from extender.plugin.planning import Planner, PodPlan, SchedulingError
 from extender.plugin.verdicts import (
     UNKNOWN_NODE,
@@ -67,6 +74,7 @@ class NodeChecker:
         self.filter_cache = filter_cache
         self.node_deadline_s = node_deadline_s
         self.clock = clock
+        self.node_usage = node_usage(cache)
         self._filtered: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS,
                                                                          ttl=RESULT_TTL_S)
         # Claims spec -> fits verdicts by node name (_fitting_verdicts), for the specs filtered last.
@@ -167,14 +175,14 @@ class NodeChecker:
     def _footprints(self) -> bool:
         """May a pod's devices add to its requests (DRANodeAllocatableResources, and devices declaring
         nodeAllocatableResources)?"""
-        return self.cache.node_usage is not None and self.cache.inventory.has_node_allocatable_devices
+        return self.node_usage is not None and self.cache.inventory.has_node_allocatable_devices
 
     def node_fit(self, plan: PodPlan, node: Node, verdict: NodeVerdict, *,
                  evicting: frozenset[str] = frozenset()) -> NodeFit | None:
         """With DRANodeAllocatableResources: the node allocatable footprint of the devices the pod's
         claims have or get on `node` (`verdict`: the node's fitting device verdict), and whether the node
         holds it; None without the gate or without such devices. Raises SchedulingError for bad data."""
-        usage = self.cache.node_usage
+        usage = self.node_usage
         if usage is None or not self.cache.inventory.has_node_allocatable_devices:
             return None
         extended = plan.extended_variant.claim if plan.extended_variant is not None else None

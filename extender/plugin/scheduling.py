@@ -25,8 +25,7 @@ from typing import Any, NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from allocator import AllocationError, Allocator, NodeAllocationError, ResourceClaim
-from allocator.errors import AllocationTimeout
+from allocator import AllocationError, AllocationTimeout, Allocator, NodeAllocationError, ResourceClaim
 from common.claimrefs import WORKLOAD_CLAIMS, group_name_of, known_claim_names, pod_key, pod_uid
 from common.rules import DEFAULT_SCORING_POLICY
 from extender.plugin.claimwriter import BindError
@@ -356,7 +355,7 @@ class Scheduler:
             self._binding.discard(uid)
             if group_write is not None:
                 self._group_writes.pop(group_write).set_result(None)
-        usage = self.cache.node_usage
+        usage = self.checker.node_usage
         if usage is not None:  # kube-scheduler counts the pod on the node from now on: so do we
             requests = footprint.requests if footprint is not None else as_fit_units(pod_requests(pod, ()))
             usage.assume(uid, node_name, requests)

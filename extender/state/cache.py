@@ -12,7 +12,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol, TypeVar, cast
 
 from allocator import (
     AllocatedState,
@@ -26,10 +26,7 @@ from allocator import (
     ResourceClaim,
     ResourceSlice,
 )
-from common.claimrefs import group_name_of
-from extender.plugin.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
-from extender.plugin.nodeallocatable import NodeUsage
-from extender.plugin.podgroups import check_group_claims
+from common.claimrefs import check_group_claims, group_name_of
 from extender.state.podtransform import slim_pod
 from extender.state.sharing import ObjectSharer
 
@@ -92,6 +89,17 @@ def _check_pod(raw: dict) -> None:
         raise ValueError("spec.resourceClaims: must be a list")
 
 
+class PodIndex(Protocol):
+    """A view of the valid pods kept up to date by the cache (see ClusterCache.pod_index)."""
+
+    def update(self, key: str, pod: dict) -> None: ...
+
+    def remove(self, key: str) -> None: ...
+
+
+PodIndexT = TypeVar("PodIndexT", bound=PodIndex)
+
+
 class ClusterCache:
     def __init__(self, features: FeatureGates) -> None:
         self.features = features
@@ -114,8 +122,8 @@ class ClusterCache:
         self._ignored = 0
         self._unnamed_invalid = 0   # objects without a usable name cannot be stored at all
         self._sharer = ObjectSharer()
-        # What the pods on each node request (extender.plugin.nodeallocatable), kept only when it is read.
-        self.node_usage = NodeUsage() if features.enabled(NODE_ALLOCATABLE_GATE) else None
+        # Indexes over the valid pods that the scheduling plugin registers (see pod_index).
+        self._pod_indexes: dict[str, PodIndex] = {}
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -136,6 +144,21 @@ class ClusterCache:
             cache.apply(kind, "ADDED", _with_snapshot_defaults(raw, kind))
         cache.ready = True
         return cache
+
+    def pod_index(self, name: str, make: Callable[[], PodIndexT]) -> PodIndexT:
+        """The index of valid pods registered as `name`, made with `make()` and filled with the pods
+        already stored the first time it is asked for; from then on it follows every pod change.
+
+        This is how rules above the cache keep their own views of the pods (as client-go's indexers
+        do) without the cache knowing the rules."""
+        index = self._pod_indexes.get(name)
+        if index is None:
+            index = make()
+            for key, raw in self._objects["Pod"].items():
+                if key not in self._invalid["Pod"]:
+                    index.update(key, raw)
+            self._pod_indexes[name] = index
+        return cast(PodIndexT, index)
 
     # ---- the single entry for changes ---------------------------------------------------------
 
@@ -383,8 +406,8 @@ class ClusterCache:
             group = group_name_of(raw)
             if group is not None:
                 self._pods_by_group.setdefault(f"{raw['metadata']['namespace']}/{group}", set()).add(key)
-            if self.node_usage is not None:
-                self.node_usage.update(key, raw)
+            for index in self._pod_indexes.values():
+                index.update(key, raw)
         elif kind == "ResourceClaim":
             self._index_claim(key, ResourceClaim.from_api(raw, spec_of=self._claims.get(key)))
         elif kind == "ResourceSlice":
@@ -436,8 +459,8 @@ class ClusterCache:
             self.inventory.remove_taint_rule(key)
 
     def _unindex_pod(self, key: str, old: dict) -> None:
-        if self.node_usage is not None:
-            self.node_usage.remove(key)
+        for index in self._pod_indexes.values():
+            index.remove(key)
         meta = old.get("metadata") or {}
         if self._pod_keys_by_uid.get(meta.get("uid", "")) == key:  # indexed pods have a uid
             del self._pod_keys_by_uid[meta["uid"]]

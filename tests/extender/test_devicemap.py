@@ -153,7 +153,8 @@ def test_shared_pools_group_apart() -> None:
     shared["metadata"].update(name="network", uid="uid-network")
     shared["spec"].pop("nodeName")
     shared["spec"].update(allNodes=True, pool={"name": "fabric", "generation": 1, "resourceSliceCount": 1})
-    device_map = build_map(take_view(build_server([*objects, shared])))
+    server = build_server([*objects, shared])
+    device_map = build_map(take_view(server.cache, server.scheduler.in_flight()))
     assert [pool.pool for pool in device_map.groups[SHARED_POOLS]] == ["fabric"]
 
 
@@ -166,7 +167,8 @@ def test_only_the_newest_generation_of_a_pool_counts(older: bool) -> None:
     stale["metadata"].update(name="stale", uid="uid-stale")
     stale["spec"]["pool"]["generation"] = 0 if older else 2
     stale["spec"]["devices"] = stale["spec"]["devices"][:1]
-    device_map = build_map(take_view(build_server([*objects, stale])))
+    server = build_server([*objects, stale])
+    device_map = build_map(take_view(server.cache, server.scheduler.in_flight()))
     [pool] = device_map.groups["node-1"]
     assert len(device_map.devices(pool)) == pool.device_count == (8 if older else 1)
 

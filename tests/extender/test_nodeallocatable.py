@@ -26,6 +26,7 @@ from extender.plugin.nodeallocatable import (
     as_fit_units,
     claim_statuses,
     container_requests,
+    node_usage,
     pod_level_shortfall,
     pod_requests,
 )
@@ -138,7 +139,7 @@ def test_gate_is_known_and_off_by_default() -> None:
 async def test_gate_off_changes_nothing() -> None:
     """Without the gate a node too small for the devices' CPUs still passes, and bind writes no status."""
     scheduler = make(world(extra=[claim("c", "cpus", count=4), pod("p", ["c"], cpu="4")]), FeatureGates())
-    assert scheduler.cache.node_usage is None
+    assert scheduler.checker.node_usage is None
     result = await scheduler.filter(current(scheduler, "p"), NODES)
     assert sorted(result.passed) == NODES
     await scheduler.bind("default", "p", uid="", node_name="node-0")
@@ -338,7 +339,7 @@ async def test_bind_writes_the_status_and_the_node_counts_it() -> None:
         {"resourceClaimName": "g", "containers": ["main"],
          "overhead": [{"name": "memory", "perPod": "1Gi", "perContainer": "512Mi"}]},
     ]
-    usage = scheduler.cache.node_usage
+    usage = scheduler.checker.node_usage
     assert usage is not None and usage.requested("node-0") == {"cpu": 5000, "memory": 2**30 + 2**30 + 2**29}
     # q needs 3 + 4 CPUs: 3 are left on node-0
     result = await scheduler.filter(current(scheduler, "q"), NODES)
@@ -436,9 +437,10 @@ def test_pod_as_the_api_server_sends_it_is_counted() -> None:
           "overhead":[{"name":"memory","perPod":"256Mi","perContainer":"128Mi"}]}]}}"""
     cache = ClusterCache(ON)
     cache.apply("Pod", "ADDED", orjson.loads(text))
-    assert cache.node_usage is not None
+    usage = node_usage(cache)
+    assert usage is not None
     memory = 2 * 2**30 + 256 * 2**20 + 128 * 2**20
-    assert cache.node_usage.requested("node-0") == {"cpu": 4500, "memory": memory}
+    assert usage.requested("node-0") == {"cpu": 4500, "memory": memory}
 
 
 async def test_status_patch_is_a_merge_patch_of_pods_status(fake_api: Any) -> None:
