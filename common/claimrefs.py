@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+from common.objects import OwnerReference, metadata_of
+
 # The feature gate under which a PodGroup may be a claim's consumer (see extender.plugin.podgroups).
 WORKLOAD_CLAIMS = "DRAWorkloadResourceClaims"
 PODGROUP_API_GROUP = "scheduling.k8s.io"
@@ -39,12 +41,12 @@ ClaimReference = tuple[ClaimSource, str | None]
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
+    meta = metadata_of(pod)
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def pod_uid(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or "")
+    return str(metadata_of(pod).get("uid") or "")
 
 
 # Attribute access on an Enum class is slow on Python 3.11 and this runs per claim of every verb: the
@@ -94,9 +96,9 @@ def known_claim_names(pod: Mapping[str, Any]) -> list[str]:
     return names
 
 
-def controller_of(claim_raw: Mapping[str, Any]) -> dict[str, Any] | None:
+def controller_of(claim_raw: Mapping[str, Any]) -> OwnerReference | None:
     """The claim's controller ownerReference (the API server allows at most one)."""
-    for owner in (claim_raw.get("metadata") or {}).get("ownerReferences") or ():
+    for owner in metadata_of(claim_raw).get("ownerReferences") or ():
         if isinstance(owner, dict) and owner.get("controller") is True:
             return owner
     return None

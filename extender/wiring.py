@@ -51,6 +51,7 @@ from extender.plugin.scheduling import (
     Scheduler,
 )
 from extender.state.cache import ClusterCache
+from extender.state.lookup import ClusterCacheLookup
 from webhook.server import WebhookServer
 
 if TYPE_CHECKING:
@@ -557,7 +558,7 @@ def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER) -> 
     )
 
 
-def build_webhook(options: WebhookOptions, cache: object, *, features: FeatureGates, host: str,
+def build_webhook(options: WebhookOptions, cache: ClusterCache, *, features: FeatureGates, host: str,
                   limits: HttpLimits | None = None) -> WebhookServer | None:
     """The webhook server to start, or None (logged) when no certificate was given."""
     if not options.enabled:
@@ -567,7 +568,7 @@ def build_webhook(options: WebhookOptions, cache: object, *, features: FeatureGa
         return None
     assert options.tls_cert_file is not None and options.tls_private_key_file is not None
     return WebhookServer(
-        cache,
+        ClusterCacheLookup(cache),
         cert_file=options.tls_cert_file,
         key_file=options.tls_private_key_file,
         host=host,

@@ -14,7 +14,7 @@ from common.httpguard import HttpLimits, LimitedRunner, expect_handler
 from common.rules import RESERVED_FOR_MAX
 from common.tls import ReloadingTLS
 from webhook.admission import AdmissionHandler, Webhook
-from webhook.cache_lookup import as_lookup
+from webhook.lookup import ClusterLookup
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def build_app(handler: AdmissionHandler) -> web.Application:
 class WebhookServer:
     def __init__(
         self,
-        cache: object,
+        lookup: ClusterLookup,
         *,
         cert_file: str,
         key_file: str,
@@ -56,10 +56,9 @@ class WebhookServer:
         cert_poll_interval_s: float = 1.0,
         limits: HttpLimits | None = None,
     ) -> None:
-        """`cache` is an extender ClusterCache or anything implementing webhook.lookup.ClusterLookup."""
-        self.handler = AdmissionHandler(
-            as_lookup(cache), reserved_for_limit=reserved_for_limit, features=features
-        )
+        """`lookup` answers the rules' questions about the cluster (the extender's cache through
+        extender.state.lookup when both run in one process)."""
+        self.handler = AdmissionHandler(lookup, reserved_for_limit=reserved_for_limit, features=features)
         self.cert_file = cert_file
         self.key_file = key_file
         self.host = host

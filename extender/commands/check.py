@@ -27,6 +27,7 @@ from allocator import (
     parse_object,
     request_policy_problems,
 )
+from common.objects import metadata_of
 from common.rules import scoring_annotation_problem
 from extender.commands import output
 from extender.kube.objects_io import ObjectLoadError, load_objects
@@ -220,7 +221,7 @@ def _drop_disabled_fields(raw: dict[str, Any], gates: FeatureGates, warnings: li
 
 def _pod_problems(raw: dict[str, Any]) -> list[str]:
     """What our own annotations on a pod get wrong (the scheduler would fall back silently)."""
-    meta = raw.get("metadata") or {}
+    meta = metadata_of(raw)
     problem = scoring_annotation_problem(raw)
     return [f"Pod {meta.get('namespace', '')}/{meta.get('name', '')}: {problem}"] if problem else []
 

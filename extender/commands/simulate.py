@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 from allocator import FeatureGates
+from common.objects import metadata_of
 from extender.commands import output
 from extender.wiring import (
     SchedulerOptions,
@@ -48,7 +49,7 @@ def register(subparsers: Any) -> None:
 
 
 def _key(raw: dict) -> tuple[str, str, str]:
-    meta = raw.get("metadata") or {}
+    meta = metadata_of(raw)
     return raw.get("kind", ""), meta.get("namespace") or "default", meta.get("name", "")
 
 

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from common.objects import metadata_of
 from extender.controllers.claims import ClaimIndex
 from extender.controllers.clock import Clock, RealClock
 from extender.controllers.driver_loss import DriverLossTracker
@@ -32,6 +33,7 @@ from extender.controllers.metrics import ControllerMetrics
 from extender.controllers.pools import PoolIndex
 from extender.controllers.taint_eviction import RuleRef, TaintEvictionController
 from extender.controllers.workqueue import RateLimiter, WorkQueue
+from extender.kube.client import KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,7 @@ class _Term:
     def __init__(
         self,
         cache: ControllerCache,
-        client: Any,
+        client: KubeClient,
         clock: Clock,
         options: ControllerOptions,
         metrics: ControllerMetrics,
@@ -152,7 +154,7 @@ class _Term:
 
     def on_event(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if kind == "ResourceSlice":
-            name = str((new.get("metadata") or {}).get("name") or "")
+            name = str(metadata_of(new).get("name") or "")
             touched = self.pools.remove(name) if event_type == "DELETED" else self.pools.upsert(new)
             if touched:
                 if self.taint is not None:
@@ -192,7 +194,7 @@ class Controllers:
     def __init__(
         self,
         cache: ControllerCache,
-        client: Any,
+        client: KubeClient,
         clock: Clock,
         options: ControllerOptions,
         registry: CollectorRegistry,
@@ -308,7 +310,7 @@ def default_identity() -> str:
 
 async def start_controllers(
     cache: ControllerCache,
-    client: Any,
+    client: KubeClient,
     options: ControllerOptions,
     *,
     registry: CollectorRegistry,

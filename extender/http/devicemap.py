@@ -25,6 +25,7 @@ from aiohttp import web
 
 from allocator import DeviceTaintRule, ResourceSlice
 from common.claimrefs import is_group_reference, pod_key
+from common.objects import metadata_of
 from extender.http import wire
 from extender.plugin.podclaims import ClaimsNotReady, InvalidPodError, claim_name_for, claim_references
 
@@ -142,7 +143,7 @@ def take_view(cache: ClusterCache, in_flight: list[dict[str, Any]]) -> ClusterVi
     wanted = {entry.get("podUID") for entry in in_flight}
     names: dict[str, str] = {}
     for pod in pods:
-        uid = (pod.get("metadata") or {}).get("uid")
+        uid = metadata_of(pod).get("uid")
         if uid in wanted and isinstance(uid, str):
             names[uid] = pod_key(pod)
     return ClusterView(list(cache.inventory.slices()), cache.valid_objects("ResourceClaim"), pods, in_flight,
@@ -170,7 +171,7 @@ def _holders(claims: Iterable[Mapping[str, Any]]) -> dict[str, tuple[list[str], 
     for claim in claims:
         status = claim.get("status") or {}
         allocation = status.get("allocation") or {}
-        meta = claim.get("metadata") or {}
+        meta = metadata_of(claim)
         namespace = meta.get("namespace", "")
         key = f"{namespace}/{meta.get('name', '')}"
         reserved = [ref for ref in status.get("reservedFor") or () if isinstance(ref, dict)]
@@ -199,7 +200,7 @@ def _pending(pods: Iterable[Mapping[str, Any]]) -> list[PendingPod]:
             continue
         if not refs:
             continue
-        namespace = (pod.get("metadata") or {}).get("namespace", "")
+        namespace = metadata_of(pod).get("namespace", "")
         claims, note = [], ""
         for ref in refs:
             try:

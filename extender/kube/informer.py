@@ -22,6 +22,7 @@ import aiohttp
 
 from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
+from common.objects import list_metadata_of, metadata_of
 from extender.kube.client import ApiError, KubeClient
 
 log = logging.getLogger(__name__)
@@ -271,7 +272,7 @@ class ClusterWatcher:
         while True:
             listing = await self.client.list(watched.path, limit=limit, **{"continue": token})
             items = listing.get("items")
-            meta = listing.get("metadata") or {}
+            meta = list_metadata_of(listing)
             version = meta.get("resourceVersion")
             if not isinstance(items, list) or not isinstance(version, str):
                 raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
@@ -294,7 +295,7 @@ class ClusterWatcher:
             async for event in events:
                 obj = event["object"]
                 if event.get("type") == "BOOKMARK":
-                    meta = obj.get("metadata") or {}
+                    meta = metadata_of(obj)
                     if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
                         version = meta.get("resourceVersion")
                         if not isinstance(version, str) or not version:
@@ -316,7 +317,7 @@ class ClusterWatcher:
             async for event in events:
                 event_type = event.get("type")
                 obj = event["object"]
-                version = (obj.get("metadata") or {}).get("resourceVersion")
+                version = metadata_of(obj).get("resourceVersion")
                 if event_type in ("ADDED", "MODIFIED", "DELETED"):
                     self.cache.apply(watched.kind, event_type, obj)
                     health.events += 1

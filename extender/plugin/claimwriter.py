@@ -35,6 +35,7 @@ from typing import Protocol
 import aiohttp
 
 from allocator import ResourceClaim
+from common.objects import metadata_of
 from common.rules import RESERVED_FOR_MAX
 from extender.kube.client import ApiError, KubeClient
 from extender.plugin.extendedresources import Variant, creation_body
@@ -117,13 +118,13 @@ class _ApiStore:
     async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
         answer = await self.client.delete(CLAIMS_PATH.format(namespace=namespace, name=name),
                                           preconditions={"uid": uid})
-        if answer.get("kind") == "ResourceClaim" and (answer.get("metadata") or {}).get("finalizers"):
+        if answer.get("kind") == "ResourceClaim" and metadata_of(answer).get("finalizers"):
             self._remember(answer)  # someone else's finalizer holds it: still there, still allocated
         else:
             # Gone now (the answer is the last state, or a Status): the next filter must not wait for
             # the watch to see the devices free and the pod without a stale claim.
             last = self.cache.raw("ResourceClaim", f"{namespace}/{name}")
-            if last is not None and (last.get("metadata") or {}).get("uid") == uid:
+            if last is not None and metadata_of(last).get("uid") == uid:
                 self.cache.apply("ResourceClaim", "DELETED", last)
 
     async def patch_pod_status(self, namespace: str, name: str, status: dict) -> None:
@@ -136,7 +137,7 @@ class _ApiStore:
 
 
 def _gone(obj: dict) -> bool:
-    meta = obj.get("metadata") or {}
+    meta = metadata_of(obj)
     return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
 
 
@@ -305,7 +306,7 @@ class ClaimWriter:
         PodGroup's reservation on a claim this bind did not allocate (other pods of the group may
         already count on it, as upstream's Unreserve keeps it too).
         """
-        meta = pod.get("metadata") or {}
+        meta = metadata_of(pod)
         namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
         if not (isinstance(namespace, str) and isinstance(name, str) and isinstance(uid, str)):
             raise BindError("pod is missing metadata.namespace, metadata.name or metadata.uid")
@@ -382,7 +383,7 @@ class ClaimWriter:
             if attempt:
                 await asyncio.sleep(self._retry_delay)
                 obj = await self._fresh_claim(record)
-            meta = obj.get("metadata") or {}
+            meta = metadata_of(obj)
             status = obj.get("status") or {}
             if meta.get("deletionTimestamp"):
                 raise BindError(f"ResourceClaim {record.key} got deleted in the meantime")
@@ -412,7 +413,7 @@ class ClaimWriter:
             if not already_reserved:
                 new_status["reservedFor"] = [*reserved, consumer]
             record.reserved = True
-            base_rv = (obj.get("metadata") or {}).get("resourceVersion")
+            base_rv = metadata_of(obj).get("resourceVersion")
             try:
                 await self._store.update_claim_status({**obj, "status": new_status})
             except ApiError as err:
@@ -435,7 +436,7 @@ class ClaimWriter:
             if err.not_found:
                 raise BindError(f"ResourceClaim {record.key} got deleted in the meantime") from err
             raise
-        if (obj.get("metadata") or {}).get("uid") != record.uid:
+        if metadata_of(obj).get("uid") != record.uid:
             raise BindError(f"ResourceClaim {record.key} got deleted in the meantime (replaced by a new one)")
         return obj
 
@@ -524,7 +525,7 @@ class ClaimWriter:
             obj = await self._fresh_claim(record)
         except BindError:
             return  # already gone
-        if FINALIZER in ((obj.get("metadata") or {}).get("finalizers") or []):
+        if FINALIZER in (metadata_of(obj).get("finalizers") or []):
             await self._store.update_claim(_without_finalizer(obj))
         try:
             await self._store.delete_claim(record.namespace, record.name, record.uid)
@@ -548,7 +549,7 @@ class ClaimWriter:
                 return True   # deleted: nothing left to undo
             status = obj.get("status") or {}
             if (record.pending_write_rv is not None and status.get("allocation") != record.allocation
-                    and (obj.get("metadata") or {}).get("resourceVersion") == record.pending_write_rv):
+                    and metadata_of(obj).get("resourceVersion") == record.pending_write_rv):
                 # Unchanged since our write was sent: it may still land (the API server applies a
                 # request whose client gave up). Keep everything as is and let the watch tell.
                 return False
@@ -568,7 +569,7 @@ class ClaimWriter:
             try:
                 if clear or len(remaining) != len(reserved):
                     obj = await self._store.update_claim_status({**obj, "status": new_status})
-                finalizers = (obj.get("metadata") or {}).get("finalizers") or []
+                finalizers = metadata_of(obj).get("finalizers") or []
                 if record.finalizer_added and FINALIZER in finalizers and not (obj.get("status") or {}).get(
                         "allocation"):
                     await self._store.update_claim(_without_finalizer(obj))

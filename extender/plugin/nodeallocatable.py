@@ -35,6 +35,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from allocator import Device, Inventory, Node, Quantity, ResourceClaim, ResourceSlice, node_matches_selector
+from common.objects import metadata_of
 
 if TYPE_CHECKING:
     from extender.state.cache import ClusterCache
@@ -415,7 +416,7 @@ class NodeUsage:
 
     def update(self, key: str, pod: Mapping[str, Any]) -> None:
         self.remove(key)
-        meta = pod.get("metadata") or {}
+        meta = metadata_of(pod)
         uid = str(meta.get("uid") or "")
         node = (pod.get("spec") or {}).get("nodeName")
         self._assumed.pop(uid, None)

@@ -26,6 +26,7 @@ from allocator import (
     node_matches_selector,
     takes_skipped_node_operations,
 )
+from common.objects import metadata_of
 from extender.plugin.filtercache import MAX_SNAPSHOTS, FilterCache
 from extender.plugin.nodeallocatable import (
     ClaimUse,
@@ -194,7 +195,7 @@ class NodeChecker:
         names: dict[str, set[str]] = {}
         for entry in plan.claims:
             names.setdefault(entry.claim.uid, set()).add(entry.pod_claim_name)
-        meta = plan.pod.get("metadata") or {}
+        meta = metadata_of(plan.pod)
         key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
         demand = self._demands.get(key)
         if demand is None or demand.pod is not plan.pod:

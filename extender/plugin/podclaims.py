@@ -24,6 +24,7 @@ from common.claimrefs import (
     pod_uid,
     resolve_entry,
 )
+from common.objects import metadata_of
 
 # Looked up once: attribute access on an Enum class is slow on Python 3.11 (this runs per claim per verb).
 _GENERATED, _NOT_CREATED = ClaimSource.GENERATED, ClaimSource.NOT_CREATED
@@ -88,7 +89,7 @@ def resolve_pod_claims(pod: Mapping, lookup: ClaimLookup, *,
 
     `accept_group_owner` (gate DRAWorkloadResourceClaims): a generated claim controlled by the pod's
     PodGroup is the pod's too (see extender.plugin.podgroups)."""
-    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    namespace = metadata_of(pod).get("namespace") or ""
     resolved: list[PodClaim] = []
     for ref in claim_references(pod):
         claim_name, must_own = claim_name_for(pod, ref)

@@ -31,6 +31,7 @@ from common.claimrefs import (
     pod_key,
     pod_uid,
 )
+from common.objects import metadata_of
 from extender.plugin.podclaims import ClaimsNotReady, claim_references
 
 # In-flight owner prefix for allocations made for a PodGroup (see AssumeCache): group members share
@@ -80,7 +81,7 @@ def group_binding(pod: Mapping[str, Any], lookup: PodGroupLookup) -> GroupBindin
     group_name = group_name_of(pod)
     if group_name is None:
         return None
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    namespace = str(metadata_of(pod).get("namespace") or "")
     group = lookup.pod_group(namespace, group_name)
     if group is None:
         raise ClaimsNotReady(f'podgroup.{PODGROUP_API_GROUP} "{group_name}" not found')
@@ -90,7 +91,7 @@ def group_binding(pod: Mapping[str, Any], lookup: PodGroupLookup) -> GroupBindin
         for entry in claim_references(pod)
         if any(_same_entry(entry, group_entry) for group_entry in group_entries)
     )
-    meta = group.get("metadata") or {}
+    meta = metadata_of(group)
     return GroupBinding(namespace, group_name, str(meta.get("uid") or ""), shared)
 
 

@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from allocator import AllocationError, AllocationTimeout, Allocator, NodeAllocationError, ResourceClaim
 from common.claimrefs import WORKLOAD_CLAIMS, group_name_of, known_claim_names, pod_key, pod_uid
+from common.objects import metadata_of
 from common.rules import DEFAULT_SCORING_POLICY
 from extender.plugin.claimwriter import BindError
 from extender.plugin.extendedresources import Variant
@@ -173,14 +174,14 @@ class Scheduler:
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if self._claim_waiters and kind in ("Pod", "ResourceClaim"):
-            namespace = (new.get("metadata") or {}).get("namespace")
+            namespace = metadata_of(new).get("namespace")
             for waiter in self._claim_waiters.values():
                 if waiter.namespace == namespace:
                     waiter.changed.set()
         if kind == "Pod" and event_type == "DELETED" and not self.holds.is_empty():
             self.holds.release(pod_uid(new))  # a deleted pod's held devices are free at once
         elif kind == "PodGroup" and event_type == "DELETED":
-            meta = new.get("metadata") or {}
+            meta = metadata_of(new)
             if f"{meta.get('namespace')}/{meta.get('name')}" not in self._group_writes:
                 # Nothing of a deleted PodGroup stays in flight: its claim goes with it (the
                 # resourceclaim controller deallocates it), no pod of the group may bind any more.
@@ -253,7 +254,7 @@ class Scheduler:
         wait_s = min(self.claim_wait_s, (deadline - self.clock()) / 2)
         loop = asyncio.get_running_loop()
         until = loop.time() + wait_s
-        meta = pod.get("metadata") or {}
+        meta = metadata_of(pod)
         waiter = _ClaimWaiter(str(meta.get("namespace") or ""), asyncio.Event())
         key = f"{pod_uid(pod)}/{id(waiter)}"  # several filters of one pod may wait at once
         self._claim_waiters[key] = waiter
@@ -274,7 +275,7 @@ class Scheduler:
     def _cached_copy(self, pod: dict) -> dict:
         """The cache's copy of `pod` (the same UID), else `pod`: kube-scheduler's copy can predate the
         claim names the resourceclaim controller wrote into the pod's status."""
-        meta = pod.get("metadata") or {}
+        meta = metadata_of(pod)
         current = self.cache.pod(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         return current if current is not None and pod_uid(current) == pod_uid(pod) else pod
 
@@ -499,7 +500,7 @@ class Scheduler:
             victim = self.cache.pod_by_uid(uid)
             if victim is None:
                 continue
-            namespace = str((victim.get("metadata") or {}).get("namespace") or "")
+            namespace = str(metadata_of(victim).get("namespace") or "")
             for name in known_claim_names(victim):
                 claim = self.cache.claim(namespace, name)
                 if claim is None or claim.allocation is None:

@@ -27,6 +27,7 @@ from allocator import (
     ResourceSlice,
 )
 from common.claimrefs import check_group_claims, group_name_of
+from common.objects import metadata_of
 from extender.state.podtransform import slim_pod
 from extender.state.sharing import ObjectSharer
 
@@ -68,7 +69,7 @@ def object_key(raw: dict, *, namespaced: bool) -> str:
 
 
 def _resource_version(raw: dict) -> int | None:
-    value = (raw.get("metadata") or {}).get("resourceVersion")
+    value = metadata_of(raw).get("resourceVersion")
     if value is None:
         return None
     try:
@@ -370,7 +371,7 @@ class ClusterCache:
         allocation = status.get("allocation") if isinstance(status, dict) else None
         if allocation is None:
             return ""
-        uid = (raw.get("metadata") or {}).get("uid")
+        uid = metadata_of(raw).get("uid")
         uid = uid if isinstance(uid, str) and uid else key
         reading = self.allocated.add_raw_allocation(uid, key, allocation)
         self._invalid_claim_allocations[key] = (uid, reading)
@@ -461,7 +462,7 @@ class ClusterCache:
     def _unindex_pod(self, key: str, old: dict) -> None:
         for index in self._pod_indexes.values():
             index.remove(key)
-        meta = old.get("metadata") or {}
+        meta = metadata_of(old)
         if self._pod_keys_by_uid.get(meta.get("uid", "")) == key:  # indexed pods have a uid
             del self._pod_keys_by_uid[meta["uid"]]
         namespace = meta.get("namespace")
