@@ -451,7 +451,7 @@ async def profile_cpu(args: argparse.Namespace, url: str, nodes: int) -> dict[st
     import io
     import pstats
 
-    from extender.commands.serve import tune_gc_after_sync, warm_node_views
+    from extender.tuning import tune_gc_after_sync, warm_node_views
     from extender.wiring import Cluster, build_scheduler
 
     def report(profile: cProfile.Profile, title: str) -> None:

@@ -53,7 +53,8 @@ def version_text() -> str:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "dra-extender") -> int:
-    from extender.wiring import OptionsError, choose_cel_engine
+    from extender.options import OptionsError
+    from extender.wiring import choose_cel_engine
 
     parser = build_parser(prog)
     args = parser.parse_args(argv)

@@ -11,15 +11,10 @@ import asyncio
 from typing import Any
 
 from extender.commands import output
+from extender.flags import add_source_arguments, source_options
 from extender.http.names import split_ref
-from extender.wiring import (
-    OptionsError,
-    SourceOptions,
-    add_source_arguments,
-    build_scheduler,
-    open_cluster,
-    source_options,
-)
+from extender.options import OptionsError, SourceOptions
+from extender.wiring import build_scheduler, open_cluster
 
 SYNC_TIMEOUT_S = 60.0
 

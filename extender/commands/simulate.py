@@ -13,12 +13,8 @@ from typing import Any
 from allocator import FeatureGates
 from common.objects import metadata_of
 from extender.commands import output
-from extender.wiring import (
-    SchedulerOptions,
-    add_feature_gates_argument,
-    add_scoring_argument,
-    features_of,
-)
+from extender.flags import add_feature_gates_argument, add_scoring_argument, features_of
+from extender.options import SchedulerOptions
 
 
 def register(subparsers: Any) -> None:

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from common.objects import metadata_of
 from extender.controllers.claims import ClaimIndex
 from extender.controllers.clock import Clock, RealClock
-from extender.controllers.driver_loss import DriverLossTracker
+from extender.controllers.driver_loss import DEFAULT_GRACE_PERIOD_S, DriverLossTracker
 from extender.controllers.events import EventRecorder
 from extender.controllers.evictor import PodEvictor, PodRef
 from extender.controllers.leader import LeaderElector
@@ -61,11 +61,11 @@ def check_names(names: Iterable[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class ControllerOptions:
-    """What runs and how; the defaults here are the flags' defaults (extender.wiring)."""
+    """What runs and how; the defaults here are the flags' defaults (extender.flags)."""
 
     names: tuple[str, ...] = ()
     workers: int = 10
-    driver_loss_grace_period: float = 300.0
+    driver_loss_grace_period: float = DEFAULT_GRACE_PERIOD_S
     evict_on_driver_loss: bool = False
     leader_elect: bool = False
     lease_namespace: str = "kube-system"

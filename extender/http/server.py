@@ -101,6 +101,7 @@ class ExtenderServer:
         watch_health: Callable[[], dict[str, Any]] | None = None,
         limits: HttpLimits | None = None,
         debug_from_anywhere: bool = False,
+        driver_lost: Callable[[], list[dict[str, Any]] | None] | None = None,
     ) -> None:
         self.debug_from_anywhere = debug_from_anywhere
         self.scheduler = scheduler
@@ -113,8 +114,8 @@ class ExtenderServer:
         self.metrics.watch_state(self._gauges)
         self._runners: list[web.AppRunner] = []
         self._extra_state: dict[str, Callable[[], Any]] = {}
-        # Set by `serve` when the driver-loss controller runs: its lost pools join explanations.
-        self.driver_lost: Callable[[], list[dict[str, Any]]] | None = None
+        # The driver-loss controller's lost pools (None while it does not run) join explanations.
+        self.driver_lost = driver_lost
         self.urls: dict[str, str] = {}
 
     def add_state(self, name: str, provider: Callable[[], Any]) -> None:

@@ -8,8 +8,8 @@ from ctrl_objects import claim, consumer, device_class, node, pending_claim, pod
 from allocator import Allocator, FeatureGates, ResourceClaim
 from common.rules import parse_duration
 from extender.controllers import ControllerOptions
+from extender.flags import add_controller_arguments
 from extender.state.cache import ClusterCache
-from extender.wiring import add_controller_arguments
 
 LOST = "dra_extender_driver_lost_devices"
 

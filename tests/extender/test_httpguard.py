@@ -165,7 +165,7 @@ def test_a_request_with_more_nodes_than_any_cluster_is_refused() -> None:
 
 def test_limits_of_serve_flags() -> None:
     from extender.cli import build_parser
-    from extender.wiring import http_limits
+    from extender.flags import http_limits
 
     args = build_parser().parse_args(["serve", "--snapshot", str(Path("x")), "--max-request-bytes", "1000",
                                       "--max-connections", "5", "--idle-timeout", "3"])

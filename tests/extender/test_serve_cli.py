@@ -21,8 +21,8 @@ import yaml
 
 from allocator import FeatureGates
 from extender.cli import build_parser, main
+from extender.flags import serve_options
 from extender.kube.objects_io import load_objects
-from extender.wiring import serve_options
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "cluster"
@@ -350,9 +350,10 @@ async def test_serve_without_pods_prints_a_curl_template_that_works_once_filled_
 
 
 def test_timeout_flags_reach_the_scheduler() -> None:
+    from extender.flags import scheduler_options
     from extender.plugin.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
     from extender.state.cache import ClusterCache
-    from extender.wiring import Cluster, build_scheduler, scheduler_options
+    from extender.wiring import Cluster, build_scheduler
 
     cluster = Cluster(ClusterCache.from_objects(load_objects([EXAMPLES]), FeatureGates()))
     parser = build_parser()

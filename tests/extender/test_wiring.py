@@ -13,19 +13,18 @@ from allocator import FeatureGates
 from common.httpguard import HttpLimits
 from extender.cli import build_parser
 from extender.controllers import ControllerOptions
+from extender.flags import serve_options
 from extender.kube.objects_io import load_objects
-from extender.state.cache import ClusterCache
-from extender.wiring import (
-    Cluster,
+from extender.options import (
     NetworkOptions,
     OptionsError,
     SchedulerOptions,
     ServeOptions,
     SourceOptions,
     WebhookOptions,
-    build_scheduler,
-    serve_options,
 )
+from extender.state.cache import ClusterCache
+from extender.wiring import Cluster, build_scheduler
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
 
