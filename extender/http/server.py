@@ -25,7 +25,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from common.httpguard import BodyReader, HttpLimits, LimitedRunner, RequestRefused, expect_handler
+from common.httpguard import BodyReader, GuardedListener, HttpLimits, RequestRefused, expect_handler
 from extender.http import devicemap, wire
 from extender.http.explain import ExplainError, explain_pod, render_text
 from extender.http.names import split_ref
@@ -112,7 +112,7 @@ class ExtenderServer:
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
         self.watch_health = watch_health
         self.metrics.watch_state(self._gauges)
-        self._runners: list[web.AppRunner] = []
+        self._listeners: list[GuardedListener] = []
         self._extra_state: dict[str, Callable[[], Any]] = {}
         # The driver-loss controller's lost pools (None while it does not run) join explanations.
         self.driver_lost = driver_lost
@@ -148,12 +148,9 @@ class ExtenderServer:
         for name, app, port, context in (("extender", self.extender_app(), extender_port, ssl_context),
                                          ("debug", self.debug_app(), debug_port, None)):
             counted = self.metrics.scheduler_connections.inc if name == "extender" else None
-            runner = LimitedRunner(app, self.limits, access_log=None, on_connection=counted)
-            await runner.setup()
-            site = web.TCPSite(runner, host, port, ssl_context=context)
-            await site.start()
-            self._runners.append(runner)
-            bound = runner.addresses[0][1] if runner.addresses else port
+            listener = GuardedListener(app, self.limits, on_connection=counted)
+            bound = await listener.start(host, port, ssl_context=context)
+            self._listeners.append(listener)
             scheme = "https" if context is not None else "http"
             # A wildcard address is not something to paste into curl: show loopback instead.
             shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
@@ -161,9 +158,9 @@ class ExtenderServer:
             self.urls[name] = f"{scheme}://{shown}:{bound}" + (self.prefix if name == "extender" else "")
 
     async def stop(self) -> None:
-        for runner in reversed(self._runners):
-            await runner.cleanup()
-        self._runners.clear()
+        for listener in reversed(self._listeners):
+            await listener.stop()
+        self._listeners.clear()
 
     # ---- extender verbs -----------------------------------------------------------------------
 
