@@ -34,7 +34,7 @@ from aiohttp import web
 MIB = 1024 * 1024
 # A 1.5 MiB Pod plus 15,000 names of 253 characters, or preempt's victims on 500 candidate nodes (10% of
 # 5,000, kube-scheduler's default share) at 110 pods each, stay under it. Parsing holds the event loop
-# (about 15 ms per MiB here), so the limit also bounds how long one request can stall the others.
+# for a time that grows with the body, so the limit also bounds how long one request can stall the others.
 DEFAULT_MAX_REQUEST_BYTES = 8 * MIB
 # A Binding names four strings.
 MAX_BIND_BYTES = 64 * 1024

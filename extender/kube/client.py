@@ -99,7 +99,8 @@ class KubeClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         base = URL(self.base_url)
-        # Parsed once: yarl parsing and encoding `base_url + path` cost ~5 us of every request.
+        # Parsed once: parsing and encoding `base_url + path` with yarl on every request costs more
+        # than the rest of building it.
         plain = base.absolute and not base.raw_query_string and not base.raw_fragment
         self._base: URL | None = base if plain else None
         self._base_path = base.raw_path.rstrip("/")
@@ -385,8 +386,8 @@ def bearer_header(cfg: Any) -> str | None:
 class ReusedAuth:
     """An Authorization header source read at most every `reuse_s`, and again after a 401.
 
-    Reading the header runs the kubernetes configuration's refresh hook, which re-parses a kubeconfig;
-    per request that was ~2% of the extender's CPU on the e2e benchmark. client-go likewise re-reads a
+    Reading the header runs the kubernetes configuration's refresh hook, which re-parses a kubeconfig:
+    too much to do for every request. client-go likewise re-reads a
     projected service-account token about once a minute. A request answered 401 forgets the header and
     is sent once more with a fresh one, so a rotated token costs one extra request, never a failure."""
 

@@ -136,11 +136,10 @@ class ListStrategy:
     """How a kind's contents are read before watching it: "paged" (pages of `page_size` objects, the
     default), "list" (one response) or "watchlist" (a watch's initial events, the WatchList protocol).
 
-    Pages bound what is decoded at once: at 5,000 nodes (20,000 pods) one list per kind peaked at
-    ~310 MB against ~255 MB, and left the heap more fragmented (bench/scale_bench.py). WatchList
-    bounds it as well, but a server without it (gate off, before 1.34) would not end the initial
-    events, so serve does not use it; bench/api_encoding_bench.py measures all three on a real
-    kube-apiserver."""
+    Pages bound what is decoded at once (one list per kind raises the peak and fragments the heap;
+    docs/operations.md has the figures). WatchList bounds it as well, but a server without it (gate
+    off, before 1.34) would not end the initial events, so serve does not use it;
+    bench/api_encoding_bench.py measures all three on a real kube-apiserver."""
 
     mode: str = "paged"
     page_size: int = 500
