@@ -39,6 +39,7 @@ Upstream bugs we used to fix on our own are fixed in 1.37.1 too (distinctAttribu
 counters rollback #140436, list intersection restored on backtracking #140326).
 """
 
+from allocator.derived import claim_problems, has_derived_attributes
 from allocator.errors import AllocationError, AllocationTimeout, InvalidObjectError, NodeAllocationError
 from allocator.features import DEFAULT_GATES, FeatureGates
 from allocator.inventory import Inventory
@@ -60,6 +61,7 @@ from allocator.nodes import (
     takes_skipped_node_operations,
 )
 from allocator.outcome import PREEMPTION_MAY_HELP, AllocationOutcome, Reason, Rejection
+from allocator.policies import request_policy_problems
 from allocator.pools import NodePools
 from allocator.quantity import Quantity
 from allocator.search import Allocator
@@ -93,12 +95,15 @@ __all__ = [
     "ResourceClaim",
     "ResourceSlice",
     "allocation_skips_node_operations",
+    "claim_problems",
     "declared_features",
     "devices_in_use",
+    "has_derived_attributes",
     "likeness",
     "moved_to",
     "node_matches_selector",
     "parse_object",
+    "request_policy_problems",
     "takes_skipped_node_operations",
     "tolerates",
 ]

@@ -24,9 +24,9 @@ DEFAULT_GATES: Mapping[str, bool] = {
     # slices declaring groups are ignored (their pools become incomplete).
     "DRADeviceCompatibilityGroups": False,
     # Beta 1.37, off by default (needs GenericWorkload and scheduling.k8s.io/v1beta1 in the cluster).
-    # Read by the servers only (extender.podgroups): the allocator does not change with it.
+    # Read by the servers only (extender.plugin.podgroups): the allocator does not change with it.
     "DRAWorkloadResourceClaims": False,
-    # Alpha 1.36, off by default. Read by the servers only (extender.nodeallocatable: the node
+    # Alpha 1.36, off by default. Read by the servers only (extender.plugin.nodeallocatable: the node
     # allocatable footprint of a pod's devices, checked at filter and written to the pod at bind); the
     # allocator only parses and validates the devices' nodeAllocatableResources.
     "DRANodeAllocatableResources": False,

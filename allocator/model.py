@@ -31,8 +31,8 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 # Parsed values many devices have in common (an attribute value, a capacity without a request policy)
-# are made once and shared: they are never changed after parsing, and at 8 devices x 5,000 nodes the
-# separate copies took 13 MB. Bounded: emptied when full, so unique values cannot grow it for ever.
+# are made once and shared: they are never changed after parsing, and separate copies add up over
+# thousands of nodes. Bounded: emptied when full, so unique values cannot grow it for ever.
 _SHARED_PARSES: dict[tuple[Any, ...], Any] = {}
 MAX_SHARED_PARSES = 50_000
 _T = TypeVar("_T")
@@ -284,7 +284,7 @@ class NodeAllocatableResource:
     allocation of the device translates into a node allocatable resource (cpu, memory, hugepages-*).
 
     The allocator does not read it; kube-scheduler's side of the gate (the extender's
-    extender/nodeallocatable.py) does. Validated here as the API server validates it."""
+    extender/plugin/nodeallocatable.py) does. Validated here as the API server validates it."""
 
     __slots__ = ("capacity_key", "capacity_multiplier", "device_multiplier", "mapped", "per_container",
                  "per_pod")
@@ -470,7 +470,7 @@ class Device:
 def _signature(content: dict[str, Any]) -> bytes | str:
     try:
         # Decoded to a fresh str: orjson's bytes keep the whole buffer it wrote into (about 4 KB
-        # whatever the length), which at 8 devices x 5,000 nodes was 156 MB of a 390 MB cache.
+        # whatever the length), and one is kept per stored part.
         return orjson.dumps(content, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
     except TypeError:  # values orjson cannot encode: fall back to a representation (less sharing, still safe)
         return repr(content)

@@ -289,9 +289,9 @@ def sync_child(kubeconfig: str, strategy: str, page_size: int) -> None:
     import ctypes
 
     from allocator import FeatureGates
-    from extender.cache import ClusterCache
-    from extender.informer import ClusterWatcher, ListStrategy
-    from extender.kubeapi import KubeClient
+    from extender.kube.client import KubeClient
+    from extender.kube.informer import ClusterWatcher, ListStrategy
+    from extender.state.cache import ClusterCache
 
     async def main() -> dict[str, Any]:
         client = await KubeClient.connect(kubeconfig=kubeconfig)

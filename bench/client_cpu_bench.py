@@ -37,10 +37,10 @@ import dra_objects as o  # noqa: E402
 from fakeapi import FakeApiServer  # noqa: E402
 
 from allocator import FeatureGates  # noqa: E402
-from extender.cache import ClusterCache  # noqa: E402
-from extender.claimwriter import FINALIZER, ClaimWriter  # noqa: E402
 from extender.eventloop import run as run_loop  # noqa: E402
-from extender.kubeapi import KubeClient  # noqa: E402
+from extender.kube.client import KubeClient  # noqa: E402
+from extender.plugin.claimwriter import FINALIZER, ClaimWriter  # noqa: E402
+from extender.state.cache import ClusterCache  # noqa: E402
 
 PAYLOAD = ROOT / "tests" / "extender" / "payloads" / "filter_node_cache_capable.json"
 MANAGED_FIELDS = [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",

@@ -17,12 +17,12 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from allocator import FeatureGates
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.devicemap import DEFAULT_PER_PAGE, build_map, render_page, take_view
-from extender.scheduling import Scheduler
-from extender.server import ExtenderServer
+from extender.http.devicemap import DEFAULT_PER_PAGE, build_map, render_page, take_view
+from extender.http.server import ExtenderServer
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.scheduling import Scheduler
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 DRIVER = "gpu.example.com"
 
@@ -74,7 +74,7 @@ def main() -> int:
     build_s, render_s, size = [], [], 0
     for _ in range(args.repeats):
         started = time.perf_counter()
-        device_map = build_map(take_view(server))
+        device_map = build_map(take_view(server.cache, server.scheduler.in_flight()))
         built = time.perf_counter()
         page = render_page(device_map, page=1, per_page=DEFAULT_PER_PAGE, node_filter="")
         render_s.append(time.perf_counter() - built)

@@ -39,15 +39,15 @@ sys.path.insert(0, str(ROOT / "tests" / "extender"))
 import dra_objects as o  # noqa: E402
 
 from allocator import FeatureGates  # noqa: E402
-from extender.assume import AssumeCache  # noqa: E402
-from extender.cache import ClusterCache  # noqa: E402
-from extender.claimwriter import ClaimWriter  # noqa: E402
-from extender.commands.serve import tune_gc_after_sync  # noqa: E402
-from extender.filtercache import FilterCache  # noqa: E402
-from extender.informer import ClusterWatcher  # noqa: E402
-from extender.kubeapi import KubeClient  # noqa: E402
-from extender.scheduling import Scheduler  # noqa: E402
-from extender.server import ExtenderServer  # noqa: E402
+from extender.http.server import ExtenderServer  # noqa: E402
+from extender.kube.client import KubeClient  # noqa: E402
+from extender.kube.informer import ClusterWatcher  # noqa: E402
+from extender.plugin.claimwriter import ClaimWriter  # noqa: E402
+from extender.plugin.filtercache import FilterCache  # noqa: E402
+from extender.plugin.scheduling import Scheduler  # noqa: E402
+from extender.state.assume import AssumeCache  # noqa: E402
+from extender.state.cache import ClusterCache  # noqa: E402
+from extender.tuning import tune_gc_after_sync  # noqa: E402
 
 
 def _fake_api_class() -> Any:

@@ -43,7 +43,7 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from extender.objects_io import load_objects  # noqa: E402
+from extender.kube.objects_io import load_objects  # noqa: E402
 from webhook import certs  # noqa: E402
 
 HOST = "127.0.0.1"

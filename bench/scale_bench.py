@@ -388,9 +388,9 @@ def deep_size(obj: Any, seen: set[int]) -> int:
 async def synced_cluster(url: str) -> tuple[Any, Any, Any]:
     """A ClusterCache synced through the real watcher, as serve builds it: (client, watcher, cache)."""
     from allocator import FeatureGates
-    from extender.cache import ClusterCache
-    from extender.informer import ClusterWatcher
-    from extender.kubeapi import KubeClient
+    from extender.kube.client import KubeClient
+    from extender.kube.informer import ClusterWatcher
+    from extender.state.cache import ClusterCache
 
     client = KubeClient.for_url(url)
     cache = ClusterCache(FeatureGates())
@@ -451,7 +451,7 @@ async def profile_cpu(args: argparse.Namespace, url: str, nodes: int) -> dict[st
     import io
     import pstats
 
-    from extender.commands.serve import tune_gc_after_sync, warm_node_views
+    from extender.tuning import tune_gc_after_sync, warm_node_views
     from extender.wiring import Cluster, build_scheduler
 
     def report(profile: cProfile.Profile, title: str) -> None:

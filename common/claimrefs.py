@@ -1,5 +1,5 @@
 """How a pod names its ResourceClaims and how a claim names its consumers: read one way by the
-scheduler (extender.podclaims, strict), the cluster cache and the controllers, and the webhook.
+scheduler (extender.plugin.podclaims, strict), the cluster cache and the controllers, and the webhook.
 
 A pod lists its claims in `spec.resourceClaims[]`, each either directly (`resourceClaimName`) or
 through a template: the resourceclaim controller then records the generated claim's name under the
@@ -14,7 +14,9 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-# The feature gate under which a PodGroup may be a claim's consumer (see extender.podgroups).
+from common.objects import OwnerReference, metadata_of
+
+# The feature gate under which a PodGroup may be a claim's consumer (see extender.plugin.podgroups).
 WORKLOAD_CLAIMS = "DRAWorkloadResourceClaims"
 PODGROUP_API_GROUP = "scheduling.k8s.io"
 PODGROUP_RESOURCE = "podgroups"
@@ -39,12 +41,12 @@ ClaimReference = tuple[ClaimSource, str | None]
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
+    meta = metadata_of(pod)
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def pod_uid(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("uid") or "")
+    return str(metadata_of(pod).get("uid") or "")
 
 
 # Attribute access on an Enum class is slow on Python 3.11 and this runs per claim of every verb: the
@@ -71,7 +73,8 @@ def resolve_entry(pod: Mapping[str, Any], entry: Mapping[str, Any]) -> ClaimRefe
 
 
 def extended_claim_name(pod: Mapping[str, Any]) -> str | None:
-    """The special claim of extended resources backed by DRA (extender.extendedresources), if written."""
+    """The special claim of extended resources backed by DRA (extender.plugin.extendedresources), if
+    written."""
     extended = (pod.get("status") or {}).get("extendedResourceClaimStatus")
     name = extended.get("resourceClaimName") if isinstance(extended, dict) else None
     return name if isinstance(name, str) and name else None
@@ -93,9 +96,9 @@ def known_claim_names(pod: Mapping[str, Any]) -> list[str]:
     return names
 
 
-def controller_of(claim_raw: Mapping[str, Any]) -> dict[str, Any] | None:
+def controller_of(claim_raw: Mapping[str, Any]) -> OwnerReference | None:
     """The claim's controller ownerReference (the API server allows at most one)."""
-    for owner in (claim_raw.get("metadata") or {}).get("ownerReferences") or ():
+    for owner in metadata_of(claim_raw).get("ownerReferences") or ():
         if isinstance(owner, dict) and owner.get("controller") is True:
             return owner
     return None
@@ -127,3 +130,21 @@ def is_group_reference(entry: object) -> bool:
     """A `status.reservedFor` entry naming a PodGroup."""
     return (isinstance(entry, dict) and entry.get("apiGroup") == PODGROUP_API_GROUP
             and entry.get("resource") == PODGROUP_RESOURCE)
+
+
+# MaxPodGroupResourceClaims in scheduling/v1beta1.
+MAX_GROUP_CLAIMS = 4
+GROUP_CLAIM_SOURCE_FIELDS = ("resourceClaimName", "resourceClaimTemplateName")
+
+
+def check_group_claims(claims: list[Any]) -> None:
+    """Raises ValueError naming the field when a PodGroup's spec.resourceClaims (a list) cannot be read."""
+    if len(claims) > MAX_GROUP_CLAIMS:
+        raise ValueError(f"spec.resourceClaims: must have at most {MAX_GROUP_CLAIMS} items, "
+                         f"has {len(claims)}")
+    for i, entry in enumerate(claims):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise ValueError(f"spec.resourceClaims[{i}].name: required")
+        if sum(1 for field in GROUP_CLAIM_SOURCE_FIELDS if entry.get(field)) != 1:
+            raise ValueError(f"spec.resourceClaims[{i}]: exactly one of resourceClaimName and "
+                             "resourceClaimTemplateName must be set")

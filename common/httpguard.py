@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ from aiohttp import web
 MIB = 1024 * 1024
 # A 1.5 MiB Pod plus 15,000 names of 253 characters, or preempt's victims on 500 candidate nodes (10% of
 # 5,000, kube-scheduler's default share) at 110 pods each, stay under it. Parsing holds the event loop
-# (about 15 ms per MiB here), so the limit also bounds how long one request can stall the others.
+# for a time that grows with the body, so the limit also bounds how long one request can stall the others.
 DEFAULT_MAX_REQUEST_BYTES = 8 * MIB
 # A Binding names four strings.
 MAX_BIND_BYTES = 64 * 1024
@@ -152,36 +153,46 @@ class _Refuse(asyncio.Protocol):
         transport.close()
 
 
-class _ConnectionCap:
-    """The runner's protocol factory, refusing connections beyond `cap` (the rest delegates)."""
-
-    def __init__(self, server: web.Server, cap: int, on_connection: Callable[[], None] | None) -> None:
-        self._server = server
-        self._cap = cap
-        self._on_connection = on_connection
-
-    def __call__(self) -> asyncio.Protocol:
-        if len(self._server.connections) >= self._cap:
-            return _Refuse()
-        if self._on_connection is not None:
-            self._on_connection()
-        return self._server()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._server, name)
-
-
-class LimitedRunner(web.AppRunner):
-    """An AppRunner whose sites take at most `limits.max_connections` connections at once and close
-    idle ones after `limits.idle_timeout_s`; `on_connection` is called for every connection accepted."""
+class GuardedListener:
+    """One aiohttp application listening on one address, through aiohttp's public runner API: at most
+    `limits.max_connections` connections at once (the next ones are closed as they are accepted),
+    idle ones closed after `limits.idle_timeout_s`; `on_connection` is called for every connection
+    taken."""
 
     def __init__(self, app: web.Application, limits: HttpLimits, *,
-                 on_connection: Callable[[], None] | None = None, **kwargs: Any) -> None:
-        super().__init__(app, keepalive_timeout=limits.idle_timeout_s, **kwargs)
+                 on_connection: Callable[[], None] | None = None) -> None:
+        self._runner = web.AppRunner(app, keepalive_timeout=limits.idle_timeout_s, access_log=None)
         self._cap = limits.max_connections
         self._on_connection = on_connection
+        self._listener: asyncio.Server | None = None
 
-    async def _make_server(self) -> web.Server:
-        # Not a web.Server subclass: a wrapper that delegates everything but the protocol factory.
-        return _ConnectionCap(await super()._make_server(), self._cap,  # type: ignore[return-value]
-                              self._on_connection)
+    async def start(self, host: str, port: int, *, ssl_context: ssl.SSLContext | None = None) -> int:
+        """Listen; returns the port bound (the one the system chose for port 0)."""
+        await self._runner.setup()
+        server = self._runner.server
+        assert server is not None
+
+        def protocol() -> asyncio.BaseProtocol:
+            if len(server.connections) >= self._cap:
+                return _Refuse()
+            if self._on_connection is not None:
+                self._on_connection()
+            return server()
+
+        try:
+            self._listener = await asyncio.get_running_loop().create_server(
+                protocol, host, port, ssl=ssl_context)
+        except BaseException:
+            await self._runner.cleanup()
+            raise
+        sockets = self._listener.sockets
+        return int(sockets[0].getsockname()[1]) if sockets else port
+
+    async def stop(self) -> None:
+        """Stop accepting, then close the connections and the application."""
+        if self._listener is not None:
+            self._listener.close()
+        await self._runner.cleanup()
+        if self._listener is not None:
+            await self._listener.wait_closed()
+            self._listener = None

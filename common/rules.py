@@ -12,7 +12,7 @@ from typing import Any
 # Upstream's limit on a ResourceClaim's status.reservedFor (ResourceClaimReservedForMaxSize in the API).
 RESERVED_FOR_MAX = 256
 
-# Device placement policies of prioritize (extender.scoring); a pod picks one with the annotation.
+# Device placement policies of prioritize (extender.plugin.scoring); a pod picks one with the annotation.
 SCORING_POLICIES = ("binpack", "spread", "none")
 DEFAULT_SCORING_POLICY = "binpack"
 SCORING_ANNOTATION = "dra-extender.io/scoring"

@@ -53,16 +53,18 @@ def version_text() -> str:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "dra-extender") -> int:
+    from extender.options import OptionsError
+    from extender.wiring import choose_cel_engine
+
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    try:
+        choose_cel_engine()
+    except OptionsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if args.version:
-        try:
-            print(version_text())
-        except ValueError as error:  # an unknown $DRA_EXTENDER_CEL_BACKEND
-            from allocator.cel import BACKEND_ENV
-
-            print(f"error: {BACKEND_ENV}: {error}", file=sys.stderr)
-            return 2
+        print(version_text())
         return 0
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

@@ -1,490 +1,70 @@
-"""The composition root of `serve`, `explain` and `simulate`: typed options, the flags that fill them, and
-the functions that build the components from them.
+"""The composition root: builds the components from their options (extender.options) and runs them.
 
-Each component has one frozen options class whose field defaults are the only place its defaults are
-written; the flags take their defaults and help texts from an instance of it, and `*_options(args)`
-maps parsed flags onto it. A combination that cannot run raises OptionsError (a ValueError) naming
-the flags, when the options are made: `serve` refuses to start with that message, and code building
-options directly gets the same refusal.
-
-    options = serve_options(args)                       # or SourceOptions(...), SchedulerOptions(...)
     cluster = await open_cluster(options.source, wait_ready_s=None)
     scheduler = build_scheduler(cluster, options.scheduler)
-    webhook = build_webhook(options.webhook, cluster.cache, features=..., host=..., limits=...)
-    controllers = await controllers_for(options.controllers, cluster, registry=...)
+    async with App(options) as app: ...          # serve: every port, TLS, webhook and controller
+
+Only here is the environment read (the CEL engine, for every command).
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
+import asyncio
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
-from allocator import FeatureGates
-from common.claimrefs import WORKLOAD_CLAIMS
+from allocator import FeatureGates, cel
 from common.httpguard import HttpLimits
-from common.rules import (
-    DEFAULT_SCORING_POLICY,
-    RESERVED_FOR_MAX,
-    SCORING_POLICIES,
-    parse_duration,
-    parse_positive_duration,
-)
-from extender.cache import ClusterCache
 from extender.controllers import (
-    CONTROLLER_NAMES,
     ControllerOptions,
     Controllers,
-    check_names,
     start_controllers,
 )
-from extender.scheduling import (
-    DEFAULT_FILTER_TIMEOUT_S,
-    DEFAULT_HOLD_TTL_S,
-    DEFAULT_NODE_TIMEOUT_S,
+from extender.plugin.scheduling import (
     Scheduler,
 )
-from extender.server import DEFAULT_PREFIX
+from extender.state.cache import ClusterCache
+from extender.state.lookup import ClusterCacheLookup
 from webhook.server import WebhookServer
 
 if TYPE_CHECKING:
-    from extender.informer import ClusterWatcher
-    from extender.kubeapi import KubeClient
+    from extender.kube.client import KubeClient
+    from extender.kube.informer import ClusterWatcher
+from common.tls import ReloadingTLS
+from extender.http.server import ExtenderServer
+from extender.options import (
+    SCHEDULER,
+    NetworkOptions,
+    OptionsError,
+    SchedulerOptions,
+    ServeOptions,
+    SourceOptions,
+    WebhookOptions,
+)
+from extender.tuning import after_sync
 
 log = logging.getLogger(__name__)
 
 
-class OptionsError(ValueError):
-    """A flag combination that cannot run; the message names the flags."""
+# Picks the CEL engine for every command (`dra-extender --version` names the one in use).
+CEL_ENGINE_ENV = "DRA_EXTENDER_CEL_BACKEND"
 
 
-def parse_features(text: str) -> FeatureGates:
-    return FeatureGates.parse(text) if text else FeatureGates()
-
-
-# ---- where the cluster comes from ----
-
-@dataclass(frozen=True)
-class SourceOptions:
-    kubeconfig: str | None = None
-    context: str | None = None
-    snapshot: str | None = None  # a directory or file of objects instead of an API server
-    features: FeatureGates = field(default_factory=FeatureGates)
-
-    def __post_init__(self) -> None:
-        if self.snapshot and (self.kubeconfig or self.context):
-            raise OptionsError("--snapshot cannot be combined with --kubeconfig or --context")
-
-
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("cluster source (in-cluster credentials by default)")
-    group.add_argument("--kubeconfig", help="kubeconfig file to use instead of in-cluster credentials")
-    group.add_argument("--context", help="kubeconfig context to use")
-    group.add_argument(
-        "--snapshot", metavar="DIR", help="read the cluster from YAML/JSON files instead of an API server"
-    )
-    add_feature_gates_argument(group)
-
-
-def add_feature_gates_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    parser.add_argument(
-        "--feature-gates",
-        default="",
-        help="comma-separated Name=true|false overrides of the Kubernetes 1.37 defaults",
-    )
-
-
-def features_of(args: argparse.Namespace) -> FeatureGates:
+def choose_cel_engine(environ: Mapping[str, str] = os.environ) -> None:
+    """Hand ``$DRA_EXTENDER_CEL_BACKEND`` (if set) to the allocator; OptionsError names the variable when
+    it names no usable engine, so a server never starts whose every filter would fail."""
+    requested = environ.get(CEL_ENGINE_ENV, "").strip()
     try:
-        return parse_features(args.feature_gates)
+        cel.use_engine(requested or None)
     except ValueError as error:
-        raise OptionsError(f"--feature-gates: {error}") from None
+        raise OptionsError(f"{CEL_ENGINE_ENV}: {error}") from None
 
-
-def source_options(args: argparse.Namespace) -> SourceOptions:
-    """Refuses the combination of sources before reading --feature-gates."""
-    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot)
-    return dataclasses.replace(source, features=features_of(args))
-
-
-# ---- scheduling (filter, prioritize, bind) ----
-
-@dataclass(frozen=True)
-class SchedulerOptions:
-    scoring: str = DEFAULT_SCORING_POLICY
-    hold_devices: bool = False  # --filter-holds-devices
-    hold_timeout_s: float = DEFAULT_HOLD_TTL_S
-    node_timeout_s: float = DEFAULT_NODE_TIMEOUT_S
-    filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S
-    filter_cache: bool = True
-
-    def __post_init__(self) -> None:
-        if self.scoring not in SCORING_POLICIES:
-            raise OptionsError(f"--scoring: {self.scoring!r} is not one of {', '.join(SCORING_POLICIES)}")
-        timeouts = (("--hold-timeout", self.hold_timeout_s), ("--node-timeout", self.node_timeout_s),
-                    ("--filter-timeout", self.filter_timeout_s))
-        for flag, seconds in timeouts:
-            if not seconds > 0:
-                raise OptionsError(f"{flag}: must be positive, got {seconds}")
-
-
-SCHEDULER = SchedulerOptions()
-
-
-def add_scoring_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    parser.add_argument(
-        "--scoring",
-        choices=SCORING_POLICIES,
-        default=SCHEDULER.scoring,
-        help="device placement policy for prioritize; pods override it with the annotation "
-        f"dra-extender.io/scoring (default {SCHEDULER.scoring})",
-    )
-
-
-def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
-    sched = parser.add_argument_group("scheduling")
-    add_scoring_argument(sched)
-    sched.add_argument(
-        "--filter-holds-devices",
-        action="store_true",
-        help="filter returns one chosen node and holds its devices until bind or --hold-timeout",
-    )
-    sched.add_argument(
-        "--no-filter-cache",
-        dest="filter_cache",
-        action="store_false",
-        help="recompute every node on every filter instead of reusing outcomes while the node's pools "
-        "are unchanged",
-    )
-    sched.add_argument(
-        "--hold-timeout",
-        type=parse_positive_duration,
-        default=SCHEDULER.hold_timeout_s,
-        help="how long a filter hold lasts without a bind (plain seconds or a Go duration such as 90s, 5m; "
-        f"default {SCHEDULER.hold_timeout_s:g})",
-    )
-    sched.add_argument(
-        "--node-timeout",
-        type=parse_positive_duration,
-        default=SCHEDULER.node_timeout_s,
-        help="seconds one node's device search may run (filter, bind, explain); a node that takes longer "
-        "is 'timed out', not 'does not fit'. The search holds the event loop meanwhile "
-        f"(default {SCHEDULER.node_timeout_s:g})",
-    )
-    sched.add_argument(
-        "--filter-timeout",
-        type=parse_positive_duration,
-        default=SCHEDULER.filter_timeout_s,
-        help="seconds one filter (and prioritize, preempt) may spend on all its nodes together; nodes not "
-        "checked by then count as timed out. Keep it below kube-scheduler's extender httpTimeout (5 s "
-        "unless set; deploy/ sets 10 s) minus --node-timeout. Timed-out nodes are resolvable failures "
-        "when another node fits; when none fits, filter answers with an error and kube-scheduler "
-        f"retries the pod after its backoff (default {SCHEDULER.filter_timeout_s:g})",
-    )
-
-
-def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
-    return SchedulerOptions(
-        scoring=args.scoring,
-        hold_devices=args.filter_holds_devices,
-        hold_timeout_s=args.hold_timeout,
-        node_timeout_s=args.node_timeout,
-        filter_timeout_s=args.filter_timeout,
-        filter_cache=args.filter_cache,
-    )
-
-
-# ---- the extender's and the debug port ----
-
-@dataclass(frozen=True)
-class NetworkOptions:
-    bind_address: str = "127.0.0.1"
-    extender_port: int = 8888
-    debug_port: int = 8889
-    extender_tls_cert_file: str | None = None
-    extender_tls_private_key_file: str | None = None
-    extender_client_ca_file: str | None = None
-    limits: HttpLimits = field(default_factory=HttpLimits)
-    debug_from_anywhere: bool = False
-
-    def __post_init__(self) -> None:
-        # TLS fails closed: half a TLS set-up never falls back to plain HTTP.
-        if bool(self.extender_tls_cert_file) != bool(self.extender_tls_private_key_file):
-            raise OptionsError("--extender-tls-cert-file and --extender-tls-private-key-file go together")
-        if self.extender_client_ca_file and not self.extender_tls_cert_file:
-            raise OptionsError(
-                "--extender-client-ca-file needs --extender-tls-cert-file and "
-                "--extender-tls-private-key-file: client certificates are only checked over HTTPS, "
-                "and the extender would otherwise serve plain HTTP to anyone")
-
-
-NETWORK = NetworkOptions()
-
-
-def port_number(value: str) -> int:
-    try:
-        port = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be 0-65535, got {port}")
-    return port
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
-    return number
-
-
-def add_network_arguments(parser: argparse.ArgumentParser) -> None:
-    limits = NETWORK.limits
-    net = parser.add_argument_group("network")
-    net.add_argument(
-        "--bind-address",
-        default=NETWORK.bind_address,
-        help=f"address all ports listen on (default {NETWORK.bind_address}; use 0.0.0.0 in a cluster)",
-    )
-    net.add_argument(
-        "--extender-port",
-        type=port_number,
-        default=NETWORK.extender_port,
-        help=f"scheduler-extender port, verbs under {DEFAULT_PREFIX}/ (default {NETWORK.extender_port})",
-    )
-    net.add_argument(
-        "--debug-port",
-        type=port_number,
-        default=NETWORK.debug_port,
-        help=f"read-only /debug/*, /metrics, /healthz, /readyz (default {NETWORK.debug_port})",
-    )
-    net.add_argument(
-        "--extender-tls-cert-file", help="serve the extender port over HTTPS with this certificate"
-    )
-    net.add_argument("--extender-tls-private-key-file", help="private key of --extender-tls-cert-file")
-    net.add_argument(
-        "--extender-client-ca-file",
-        help="require extender clients (kube-scheduler) to present a certificate signed by this CA",
-    )
-    net.add_argument(
-        "--max-request-bytes",
-        type=positive_int,
-        default=limits.max_request_bytes,
-        help="largest filter, prioritize or preempt body accepted (413 beyond; bind takes at most 64 KiB). "
-        "The default fits a Pod and node names (nodeCacheCapable: true, as deploy/ configures); raise it "
-        f"only for full NodeLists (default {limits.max_request_bytes})",
-    )
-    net.add_argument(
-        "--max-connections",
-        type=positive_int,
-        default=limits.max_connections,
-        help="connections each port keeps open at once; more are closed at once (default "
-        f"{limits.max_connections}). Keep the ports' sum below the process's file-descriptor limit",
-    )
-    net.add_argument(
-        "--idle-timeout",
-        type=parse_positive_duration,
-        default=limits.idle_timeout_s,
-        help="seconds a connection may stay open without sending a complete request, from when it opens "
-        f"or got its last answer (default {limits.idle_timeout_s:g})",
-    )
-    net.add_argument(
-        "--debug-from-anywhere",
-        action="store_true",
-        help="answer /debug/ pages (pods and claims of the cluster) on every address of the debug port; by "
-        "default only loopback connections (kubectl port-forward) get them. /healthz, /readyz and "
-        "/metrics answer everyone either way",
-    )
-
-
-def http_limits(args: argparse.Namespace) -> HttpLimits:
-    return HttpLimits(
-        max_request_bytes=args.max_request_bytes,
-        max_connections=args.max_connections,
-        idle_timeout_s=args.idle_timeout,
-    )
-
-
-def network_options(args: argparse.Namespace) -> NetworkOptions:
-    return NetworkOptions(
-        bind_address=args.bind_address,
-        extender_port=args.extender_port,
-        debug_port=args.debug_port,
-        extender_tls_cert_file=args.extender_tls_cert_file,
-        extender_tls_private_key_file=args.extender_tls_private_key_file,
-        extender_client_ca_file=args.extender_client_ca_file,
-        limits=http_limits(args),
-        debug_from_anywhere=args.debug_from_anywhere,
-    )
-
-
-# ---- the admission webhook ----
-
-@dataclass(frozen=True)
-class WebhookOptions:
-    port: int = 8443
-    tls_cert_file: str | None = None
-    tls_private_key_file: str | None = None
-    reserved_for_limit: int = RESERVED_FOR_MAX
-
-    def __post_init__(self) -> None:
-        # Half a TLS set-up never falls back to running without the webhook.
-        if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
-            raise OptionsError(
-                "--tls-cert-file and --tls-private-key-file go together (the admission webhook needs both; "
-                "leave both out to run without it)")
-        if not 1 <= self.reserved_for_limit <= RESERVED_FOR_MAX:
-            raise OptionsError(f"--reserved-for-limit: must be between 1 and {RESERVED_FOR_MAX}, "
-                               f"got {self.reserved_for_limit}")
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.tls_cert_file and self.tls_private_key_file)
-
-
-WEBHOOK = WebhookOptions()
-
-
-def reserved_for_limit(value: str) -> int:
-    try:
-        limit = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-    if not 1 <= limit <= RESERVED_FOR_MAX:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {RESERVED_FOR_MAX}, got {limit}")
-    return limit
-
-
-def add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("admission webhook")
-    group.add_argument(
-        "--webhook-port", type=port_number, default=WEBHOOK.port,
-        help=f"admission webhook port (TLS, default {WEBHOOK.port})"
-    )
-    group.add_argument(
-        "--tls-cert-file",
-        help="serving certificate (PEM) of the webhook; reloaded when it changes. "
-        "Without it and --tls-private-key-file the webhook is not served",
-    )
-    group.add_argument("--tls-private-key-file", help="private key (PEM) of the webhook serving certificate")
-    group.add_argument(
-        "--reserved-for-limit",
-        type=reserved_for_limit,
-        default=WEBHOOK.reserved_for_limit,
-        help=f"most consumers one ResourceClaim may be reserved for (1-{RESERVED_FOR_MAX}, "
-        f"default {WEBHOOK.reserved_for_limit})",
-    )
-
-
-def webhook_options(args: argparse.Namespace) -> WebhookOptions:
-    return WebhookOptions(
-        port=args.webhook_port,
-        tls_cert_file=args.tls_cert_file,
-        tls_private_key_file=args.tls_private_key_file,
-        reserved_for_limit=args.reserved_for_limit,
-    )
-
-
-# ---- the controllers (their options class is the controllers' own: extender.controllers) ----
-
-CONTROLLERS = ControllerOptions()
-
-
-def controller_names(text: str) -> tuple[str, ...]:
-    try:
-        return check_names(text.split(","))
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("controllers")
-    group.add_argument(
-        "--controllers",
-        type=controller_names,
-        default=CONTROLLERS.names,
-        metavar="NAMES",
-        help=f"comma-separated controllers to run: {', '.join(CONTROLLER_NAMES)} (default: none)",
-    )
-    group.add_argument(
-        "--taint-eviction-workers",
-        type=positive_int,
-        default=CONTROLLERS.workers,
-        metavar="N",
-        help=f"pods evicted concurrently at most (default: {CONTROLLERS.workers})",
-    )
-    group.add_argument(
-        "--driver-loss-grace-period",
-        type=parse_duration,
-        default=CONTROLLERS.driver_loss_grace_period,
-        metavar="DURATION",
-        help="how long devices of a pool without ResourceSlices stay reserved (default: 5m)",
-    )
-    group.add_argument(
-        "--evict-on-driver-loss",
-        action="store_true",
-        help="evict pods whose devices' driver stayed gone past the grace period",
-    )
-    group.add_argument(
-        "--leader-elect",
-        action="store_true",
-        help="run the controllers only while holding a coordination.k8s.io Lease",
-    )
-    group.add_argument("--leader-elect-namespace", default=CONTROLLERS.lease_namespace, metavar="NS")
-    group.add_argument("--leader-elect-lease-name", default=CONTROLLERS.lease_name, metavar="NAME")
-
-
-def controller_options(args: argparse.Namespace, features: FeatureGates) -> ControllerOptions:
-    try:
-        return ControllerOptions(
-            names=args.controllers,
-            workers=args.taint_eviction_workers,
-            driver_loss_grace_period=args.driver_loss_grace_period,
-            evict_on_driver_loss=args.evict_on_driver_loss,
-            leader_elect=args.leader_elect,
-            lease_namespace=args.leader_elect_namespace,
-            lease_name=args.leader_elect_lease_name,
-            workload_claims=features.enabled(WORKLOAD_CLAIMS),
-        )
-    except ValueError as error:
-        raise OptionsError(str(error)) from None
-
-
-# ---- everything `serve` runs ----
-
-@dataclass(frozen=True)
-class ServeOptions:
-    source: SourceOptions = field(default_factory=SourceOptions)
-    network: NetworkOptions = field(default_factory=NetworkOptions)
-    scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
-    webhook: WebhookOptions = field(default_factory=WebhookOptions)
-    controllers: ControllerOptions = field(default_factory=ControllerOptions)
-
-
-def serve_options(args: argparse.Namespace) -> ServeOptions:
-    """Every component's options from serve's flags; raises OptionsError naming the flags of a
-    combination that cannot run (sources, then TLS, then feature gates, then the rest)."""
-    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot)
-    network = network_options(args)
-    webhook = webhook_options(args)
-    features = features_of(args)
-    return ServeOptions(
-        source=dataclasses.replace(source, features=features),
-        network=network,
-        scheduler=scheduler_options(args),
-        webhook=webhook,
-        controllers=controller_options(args, features),
-    )
-
-
-# ---- composing the components ----
 
 @dataclass
 class Cluster:
@@ -504,11 +84,11 @@ class Cluster:
 async def open_cluster(source: SourceOptions, *, wait_ready_s: float | None) -> Cluster:
     """A ClusterCache from the snapshot or from the API server (watched until closed)."""
     if source.snapshot:
-        from extender.objects_io import load_objects
+        from extender.kube.objects_io import load_objects
 
         return Cluster(ClusterCache.from_objects(load_objects([source.snapshot]), source.features))
-    from extender.informer import ClusterWatcher, watched_kinds
-    from extender.kubeapi import KubeClient
+    from extender.kube.client import KubeClient
+    from extender.kube.informer import ClusterWatcher, watched_kinds
 
     client = await KubeClient.connect(kubeconfig=source.kubeconfig, context=source.context)
     cache = ClusterCache(source.features)
@@ -522,9 +102,9 @@ async def open_cluster(source: SourceOptions, *, wait_ready_s: float | None) -> 
 
 
 def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER) -> Scheduler:
-    from extender.assume import AssumeCache
-    from extender.claimwriter import ClaimWriter
-    from extender.filtercache import FilterCache
+    from extender.plugin.claimwriter import ClaimWriter
+    from extender.plugin.filtercache import FilterCache
+    from extender.state.assume import AssumeCache
 
     assume = AssumeCache()
     assume.attach(cluster.cache)
@@ -541,7 +121,7 @@ def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER) -> 
     )
 
 
-def build_webhook(options: WebhookOptions, cache: object, *, features: FeatureGates, host: str,
+def build_webhook(options: WebhookOptions, cache: ClusterCache, *, features: FeatureGates, host: str,
                   limits: HttpLimits | None = None) -> WebhookServer | None:
     """The webhook server to start, or None (logged) when no certificate was given."""
     if not options.enabled:
@@ -551,7 +131,7 @@ def build_webhook(options: WebhookOptions, cache: object, *, features: FeatureGa
         return None
     assert options.tls_cert_file is not None and options.tls_private_key_file is not None
     return WebhookServer(
-        cache,
+        ClusterCacheLookup(cache),
         cert_file=options.tls_cert_file,
         key_file=options.tls_private_key_file,
         host=host,
@@ -573,3 +153,82 @@ async def controllers_for(options: ControllerOptions, cluster: Cluster, *,
         )
         return None
     return await start_controllers(cluster.cache, cluster.client, options, registry=registry)
+
+
+class App:
+    """Everything `serve` runs, built from its options: the cluster cache and its watches, the scheduler,
+    the extender and debug ports (with the extender's TLS), the admission webhook and the controllers.
+
+    `async with App(options) as app:` starts them in that order; leaving the block, or a failure while
+    starting, stops whatever was started, in reverse order. ClusterUnreadable says that the cluster
+    itself could not be read; any other exception, that something could not start."""
+
+    def __init__(self, options: ServeOptions) -> None:
+        self.options = options
+        self._stack = AsyncExitStack()
+        self.cluster: Cluster
+        self.scheduler: Scheduler
+        self.server: ExtenderServer
+        self.webhook: WebhookServer | None = None
+        self.controllers: Controllers | None = None
+
+    async def __aenter__(self) -> App:
+        try:
+            await self._start(self._stack)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self._stack.aclose()
+
+    async def _start(self, stack: AsyncExitStack) -> None:
+        options, network = self.options, self.options.network
+        try:
+            self.cluster = await open_cluster(options.source, wait_ready_s=None)
+        except Exception as error:
+            raise ClusterUnreadable(str(error)) from error
+        stack.push_async_callback(self.cluster.close)
+        self.scheduler = build_scheduler(self.cluster, options.scheduler)
+        self.server = ExtenderServer(
+            self.scheduler,
+            watch_health=self.cluster.watcher.health if self.cluster.watcher else None,
+            limits=network.limits, debug_from_anywhere=network.debug_from_anywhere,
+            driver_lost=self._driver_lost,
+        )
+        stack.push_async_callback(self.server.stop)
+        tuning = asyncio.create_task(
+            after_sync(self.cluster.cache, self.cluster.watcher, self.scheduler.filter_cache))
+        stack.callback(tuning.cancel)
+        extender_tls = extender_serving_tls(network)
+        await self.server.start(network.bind_address, network.extender_port, network.debug_port,
+                                extender_tls.server_context if extender_tls else None)
+        if extender_tls is not None:
+            extender_tls.start()
+            stack.push_async_callback(extender_tls.stop)
+        self.webhook = build_webhook(options.webhook, self.cluster.cache, features=options.source.features,
+                                     host=network.bind_address, limits=network.limits)
+        if self.webhook is not None:  # otherwise build_webhook logged why the port stays closed
+            await self.webhook.start()
+            stack.push_async_callback(self.webhook.stop)
+        self.controllers = await controllers_for(options.controllers, self.cluster,
+                                                 registry=self.server.metrics.registry)
+        if self.controllers is not None:
+            self.server.add_state("controllers", self.controllers.state)
+            stack.push_async_callback(self.controllers.stop)
+
+    def _driver_lost(self) -> list[dict[str, Any]] | None:
+        return self.controllers.driver_lost() if self.controllers is not None else None
+
+
+class ClusterUnreadable(RuntimeError):
+    """The cluster could not be read: no credentials, no API server, an unreadable snapshot."""
+
+
+def extender_serving_tls(network: NetworkOptions) -> ReloadingTLS | None:
+    """The extender port's certificate (reloaded when it changes), or None for plain HTTP."""
+    if not (network.extender_tls_cert_file and network.extender_tls_private_key_file):
+        return None
+    return ReloadingTLS(network.extender_tls_cert_file, network.extender_tls_private_key_file,
+                        client_ca_file=network.extender_client_ca_file, name="extender serving")

@@ -73,6 +73,7 @@ class AdmissionHandler:
         if reserved_for_limit < 1:
             raise ValueError(f"reserved_for_limit must be at least 1, got {reserved_for_limit}")
         compiler = compile_selector or cel_compiler(features or FeatureGates())
+        self.lookup = lookup
         self.metrics = metrics if metrics is not None else WebhookMetrics.on(REGISTRY)
         workload_claims = (features or FeatureGates()).enabled(WORKLOAD_CLAIMS)
         status_rule = Rule(lambda r: validate_claim_status(r, lookup, reserved_for_limit), fail_open=True)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from allocator import FeatureGates, cel
-from allocator.derived import claim_problems, has_derived_attributes
+from allocator import FeatureGates, cel, claim_problems, has_derived_attributes
 from webhook.review import mapping
 
 DERIVED_GATE = "DRADerivedAttributes"

@@ -7,10 +7,11 @@ extender's ClusterCache, `StaticClusterLookup` from a list of objects (tests, be
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Protocol, runtime_checkable
+from typing import Protocol
+
+from common.objects import metadata_of, qualified_name
 
 
-@runtime_checkable
 class ClusterLookup(Protocol):
     @property
     def ready(self) -> bool:
@@ -40,11 +41,6 @@ class ClusterLookup(Protocol):
         ...
 
 
-def qualified(name: str, driver: str) -> str:
-    """Attribute and capacity names without a domain live in the device's driver domain."""
-    return name if "/" in name else f"{driver}/{name}"
-
-
 def slice_devices(resource_slice: dict) -> Iterator[tuple[str, str, dict]]:
     """(driver, pool, device) for each device of a raw ResourceSlice; tolerant of missing fields."""
     spec = resource_slice.get("spec") or {}
@@ -67,7 +63,7 @@ class StaticClusterLookup:
         capacities: set[str] = set()
         for obj in objects:
             kind = obj.get("kind")
-            meta = obj.get("metadata") or {}
+            meta = metadata_of(obj)
             key = (meta.get("namespace") or "", meta.get("name") or "")
             if kind == "Pod":
                 self._pods[key] = obj
@@ -76,8 +72,8 @@ class StaticClusterLookup:
             elif kind == "ResourceSlice":
                 for driver, pool, device in slice_devices(obj):
                     self._devices.append((driver, pool, device.get("name") or ""))
-                    attributes.update(qualified(n, driver) for n in device.get("attributes") or {})
-                    capacities.update(qualified(n, driver) for n in device.get("capacity") or {})
+                    attributes.update(qualified_name(n, driver) for n in device.get("attributes") or {})
+                    capacities.update(qualified_name(n, driver) for n in device.get("capacity") or {})
         self._attributes = frozenset(attributes)
         self._capacities = frozenset(capacities)
 

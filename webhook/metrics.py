@@ -1,7 +1,7 @@
 """Prometheus metrics of the admission webhook, served on the webhook port's /metrics (webhook/server.py).
 
 Their registry is prometheus_client's default one, which also carries the process_* and python_*
-collectors; the extender's debug port serves registries of its own (extender.metrics).
+collectors; the extender's debug port serves registries of its own (extender.plugin.metrics).
 """
 
 from __future__ import annotations

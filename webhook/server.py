@@ -10,11 +10,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from allocator import FeatureGates
-from common.httpguard import HttpLimits, LimitedRunner, expect_handler
+from common.httpguard import GuardedListener, HttpLimits, expect_handler
 from common.rules import RESERVED_FOR_MAX
 from common.tls import ReloadingTLS
 from webhook.admission import AdmissionHandler, Webhook
-from webhook.cache_lookup import as_lookup
+from webhook.lookup import ClusterLookup
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def build_app(handler: AdmissionHandler) -> web.Application:
 class WebhookServer:
     def __init__(
         self,
-        cache: object,
+        lookup: ClusterLookup,
         *,
         cert_file: str,
         key_file: str,
@@ -56,10 +56,9 @@ class WebhookServer:
         cert_poll_interval_s: float = 1.0,
         limits: HttpLimits | None = None,
     ) -> None:
-        """`cache` is an extender ClusterCache or anything implementing webhook.lookup.ClusterLookup."""
-        self.handler = AdmissionHandler(
-            as_lookup(cache), reserved_for_limit=reserved_for_limit, features=features
-        )
+        """`lookup` answers the rules' questions about the cluster (the extender's cache through
+        extender.state.lookup when both run in one process)."""
+        self.handler = AdmissionHandler(lookup, reserved_for_limit=reserved_for_limit, features=features)
         self.cert_file = cert_file
         self.key_file = key_file
         self.host = host
@@ -67,7 +66,7 @@ class WebhookServer:
         self.cert_poll_interval_s = cert_poll_interval_s
         self.limits = limits or HttpLimits()
         self.tls: ReloadingTLS | None = None
-        self._runner: web.AppRunner | None = None
+        self._listener: GuardedListener | None = None
 
     async def start(self) -> None:
         """Raises common.tls.CertificateLoadError when the certificate cannot be loaded, OSError on bind."""
@@ -78,17 +77,9 @@ class WebhookServer:
             poll_interval_s=self.cert_poll_interval_s,
             on_reload=lambda outcome: self.handler.metrics.cert_reloads.labels(outcome).inc(),
         )
-        runner = LimitedRunner(build_app(self.handler), self.limits, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, ssl_context=self.tls.server_context)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        if self.port == 0 and runner.addresses:  # port 0 (tests): the port the system chose
-            self.port = runner.addresses[0][1]
+        listener = GuardedListener(build_app(self.handler), self.limits)
+        self.port = await listener.start(self.host, self.port, ssl_context=self.tls.server_context)
+        self._listener = listener
         self.tls.start()
         log.info(
             "admission webhook listening on https://%s:%d (/webhook/mutate, /webhook/validate)",
@@ -99,6 +90,6 @@ class WebhookServer:
     async def stop(self) -> None:
         if self.tls is not None:
             await self.tls.stop()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._listener is not None:
+            await self._listener.stop()
+            self._listener = None

@@ -7,7 +7,8 @@
 expression whose value, not a bool, is the result.
 
 Two engines implement the same semantics: "cel-expr" (cel-expr-python, Google's cel-cpp; used when
-importable) and "celpy" (pure Python, always available). ``DRA_EXTENDER_CEL_BACKEND`` picks one.
+importable) and "celpy" (pure Python, always available). ``use_engine(name)`` picks one; the library reads
+no environment (the servers' composition root does).
 
 Speed: compiled selectors are cached per engine by (expression, options) in a bounded LRU; each
 device's engine input is built once and kept on the ``CELDevice``; and the common class selector
@@ -23,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import cast
@@ -50,7 +50,6 @@ from allocator.cel.cost import estimate_cost
 from allocator.cel.parser import tokenize
 
 __all__ = [
-    "BACKEND_ENV",
     "DEFAULT_COST_LIMIT",
     "ENGINE_NAMES",
     "MAX_EXPRESSION_BYTES",
@@ -72,11 +71,11 @@ __all__ = [
     "estimate_cost",
     "get_engine",
     "make_device",
+    "use_engine",
 ]
 
 _log = logging.getLogger(__name__)
 
-BACKEND_ENV = "DRA_EXTENDER_CEL_BACKEND"
 ENGINE_NAMES = ("cel-expr", "celpy")
 COMPILED_CACHE_SIZE = 4096
 # Distinct selectors remembered per device view (first in, first out).
@@ -319,27 +318,41 @@ def get_engine(name: str) -> Engine:
     return engine
 
 
+# The engine chosen with use_engine; None: cel-expr when installed, else celpy.
+_chosen: str | None = None
+
+
+def _check_engine_name(name: str) -> None:
+    if name not in ENGINE_NAMES:
+        raise ValueError(f"unknown CEL engine {name!r}; choose one of {', '.join(ENGINE_NAMES)}")
+    if name == "cel-expr" and not cel_expr_available():
+        raise ValueError("CEL engine 'cel-expr' needs the cel-expr-python package "
+                         "(pip install 'dra-extender[fast]')")
+
+
+def use_engine(name: str | None) -> None:
+    """Make ``name`` the engine `compile` and `default_engine` use from now on; None goes back to the
+    automatic choice. Raises ValueError for an unknown name, or "cel-expr" without its package. Checked
+    without importing the engine: it is loaded by the first selector that needs it."""
+    global _chosen
+    if name is not None:
+        _check_engine_name(name)
+    _chosen = name
+
+
 def configured_engine_name() -> str:
-    """The engine `default_engine` picks, without importing it: ``$DRA_EXTENDER_CEL_BACKEND`` if set
-    (ValueError when unknown, or "cel-expr" without its package), else cel-expr when installed, else
-    celpy. An installed cel-expr-python that fails to import is only found when first used (then
-    `default_engine` falls back to celpy with a warning)."""
-    requested = os.environ.get(BACKEND_ENV, "").strip()
-    if requested:
-        if requested not in ENGINE_NAMES:
-            raise ValueError(f"unknown CEL engine {requested!r}; choose one of {', '.join(ENGINE_NAMES)}")
-        if requested == "cel-expr" and not cel_expr_available():
-            raise ValueError("CEL engine 'cel-expr' needs the cel-expr-python package "
-                             "(pip install 'dra-extender[fast]')")
-        return requested
+    """The engine `default_engine` picks, without importing it: the one given to `use_engine`, else
+    cel-expr when installed, else celpy. An installed cel-expr-python that fails to import is only found
+    when first used (then `default_engine` falls back to celpy with a warning)."""
+    if _chosen is not None:
+        return _chosen
     return "cel-expr" if cel_expr_available() else "celpy"
 
 
 def default_engine() -> Engine:
-    """``$DRA_EXTENDER_CEL_BACKEND`` if set, else cel-expr when installed, else celpy."""
-    requested = os.environ.get(BACKEND_ENV, "").strip()
-    if requested:
-        return get_engine(requested)
+    """The engine given to `use_engine`, else cel-expr when installed and usable, else celpy."""
+    if _chosen is not None:
+        return get_engine(_chosen)
     if cel_expr_available():
         try:
             return get_engine("cel-expr")

@@ -14,16 +14,16 @@ from typing import Any
 from allocator import (
     AllocatedState,
     AllocationError,
+    AllocationOutcome,
     Allocator,
     FeatureGates,
     Inventory,
     NodeAllocationError,
     Reason,
 )
-from allocator.outcome import AllocationOutcome
 from extender.commands import output
-from extender.names import split_ref
-from extender.objects_io import ObjectLoadError, Snapshot, load_snapshot
+from extender.http.names import split_ref
+from extender.kube.objects_io import ObjectLoadError, Snapshot, load_snapshot
 
 
 class UsageError(ValueError):

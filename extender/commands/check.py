@@ -18,12 +18,19 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocator import FeatureGates, InvalidObjectError, ResourceSlice, cel, parse_object
-from allocator.derived import claim_problems
-from allocator.policies import request_policy_problems
+from allocator import (
+    FeatureGates,
+    InvalidObjectError,
+    ResourceSlice,
+    cel,
+    claim_problems,
+    parse_object,
+    request_policy_problems,
+)
+from common.objects import metadata_of
 from common.rules import scoring_annotation_problem
 from extender.commands import output
-from extender.objects_io import ObjectLoadError, load_objects
+from extender.kube.objects_io import ObjectLoadError, load_objects
 
 MAX_LISTED_ERRORS = 3
 
@@ -214,7 +221,7 @@ def _drop_disabled_fields(raw: dict[str, Any], gates: FeatureGates, warnings: li
 
 def _pod_problems(raw: dict[str, Any]) -> list[str]:
     """What our own annotations on a pod get wrong (the scheduler would fall back silently)."""
-    meta = raw.get("metadata") or {}
+    meta = metadata_of(raw)
     problem = scoring_annotation_problem(raw)
     return [f"Pod {meta.get('namespace', '')}/{meta.get('name', '')}: {problem}"] if problem else []
 

@@ -11,15 +11,10 @@ import asyncio
 from typing import Any
 
 from extender.commands import output
-from extender.names import split_ref
-from extender.wiring import (
-    OptionsError,
-    SourceOptions,
-    add_source_arguments,
-    build_scheduler,
-    open_cluster,
-    source_options,
-)
+from extender.flags import add_source_arguments, source_options
+from extender.http.names import split_ref
+from extender.options import OptionsError, SourceOptions
+from extender.wiring import build_scheduler, open_cluster
 
 SYNC_TIMEOUT_S = 60.0
 
@@ -62,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _explain(args: argparse.Namespace, source: SourceOptions, namespace: str, name: str) -> int:
-    from extender.explain import ExplainError, explain_pod, render_text
+    from extender.http.explain import ExplainError, explain_pod, render_text
 
     try:
         cluster = await open_cluster(source, wait_ready_s=SYNC_TIMEOUT_S)

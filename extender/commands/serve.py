@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
-import gc
 import logging
 import shlex
 import signal
@@ -20,29 +18,21 @@ from typing import Any
 
 import orjson
 
-from allocator import AllocationError, cel
-from common.tls import ReloadingTLS
 from extender import eventloop
-from extender.cache import ClusterCache
 from extender.commands.output import EXIT_ERROR, add_logging_arguments, configure_logging, examples
-from extender.filtercache import FilterCache
-from extender.podclaims import has_claims
-from extender.server import ExtenderServer
-from extender.wiring import (
-    Cluster,
-    OptionsError,
-    ServeOptions,
+from extender.flags import (
     add_controller_arguments,
     add_network_arguments,
     add_scheduler_arguments,
     add_source_arguments,
     add_webhook_arguments,
-    build_scheduler,
-    build_webhook,
-    controllers_for,
-    open_cluster,
     serve_options,
 )
+from extender.http.server import ExtenderServer
+from extender.options import OptionsError, ServeOptions
+from extender.plugin.podclaims import has_claims
+from extender.state.cache import ClusterCache
+from extender.wiring import App, Cluster, ClusterUnreadable
 
 log = logging.getLogger("dra-extender")
 
@@ -66,79 +56,6 @@ def register(subparsers: Any) -> None:
     add_webhook_arguments(parser)
     add_controller_arguments(parser)
     parser.set_defaults(func=run)
-
-
-# The allocator makes many short-lived objects per node; collecting every 700 allocations (the default)
-# costs more than it frees. Measured on 500 nodes x 10 devices: full collections over the synced
-# cache paused the event loop for up to ~100 ms, and the frozen heap brings them to a few ms.
-GC_THRESHOLDS = (20_000, 20, 20)
-
-
-def tune_gc_after_sync() -> None:
-    """Move everything alive now (the synced cache) out of the collector's sight and collect less often;
-    give the memory the initial lists left free back to the system."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-    return_free_memory()
-
-
-def return_free_memory() -> None:
-    """Ask the C allocator to return its free pages (glibc's malloc_trim; elsewhere nothing happens).
-    Decoding the initial lists leaves part of the heap free but held (tens of MB at 5,000 nodes)."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
-
-
-# The initial lists allocate millions of objects that all stay alive: collecting while they arrive
-# only walks a growing heap again and again, with nothing to free. The collector is off until the
-# cache is synced, but for at most this long (an API server that never answers must not leave it off).
-SYNC_GC_PAUSE_S = 120.0
-
-
-async def _tune_gc_when_ready(cluster: Cluster) -> None:
-    if cluster.watcher is not None:
-        gc.disable()
-        try:
-            await cluster.watcher.wait_ready(SYNC_GC_PAUSE_S)
-        finally:
-            gc.enable()
-        await cluster.watcher.wait_ready()
-    tune_gc_after_sync()
-
-
-# Nodes whose view of their pools is built per turn of the event loop when warming them after the sync.
-WARM_BATCH = 250
-
-
-async def warm_node_views(cache: ClusterCache, filter_cache: FilterCache | None = None) -> None:
-    """Build every node's view of its pools now, a batch per turn of the event loop, so that the first
-    filters after a start do not build them all (at 5,000 nodes, most of the first full filter's time),
-    and the filter cache's per-node memos with them (another ~30 ms of it). A filter still builds
-    any view a later change invalidates, as before."""
-    names = cache.node_names()
-    for first in range(0, len(names), WARM_BATCH):
-        for name in names[first:first + WARM_BATCH]:
-            node = cache.node(name)
-            if node is not None:
-                with contextlib.suppress(AllocationError):  # a filter reports it for that node
-                    cache.inventory.node_pools(node, cache.features)
-                    if filter_cache is not None:
-                        filter_cache.warm(node)
-        await asyncio.sleep(0)
-
-
-async def _after_sync(cluster: Cluster, filter_cache: FilterCache | None = None) -> None:
-    """Once synced: tune the collector, warm the node views, then move the views out of the collector's
-    sight too. Built after the freeze, the views (hundreds of thousands of objects at 5,000 nodes) would
-    otherwise sit in the young generations and be walked again by the next collections of generation 1:
-    measured at 5,000 nodes, one such collection paused a cold filter for ~85 ms."""
-    await _tune_gc_when_ready(cluster)
-    await warm_node_views(cluster.cache, filter_cache)
-    gc.freeze()
 
 
 # The banner's example filter names this many nodes: enough to show the shape, short enough to paste
@@ -223,12 +140,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        # Checked without importing the engine: it is loaded by the first selector that needs it.
-        cel.configured_engine_name()
-    except ValueError as error:  # otherwise /readyz says ok and every filter fails
-        print(f"error: {cel.BACKEND_ENV}: {error}", file=sys.stderr)
-        return EXIT_ERROR
-    try:
         return eventloop.run(serve(options))
     except KeyboardInterrupt:
         return 0
@@ -241,62 +152,17 @@ async def serve(options: ServeOptions, stop: asyncio.Event | None = None) -> int
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
     try:
-        cluster = await open_cluster(options.source, wait_ready_s=None)
-    except Exception as error:
+        async with App(options) as app:
+            banner = asyncio.create_task(print_banner_when_synced(app.server, app.cluster))
+            try:
+                await stop.wait()
+            finally:
+                banner.cancel()
+            log.info("shutting down")
+            return 0
+    except ClusterUnreadable as error:
         log.error("cannot read the cluster: %s", error)
         return EXIT_ERROR
-    network = options.network
-    scheduler = build_scheduler(cluster, options.scheduler)
-    server = ExtenderServer(
-        scheduler,
-        watch_health=cluster.watcher.health if cluster.watcher else None,
-        limits=network.limits, debug_from_anywhere=network.debug_from_anywhere,
-    )
-    webhook = None
-    running = None
-    banner_task = None
-    extender_tls: ReloadingTLS | None = None
-    after_sync_task = asyncio.create_task(_after_sync(cluster, scheduler.filter_cache))
-    try:
-        if network.extender_tls_cert_file and network.extender_tls_private_key_file:
-            extender_tls = ReloadingTLS(
-                network.extender_tls_cert_file,
-                network.extender_tls_private_key_file,
-                client_ca_file=network.extender_client_ca_file,
-                name="extender serving",
-            )
-        await server.start(
-            network.bind_address,
-            network.extender_port,
-            network.debug_port,
-            extender_tls.server_context if extender_tls else None,
-        )
-        if extender_tls:
-            extender_tls.start()
-        webhook = build_webhook(options.webhook, cluster.cache, features=options.source.features,
-                                host=network.bind_address, limits=network.limits)
-        if webhook is not None:  # otherwise build_webhook logged why the port stays closed
-            await webhook.start()
-        running = await controllers_for(options.controllers, cluster, registry=server.metrics.registry)
-        if running is not None:
-            server.add_state("controllers", running.state)
-            server.driver_lost = running.driver_lost
-        banner_task = asyncio.create_task(print_banner_when_synced(server, cluster))
-        await stop.wait()
-        log.info("shutting down")
-        return 0
     except Exception as error:  # bad certificate, port in use, ...: say it in one line
         log.error("cannot start: %s", error)
         return EXIT_ERROR
-    finally:
-        after_sync_task.cancel()
-        if banner_task is not None:
-            banner_task.cancel()
-        if running is not None:
-            await running.stop()
-        if webhook is not None:
-            await webhook.stop()
-        if extender_tls is not None:
-            await extender_tls.stop()
-        await server.stop()
-        await cluster.close()

@@ -11,13 +11,10 @@ import asyncio
 from typing import Any
 
 from allocator import FeatureGates
+from common.objects import metadata_of
 from extender.commands import output
-from extender.wiring import (
-    SchedulerOptions,
-    add_feature_gates_argument,
-    add_scoring_argument,
-    features_of,
-)
+from extender.flags import add_feature_gates_argument, add_scoring_argument, features_of
+from extender.options import SchedulerOptions
 
 
 def register(subparsers: Any) -> None:
@@ -48,12 +45,12 @@ def register(subparsers: Any) -> None:
 
 
 def _key(raw: dict) -> tuple[str, str, str]:
-    meta = raw.get("metadata") or {}
+    meta = metadata_of(raw)
     return raw.get("kind", ""), meta.get("namespace") or "default", meta.get("name", "")
 
 
 def run(args: argparse.Namespace) -> int:
-    from extender.objects_io import ObjectLoadError, load_objects
+    from extender.kube.objects_io import ObjectLoadError, load_objects
 
     output.configure_logging(args.log_level, args.log_format)
     try:
@@ -72,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _simulate(args: argparse.Namespace, features: FeatureGates, objects: list[dict],
                     pod_raw: dict) -> int:
-    from extender.cache import ClusterCache
+    from extender.state.cache import ClusterCache
     from extender.wiring import Cluster, build_scheduler
 
     cache = ClusterCache.from_objects(objects, features)

@@ -7,6 +7,8 @@ Entry point (extender.wiring maps serve's flags onto ControllerOptions and calls
 
 Everything runs on the event loop that calls start; cache events must be applied on that loop.
 With leader election only the Lease holder acts; the others keep nothing but their candidacy.
+
+Imports plugin/, state/, kube/, allocator/ and common/; never http/ or the composition root.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
+from common.objects import metadata_of
 from extender.controllers.claims import ClaimIndex
 from extender.controllers.clock import Clock, RealClock
-from extender.controllers.driver_loss import DriverLossTracker
+from extender.controllers.driver_loss import DEFAULT_GRACE_PERIOD_S, DriverLossTracker
 from extender.controllers.events import EventRecorder
 from extender.controllers.evictor import PodEvictor, PodRef
 from extender.controllers.leader import LeaderElector
@@ -30,6 +33,7 @@ from extender.controllers.metrics import ControllerMetrics
 from extender.controllers.pools import PoolIndex
 from extender.controllers.taint_eviction import RuleRef, TaintEvictionController
 from extender.controllers.workqueue import RateLimiter, WorkQueue
+from extender.kube.client import KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +61,11 @@ def check_names(names: Iterable[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class ControllerOptions:
-    """What runs and how; the defaults here are the flags' defaults (extender.wiring)."""
+    """What runs and how; the defaults here are the flags' defaults (extender.flags)."""
 
     names: tuple[str, ...] = ()
     workers: int = 10
-    driver_loss_grace_period: float = 300.0
+    driver_loss_grace_period: float = DEFAULT_GRACE_PERIOD_S
     evict_on_driver_loss: bool = False
     leader_elect: bool = False
     lease_namespace: str = "kube-system"
@@ -83,7 +87,7 @@ class _Term:
     def __init__(
         self,
         cache: ControllerCache,
-        client: Any,
+        client: KubeClient,
         clock: Clock,
         options: ControllerOptions,
         metrics: ControllerMetrics,
@@ -150,7 +154,7 @@ class _Term:
 
     def on_event(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if kind == "ResourceSlice":
-            name = str((new.get("metadata") or {}).get("name") or "")
+            name = str(metadata_of(new).get("name") or "")
             touched = self.pools.remove(name) if event_type == "DELETED" else self.pools.upsert(new)
             if touched:
                 if self.taint is not None:
@@ -190,7 +194,7 @@ class Controllers:
     def __init__(
         self,
         cache: ControllerCache,
-        client: Any,
+        client: KubeClient,
         clock: Clock,
         options: ControllerOptions,
         registry: CollectorRegistry,
@@ -306,7 +310,7 @@ def default_identity() -> str:
 
 async def start_controllers(
     cache: ControllerCache,
-    client: Any,
+    client: KubeClient,
     options: ControllerOptions,
     *,
     registry: CollectorRegistry,

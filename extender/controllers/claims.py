@@ -7,8 +7,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from common.claimrefs import controlled_by_group_of, is_controlled_by, is_group_reference, pod_uid
+from common.objects import metadata_of
 from extender.controllers.pools import DeviceId, PoolId
-from extender.podclaims import (
+from extender.plugin.podclaims import (
     ClaimsNotReady,
     InvalidPodError,
     allocation_of,
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def claim_key(raw: Mapping[str, Any]) -> str:
-    meta = raw.get("metadata") or {}
+    meta = metadata_of(raw)
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
@@ -47,7 +48,7 @@ def consumers(claim: Mapping[str, Any], pods: Any, *, groups: bool = False) -> I
 
     `groups` (gate DRAWorkloadResourceClaims): a PodGroup consumer stands for every pod of the group;
     the caller still checks that each one uses the claim."""
-    namespace = (claim.get("metadata") or {}).get("namespace") or ""
+    namespace = metadata_of(claim).get("namespace") or ""
     for entry in reserved_for(claim):
         if groups and is_group_reference(entry):
             yield from pods.pods_in_group(namespace, str(entry.get("name") or ""))
@@ -67,7 +68,7 @@ def consumers(claim: Mapping[str, Any], pods: Any, *, groups: bool = False) -> I
 def pod_claim_keys(pod: Mapping[str, Any], claims: ClaimIndex, *, groups: bool = False) -> list[str]:
     """Keys of the allocated claims that belong to this pod (template claims must be owned by it or,
     with `groups`, by its PodGroup)."""
-    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    namespace = metadata_of(pod).get("namespace") or ""
     keys: list[str] = []
     try:
         refs = claim_references(pod)

@@ -47,6 +47,10 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{secs}s" if minutes else f"{secs}s"
 
 
+# How long devices of a pool without ResourceSlices stay reserved unless --driver-loss-grace-period says.
+DEFAULT_GRACE_PERIOD_S = 300.0
+
+
 class DriverLossTracker:
     def __init__(
         self,
@@ -56,7 +60,7 @@ class DriverLossTracker:
         pools: PoolIndex,
         claims: ClaimIndex,
         *,
-        grace_period: float = 300.0,
+        grace_period: float = DEFAULT_GRACE_PERIOD_S,
         evictor: PodEvictor | None = None,
     ) -> None:
         if grace_period < 0:

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from common.objects import metadata_of
 from extender.controllers.clock import Clock, format_time
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,7 @@ class EventClient(Protocol):
 
 
 def object_reference(obj: Mapping[str, Any]) -> dict[str, str]:
-    meta = obj.get("metadata") or {}
+    meta = metadata_of(obj)
     ref = {
         "apiVersion": str(obj.get("apiVersion") or ""),
         "kind": str(obj.get("kind") or ""),

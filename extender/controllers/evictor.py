@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from common.objects import metadata_of
 from extender.controllers.clock import Clock, format_time
 from extender.controllers.events import EventRecorder
 from extender.controllers.metrics import ControllerMetrics
@@ -43,7 +44,7 @@ class PodRef(NamedTuple):
 
     @classmethod
     def of(cls, pod: dict) -> PodRef:
-        meta = pod.get("metadata") or {}
+        meta = metadata_of(pod)
         return cls(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""))
 
     def path(self) -> str:
@@ -170,11 +171,11 @@ class PodEvictor:
                 self._done(ref)
                 return None
             raise
-        if (pod.get("metadata") or {}).get("uid") != ref.uid:
+        if metadata_of(pod).get("uid") != ref.uid:
             log.info("pod %s/%s was replaced (UID %s gone), not evicting the new one", *ref)
             self._done(ref)
             return None
-        if not (pod.get("metadata") or {}).get("deletionTimestamp") and not await self._delete(
+        if not metadata_of(pod).get("deletionTimestamp") and not await self._delete(
             ref, pod, eviction
         ):
             self._done(ref)  # deleted by someone else meanwhile: not our eviction, no metrics
@@ -212,7 +213,7 @@ class PodEvictor:
         if not any(_same_condition(existing, condition) for existing in conditions):
             condition["lastTransitionTime"] = format_time(self._clock.now())
             merged = [c for c in conditions if c.get("type") != CONDITION_TYPE] + [condition]
-            meta = pod.get("metadata") or {}
+            meta = metadata_of(pod)
             # uid and resourceVersion make the merge patch conditional: a replaced pod or a concurrent
             # status write gets 409 and the queue retries with a fresh GET.
             body = {

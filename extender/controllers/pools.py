@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.objects import metadata_of
 from extender.controllers.tolerations import NO_EXECUTE
 
 PoolId = tuple[str, str]  # (driver, pool)
@@ -47,7 +48,7 @@ class PoolIndex:
 
     def upsert(self, raw: dict) -> set[PoolId]:
         """Add or replace a slice; returns the pools whose contents changed (a slice may move pools)."""
-        name = str((raw.get("metadata") or {}).get("name") or "")
+        name = str(metadata_of(raw).get("name") or "")
         touched = self.remove(name)
         located = slice_pool(raw)
         if located is None:

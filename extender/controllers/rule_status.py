@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from common.objects import metadata_of
+
 CONDITION_TYPE = "EvictionInProgress"
 NO_EXECUTE = "NoExecute"
 NONE = "None"
@@ -71,7 +73,7 @@ def eviction_condition(
         "status": status,
         "reason": reason,
         "message": message,
-        "observedGeneration": (rule.get("metadata") or {}).get("generation") or 0,
+        "observedGeneration": metadata_of(rule).get("generation") or 0,
     }
 
 

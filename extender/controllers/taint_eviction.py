@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from common.claimrefs import pod_uid
+from common.objects import metadata_of
 from extender.controllers.claims import (
     ClaimIndex,
     allocated_results,
@@ -28,7 +29,7 @@ from extender.controllers.evictor import Eviction, PodEvictor, PodRef, Reason
 from extender.controllers.pools import DeviceId, PoolId, PoolIndex
 from extender.controllers.rule_status import current_condition, eviction_condition, same_condition
 from extender.controllers.tolerations import NO_EXECUTE, eviction_time
-from extender.podgroups import reserved_for_pod
+from extender.plugin.podgroups import reserved_for_pod
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def _rule_taint(rule: Mapping[str, Any]) -> dict:
 
 
 def _uid(raw: Mapping[str, Any]) -> str:
-    return str((raw.get("metadata") or {}).get("uid") or "")
+    return str(metadata_of(raw).get("uid") or "")
 
 
 class TaintEvictionController:
@@ -112,7 +113,7 @@ class TaintEvictionController:
         for raw in objects:
             kind = raw.get("kind")
             if kind == "DeviceTaintRule":
-                self._rules[str((raw.get("metadata") or {}).get("name"))] = raw
+                self._rules[str(metadata_of(raw).get("name"))] = raw
             elif kind == "Pod":
                 pods.append(raw)
         self._recompute(self._claims.keys())
@@ -145,7 +146,7 @@ class TaintEvictionController:
         self._reevaluate(self._recompute(keys))
 
     def on_rule(self, event_type: str, new: dict, old: dict | None) -> None:
-        name = str((new.get("metadata") or {}).get("name"))
+        name = str(metadata_of(new).get("name"))
         previous = self._rules.get(name) or old
         if event_type == "DELETED":
             self._rules.pop(name, None)
@@ -160,7 +161,7 @@ class TaintEvictionController:
         )
         if spec_changed:
             self._reevaluate(self._recompute(self._claims.keys()))
-        generation = (new.get("metadata") or {}).get("generation")
+        generation = metadata_of(new).get("generation")
         if event_type != "DELETED" and (
             spec_changed or (previous or {}).get("metadata", {}).get("generation") != generation
         ):
@@ -248,7 +249,7 @@ class TaintEvictionController:
         return Eviction.combine(evictions)
 
     def _evaluate_pod(self, pod: dict) -> None:
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if metadata_of(pod).get("deletionTimestamp"):
             return  # on its way out already (maybe our doing); a pending eviction just completes
         self._evictor.want(PodRef.of(pod), SOURCE, self._eviction_of_pod(pod))
 
@@ -259,7 +260,7 @@ class TaintEvictionController:
         if rule is None or _uid(rule) != ref.uid:
             return None
         now = self._clock.now()
-        generation = (rule.get("metadata") or {}).get("generation") or 0
+        generation = metadata_of(rule).get("generation") or 0
         effect = _rule_taint(rule).get("effect")
         existing = current_condition(rule)
         written = self._written.get(ref.uid)
@@ -319,7 +320,7 @@ class TaintEvictionController:
                 ref = PodRef.of(pod)
                 if (
                     (pod.get("spec") or {}).get("nodeName")
-                    and not (pod.get("metadata") or {}).get("deletionTimestamp")
+                    and not metadata_of(pod).get("deletionTimestamp")
                     and not self._evictor.was_evicted(ref.uid)
                     and key in pod_claim_keys(pod, self._claims, groups=self._groups)
                     and reserved_for_pod(claim, pod, accept_group=self._groups)

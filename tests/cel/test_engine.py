@@ -170,17 +170,17 @@ def test_engines_memoize_real_selectors(engine_name: str) -> None:
     assert selector.matches(keyed) is True
 
 
-def test_environment_variable_chooses_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(cel.BACKEND_ENV, "celpy")
+def test_use_engine_chooses_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cel, "_chosen", None)
+    cel.use_engine("celpy")
     assert cel.default_engine().name == "celpy"
     assert cel.compile("true").engine == "celpy"
-    monkeypatch.setenv(cel.BACKEND_ENV, "fastest")
     with pytest.raises(ValueError, match="unknown CEL engine 'fastest'"):
-        cel.default_engine()
+        cel.use_engine("fastest")
 
 
 def test_default_engine_prefers_cel_expr_and_falls_back_to_celpy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(cel.BACKEND_ENV, raising=False)
+    monkeypatch.setattr(cel, "_chosen", None)
     assert cel.default_engine().name == ("cel-expr" if cel.cel_expr_available() else "celpy")
     monkeypatch.setattr(cel, "cel_expr_available", lambda: False)
     monkeypatch.setattr(cel, "_engines", {})
@@ -196,7 +196,7 @@ def test_unusable_cel_expr_falls_back_to_celpy(monkeypatch: pytest.MonkeyPatch) 
     def broken() -> None:
         raise RuntimeError("INVALID_ARGUMENT: incompatible release")
 
-    monkeypatch.delenv(cel.BACKEND_ENV, raising=False)
+    monkeypatch.setattr(cel, "_chosen", None)
     monkeypatch.setattr(cel, "cel_expr_available", lambda: True)
     monkeypatch.setattr(cel, "_engines", {})
     monkeypatch.setattr(celexpr_backend, "CelExprBackend", broken)
@@ -244,15 +244,13 @@ def test_make_device_needs_a_driver() -> None:
 
 
 def test_configured_engine_name_checks_without_importing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(cel.BACKEND_ENV, raising=False)
+    monkeypatch.setattr(cel, "_chosen", None)
     assert cel.configured_engine_name() == ("cel-expr" if cel.cel_expr_available() else "celpy")
-    monkeypatch.setenv(cel.BACKEND_ENV, "fastest")
     with pytest.raises(ValueError, match="unknown CEL engine 'fastest'"):
-        cel.configured_engine_name()
-    monkeypatch.setenv(cel.BACKEND_ENV, "cel-expr")
+        cel.use_engine("fastest")
     monkeypatch.setattr(cel, "cel_expr_available", lambda: False)
     with pytest.raises(ValueError, match="needs the cel-expr-python package"):
-        cel.configured_engine_name()
+        cel.use_engine("cel-expr")
 
 
 def test_a_driver_equality_does_not_load_an_engine() -> None:

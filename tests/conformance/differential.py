@@ -13,7 +13,6 @@ count the divergence as ours: :data:`KNOWN_DIFFERENCES` recognises each, and the
 from __future__ import annotations
 
 import copy
-import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -65,15 +64,12 @@ class Verdict:
 @contextmanager
 def cel_engine(name: str) -> Iterator[None]:
     """Make the allocator compile with CEL engine ``name`` for the duration."""
-    saved = os.environ.get(cel.BACKEND_ENV)
-    os.environ[cel.BACKEND_ENV] = name
+    saved = cel.configured_engine_name()
+    cel.use_engine(name)
     try:
         yield
     finally:
-        if saved is None:
-            del os.environ[cel.BACKEND_ENV]
-        else:
-            os.environ[cel.BACKEND_ENV] = saved
+        cel.use_engine(saved)
 
 
 def run_ours(world: Obj, deadline_s: float = 10.0, *, prune: bool = True) -> Verdict:

@@ -15,9 +15,9 @@ from fakeclock import FakeClock
 from prometheus_client import CollectorRegistry
 
 from allocator import FeatureGates
-from extender.cache import ClusterCache
 from extender.controllers import ControllerOptions, Controllers, start_controllers
-from extender.kubeapi import KubeClient
+from extender.kube.client import KubeClient
+from extender.state.cache import ClusterCache
 
 KINDS = {"Pod", "ResourceClaim", "ResourceSlice", "DeviceTaintRule"}
 

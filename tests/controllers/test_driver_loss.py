@@ -7,9 +7,9 @@ from ctrl_objects import claim, consumer, device_class, node, pending_claim, pod
 
 from allocator import Allocator, FeatureGates, ResourceClaim
 from common.rules import parse_duration
-from extender.cache import ClusterCache
 from extender.controllers import ControllerOptions
-from extender.wiring import add_controller_arguments
+from extender.flags import add_controller_arguments
+from extender.state.cache import ClusterCache
 
 LOST = "dra_extender_driver_lost_devices"
 

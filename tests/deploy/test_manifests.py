@@ -35,8 +35,8 @@ from deploy_manifests import (
 )
 
 from allocator import FeatureGates
-from extender.cache import ClusterCache
-from extender.server import DEFAULT_PREFIX, ExtenderServer
+from extender.http.server import DEFAULT_PREFIX, ExtenderServer
+from extender.state.cache import ClusterCache
 from extender.wiring import Cluster, build_scheduler
 from webhook.admission import AdmissionHandler
 from webhook.server import build_app
@@ -167,7 +167,7 @@ def test_overlay_args_parse_together_with_the_base_args() -> None:
 
 
 def test_eviction_component_args_match_the_controllers_flags() -> None:
-    from extender.wiring import add_controller_arguments
+    from extender.flags import add_controller_arguments
 
     parser = argparse.ArgumentParser()
     add_controller_arguments(parser)

@@ -79,15 +79,15 @@ def served_metrics() -> set[str]:
     import asyncio
 
     from allocator import FeatureGates
-    from extender.assume import AssumeCache
-    from extender.cache import ClusterCache
-    from extender.claimwriter import ClaimWriter
     from extender.controllers.metrics import ControllerMetrics
-    from extender.objects_io import load_objects
-    from extender.scheduling import Scheduler
-    from extender.server import ExtenderServer
+    from extender.http.server import ExtenderServer
+    from extender.kube.objects_io import load_objects
+    from extender.plugin.claimwriter import ClaimWriter
+    from extender.plugin.scheduling import Scheduler
+    from extender.state.assume import AssumeCache
+    from extender.state.cache import ClusterCache
+    from extender.state.lookup import ClusterCacheLookup
     from webhook.admission import AdmissionHandler
-    from webhook.cache_lookup import as_lookup
     from webhook.server import build_app
 
     async def scrape() -> set[str]:
@@ -97,7 +97,7 @@ def served_metrics() -> set[str]:
         server = ExtenderServer(Scheduler(cache, assume, ClaimWriter(None, cache)))
         ControllerMetrics(server.metrics.registry)
         await server.start("127.0.0.1", 0, 0)
-        webhook = TestServer(build_app(AdmissionHandler(as_lookup(cache), features=FeatureGates())))
+        webhook = TestServer(build_app(AdmissionHandler(ClusterCacheLookup(cache), features=FeatureGates())))
         await webhook.start_server()
         try:
             async with aiohttp.ClientSession() as session:

@@ -27,11 +27,11 @@ from deploy_manifests import (
     load_docs,
 )
 
-from extender.informer import DEFAULT_KINDS, POD_GROUPS
+from extender.kube.informer import DEFAULT_KINDS, POD_GROUPS
 
 SOURCE_PACKAGES = ("common", "extender", "webhook")
 # The client itself: its methods are the calls, not call sites.
-CLIENT_MODULE = "extender/kubeapi.py"
+CLIENT_MODULE = "extender/kube/client.py"
 CLIENT_METHODS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 CLIENT_NAMES = {"client", "_client"}
 CONTROLLERS_PREFIX = "extender/controllers/"
@@ -51,7 +51,7 @@ P = Permission
 # (module, permission): what each module asks of the API server. Written by hand; checked below.
 API_CALLS: set[tuple[str, Permission]] = {
     # cluster cache: list + watch of every kind it holds
-    *{("extender/informer.py", P(verb, group, resource))
+    *{("extender/kube/informer.py", P(verb, group, resource))
       for verb in ("list", "watch")
       for group, resource in (("", "nodes"), ("", "pods"), ("resource.k8s.io", "deviceclasses"),
                               ("resource.k8s.io", "resourceslices"), ("resource.k8s.io", "resourceclaims"),
@@ -60,16 +60,16 @@ API_CALLS: set[tuple[str, Permission]] = {
                               # only with --feature-gates=DRAWorkloadResourceClaims=true
                               ("scheduling.k8s.io", "podgroups"))},
     # bind: re-read on conflict, finalizer, allocation + reservation, Binding, pod check after a 409
-    ("extender/claimwriter.py", P("get", "resource.k8s.io", "resourceclaims")),
-    ("extender/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims")),
-    ("extender/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims/status")),
-    ("extender/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims/binding")),
-    ("extender/claimwriter.py", P("create", "", "pods/binding")),
-    ("extender/claimwriter.py", P("get", "", "pods")),
+    ("extender/plugin/claimwriter.py", P("get", "resource.k8s.io", "resourceclaims")),
+    ("extender/plugin/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims")),
+    ("extender/plugin/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims/status")),
+    ("extender/plugin/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims/binding")),
+    ("extender/plugin/claimwriter.py", P("create", "", "pods/binding")),
+    ("extender/plugin/claimwriter.py", P("get", "", "pods")),
     # extended resources backed by DRA: the pod's special claim, its removal, extendedResourceClaimStatus
-    ("extender/claimwriter.py", P("create", "resource.k8s.io", "resourceclaims")),
-    ("extender/claimwriter.py", P("delete", "resource.k8s.io", "resourceclaims")),
-    ("extender/claimwriter.py", P("patch", "", "pods/status")),
+    ("extender/plugin/claimwriter.py", P("create", "resource.k8s.io", "resourceclaims")),
+    ("extender/plugin/claimwriter.py", P("delete", "resource.k8s.io", "resourceclaims")),
+    ("extender/plugin/claimwriter.py", P("patch", "", "pods/status")),
     # eviction: re-read, DisruptionTarget condition, delete with UID precondition
     ("extender/controllers/evictor.py", P("get", "", "pods")),
     ("extender/controllers/evictor.py", P("patch", "", "pods/status")),
@@ -235,7 +235,8 @@ def _with_synthetic(module: str, permission: Permission) -> Iterator[tuple[str, 
 def derived_calls() -> set[tuple[str, Permission]]:
     derived: set[tuple[str, Permission]] = set()
     for site in call_sites():
-        if site.module == "extender/informer.py" and site.method in ("list", "watch") and site.path is None:
+        if (site.module == "extender/kube/informer.py" and site.method in ("list", "watch")
+                and site.path is None):
             # The informer's path is the watched kind's: every kind in DEFAULT_KINDS, and PodGroups
             # with the DRAWorkloadResourceClaims gate.
             for watched in (*DEFAULT_KINDS, POD_GROUPS):
@@ -295,7 +296,7 @@ def test_the_scanner_sees_the_known_call_sites() -> None:
     # Guards the scanner itself: if it silently found nothing, the comparison above would be vacuous.
     sites = call_sites()
     modules = {site.module for site in sites}
-    assert {"extender/informer.py", "extender/claimwriter.py", "extender/controllers/evictor.py",
+    assert {"extender/kube/informer.py", "extender/plugin/claimwriter.py", "extender/controllers/evictor.py",
             "extender/controllers/leader.py", "extender/controllers/events.py",
             "extender/controllers/taint_eviction.py"} <= modules
     assert len(sites) >= 14

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 from fakeapi import FakeApiServer
 
-from extender.kubeapi import KubeClient
+from extender.kube.client import KubeClient
 
 
 @pytest.fixture

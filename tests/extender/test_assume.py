@@ -8,8 +8,8 @@ import random
 import pytest
 
 from allocator import FeatureGates, ResourceClaim
-from extender.assume import AlreadyInFlight, AssumeCache
-from extender.cache import ClusterCache
+from extender.state.assume import AlreadyInFlight, AssumeCache
+from extender.state.cache import ClusterCache
 
 DRIVER, POOL = "gpu.example.com", "node-1"
 

@@ -11,11 +11,11 @@ import dra_objects as o
 import pytest
 
 from allocator import FeatureGates, ResourceClaim
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.extendedresources import Variant
-from extender.scheduling import BindFailed, Scheduler
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.extendedresources import Variant
+from extender.plugin.scheduling import BindFailed, Scheduler
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 
 class Clock:

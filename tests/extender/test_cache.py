@@ -10,7 +10,7 @@ import yaml
 
 from allocator import FeatureGates
 from common.claimrefs import known_claim_names
-from extender.cache import CacheError, ClusterCache
+from extender.state.cache import CacheError, ClusterCache
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
 

@@ -1,12 +1,12 @@
 """common.claimrefs is the one reading of a pod's claim references: the scheduler's strict reading
-(extender.podclaims), the cache's lenient one and the webhook's pod_references_claim agree on it."""
+(extender.plugin.podclaims), the cache's lenient one and the webhook's pod_references_claim agree on it."""
 
 from __future__ import annotations
 
 import pytest
 
 from common.claimrefs import ClaimSource, known_claim_names, resolve_entry
-from extender.podclaims import ClaimNotCreated, InvalidPodError, claim_name_for
+from extender.plugin.podclaims import ClaimNotCreated, InvalidPodError, claim_name_for
 from webhook.claims import pod_references_claim
 
 ENTRIES = [

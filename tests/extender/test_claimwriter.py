@@ -10,11 +10,11 @@ import yaml
 from fakeapi import ApiRequest, FakeApiServer, StatusError
 
 from allocator import FeatureGates, ResourceClaim
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import FINALIZER, BindError, ClaimWriter
-from extender.informer import ClusterWatcher
-from extender.kubeapi import KubeClient
+from extender.kube.client import KubeClient
+from extender.kube.informer import ClusterWatcher
+from extender.plugin.claimwriter import FINALIZER, BindError, ClaimWriter
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 DRIVER = "gpu.example.com"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"

@@ -15,8 +15,8 @@ import yaml
 from fakeapi import FakeApiServer
 from tls_material import write_ca_and_certs
 
-from extender import credentials
-from extender.kubeapi import KubeClient
+from extender.kube import credentials
+from extender.kube.client import KubeClient
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 
@@ -158,7 +158,7 @@ def test_serve_connects_without_importing_the_kubernetes_package(tmp_path: Path)
     script = textwrap.dedent(f"""
         import asyncio, sys
         import extender.commands.serve
-        from extender.kubeapi import KubeClient
+        from extender.kube.client import KubeClient
         client = asyncio.run(KubeClient.connect(kubeconfig={str(path)!r}))
         assert client.base_url == "https://127.0.0.1:1"
         print(sorted(name for name in sys.modules if name.split(".")[0] == "kubernetes"))

@@ -13,12 +13,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from allocator import FeatureGates
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.objects_io import load_objects
-from extender.scheduling import Scheduler
-from extender.server import ExtenderServer
+from extender.http.server import ExtenderServer
+from extender.kube.objects_io import load_objects
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.scheduling import Scheduler
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
 HOSTILE = '<img src=x onerror="alert(1)">&'
@@ -146,27 +146,29 @@ async def test_five_thousand_nodes_render_one_page_of_them() -> None:
 
 
 def test_shared_pools_group_apart() -> None:
-    from extender.devicemap import SHARED_POOLS, build_map, take_view
+    from extender.http.devicemap import SHARED_POOLS, build_map, take_view
 
     objects = load_objects([EXAMPLES])
     shared = copy.deepcopy(next(raw for raw in objects if raw["kind"] == "ResourceSlice"))
     shared["metadata"].update(name="network", uid="uid-network")
     shared["spec"].pop("nodeName")
     shared["spec"].update(allNodes=True, pool={"name": "fabric", "generation": 1, "resourceSliceCount": 1})
-    device_map = build_map(take_view(build_server([*objects, shared])))
+    server = build_server([*objects, shared])
+    device_map = build_map(take_view(server.cache, server.scheduler.in_flight()))
     assert [pool.pool for pool in device_map.groups[SHARED_POOLS]] == ["fabric"]
 
 
 @pytest.mark.parametrize("older", [True, False])
 def test_only_the_newest_generation_of_a_pool_counts(older: bool) -> None:
-    from extender.devicemap import build_map, take_view
+    from extender.http.devicemap import build_map, take_view
 
     objects = load_objects([EXAMPLES])
     stale = copy.deepcopy(next(raw for raw in objects if raw["kind"] == "ResourceSlice"))
     stale["metadata"].update(name="stale", uid="uid-stale")
     stale["spec"]["pool"]["generation"] = 0 if older else 2
     stale["spec"]["devices"] = stale["spec"]["devices"][:1]
-    device_map = build_map(take_view(build_server([*objects, stale])))
+    server = build_server([*objects, stale])
+    device_map = build_map(take_view(server.cache, server.scheduler.in_flight()))
     [pool] = device_map.groups["node-1"]
     assert len(device_map.devices(pool)) == pool.device_count == (8 if older else 1)
 

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from test_devicemap import example_server
 
-from extender.server import ExtenderServer
+from extender.http.server import ExtenderServer
 
 BROWSER = next((found for name in ("chromium", "chromium-browser", "google-chrome")
                 if (found := shutil.which(name))), None)

@@ -7,12 +7,12 @@ import pytest
 from loop_turns import loop_turns
 
 from allocator import FeatureGates
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.explain import ExplainError, explain_pod, render_text
-from extender.filtercache import FilterCache
-from extender.scheduling import Scheduler
+from extender.http.explain import ExplainError, explain_pod, render_text
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.filtercache import FilterCache
+from extender.plugin.scheduling import Scheduler
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 
 def make(objs: list[dict[str, Any]]) -> Scheduler:

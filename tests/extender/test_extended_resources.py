@@ -11,19 +11,19 @@ import pytest
 from test_scheduling import make, pod_of
 
 from allocator import FeatureGates
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.explain import explain_pod, render_text
-from extender.extendedresources import (
+from extender.http.explain import explain_pod, render_text
+from extender.kube.client import ApiError
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.extendedresources import (
     EXTENDED_CLAIM_ANNOTATION,
     IMPLICIT_PREFIX,
     build_requests,
     requested_names,
 )
-from extender.filtercache import FilterCache
-from extender.kubeapi import ApiError
-from extender.scheduling import BindFailed, Scheduler
+from extender.plugin.filtercache import FilterCache
+from extender.plugin.scheduling import BindFailed, Scheduler
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 GPU = "example.com/gpu"
 

@@ -10,7 +10,7 @@ from test_extended_resources import extended_class, gpu_pod, special_claims
 from test_scheduling import make, pod_of
 from test_server import example, get, post  # noqa: F401  (example is a fixture)
 
-from extender.server import ExtenderServer
+from extender.http.server import ExtenderServer
 
 NODES = ["node-1", "node-2", "node-3"]
 

@@ -14,13 +14,13 @@ import pytest
 
 from allocator import AllocationOutcome, Allocator, FeatureGates, Node, ResourceClaim
 from allocator.errors import AllocationTimeout
-from extender import planning, scheduling
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.filtercache import FilterCache
-from extender.scheduling import Scheduler
-from extender.verdicts import TIMED_OUT_MESSAGE
+from extender.plugin import planning, scheduling
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.filtercache import FilterCache
+from extender.plugin.scheduling import Scheduler
+from extender.plugin.verdicts import TIMED_OUT_MESSAGE
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 
 class SlowNodes:
@@ -105,7 +105,7 @@ async def test_no_fitting_node_and_no_timeout_stays_unschedulable(slow_nodes: Sl
 
 async def test_timed_out_outcomes_are_never_cached(slow_nodes: SlowNodes) -> None:
     slow_nodes.slow = {"node-1"}
-    # node-1 unlike node-0, so that no twin answers it (extender/twins.py): it must be searched again.
+    # node-1 unlike node-0, so that no twin answers it (extender/plugin/twins.py): it must be searched again.
     objs = [o.gpu_slice("node-1", 2, models=["H100"]) if raw is OBJECTS[5] else raw for raw in OBJECTS]
     cache = ClusterCache.from_objects(objs, FeatureGates())
     assume = AssumeCache()

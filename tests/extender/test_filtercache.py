@@ -7,13 +7,13 @@ import dra_objects as o
 import pytest
 
 from allocator import AllocationOutcome, FeatureGates
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.filtercache import FilterCache
-from extender.nodecheck import NodeChecker
-from extender.scheduling import BindFailed, Scheduler
-from extender.verdicts import CANNOT_ALLOCATE
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.filtercache import FilterCache
+from extender.plugin.nodecheck import NodeChecker
+from extender.plugin.scheduling import BindFailed, Scheduler
+from extender.plugin.verdicts import CANNOT_ALLOCATE
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 NODES = ["node-0", "node-1", "node-2"]
 

@@ -8,7 +8,7 @@ perDeviceNodeSelection), node labels, node declared features (half the nodes hav
 operations, DRAOptionalNodeOperations) and pool generations that leave a pool incomplete.
 
 The twin layout starts with alike nodes only (node-local pools, named apart from their nodes), so that
-the verdict snapshot (extender/twins.py) answers most nodes, and the same changes make them differ
+the verdict snapshot (extender/plugin/twins.py) answers most nodes, and the same changes make them differ
 again; there the fitting nodes' outcomes themselves (pools, node selectors) are compared too.
 """
 
@@ -22,12 +22,12 @@ import dra_objects as o
 import pytest
 
 from allocator import OPTIONAL_NODE_OPERATIONS, FeatureGates, ResourceClaim
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.filtercache import FilterCache
-from extender.planning import SchedulingError
-from extender.scheduling import BindFailed, Scheduler
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.filtercache import FilterCache
+from extender.plugin.planning import SchedulingError
+from extender.plugin.scheduling import BindFailed, Scheduler
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 NODES = [f"node-{index}" for index in range(4)]
 DEVICES_PER_SLICE = 2

@@ -14,10 +14,10 @@ import pytest
 from test_server import EXAMPLES, JSON, PAYLOADS, build_server
 
 from common.httpguard import LARGE_BODY_BYTES, LARGE_BODY_SLOTS, MAX_BIND_BYTES, HttpLimits
-from extender import wire
-from extender.objects_io import load_objects
-from extender.server import ExtenderServer
-from extender.verdicts import NAMED_UNKNOWN_NODES
+from extender.http import wire
+from extender.http.server import ExtenderServer
+from extender.kube.objects_io import load_objects
+from extender.plugin.verdicts import NAMED_UNKNOWN_NODES
 
 
 @pytest.fixture
@@ -165,7 +165,7 @@ def test_a_request_with_more_nodes_than_any_cluster_is_refused() -> None:
 
 def test_limits_of_serve_flags() -> None:
     from extender.cli import build_parser
-    from extender.wiring import http_limits
+    from extender.flags import http_limits
 
     args = build_parser().parse_args(["serve", "--snapshot", str(Path("x")), "--max-request-bytes", "1000",
                                       "--max-connections", "5", "--idle-timeout", "3"])

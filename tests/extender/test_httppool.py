@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Callable
 import orjson
 import pytest
 
-from extender.httppool import HttpPool, HttpProtocolError, StaleConnection
-from extender.kubeapi import KubeClient
+from extender.kube.client import KubeClient
+from extender.kube.httppool import HttpPool, HttpProtocolError, StaleConnection
 
 Reply = Callable[[bytes], list[bytes] | None]
 MakeClient = Callable[["ScriptedServer"], KubeClient]

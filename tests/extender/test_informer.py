@@ -9,9 +9,9 @@ import pytest
 from fakeapi import FakeApiServer
 
 from allocator import FeatureGates
-from extender.cache import ClusterCache, Replacement
-from extender.informer import Backoff, ClusterWatcher, ListStrategy, WatchedKind
-from extender.kubeapi import KubeClient
+from extender.kube.client import KubeClient
+from extender.kube.informer import Backoff, ClusterWatcher, ListStrategy, WatchedKind
+from extender.state.cache import ClusterCache, Replacement
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims"
 
@@ -193,7 +193,7 @@ async def test_unexpected_errors_restart_from_a_fresh_list(fake_api: FakeApiServ
 
 
 def test_a_list_response_lets_go_of_each_item_once_the_cache_has_it() -> None:
-    from extender.informer import _handed_over
+    from extender.kube.informer import _handed_over
 
     items = [{"a": 1}, {"b": 2}]
     handed = []

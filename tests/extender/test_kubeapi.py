@@ -13,7 +13,7 @@ import yaml
 from fakeapi import FakeApiServer
 from tls_material import TLSFiles, write_ca_and_certs
 
-from extender.kubeapi import (
+from extender.kube.client import (
     ApiError,
     KubeClient,
     KubeConfigError,
@@ -318,7 +318,7 @@ async def test_connect_with_kubeconfig_mtls_and_token(tmp_path: Path) -> None:
 
 async def test_connect_in_cluster_rotates_the_service_account_token(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from extender import credentials
+    from extender.kube import credentials
 
     files = write_ca_and_certs(tmp_path)
     fake = FakeApiServer(token="first")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 
 from extender.controllers.metrics import ControllerMetrics
-from extender.metrics import Metrics
+from extender.plugin.metrics import Metrics
 from webhook.metrics import WebhookMetrics
 
 

@@ -8,12 +8,12 @@ from typing import Any
 import dra_objects as o
 
 from allocator import OPTIONAL_NODE_OPERATIONS, FeatureGates
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.filtercache import FilterCache
-from extender.nodecheck import NODE_OPERATIONS_MESSAGE
-from extender.scheduling import Scheduler
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.filtercache import FilterCache
+from extender.plugin.nodecheck import NODE_OPERATIONS_MESSAGE
+from extender.plugin.scheduling import Scheduler
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 GATES = FeatureGates({"DRAOptionalNodeOperations": True})
 

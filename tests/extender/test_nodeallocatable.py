@@ -13,13 +13,12 @@ import pytest
 from fakeapi import ApiRequest
 
 from allocator import FeatureGates, InvalidObjectError, Inventory, Node, ResourceClaim, ResourceSlice
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.explain import explain_pod, render_text
-from extender.filtercache import FilterCache
-from extender.kubeapi import KubeClient
-from extender.nodeallocatable import (
+from extender.http.explain import explain_pod, render_text
+from extender.http.server import ExtenderServer
+from extender.kube.client import KubeClient
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.filtercache import FilterCache
+from extender.plugin.nodeallocatable import (
     ClaimUse,
     NodeAllocatableError,
     NodeUsage,
@@ -27,14 +26,16 @@ from extender.nodeallocatable import (
     as_fit_units,
     claim_statuses,
     container_requests,
+    node_usage,
     pod_level_shortfall,
     pod_requests,
 )
-from extender.planning import SchedulingError
-from extender.podtransform import slim_pod
-from extender.scheduling import BindFailed, Scheduler
-from extender.server import ExtenderServer
-from extender.verdicts import Reason
+from extender.plugin.planning import SchedulingError
+from extender.plugin.scheduling import BindFailed, Scheduler
+from extender.plugin.verdicts import Reason
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
+from extender.state.podtransform import slim_pod
 
 ON = FeatureGates({"DRANodeAllocatableResources": True})
 CPU_DRIVER = "cpu.example.com"
@@ -138,7 +139,7 @@ def test_gate_is_known_and_off_by_default() -> None:
 async def test_gate_off_changes_nothing() -> None:
     """Without the gate a node too small for the devices' CPUs still passes, and bind writes no status."""
     scheduler = make(world(extra=[claim("c", "cpus", count=4), pod("p", ["c"], cpu="4")]), FeatureGates())
-    assert scheduler.cache.node_usage is None
+    assert scheduler.checker.node_usage is None
     result = await scheduler.filter(current(scheduler, "p"), NODES)
     assert sorted(result.passed) == NODES
     await scheduler.bind("default", "p", uid="", node_name="node-0")
@@ -338,7 +339,7 @@ async def test_bind_writes_the_status_and_the_node_counts_it() -> None:
         {"resourceClaimName": "g", "containers": ["main"],
          "overhead": [{"name": "memory", "perPod": "1Gi", "perContainer": "512Mi"}]},
     ]
-    usage = scheduler.cache.node_usage
+    usage = scheduler.checker.node_usage
     assert usage is not None and usage.requested("node-0") == {"cpu": 5000, "memory": 2**30 + 2**30 + 2**29}
     # q needs 3 + 4 CPUs: 3 are left on node-0
     result = await scheduler.filter(current(scheduler, "q"), NODES)
@@ -436,9 +437,10 @@ def test_pod_as_the_api_server_sends_it_is_counted() -> None:
           "overhead":[{"name":"memory","perPod":"256Mi","perContainer":"128Mi"}]}]}}"""
     cache = ClusterCache(ON)
     cache.apply("Pod", "ADDED", orjson.loads(text))
-    assert cache.node_usage is not None
+    usage = node_usage(cache)
+    assert usage is not None
     memory = 2 * 2**30 + 256 * 2**20 + 128 * 2**20
-    assert cache.node_usage.requested("node-0") == {"cpu": 4500, "memory": memory}
+    assert usage.requested("node-0") == {"cpu": 4500, "memory": memory}
 
 
 async def test_status_patch_is_a_merge_patch_of_pods_status(fake_api: Any) -> None:

@@ -9,7 +9,7 @@ import orjson
 import pytest
 import yaml
 
-from extender.objects_io import ObjectLoadError, load_objects, load_snapshot
+from extender.kube.objects_io import ObjectLoadError, load_objects, load_snapshot
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}}

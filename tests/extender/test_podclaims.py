@@ -5,13 +5,13 @@ from dataclasses import dataclass, field
 import pytest
 
 from common.rules import RESERVED_FOR_MAX
-from extender.podclaims import (
+from extender.plugin.podclaims import (
     ClaimsNotReady,
     InvalidPodError,
     has_claims,
     resolve_pod_claims,
 )
-from extender.podgroups import reservable
+from extender.plugin.podgroups import reservable
 
 
 @dataclass

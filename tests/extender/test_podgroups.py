@@ -11,14 +11,14 @@ import pytest
 
 from allocator import FeatureGates
 from common.rules import RESERVED_FOR_MAX
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.explain import explain_pod, render_text
-from extender.informer import DEFAULT_KINDS, POD_GROUPS, ClusterWatcher, watched_kinds
-from extender.podclaims import ClaimsNotReady, resolve_pod_claims
-from extender.podgroups import OWNER_PREFIX, group_binding, reservable, reserved_for_pod
-from extender.scheduling import BindFailed, Scheduler
+from extender.http.explain import explain_pod, render_text
+from extender.kube.informer import DEFAULT_KINDS, POD_GROUPS, ClusterWatcher, watched_kinds
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.podclaims import ClaimsNotReady, resolve_pod_claims
+from extender.plugin.podgroups import OWNER_PREFIX, group_binding, reservable, reserved_for_pod
+from extender.plugin.scheduling import BindFailed, Scheduler
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 NODES = ["node-0", "node-1", "node-2"]
 ON = FeatureGates({"DRAWorkloadResourceClaims": True})

@@ -13,11 +13,11 @@ from aiohttp.test_utils import make_mocked_request
 from test_server import EXAMPLES, build_server, get
 
 from allocator import FeatureGates
-from extender.cache import ClusterCache
 from extender.commands.serve import usage_banner
-from extender.objects_io import load_objects
-from extender.podtransform import slim_pod
-from extender.server import _debug_gate
+from extender.http.server import _debug_gate
+from extender.kube.objects_io import load_objects
+from extender.state.cache import ClusterCache
+from extender.state.podtransform import slim_pod
 
 SECRET = "hunter2-do-not-leak"
 

@@ -9,10 +9,10 @@ from loop_turns import loop_turns
 
 from allocator import FeatureGates, ResourceClaim
 from common.rules import RESERVED_FOR_MAX
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.scheduling import BindFailed, Scheduler
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.scheduling import BindFailed, Scheduler
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 NODES = ["node-0", "node-1", "node-2"]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from common.rules import SCORING_ANNOTATION
-from extender.scoring import NodeFit, node_scores, policy_for, rank_points
+from extender.plugin.scoring import NodeFit, node_scores, policy_for, rank_points
 
 
 def fit(rank: int = 0, used: int = 0, total: int = 8, need: int = 1) -> NodeFit:

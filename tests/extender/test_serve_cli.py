@@ -20,9 +20,10 @@ import pytest
 import yaml
 
 from allocator import FeatureGates
+from extender import tuning, wiring
 from extender.cli import build_parser, main
-from extender.objects_io import load_objects
-from extender.wiring import serve_options
+from extender.flags import serve_options
+from extender.kube.objects_io import load_objects
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "cluster"
@@ -230,13 +231,13 @@ async def test_serve_against_an_api_server_via_kubeconfig(
 ) -> None:
     from extender.commands import serve as serve_command
 
-    monkeypatch.setattr(serve_command, "tune_gc_after_sync", lambda: None)  # keep pytest's own GC as it is
+    monkeypatch.setattr(tuning, "tune_gc_after_sync", lambda: None)  # keep pytest's own GC as it is
     fake_api.seed(load_objects([EXAMPLES]))
     # The Pod list is answered only once the ports are open, so the cache is sure to sync after that.
     ports_open = asyncio.Event()
     ready_when_printed: list[bool] = []
 
-    class Server(serve_command.ExtenderServer):
+    class Server(wiring.ExtenderServer):
         async def start(self, *args: Any, **kwargs: Any) -> None:
             await super().start(*args, **kwargs)
             ports_open.set()
@@ -250,7 +251,7 @@ async def test_serve_against_an_api_server_via_kubeconfig(
             await ports_open.wait()
 
     usage_banner = serve_command.usage_banner
-    monkeypatch.setattr(serve_command, "ExtenderServer", Server)
+    monkeypatch.setattr(wiring, "ExtenderServer", Server)
     monkeypatch.setattr(serve_command, "usage_banner", banner)
     fake_api.intercept(hold_pod_list)
     args = build_parser().parse_args(
@@ -303,7 +304,7 @@ async def test_serve_without_pods_prints_a_curl_template_that_works_once_filled_
 ) -> None:
     from extender.commands import serve as serve_command
 
-    monkeypatch.setattr(serve_command, "tune_gc_after_sync", lambda: None)
+    monkeypatch.setattr(tuning, "tune_gc_after_sync", lambda: None)
     objects = load_objects([EXAMPLES])
     fake_api.seed([obj for obj in objects if obj["kind"] != "Pod"])
     pod = next(obj for obj in objects if obj["kind"] == "Pod" and obj["metadata"]["name"] == "a100-job")
@@ -350,9 +351,10 @@ async def test_serve_without_pods_prints_a_curl_template_that_works_once_filled_
 
 
 def test_timeout_flags_reach_the_scheduler() -> None:
-    from extender.cache import ClusterCache
-    from extender.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
-    from extender.wiring import Cluster, build_scheduler, scheduler_options
+    from extender.flags import scheduler_options
+    from extender.plugin.scheduling import DEFAULT_FILTER_TIMEOUT_S, DEFAULT_NODE_TIMEOUT_S
+    from extender.state.cache import ClusterCache
+    from extender.wiring import Cluster, build_scheduler
 
     cluster = Cluster(ClusterCache.from_objects(load_objects([EXAMPLES]), FeatureGates()))
     parser = build_parser()
@@ -387,8 +389,8 @@ def test_every_duration_flag_takes_go_durations_and_plain_seconds() -> None:
 def test_banner_of_a_large_cluster_names_a_few_nodes_and_says_how_to_ask_about_more() -> None:
     from types import SimpleNamespace
 
-    from extender.cache import ClusterCache
     from extender.commands.serve import BANNER_NODES, usage_banner
+    from extender.state.cache import ClusterCache
 
     example = [obj for obj in load_objects([Path(__file__).resolve().parents[2] / "examples" / "cluster"])
                if obj["kind"] != "Node"]
@@ -408,7 +410,6 @@ async def test_the_collector_is_off_while_the_cache_syncs_and_for_at_most_the_pa
         monkeypatch: pytest.MonkeyPatch) -> None:
     import gc
 
-    from extender.commands import serve as serve_command
 
     class Watcher:
         def __init__(self) -> None:
@@ -422,46 +423,44 @@ async def test_the_collector_is_off_while_the_cache_syncs_and_for_at_most_the_pa
             return True
 
     tuned: list[bool] = []
-    monkeypatch.setattr(serve_command, "tune_gc_after_sync", lambda: tuned.append(gc.isenabled()))
+    monkeypatch.setattr(tuning, "tune_gc_after_sync", lambda: tuned.append(gc.isenabled()))
     assert gc.isenabled()
     watcher = Watcher()
-    task = asyncio.create_task(serve_command._tune_gc_when_ready(serve_command.Cluster(None, None, watcher)))
+    task = asyncio.create_task(tuning._tune_gc_when_ready(watcher))
     await asyncio.sleep(0.01)
     assert not gc.isenabled()
     watcher.synced.set()
     await task
     assert gc.isenabled() and tuned == [True]
 
-    monkeypatch.setattr(serve_command, "SYNC_GC_PAUSE_S", 0.01)   # an API server that never answers
+    monkeypatch.setattr(tuning, "SYNC_GC_PAUSE_S", 0.01)   # an API server that never answers
     never = Watcher()
-    task = asyncio.create_task(serve_command._tune_gc_when_ready(serve_command.Cluster(None, None, never)))
+    task = asyncio.create_task(tuning._tune_gc_when_ready(never))
     await asyncio.sleep(0.1)
     assert gc.isenabled() and not task.done()
     task.cancel()
 
 
 async def test_after_the_sync_the_warmed_node_views_are_frozen_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    from extender.commands import serve as serve_command
 
     steps: list[str] = []
 
     async def warm(cache: Any, filter_cache: Any) -> None:
         steps.append("warm")
 
-    monkeypatch.setattr(serve_command, "tune_gc_after_sync", lambda: steps.append("tune"))
-    monkeypatch.setattr(serve_command, "warm_node_views", warm)
-    monkeypatch.setattr(serve_command.gc, "freeze", lambda: steps.append("freeze"))
-    await serve_command._after_sync(serve_command.Cluster(None, None, None))
+    monkeypatch.setattr(tuning, "tune_gc_after_sync", lambda: steps.append("tune"))
+    monkeypatch.setattr(tuning, "warm_node_views", warm)
+    monkeypatch.setattr(tuning.gc, "freeze", lambda: steps.append("freeze"))
+    await tuning.after_sync(None, None)
     assert steps == ["tune", "warm", "freeze"]
 
 
 async def test_node_views_warmed_after_the_sync_are_the_ones_filters_use(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from allocator import inventory as inventory_module
-    from extender.assume import AssumeCache
-    from extender.cache import ClusterCache
-    from extender.commands import serve as serve_command
-    from extender.filtercache import FilterCache
+    from extender.plugin.filtercache import FilterCache
+    from extender.state.assume import AssumeCache
+    from extender.state.cache import ClusterCache
 
     built: list[str] = []
     gather = inventory_module.gather_pools
@@ -471,13 +470,13 @@ async def test_node_views_warmed_after_the_sync_are_the_ones_filters_use(
         return gather(node, *args)
 
     monkeypatch.setattr(inventory_module, "gather_pools", counting_gather)
-    monkeypatch.setattr(serve_command, "WARM_BATCH", 2)   # several turns of the event loop
+    monkeypatch.setattr(tuning, "WARM_BATCH", 2)   # several turns of the event loop
     example = Path(__file__).resolve().parents[2] / "examples" / "cluster"
     cache = ClusterCache.from_objects(load_objects([example]), FeatureGates())
     filter_cache = FilterCache(cache, AssumeCache())
     warmed: list[str] = []
     monkeypatch.setattr(filter_cache, "warm", lambda node: warmed.append(node.name))
-    await serve_command.warm_node_views(cache, filter_cache)
+    await tuning.warm_node_views(cache, filter_cache)
     assert sorted(built) == sorted(warmed) == cache.node_names() == ["node-1", "node-2", "node-3"]
     for name in cache.node_names():
         cache.inventory.node_pools(cache.node(name), cache.features)

@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 
 from allocator import FeatureGates
 from common.tls import ReloadingTLS
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.objects_io import load_objects
-from extender.scheduling import Scheduler
-from extender.server import ExtenderServer
-from extender.verdicts import CANNOT_ALLOCATE
+from extender.http.server import ExtenderServer
+from extender.kube.objects_io import load_objects
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.scheduling import Scheduler
+from extender.plugin.verdicts import CANNOT_ALLOCATE
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 PAYLOADS = Path(__file__).parent / "payloads"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"

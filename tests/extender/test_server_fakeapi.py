@@ -13,14 +13,14 @@ import pytest
 from fakeapi import StatusError
 
 from allocator import FeatureGates
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.informer import ClusterWatcher
-from extender.kubeapi import KubeClient
-from extender.scheduling import Scheduler
-from extender.server import ExtenderServer
-from extender.verdicts import CANNOT_ALLOCATE
+from extender.http.server import ExtenderServer
+from extender.kube.client import KubeClient
+from extender.kube.informer import ClusterWatcher
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.scheduling import Scheduler
+from extender.plugin.verdicts import CANNOT_ALLOCATE
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 
 class Stack:

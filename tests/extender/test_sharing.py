@@ -1,4 +1,5 @@
-"""The cache stores equal parts of its objects once (extender.sharing), without changing what they say."""
+"""The cache stores equal parts of its objects once (extender.state.sharing), without changing what
+they say."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import dra_objects as o
 import orjson
 
 from allocator import FeatureGates
-from extender.cache import ClusterCache
-from extender.sharing import ObjectSharer
+from extender.state.cache import ClusterCache
+from extender.state.sharing import ObjectSharer
 
 
 def json_of(raw: dict) -> dict:

@@ -1,4 +1,4 @@
-"""The verdict snapshot (extender/twins.py): nodes that are alike share one search.
+"""The verdict snapshot (extender/plugin/twins.py): nodes that are alike share one search.
 
 The randomized check that answers with the snapshot equal fresh ones is in
 test_filtercache_differential.py (test_verdict_snapshot_equals_uncached_filter)."""
@@ -12,11 +12,11 @@ import dra_objects as o
 import pytest
 
 from allocator import Allocator, FeatureGates
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import ClaimWriter
-from extender.filtercache import FilterCache
-from extender.scheduling import Scheduler
+from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.filtercache import FilterCache
+from extender.plugin.scheduling import Scheduler
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 NODES = ["node-0", "node-1", "node-2", "node-3"]
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from extender.wire import (
+from extender.http.wire import (
     BadRequest,
     encode_binding_result,
     encode_filter_result,

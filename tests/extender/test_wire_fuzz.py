@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from json_mutations import mutations
 from test_server import EXAMPLES, JSON, PAYLOADS, build_server
 
-from extender.objects_io import load_objects
+from extender.kube.objects_io import load_objects
 
 VERB_PAYLOADS = {
     "filter": ["filter_node_cache_capable.json", "filter_full_nodes.json"],

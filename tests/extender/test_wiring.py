@@ -11,21 +11,20 @@ import pytest
 
 from allocator import FeatureGates
 from common.httpguard import HttpLimits
-from extender.cache import ClusterCache
 from extender.cli import build_parser
 from extender.controllers import ControllerOptions
-from extender.objects_io import load_objects
-from extender.wiring import (
-    Cluster,
+from extender.flags import serve_options
+from extender.kube.objects_io import load_objects
+from extender.options import (
     NetworkOptions,
     OptionsError,
     SchedulerOptions,
     ServeOptions,
     SourceOptions,
     WebhookOptions,
-    build_scheduler,
-    serve_options,
 )
+from extender.state.cache import ClusterCache
+from extender.wiring import Cluster, build_scheduler
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
 

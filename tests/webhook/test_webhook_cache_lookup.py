@@ -19,10 +19,10 @@ from webhook_fixtures import (
 )
 
 from allocator import FeatureGates
-from extender.cache import ClusterCache
-from extender.podtransform import slim_pod
+from extender.state.cache import ClusterCache
+from extender.state.lookup import ClusterCacheLookup
+from extender.state.podtransform import slim_pod
 from webhook.admission import AdmissionHandler
-from webhook.cache_lookup import ClusterCacheLookup, as_lookup
 from webhook.lookup import StaticClusterLookup
 
 
@@ -44,7 +44,7 @@ def cluster() -> tuple[list[dict], dict]:
 
 def test_adapter_answers_from_the_cache() -> None:
     objects, user = cluster()
-    lookup = as_lookup(ClusterCache.from_objects(objects, FeatureGates()))
+    lookup = ClusterCacheLookup(ClusterCache.from_objects(objects, FeatureGates()))
     assert isinstance(lookup, ClusterCacheLookup)
     assert lookup.ready
     assert lookup.pod("ns", "user") == slim_pod(user)  # the cache keeps what the rules read
@@ -72,13 +72,13 @@ def test_adapter_follows_cache_changes() -> None:
 
 def test_static_lookups_are_used_as_they_are() -> None:
     static = StaticClusterLookup()
-    assert as_lookup(static) is static
+    assert AdmissionHandler(static).lookup is static
 
 
 def test_rules_over_the_cluster_cache() -> None:
     objects, user = cluster()
     handler = AdmissionHandler(
-        as_lookup(ClusterCache.from_objects(objects, FeatureGates())), reserved_for_limit=1
+        ClusterCacheLookup(ClusterCache.from_objects(objects, FeatureGates())), reserved_for_limit=1
     )
     # The shared claim is full at a limit of 1: a second pod is refused.
     newcomer = pod("second", {"name": "g", "resourceClaimName": "shared"})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from webhook_fixtures import allocation, consumer, decide, pod, result, status_update, with_status
 
 from allocator import ResourceClaim
-from extender.extendedresources import creation_body, in_memory_claim
+from extender.plugin.extendedresources import creation_body, in_memory_claim
 from webhook.admission import AdmissionHandler
 from webhook.lookup import StaticClusterLookup
 

@@ -23,7 +23,9 @@ from webhook_fixtures import (
 
 from allocator import FeatureGates
 from common.tls import CertificateLoadError
-from extender.wiring import OptionsError, add_webhook_arguments, build_webhook, webhook_options
+from extender.flags import add_webhook_arguments, webhook_options
+from extender.options import OptionsError
+from extender.wiring import build_webhook
 from webhook import certs
 from webhook.lookup import StaticClusterLookup
 from webhook.server import WebhookServer

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from allocator import AllocationOutcome
-from extender.filtercache import ClaimRefs, renames, unresolvable
+from extender.plugin.filtercache import ClaimRefs, renames, unresolvable
 
 
 class Reason(StrEnum):

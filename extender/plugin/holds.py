@@ -12,11 +12,11 @@ from typing import NamedTuple
 
 from allocator import ResourceClaim
 from common.claimrefs import pod_key, pod_uid
-from extender.assume import AssumeCache
-from extender.nodecheck import NodeChecker
-from extender.placement import NodeScorer
-from extender.planning import Planner, PodPlan, SchedulingError
-from extender.verdicts import FilterResult, NodeVerdict, Reason, answer
+from extender.plugin.nodecheck import NodeChecker
+from extender.plugin.placement import NodeScorer
+from extender.plugin.planning import Planner, PodPlan, SchedulingError
+from extender.plugin.verdicts import FilterResult, NodeVerdict, Reason, answer
+from extender.state.assume import AssumeCache
 
 log = logging.getLogger(__name__)
 

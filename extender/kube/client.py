@@ -1,6 +1,7 @@
-"""A small asyncio Kubernetes API client: raw dicts over aiohttp, orjson bodies.
+"""A small asyncio Kubernetes API client: raw dicts, orjson bodies, over two transports
+(extender.kube.transport: our kept-alive HTTP/1.1 pool for requests, aiohttp for watches).
 
-Credentials come from extender.credentials, and from the `kubernetes` package only for a kubeconfig
+Credentials come from extender.kube.credentials, and from the `kubernetes` package only for a kubeconfig
 user with an exec plugin or an auth-provider; its typed models are far too slow for slices and claims
 (see the library measurements), and importing it costs about 40 MB of memory.
 """
@@ -15,12 +16,11 @@ import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
-import aiohttp
 import orjson
 from yarl import URL
 
-from extender import credentials
-from extender.httppool import HttpPool
+from extender.kube import credentials
+from extender.kube.transport import AiohttpStreams, PooledRequests, Requests, Streams
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -99,18 +99,18 @@ class KubeClient:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         base = URL(self.base_url)
-        # Parsed once: yarl parsing and encoding `base_url + path` cost ~5 us of every request.
+        # Parsed once: parsing and encoding `base_url + path` with yarl on every request costs more
+        # than the rest of building it.
         plain = base.absolute and not base.raw_query_string and not base.raw_fragment
         self._base: URL | None = base if plain else None
         self._base_path = base.raw_path.rstrip("/")
         self._ssl = ssl_context
         self._auth = auth
-        self._tls = {"server_hostname": server_hostname} if server_hostname else {}
-        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self._server_hostname = server_hostname
+        self._timeout_s = request_timeout_s
         self._context: ssl.SSLContext | None = None   # built by _tls_context() on first use
-        self._host_header = base.host_port_subcomponent or ""
-        self._session: aiohttp.ClientSession | None = None   # watches
-        self._pool: HttpPool | None = None   # every other request
+        self._requests: Requests | None = None
+        self._streams: Streams | None = None
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ class KubeClient:
     async def connect(cls, *, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
         """A client for the in-cluster service account by default; a kubeconfig (explicit path, or
         $KUBECONFIG / ~/.kube/config when not running in a pod) when `kubeconfig` or `context` is given
-        or no service account exists. See extender.credentials; a kubeconfig user with an exec plugin or
+        or no service account exists. See extender.kube.credentials; a kubeconfig user with an exec plugin or
         an auth-provider is loaded with the `kubernetes` package instead."""
         in_cluster_problem = None
         if kubeconfig is None and context is None:
@@ -171,12 +171,10 @@ class KubeClient:
         )
 
     async def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for transport in (self._requests, self._streams):
+            if transport is not None:
+                await transport.close()
+        self._requests = self._streams = None
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -231,17 +229,17 @@ class KubeClient:
             "allowWatchBookmarks": allow_bookmarks,
             "timeoutSeconds": timeout_seconds,
         })
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self._timeout.total,
-                                        sock_read=min(timeout_seconds + 30.0, inactivity_timeout_s))
-        async with self._session_().get(self._url(path), params=query, headers=self._headers(),
-                                        timeout=timeout, **self._tls_kwargs()) as response:
-            if response.status >= 300:
-                if response.status == 401 and isinstance(self._auth, ReusedAuth):
-                    self._auth.forget()  # the informer's retry reads the header again
-                raise self._error(response.status, await response.read())
+        stream = self._streams_().open(self._target(path, query), self._headers(),
+                                       connect_timeout_s=self._timeout_s,
+                                       read_timeout_s=min(timeout_seconds + 30.0, inactivity_timeout_s))
+        async with stream as answer:
+            if answer.status >= 300:
+                if answer.status == 401:
+                    self._reread_credentials()  # the informer's retry sends them again
+                raise self._error(answer.status, await answer.read())
             # Chunks are joined only once a line is complete: a large slice spans many chunks.
             pending: list[bytes] = []
-            async for chunk in response.content.iter_any():
+            async for chunk in answer.chunks:
                 pending.append(chunk)
                 if b"\n" not in chunk:
                     continue
@@ -268,23 +266,24 @@ class KubeClient:
             raise ApiError.from_status(event["object"], 500)
         return event
 
-    def _session_(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._tls_context() or True, limit=64)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
-        return self._session
-
     def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        headers = {"Accept": JSON, "User-Agent": USER_AGENT}
-        if content_type:
-            headers["Content-Type"] = content_type
+        """The headers of every request and watch, with the credentials read now."""
+        headers = {"User-Agent": USER_AGENT, "Accept": JSON}
         token = self._auth() if self._auth else None
         if token:
+            if "\r" in token or "\n" in token:
+                raise KubeConfigError("the Authorization header read from the credentials has a line break")
             headers["Authorization"] = token
+        if content_type:
+            headers["Content-Type"] = content_type
         return headers
 
-    def _tls_kwargs(self) -> dict[str, Any]:
-        return self._tls
+    def _reread_credentials(self) -> bool:
+        """After a 401: whether credentials that may have rotated since they were read will be read again."""
+        if isinstance(self._auth, ReusedAuth):
+            self._auth.forget()
+            return True
+        return False
 
     def _url(self, path: str) -> URL | str:
         """The URL of `path` (below the base URL's own path, if it has one)."""
@@ -312,15 +311,28 @@ class KubeClient:
                     self._context.verify_mode = ssl.CERT_NONE
         return self._context
 
-    def _pool_(self) -> HttpPool:
-        if self._pool is None:
-            base = URL(self.base_url)
-            if base.scheme not in ("http", "https") or not base.host:
-                raise KubeConfigError(f"API server address {self.base_url!r} is not an http(s) URL")
+    def _requests_(self) -> Requests:
+        if self._requests is None:
+            base = self._checked_base()
+            assert base.host is not None
             context = self._tls_context()
-            self._pool = HttpPool(base.host, base.port or (443 if context else 80), ssl_context=context,
-                                  server_hostname=self._tls.get("server_hostname"))
-        return self._pool
+            self._requests = PooledRequests(base.host, base.port or (443 if context else 80),
+                                            ssl_context=context, server_hostname=self._server_hostname,
+                                            host_header=base.host_port_subcomponent or "")
+        return self._requests
+
+    def _streams_(self) -> Streams:
+        if self._streams is None:
+            origin = str(self._checked_base().origin())
+            self._streams = AiohttpStreams(origin, ssl_context=self._tls_context(),
+                                           server_hostname=self._server_hostname)
+        return self._streams
+
+    def _checked_base(self) -> URL:
+        base = URL(self.base_url)
+        if base.scheme not in ("http", "https") or not base.host:
+            raise KubeConfigError(f"API server address {self.base_url!r} is not an http(s) URL")
+        return base
 
     def _target(self, path: str, params: Mapping[str, Any] | None) -> str:
         """The request line's target: the base URL's path, `path` and the query, percent-encoded."""
@@ -329,30 +341,16 @@ class KubeClient:
         url = URL(self._url(path))
         return (url.with_query(_query(params)) if params else url).raw_path_qs
 
-    def _head(self, method: str, target: str, content_type: str | None, length: int) -> bytes:
-        head = (f"{method} {target} HTTP/1.1\r\nHost: {self._host_header}\r\n"
-                f"User-Agent: {USER_AGENT}\r\nAccept: {JSON}\r\n")
-        token = self._auth() if self._auth else None
-        if token:
-            if "\r" in token or "\n" in token:
-                raise KubeConfigError("the Authorization header read from the credentials has a line break")
-            head += f"Authorization: {token}\r\n"
-        if content_type:
-            head += f"Content-Type: {content_type}\r\nContent-Length: {length}\r\n"
-        return (head + "\r\n").encode("latin-1")
-
     async def _request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
                        body: Any = None, content_type: str = JSON) -> dict:
         data = orjson.dumps(body) if body is not None else None
         target = self._target(path, params)
-        pool = self._pool_()
+        requests = self._requests_()
         for attempt in range(2):
-            head = self._head(method, target, content_type if data is not None else None,
-                              len(data) if data is not None else 0)
-            async with asyncio.timeout(self._timeout.total):
-                status, payload = await pool.request(method, head, data)
-            if status == 401 and attempt == 0 and isinstance(self._auth, ReusedAuth):
-                self._auth.forget()  # the token may have rotated since it was read: read it again
+            headers = self._headers(content_type if data is not None else None)
+            async with asyncio.timeout(self._timeout_s):
+                status, payload = await requests.send(method, target, headers, data)
+            if status == 401 and attempt == 0 and self._reread_credentials():
                 continue
             if status >= 300:
                 raise self._error(status, payload)
@@ -388,8 +386,8 @@ def bearer_header(cfg: Any) -> str | None:
 class ReusedAuth:
     """An Authorization header source read at most every `reuse_s`, and again after a 401.
 
-    Reading the header runs the kubernetes configuration's refresh hook, which re-parses a kubeconfig;
-    per request that was ~2% of the extender's CPU on the e2e benchmark. client-go likewise re-reads a
+    Reading the header runs the kubernetes configuration's refresh hook, which re-parses a kubeconfig:
+    too much to do for every request. client-go likewise re-reads a
     projected service-account token about once a minute. A request answered 401 forgets the header and
     is sent once more with a fresh one, so a rotated token costs one extra request, never a failure."""
 

@@ -7,12 +7,12 @@ pod to status.reservedFor. A 409 Conflict re-reads the claim and tries again (5 
 client-go's DefaultRetry); a claim that got allocated elsewhere or is being deleted ends the bind.
 Then the pod's Binding is created. Any failure after a write undoes what this bind wrote.
 
-A pod's special claim for extended resources backed by DRA (extender/extendedresources.py) is first
+A pod's special claim for extended resources backed by DRA (extender/plugin/extendedresources.py) is first
 created, owned by the pod, then goes through the same steps, and the pod's
 status.extendedResourceClaimStatus is written before the Binding (upstream's PreBind). Undo deletes it.
 
 With DRANodeAllocatableResources, the pod's status.nodeAllocatableResourceClaimStatuses (what its
-claims' devices add to its cpu, memory or hugepages: extender/nodeallocatable.py) is written with a
+claims' devices add to its cpu, memory or hugepages: extender/plugin/nodeallocatable.py) is written with a
 merge patch just before the Binding, as upstream's PreBind does; undo clears it with an empty list,
 as upstream's Unreserve does.
 
@@ -35,11 +35,12 @@ from typing import Protocol
 import aiohttp
 
 from allocator import ResourceClaim
+from common.objects import metadata_of
 from common.rules import RESERVED_FOR_MAX
-from extender.cache import ClusterCache
-from extender.extendedresources import Variant, creation_body
-from extender.kubeapi import ApiError, KubeClient
-from extender.nodeallocatable import STATUS_FIELD
+from extender.kube.client import ApiError, KubeClient
+from extender.plugin.extendedresources import Variant, creation_body
+from extender.plugin.nodeallocatable import STATUS_FIELD
+from extender.state.cache import ClusterCache
 
 log = logging.getLogger(__name__)
 
@@ -117,13 +118,13 @@ class _ApiStore:
     async def delete_claim(self, namespace: str, name: str, uid: str) -> None:
         answer = await self.client.delete(CLAIMS_PATH.format(namespace=namespace, name=name),
                                           preconditions={"uid": uid})
-        if answer.get("kind") == "ResourceClaim" and (answer.get("metadata") or {}).get("finalizers"):
+        if answer.get("kind") == "ResourceClaim" and metadata_of(answer).get("finalizers"):
             self._remember(answer)  # someone else's finalizer holds it: still there, still allocated
         else:
             # Gone now (the answer is the last state, or a Status): the next filter must not wait for
             # the watch to see the devices free and the pod without a stale claim.
             last = self.cache.raw("ResourceClaim", f"{namespace}/{name}")
-            if last is not None and (last.get("metadata") or {}).get("uid") == uid:
+            if last is not None and metadata_of(last).get("uid") == uid:
                 self.cache.apply("ResourceClaim", "DELETED", last)
 
     async def patch_pod_status(self, namespace: str, name: str, status: dict) -> None:
@@ -136,7 +137,7 @@ class _ApiStore:
 
 
 def _gone(obj: dict) -> bool:
-    meta = obj.get("metadata") or {}
+    meta = metadata_of(obj)
     return bool(meta.get("deletionTimestamp")) and not meta.get("finalizers")
 
 
@@ -264,7 +265,7 @@ class _Written:
     # resourceVersion precondition of a status write whose outcome is unknown (timed out, connection
     # lost, 5xx): the API server may still apply it for as long as the claim keeps that version.
     pending_write_rv: str | None = None
-    # The reservedFor entry this bind adds when it is not the pod (a PodGroup, extender.podgroups).
+    # The reservedFor entry this bind adds when it is not the pod (a PodGroup, extender.plugin.podgroups).
     consumer: dict | None = None
     # The in-memory special claim's UID when this bind created the claim (undo deletes it).
     created_from: str | None = None
@@ -305,7 +306,7 @@ class ClaimWriter:
         PodGroup's reservation on a claim this bind did not allocate (other pods of the group may
         already count on it, as upstream's Unreserve keeps it too).
         """
-        meta = pod.get("metadata") or {}
+        meta = metadata_of(pod)
         namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
         if not (isinstance(namespace, str) and isinstance(name, str) and isinstance(uid, str)):
             raise BindError("pod is missing metadata.namespace, metadata.name or metadata.uid")
@@ -382,7 +383,7 @@ class ClaimWriter:
             if attempt:
                 await asyncio.sleep(self._retry_delay)
                 obj = await self._fresh_claim(record)
-            meta = obj.get("metadata") or {}
+            meta = metadata_of(obj)
             status = obj.get("status") or {}
             if meta.get("deletionTimestamp"):
                 raise BindError(f"ResourceClaim {record.key} got deleted in the meantime")
@@ -412,7 +413,7 @@ class ClaimWriter:
             if not already_reserved:
                 new_status["reservedFor"] = [*reserved, consumer]
             record.reserved = True
-            base_rv = (obj.get("metadata") or {}).get("resourceVersion")
+            base_rv = metadata_of(obj).get("resourceVersion")
             try:
                 await self._store.update_claim_status({**obj, "status": new_status})
             except ApiError as err:
@@ -435,7 +436,7 @@ class ClaimWriter:
             if err.not_found:
                 raise BindError(f"ResourceClaim {record.key} got deleted in the meantime") from err
             raise
-        if (obj.get("metadata") or {}).get("uid") != record.uid:
+        if metadata_of(obj).get("uid") != record.uid:
             raise BindError(f"ResourceClaim {record.key} got deleted in the meantime (replaced by a new one)")
         return obj
 
@@ -524,7 +525,7 @@ class ClaimWriter:
             obj = await self._fresh_claim(record)
         except BindError:
             return  # already gone
-        if FINALIZER in ((obj.get("metadata") or {}).get("finalizers") or []):
+        if FINALIZER in (metadata_of(obj).get("finalizers") or []):
             await self._store.update_claim(_without_finalizer(obj))
         try:
             await self._store.delete_claim(record.namespace, record.name, record.uid)
@@ -548,7 +549,7 @@ class ClaimWriter:
                 return True   # deleted: nothing left to undo
             status = obj.get("status") or {}
             if (record.pending_write_rv is not None and status.get("allocation") != record.allocation
-                    and (obj.get("metadata") or {}).get("resourceVersion") == record.pending_write_rv):
+                    and metadata_of(obj).get("resourceVersion") == record.pending_write_rv):
                 # Unchanged since our write was sent: it may still land (the API server applies a
                 # request whose client gave up). Keep everything as is and let the watch tell.
                 return False
@@ -568,7 +569,7 @@ class ClaimWriter:
             try:
                 if clear or len(remaining) != len(reserved):
                     obj = await self._store.update_claim_status({**obj, "status": new_status})
-                finalizers = (obj.get("metadata") or {}).get("finalizers") or []
+                finalizers = metadata_of(obj).get("finalizers") or []
                 if record.finalizer_added and FINALIZER in finalizers and not (obj.get("status") or {}).get(
                         "allocation"):
                     await self._store.update_claim(_without_finalizer(obj))

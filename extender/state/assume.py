@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from allocator import AllocatedState, ResourceClaim
-from extender.cache import ClusterCache
+from common.objects import metadata_of
+from extender.state.cache import ClusterCache
 
 
 class AlreadyInFlight(ValueError):
@@ -139,7 +140,7 @@ class AssumeCache:
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if kind != "ResourceClaim":
             return
-        uid = (new.get("metadata") or {}).get("uid")
+        uid = metadata_of(new).get("uid")
         if uid not in self._entries:
             return
         if event_type == "DELETED" or (new.get("status") or {}).get("allocation") is not None:

@@ -17,7 +17,7 @@ Kept:
   backed by DRA and sidecar accounting need);
 - status: phase, nominatedNodeName, resourceClaimStatuses, extendedResourceClaimStatus,
   nodeAllocatableResourceClaimStatuses (what a bound pod's claims add to its requests, read by
-  extender.nodeallocatable).
+  extender.plugin.nodeallocatable).
 
 The result is still a valid Pod for the cache and for `serve --snapshot` (snapshots stay replayable),
 not one to create in a cluster (containers have no image).

@@ -1,4 +1,4 @@
-"""List + watch of the kinds the extender needs, feeding the ClusterCache.
+"""List + watch of the kinds the extender needs, feeding a WatchSink (the extender's ClusterCache).
 
 Per kind: list, then watch from the list's resourceVersion, resuming from the last version seen
 (events and bookmarks) whenever the server ends a stream. A 410 Gone means the version fell out of
@@ -14,18 +14,38 @@ import datetime
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
 from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
-from extender.cache import ClusterCache
-from extender.kubeapi import ApiError, KubeClient
+from common.objects import list_metadata_of, metadata_of
+from extender.kube.client import ApiError, KubeClient
 
 log = logging.getLogger(__name__)
+
+
+class Replacing(Protocol):
+    """The complete contents of one kind, arriving object by object (a re-list)."""
+
+    def add(self, raw: dict) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class WatchSink(Protocol):
+    """What list+watch feeds (the extender's ClusterCache): whole contents after a list, then changes."""
+
+    ready: bool
+
+    def apply(self, kind: str, event_type: str, raw: object) -> None: ...
+
+    def replace(self, kind: str, items: Iterable[dict]) -> None: ...
+
+    def replacing(self, kind: str) -> Replacing: ...
 
 
 @dataclass(frozen=True)
@@ -116,11 +136,10 @@ class ListStrategy:
     """How a kind's contents are read before watching it: "paged" (pages of `page_size` objects, the
     default), "list" (one response) or "watchlist" (a watch's initial events, the WatchList protocol).
 
-    Pages bound what is decoded at once: at 5,000 nodes (20,000 pods) one list per kind peaked at
-    ~310 MB against ~255 MB, and left the heap more fragmented (bench/scale_bench.py). WatchList
-    bounds it as well, but a server without it (gate off, before 1.34) would not end the initial
-    events, so serve does not use it; bench/api_encoding_bench.py measures all three on a real
-    kube-apiserver."""
+    Pages bound what is decoded at once (one list per kind raises the peak and fragments the heap;
+    docs/operations.md has the figures). WatchList bounds it as well, but a server without it (gate
+    off, before 1.34) would not end the initial events, so serve does not use it;
+    bench/api_encoding_bench.py measures all three on a real kube-apiserver."""
 
     mode: str = "paged"
     page_size: int = 500
@@ -149,7 +168,7 @@ class ClusterWatcher:
     def __init__(
         self,
         client: KubeClient,
-        cache: ClusterCache,
+        cache: WatchSink,
         *,
         kinds: tuple[WatchedKind, ...] = DEFAULT_KINDS,
         on_restart: Callable[[str], None] | None = None,
@@ -252,7 +271,7 @@ class ClusterWatcher:
         while True:
             listing = await self.client.list(watched.path, limit=limit, **{"continue": token})
             items = listing.get("items")
-            meta = listing.get("metadata") or {}
+            meta = list_metadata_of(listing)
             version = meta.get("resourceVersion")
             if not isinstance(items, list) or not isinstance(version, str):
                 raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
@@ -275,7 +294,7 @@ class ClusterWatcher:
             async for event in events:
                 obj = event["object"]
                 if event.get("type") == "BOOKMARK":
-                    meta = obj.get("metadata") or {}
+                    meta = metadata_of(obj)
                     if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
                         version = meta.get("resourceVersion")
                         if not isinstance(version, str) or not version:
@@ -297,7 +316,7 @@ class ClusterWatcher:
             async for event in events:
                 event_type = event.get("type")
                 obj = event["object"]
-                version = (obj.get("metadata") or {}).get("resourceVersion")
+                version = metadata_of(obj).get("resourceVersion")
                 if event_type in ("ADDED", "MODIFIED", "DELETED"):
                     self.cache.apply(watched.kind, event_type, obj)
                     health.events += 1

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common.claimrefs import (
+    GROUP_CLAIM_SOURCE_FIELDS,
     PODGROUP_API_GROUP,
     PODGROUP_RESOURCE,
     controller_of,
@@ -30,36 +31,22 @@ from common.claimrefs import (
     pod_key,
     pod_uid,
 )
-from extender.podclaims import ClaimsNotReady, claim_references
+from common.objects import metadata_of
+from extender.plugin.podclaims import ClaimsNotReady, claim_references
 
 # In-flight owner prefix for allocations made for a PodGroup (see AssumeCache): group members share
 # them, every other pod sees the claim "in the process of being allocated".
 OWNER_PREFIX = "podgroup:"
-# MaxPodGroupResourceClaims in scheduling/v1beta1.
-MAX_GROUP_CLAIMS = 4
-_SOURCE_FIELDS = ("resourceClaimName", "resourceClaimTemplateName")
 
 
 class PodGroupLookup(Protocol):
     def pod_group(self, namespace: str, name: str) -> dict | None: ...
 
 
-def check_group_claims(claims: list) -> None:
-    """Raises ValueError naming the field when a PodGroup's spec.resourceClaims (a list) cannot be read."""
-    if len(claims) > MAX_GROUP_CLAIMS:
-        raise ValueError(f"spec.resourceClaims: must have at most {MAX_GROUP_CLAIMS} items, "
-                         f"has {len(claims)}")
-    for i, entry in enumerate(claims):
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
-            raise ValueError(f"spec.resourceClaims[{i}].name: required")
-        if sum(1 for field in _SOURCE_FIELDS if entry.get(field)) != 1:
-            raise ValueError(f"spec.resourceClaims[{i}]: exactly one of resourceClaimName and "
-                             "resourceClaimTemplateName must be set")
-
-
 def _same_entry(pod_entry: Mapping[str, Any], group_entry: Mapping[str, Any]) -> bool:
     return pod_entry.get("name") == group_entry.get("name") and all(
-        (pod_entry.get(field) or None) == (group_entry.get(field) or None) for field in _SOURCE_FIELDS)
+        (pod_entry.get(field) or None) == (group_entry.get(field) or None)
+        for field in GROUP_CLAIM_SOURCE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -94,7 +81,7 @@ def group_binding(pod: Mapping[str, Any], lookup: PodGroupLookup) -> GroupBindin
     group_name = group_name_of(pod)
     if group_name is None:
         return None
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+    namespace = str(metadata_of(pod).get("namespace") or "")
     group = lookup.pod_group(namespace, group_name)
     if group is None:
         raise ClaimsNotReady(f'podgroup.{PODGROUP_API_GROUP} "{group_name}" not found')
@@ -104,7 +91,7 @@ def group_binding(pod: Mapping[str, Any], lookup: PodGroupLookup) -> GroupBindin
         for entry in claim_references(pod)
         if any(_same_entry(entry, group_entry) for group_entry in group_entries)
     )
-    meta = group.get("metadata") or {}
+    meta = metadata_of(group)
     return GroupBinding(namespace, group_name, str(meta.get("uid") or ""), shared)
 
 

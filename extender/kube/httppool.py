@@ -1,8 +1,8 @@
 """Kept-alive HTTP/1.1 connections for the API client's request/response calls.
 
-aiohttp's client spent about 300 us of CPU on each API write (request and response objects, header
-multidicts, timers, tracing hooks), and a bind makes three writes: in the end-to-end benchmark that
-was a sixth of dra-extender's CPU per pod (issue 17). The API server's answers need little of it, so
+aiohttp's client builds much per request (request and response objects, header multidicts, timers,
+tracing hooks), and a bind makes three writes, on the path of every pod (docs/operations.md has the
+measurement). The API server's answers need little of that, so
 this pool speaks only that part of HTTP/1.1: one request at a time per connection, bodies sized by
 Content-Length or sent chunked (or, with neither, read to the end of the connection), and
 `Connection: close`. Watches stay on aiohttp: they are few, long streams.

@@ -16,7 +16,7 @@ plugin's extended-resource part:
   an earlier attempt), found through an index kept from the cache's claim events.
 
 The scheduler adds the special claim to the claims it allocates; the claim writer creates it at bind
-(see extender/claimwriter.py). Everything here is node- and pod-local computation on raw API dicts.
+(see extender/plugin/claimwriter.py). Everything here is node- and pod-local computation on raw API dicts.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from typing import Any, NamedTuple
 
 from cachetools import LRUCache
 
-from allocator import Node, ResourceClaim
-from allocator.quantity import Quantity
+from allocator import Node, Quantity, ResourceClaim
 from common.claimrefs import EXTENDED_CLAIM_ANNOTATION
-from extender.cache import ClusterCache
+from common.objects import metadata_of
+from extender.state.cache import ClusterCache
 
 # resourceapi.ResourceDeviceClassPrefix: the implicit extended resource name of every DeviceClass.
 IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"
@@ -180,7 +180,7 @@ class ExtendedResources:
         cache.subscribe(self._on_change)
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
-        meta = new.get("metadata") or {}
+        meta = metadata_of(new)
         if kind == "DeviceClass":
             name = str(meta.get("name") or "")
             if event_type == "DELETED":
@@ -220,7 +220,7 @@ class ExtendedResources:
             resource = (raw.get("spec") or {}).get("extendedResourceName")
             if not isinstance(resource, str) or not resource:
                 continue
-            created = str((raw.get("metadata") or {}).get("creationTimestamp") or "")
+            created = str(metadata_of(raw).get("creationTimestamp") or "")
             best = explicit.get(resource)
             # RFC 3339 UTC timestamps order as strings; newest first, then the smaller name.
             if best is None or created > best[0] or (created == best[0] and name < best[1]):
@@ -237,7 +237,7 @@ class ExtendedResources:
 
     def stale_claim(self, pod: Mapping) -> ResourceClaim | None:
         """The pod's special claim already in the cluster (created by an earlier attempt)."""
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        uid = str(metadata_of(pod).get("uid") or "")
         key = self._special.get(uid)
         if key is None:
             return None
@@ -246,7 +246,7 @@ class ExtendedResources:
 
     def plan(self, pod: Mapping) -> ExtendedPlan | None:
         """The pod's mapped extended resources, or None when it asks for none."""
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        uid = str(metadata_of(pod).get("uid") or "")
         memo = self._memo.get(uid) if uid else None
         if memo is not None and memo.generation == self._generation:
             known = memo.plan
@@ -264,7 +264,7 @@ class ExtendedResources:
 
 def special_claim_owner(claim_raw: Mapping) -> str | None:
     """The UID of the pod a special claim belongs to (annotation and the pod as controller), or None."""
-    meta = claim_raw.get("metadata") or {}
+    meta = metadata_of(claim_raw)
     if (meta.get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) != "true":
         return None
     for owner in meta.get("ownerReferences") or []:
@@ -375,7 +375,7 @@ def _make_variant(pod: Mapping, resources: tuple[str, ...], classes: Mapping[str
 def in_memory_claim(pod: Mapping, requests: list[dict]) -> dict:
     """The special claim as upstream's PreFilter prepares it: owned by the pod as controller, with the
     annotation, a generated name to be, and a UID of our own until the API server gives it one."""
-    meta = pod.get("metadata") or {}
+    meta = metadata_of(pod)
     name, uid = str(meta.get("name") or ""), str(meta.get("uid") or "")
     return {
         "apiVersion": "resource.k8s.io/v1",

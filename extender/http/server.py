@@ -5,7 +5,7 @@ kube-scheduler ignores the body of any answer but a 200, so a malformed filter o
 answered 200 with the problem in `Error` (which kube-scheduler logs); prioritize and preempt have no
 such field and get HTTP 400 with a message. A scheduling problem is an answer, not an HTTP error.
 Body sizes, slow and idle connections are bounded (common.httpguard).
-Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/debug/ui` (extender/devicemap.py),
+Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/debug/ui` (extender/http/devicemap.py),
 `/healthz`, `/readyz`, `/metrics`. The `/debug/` pages describe the cluster's pods and claims: unless
 `debug_from_anywhere`, they answer only connections from loopback (`kubectl port-forward` arrives
 there); kubelet's probes and Prometheus reach the rest from the pod network.
@@ -25,14 +25,14 @@ import orjson
 import yaml
 from aiohttp import web
 
-from common.httpguard import BodyReader, HttpLimits, LimitedRunner, RequestRefused, expect_handler
-from extender import devicemap, wire
-from extender.explain import ExplainError, explain_pod, render_text
-from extender.extendedresources import requested_names
-from extender.metrics import CONTENT_TYPE
-from extender.names import split_ref
-from extender.podclaims import has_claims
-from extender.scheduling import BindFailed, Scheduler
+from common.httpguard import BodyReader, GuardedListener, HttpLimits, RequestRefused, expect_handler
+from extender.http import devicemap, wire
+from extender.http.explain import ExplainError, explain_pod, render_text
+from extender.http.names import split_ref
+from extender.plugin.extendedresources import requested_names
+from extender.plugin.metrics import CONTENT_TYPE
+from extender.plugin.podclaims import has_claims
+from extender.plugin.scheduling import BindFailed, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,7 @@ class ExtenderServer:
         watch_health: Callable[[], dict[str, Any]] | None = None,
         limits: HttpLimits | None = None,
         debug_from_anywhere: bool = False,
+        driver_lost: Callable[[], list[dict[str, Any]] | None] | None = None,
     ) -> None:
         self.debug_from_anywhere = debug_from_anywhere
         self.scheduler = scheduler
@@ -111,10 +112,10 @@ class ExtenderServer:
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
         self.watch_health = watch_health
         self.metrics.watch_state(self._gauges)
-        self._runners: list[web.AppRunner] = []
+        self._listeners: list[GuardedListener] = []
         self._extra_state: dict[str, Callable[[], Any]] = {}
-        # Set by `serve` when the driver-loss controller runs: its lost pools join explanations.
-        self.driver_lost: Callable[[], list[dict[str, Any]]] | None = None
+        # The driver-loss controller's lost pools (None while it does not run) join explanations.
+        self.driver_lost = driver_lost
         self.urls: dict[str, str] = {}
 
     def add_state(self, name: str, provider: Callable[[], Any]) -> None:
@@ -139,7 +140,7 @@ class ExtenderServer:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics_endpoint)
-        devicemap.register(app, self)
+        devicemap.register(app, lambda: devicemap.take_view(self.cache, self.scheduler.in_flight()))
         return app
 
     async def start(self, host: str, extender_port: int, debug_port: int,
@@ -147,12 +148,9 @@ class ExtenderServer:
         for name, app, port, context in (("extender", self.extender_app(), extender_port, ssl_context),
                                          ("debug", self.debug_app(), debug_port, None)):
             counted = self.metrics.scheduler_connections.inc if name == "extender" else None
-            runner = LimitedRunner(app, self.limits, access_log=None, on_connection=counted)
-            await runner.setup()
-            site = web.TCPSite(runner, host, port, ssl_context=context)
-            await site.start()
-            self._runners.append(runner)
-            bound = runner.addresses[0][1] if runner.addresses else port
+            listener = GuardedListener(app, self.limits, on_connection=counted)
+            bound = await listener.start(host, port, ssl_context=context)
+            self._listeners.append(listener)
             scheme = "https" if context is not None else "http"
             # A wildcard address is not something to paste into curl: show loopback instead.
             shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
@@ -160,9 +158,9 @@ class ExtenderServer:
             self.urls[name] = f"{scheme}://{shown}:{bound}" + (self.prefix if name == "extender" else "")
 
     async def stop(self) -> None:
-        for runner in reversed(self._runners):
-            await runner.cleanup()
-        self._runners.clear()
+        for listener in reversed(self._listeners):
+            await listener.stop()
+        self._listeners.clear()
 
     # ---- extender verbs -----------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import html
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -25,11 +25,12 @@ from aiohttp import web
 
 from allocator import DeviceTaintRule, ResourceSlice
 from common.claimrefs import is_group_reference, pod_key
-from extender import wire
-from extender.podclaims import ClaimsNotReady, InvalidPodError, claim_name_for, claim_references
+from common.objects import metadata_of
+from extender.http import wire
+from extender.plugin.podclaims import ClaimsNotReady, InvalidPodError, claim_name_for, claim_references
 
 if TYPE_CHECKING:
-    from extender.server import ExtenderServer
+    from extender.state.cache import ClusterCache
 
 ROUTE = "/debug/ui"
 DEFAULT_PER_PAGE = 50
@@ -136,14 +137,13 @@ class ClusterView:
     pod_names_by_uid: dict[str, str]
 
 
-def take_view(server: ExtenderServer) -> ClusterView:
-    cache = server.cache
+def take_view(cache: ClusterCache, in_flight: list[dict[str, Any]]) -> ClusterView:
+    """What the map shows, taken from the cache and the allocations in flight at one moment."""
     pods = cache.valid_objects("Pod")
-    in_flight = server.scheduler.in_flight()
     wanted = {entry.get("podUID") for entry in in_flight}
     names: dict[str, str] = {}
     for pod in pods:
-        uid = (pod.get("metadata") or {}).get("uid")
+        uid = metadata_of(pod).get("uid")
         if uid in wanted and isinstance(uid, str):
             names[uid] = pod_key(pod)
     return ClusterView(list(cache.inventory.slices()), cache.valid_objects("ResourceClaim"), pods, in_flight,
@@ -171,7 +171,7 @@ def _holders(claims: Iterable[Mapping[str, Any]]) -> dict[str, tuple[list[str], 
     for claim in claims:
         status = claim.get("status") or {}
         allocation = status.get("allocation") or {}
-        meta = claim.get("metadata") or {}
+        meta = metadata_of(claim)
         namespace = meta.get("namespace", "")
         key = f"{namespace}/{meta.get('name', '')}"
         reserved = [ref for ref in status.get("reservedFor") or () if isinstance(ref, dict)]
@@ -200,7 +200,7 @@ def _pending(pods: Iterable[Mapping[str, Any]]) -> list[PendingPod]:
             continue
         if not refs:
             continue
-        namespace = (pod.get("metadata") or {}).get("namespace", "")
+        namespace = metadata_of(pod).get("namespace", "")
         claims, note = [], ""
         for ref in refs:
             try:
@@ -342,16 +342,16 @@ async def _no_icon(_request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-def register(app: web.Application, server: ExtenderServer) -> None:
-    """Add the device map to the debug app of `server` (an ExtenderServer)."""
+def register(app: web.Application, view: Callable[[], ClusterView]) -> None:
+    """Add the device map to a debug app; `view` takes the picture it draws (see take_view)."""
 
     async def device_map(request: web.Request) -> web.Response:
         page = _int_query(request, "page", default=1, maximum=10**9)
         per_page = _int_query(request, "per_page", default=DEFAULT_PER_PAGE, maximum=MAX_PER_PAGE)
         node_filter = request.query.get("node", "")
-        view = take_view(server)
+        picture = view()
         text = await asyncio.to_thread(
-            lambda: render_page(build_map(view), page=page, per_page=per_page, node_filter=node_filter)
+            lambda: render_page(build_map(picture), page=page, per_page=per_page, node_filter=node_filter)
         )
         response = web.Response(text=text, content_type="text/html", charset="utf-8")
         response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY

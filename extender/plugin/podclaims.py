@@ -24,6 +24,7 @@ from common.claimrefs import (
     pod_uid,
     resolve_entry,
 )
+from common.objects import metadata_of
 
 # Looked up once: attribute access on an Enum class is slow on Python 3.11 (this runs per claim per verb).
 _GENERATED, _NOT_CREATED = ClaimSource.GENERATED, ClaimSource.NOT_CREATED
@@ -87,8 +88,8 @@ def resolve_pod_claims(pod: Mapping, lookup: ClaimLookup, *,
     """The pod's claims in spec order (entries without a claim skipped). Raises ClaimsNotReady.
 
     `accept_group_owner` (gate DRAWorkloadResourceClaims): a generated claim controlled by the pod's
-    PodGroup is the pod's too (see extender.podgroups)."""
-    namespace = (pod.get("metadata") or {}).get("namespace") or ""
+    PodGroup is the pod's too (see extender.plugin.podgroups)."""
+    namespace = metadata_of(pod).get("namespace") or ""
     resolved: list[PodClaim] = []
     for ref in claim_references(pod):
         claim_name, must_own = claim_name_for(pod, ref)

@@ -8,11 +8,11 @@ pools changed.
 from __future__ import annotations
 
 from allocator import AllocationOutcome, Node
-from extender.cache import ClusterCache
-from extender.filtercache import FilterCache, FitMemo, MemoisedFit
-from extender.planning import Planner, PodPlan
-from extender.scoring import NodeFit, node_scores, policy_for, rank_points
-from extender.verdicts import NodeVerdict, allocated_devices
+from extender.plugin.filtercache import FilterCache, FitMemo, MemoisedFit
+from extender.plugin.planning import Planner, PodPlan
+from extender.plugin.scoring import NodeFit, node_scores, policy_for, rank_points
+from extender.plugin.verdicts import NodeVerdict, allocated_devices
+from extender.state.cache import ClusterCache
 
 
 class NodeScorer:

@@ -25,23 +25,23 @@ from typing import Any, NamedTuple, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from allocator import AllocationError, Allocator, NodeAllocationError, ResourceClaim
-from allocator.errors import AllocationTimeout
+from allocator import AllocationError, AllocationTimeout, Allocator, NodeAllocationError, ResourceClaim
 from common.claimrefs import WORKLOAD_CLAIMS, group_name_of, known_claim_names, pod_key, pod_uid
+from common.objects import metadata_of
 from common.rules import DEFAULT_SCORING_POLICY
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.claimwriter import BindError
-from extender.extendedresources import Variant
-from extender.filtercache import FilterCache
-from extender.holds import FilterHolds
-from extender.metrics import Metrics
-from extender.nodeallocatable import NodeFit, as_fit_units, pod_requests
-from extender.nodecheck import NodeChecker
-from extender.placement import NodeScorer
-from extender.planning import Planner, PodPlan, SchedulingError
-from extender.podgroups import OWNER_PREFIX, reserved_for_pod
-from extender.verdicts import CONFLICT_REASONS, FilterResult, Reason, answer
+from extender.plugin.claimwriter import BindError
+from extender.plugin.extendedresources import Variant
+from extender.plugin.filtercache import FilterCache
+from extender.plugin.holds import FilterHolds
+from extender.plugin.metrics import Metrics
+from extender.plugin.nodeallocatable import NodeFit, as_fit_units, pod_requests
+from extender.plugin.nodecheck import NodeChecker
+from extender.plugin.placement import NodeScorer
+from extender.plugin.planning import Planner, PodPlan, SchedulingError
+from extender.plugin.podgroups import OWNER_PREFIX, reserved_for_pod
+from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, answer
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class BindFailed(Exception):
 
 
 class BindWriter(Protocol):
-    """What bind needs of the claim writer (extender/claimwriter.py)."""
+    """What bind needs of the claim writer (extender/plugin/claimwriter.py)."""
 
     conflicts: int  # write conflicts answered by a fresh read (a metric)
 
@@ -174,14 +174,14 @@ class Scheduler:
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if self._claim_waiters and kind in ("Pod", "ResourceClaim"):
-            namespace = (new.get("metadata") or {}).get("namespace")
+            namespace = metadata_of(new).get("namespace")
             for waiter in self._claim_waiters.values():
                 if waiter.namespace == namespace:
                     waiter.changed.set()
         if kind == "Pod" and event_type == "DELETED" and not self.holds.is_empty():
             self.holds.release(pod_uid(new))  # a deleted pod's held devices are free at once
         elif kind == "PodGroup" and event_type == "DELETED":
-            meta = new.get("metadata") or {}
+            meta = metadata_of(new)
             if f"{meta.get('namespace')}/{meta.get('name')}" not in self._group_writes:
                 # Nothing of a deleted PodGroup stays in flight: its claim goes with it (the
                 # resourceclaim controller deallocates it), no pod of the group may bind any more.
@@ -254,7 +254,7 @@ class Scheduler:
         wait_s = min(self.claim_wait_s, (deadline - self.clock()) / 2)
         loop = asyncio.get_running_loop()
         until = loop.time() + wait_s
-        meta = pod.get("metadata") or {}
+        meta = metadata_of(pod)
         waiter = _ClaimWaiter(str(meta.get("namespace") or ""), asyncio.Event())
         key = f"{pod_uid(pod)}/{id(waiter)}"  # several filters of one pod may wait at once
         self._claim_waiters[key] = waiter
@@ -275,7 +275,7 @@ class Scheduler:
     def _cached_copy(self, pod: dict) -> dict:
         """The cache's copy of `pod` (the same UID), else `pod`: kube-scheduler's copy can predate the
         claim names the resourceclaim controller wrote into the pod's status."""
-        meta = pod.get("metadata") or {}
+        meta = metadata_of(pod)
         current = self.cache.pod(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         return current if current is not None and pod_uid(current) == pod_uid(pod) else pod
 
@@ -356,7 +356,7 @@ class Scheduler:
             self._binding.discard(uid)
             if group_write is not None:
                 self._group_writes.pop(group_write).set_result(None)
-        usage = self.cache.node_usage
+        usage = self.checker.node_usage
         if usage is not None:  # kube-scheduler counts the pod on the node from now on: so do we
             requests = footprint.requests if footprint is not None else as_fit_units(pod_requests(pod, ()))
             usage.assume(uid, node_name, requests)
@@ -500,7 +500,7 @@ class Scheduler:
             victim = self.cache.pod_by_uid(uid)
             if victim is None:
                 continue
-            namespace = str((victim.get("metadata") or {}).get("namespace") or "")
+            namespace = str(metadata_of(victim).get("namespace") or "")
             for name in known_claim_names(victim):
                 claim = self.cache.claim(namespace, name)
                 if claim is None or claim.allocation is None:

@@ -18,6 +18,7 @@ from cachetools import LRUCache, TTLCache
 from allocator import (
     AllocationError,
     AllocationOutcome,
+    AllocationTimeout,
     InvalidObjectError,
     Node,
     NodeAllocationError,
@@ -25,12 +26,26 @@ from allocator import (
     node_matches_selector,
     takes_skipped_node_operations,
 )
-from allocator.errors import AllocationTimeout
-from extender.cache import ClusterCache
-from extender.filtercache import MAX_SNAPSHOTS, FilterCache
-from extender.nodeallocatable import ClaimUse, NodeAllocatableError, NodeFit, PodDemand, fit
-from extender.planning import Planner, PodPlan, SchedulingError
-from extender.verdicts import UNKNOWN_NODE, NodeVerdict, Reason, cached_verdict, outcome_verdict, timed_out
+from common.objects import metadata_of
+from extender.plugin.filtercache import MAX_SNAPSHOTS, FilterCache
+from extender.plugin.nodeallocatable import (
+    ClaimUse,
+    NodeAllocatableError,
+    NodeFit,
+    PodDemand,
+    fit,
+    node_usage,
+)
+from extender.plugin.planning import Planner, PodPlan, SchedulingError
+from extender.plugin.verdicts import (
+    UNKNOWN_NODE,
+    NodeVerdict,
+    Reason,
+    cached_verdict,
+    outcome_verdict,
+    timed_out,
+)
+from extender.state.cache import ClusterCache
 
 # How long one check of many nodes may run on the event loop before it lets other requests in.
 YIELD_AFTER_S = 0.005
@@ -60,6 +75,7 @@ class NodeChecker:
         self.filter_cache = filter_cache
         self.node_deadline_s = node_deadline_s
         self.clock = clock
+        self.node_usage = node_usage(cache)
         self._filtered: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS,
                                                                          ttl=RESULT_TTL_S)
         # Claims spec -> fits verdicts by node name (_fitting_verdicts), for the specs filtered last.
@@ -160,14 +176,14 @@ class NodeChecker:
     def _footprints(self) -> bool:
         """May a pod's devices add to its requests (DRANodeAllocatableResources, and devices declaring
         nodeAllocatableResources)?"""
-        return self.cache.node_usage is not None and self.cache.inventory.has_node_allocatable_devices
+        return self.node_usage is not None and self.cache.inventory.has_node_allocatable_devices
 
     def node_fit(self, plan: PodPlan, node: Node, verdict: NodeVerdict, *,
                  evicting: frozenset[str] = frozenset()) -> NodeFit | None:
         """With DRANodeAllocatableResources: the node allocatable footprint of the devices the pod's
         claims have or get on `node` (`verdict`: the node's fitting device verdict), and whether the node
         holds it; None without the gate or without such devices. Raises SchedulingError for bad data."""
-        usage = self.cache.node_usage
+        usage = self.node_usage
         if usage is None or not self.cache.inventory.has_node_allocatable_devices:
             return None
         extended = plan.extended_variant.claim if plan.extended_variant is not None else None
@@ -179,7 +195,7 @@ class NodeChecker:
         names: dict[str, set[str]] = {}
         for entry in plan.claims:
             names.setdefault(entry.claim.uid, set()).add(entry.pod_claim_name)
-        meta = plan.pod.get("metadata") or {}
+        meta = metadata_of(plan.pod)
         key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
         demand = self._demands.get(key)
         if demand is None or demand.pod is not plan.pod:

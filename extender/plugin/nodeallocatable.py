@@ -32,11 +32,16 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from allocator import Device, Inventory, Node, Quantity, ResourceClaim, ResourceSlice, node_matches_selector
+from common.objects import metadata_of
+
+if TYPE_CHECKING:
+    from extender.state.cache import ClusterCache
 
 GATE = "DRANodeAllocatableResources"
+NODE_USAGE_INDEX = "node-usage"
 STATUS_FIELD = "nodeAllocatableResourceClaimStatuses"
 # Pod-level requests can stand for the containers' sum of these (PodLevelResources).
 POD_LEVEL_RESOURCES = ("cpu", "memory")
@@ -411,7 +416,7 @@ class NodeUsage:
 
     def update(self, key: str, pod: Mapping[str, Any]) -> None:
         self.remove(key)
-        meta = pod.get("metadata") or {}
+        meta = metadata_of(pod)
         uid = str(meta.get("uid") or "")
         node = (pod.get("spec") or {}).get("nodeName")
         self._assumed.pop(uid, None)
@@ -555,3 +560,11 @@ def fit(demand: PodDemand, uses: Iterable[ClaimUse], pod_claim_names: Mapping[st
             f"claims' devices), the node has {_shown(name, max(capacity - used, 0))} of "
             f"{_shown(name, capacity)} allocatable free")
     return NodeFit(statuses, requests, "; ".join(problems) or None, unresolvable)
+
+
+def node_usage(cache: ClusterCache) -> NodeUsage | None:
+    """The cache's index of what pods request on each node; None with the gate off, where nothing
+    reads it and keeping it would cost every pod event."""
+    if not cache.features.enabled(GATE):
+        return None
+    return cache.pod_index(NODE_USAGE_INDEX, NodeUsage)

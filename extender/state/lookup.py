@@ -1,17 +1,18 @@
-"""Answers the webhook's ClusterLookup questions (webhook/lookup.py) from the extender's ClusterCache."""
+"""Answers the webhook's ClusterLookup questions (webhook/lookup.py) from the extender's ClusterCache:
+the composition root hands this view to the webhook when both run in one process."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-from webhook.lookup import ClusterLookup, qualified
+from common.objects import qualified_name
+from extender.state.cache import ClusterCache
 
 
 class ClusterCacheLookup:
     """Read-only view over a ClusterCache; device name sets are rebuilt only when the inventory changed."""
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: ClusterCache) -> None:
         self._cache = cache
         self._names_version: object = None
         self._attributes: frozenset[str] = frozenset()
@@ -55,14 +56,7 @@ class ClusterCacheLookup:
         capacities: set[str] = set()
         for resource_slice in inventory.slices():
             for device in resource_slice.devices:
-                attributes.update(qualified(n, resource_slice.driver) for n in device.attributes)
-                capacities.update(qualified(n, resource_slice.driver) for n in device.capacity)
+                attributes.update(qualified_name(n, resource_slice.driver) for n in device.attributes)
+                capacities.update(qualified_name(n, resource_slice.driver) for n in device.capacity)
         self._attributes, self._capacities = frozenset(attributes), frozenset(capacities)
         self._names_version = version
-
-
-def as_lookup(cache: object) -> ClusterLookup:
-    """`cache` itself when it already answers the webhook's questions, else a ClusterCache adapter."""
-    if isinstance(cache, ClusterLookup):
-        return cache
-    return ClusterCacheLookup(cache)

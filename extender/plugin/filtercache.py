@@ -33,10 +33,11 @@ from typing import NamedTuple
 import orjson
 
 from allocator import PREEMPTION_MAY_HELP, AllocatedState, AllocationOutcome, Node, ResourceClaim
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.scoring import NodeFit
-from extender.twins import TwinKey, TwinVerdicts
+from common.objects import metadata_of
+from extender.plugin.scoring import NodeFit
+from extender.plugin.twins import TwinKey, TwinVerdicts
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 PoolId = tuple[str, str]
 # Claims as (key, uid) each, in order.
@@ -155,7 +156,7 @@ class FilterCache:
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if kind == "Node":
-            self._log(str((new.get("metadata") or {}).get("name")))  # its labels are in its node key
+            self._log(str(metadata_of(new).get("name")))  # its labels are in its node key
             return
         if kind != "ResourceClaim":
             return  # slices, classes and taint rules move Inventory.version; the node is in the key

@@ -8,9 +8,9 @@ from typing import Any
 
 from allocator import Rejection
 from common.claimrefs import pod_key
-from extender.planning import PodPlan, SchedulingError
-from extender.scheduling import Scheduler
-from extender.verdicts import NodeVerdict
+from extender.plugin.planning import PodPlan, SchedulingError
+from extender.plugin.scheduling import Scheduler
+from extender.plugin.verdicts import NodeVerdict
 
 
 class ExplainError(LookupError):
@@ -137,7 +137,7 @@ def _node_allocatable(scheduler: Scheduler, plan: PodPlan, verdict: NodeVerdict)
     """With DRANodeAllocatableResources, what the devices the pod gets on a fitting node add to its
     requests (the pod status bind would write)."""
     node = scheduler.cache.node(verdict.node)
-    if not verdict.fits or node is None or scheduler.cache.node_usage is None:
+    if not verdict.fits or node is None or scheduler.checker.node_usage is None:
         return []
     try:
         found = scheduler.checker.node_fit(scheduler.planner.on(plan, verdict.node), node, verdict)

@@ -14,13 +14,11 @@ from typing import NamedTuple
 from allocator import AllocatedState, Allocator, InvalidObjectError, Node, ResourceClaim
 from common.claimrefs import WORKLOAD_CLAIMS, pod_key, pod_uid
 from common.rules import RESERVED_FOR_MAX
-from extender.assume import AssumeCache
-from extender.cache import ClusterCache
-from extender.extendedresources import ExtendedPlan, ExtendedResources, Variant
-from extender.filtercache import ClaimsSignature, FilterCache
-from extender.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
-from extender.nodeallocatable import unshareable
-from extender.podclaims import (
+from extender.plugin.extendedresources import ExtendedPlan, ExtendedResources, Variant
+from extender.plugin.filtercache import ClaimsSignature, FilterCache
+from extender.plugin.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
+from extender.plugin.nodeallocatable import unshareable
+from extender.plugin.podclaims import (
     ClaimNotCreated,
     ClaimsNotReady,
     InvalidPodError,
@@ -28,14 +26,16 @@ from extender.podclaims import (
     has_claims,
     resolve_pod_claims,
 )
-from extender.podgroups import (
+from extender.plugin.podgroups import (
     GroupBinding,
     group_binding,
     outsider_problem,
     reservable,
     reserved_for_pod,
 )
-from extender.verdicts import NodeVerdict, Reason, blocked
+from extender.plugin.verdicts import NodeVerdict, Reason, blocked
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
 
 
 class SchedulingError(Exception):
@@ -213,7 +213,7 @@ class Planner:
     def _mapped_claim_shared(self, claim: ResourceClaim, allocation: dict, *,
                              others: bool) -> NodeVerdict | None:
         """With DRANodeAllocatableResources, a claim with a mapped device that others use (`others`)
-        blocks the pod (extender.nodeallocatable)."""
+        blocks the pod (extender.plugin.nodeallocatable)."""
         if not others or not self.cache.features.enabled(NODE_ALLOCATABLE_GATE):
             return None
         message = unshareable(claim, allocation, self.cache.inventory)

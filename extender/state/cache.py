@@ -12,7 +12,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol, TypeVar, cast
 
 from allocator import (
     AllocatedState,
@@ -26,12 +26,10 @@ from allocator import (
     ResourceClaim,
     ResourceSlice,
 )
-from common.claimrefs import group_name_of
-from extender.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
-from extender.nodeallocatable import NodeUsage
-from extender.podgroups import check_group_claims
-from extender.podtransform import slim_pod
-from extender.sharing import ObjectSharer
+from common.claimrefs import check_group_claims, group_name_of
+from common.objects import metadata_of
+from extender.state.podtransform import slim_pod
+from extender.state.sharing import ObjectSharer
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +42,7 @@ KINDS: dict[str, tuple[str, bool]] = {
     "ResourceClaim": ("resource.k8s.io/v1", True),
     "ResourceClaimTemplate": ("resource.k8s.io/v1", True),
     "DeviceTaintRule": ("resource.k8s.io/v1", False),
-    # Watched only with the DRAWorkloadResourceClaims gate (see extender.podgroups).
+    # Watched only with the DRAWorkloadResourceClaims gate (see extender.plugin.podgroups).
     "PodGroup": ("scheduling.k8s.io/v1beta1", True),
 }
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
@@ -71,7 +69,7 @@ def object_key(raw: dict, *, namespaced: bool) -> str:
 
 
 def _resource_version(raw: dict) -> int | None:
-    value = (raw.get("metadata") or {}).get("resourceVersion")
+    value = metadata_of(raw).get("resourceVersion")
     if value is None:
         return None
     try:
@@ -90,6 +88,17 @@ def _check_pod(raw: dict) -> None:
     claims = (spec or {}).get("resourceClaims")
     if claims is not None and not isinstance(claims, list):
         raise ValueError("spec.resourceClaims: must be a list")
+
+
+class PodIndex(Protocol):
+    """A view of the valid pods kept up to date by the cache (see ClusterCache.pod_index)."""
+
+    def update(self, key: str, pod: dict) -> None: ...
+
+    def remove(self, key: str) -> None: ...
+
+
+PodIndexT = TypeVar("PodIndexT", bound=PodIndex)
 
 
 class ClusterCache:
@@ -114,8 +123,8 @@ class ClusterCache:
         self._ignored = 0
         self._unnamed_invalid = 0   # objects without a usable name cannot be stored at all
         self._sharer = ObjectSharer()
-        # What the pods on each node request (extender.nodeallocatable), kept only when it is read.
-        self.node_usage = NodeUsage() if features.enabled(NODE_ALLOCATABLE_GATE) else None
+        # Indexes over the valid pods that the scheduling plugin registers (see pod_index).
+        self._pod_indexes: dict[str, PodIndex] = {}
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -136,6 +145,21 @@ class ClusterCache:
             cache.apply(kind, "ADDED", _with_snapshot_defaults(raw, kind))
         cache.ready = True
         return cache
+
+    def pod_index(self, name: str, make: Callable[[], PodIndexT]) -> PodIndexT:
+        """The index of valid pods registered as `name`, made with `make()` and filled with the pods
+        already stored the first time it is asked for; from then on it follows every pod change.
+
+        This is how rules above the cache keep their own views of the pods (as client-go's indexers
+        do) without the cache knowing the rules."""
+        index = self._pod_indexes.get(name)
+        if index is None:
+            index = make()
+            for key, raw in self._objects["Pod"].items():
+                if key not in self._invalid["Pod"]:
+                    index.update(key, raw)
+            self._pod_indexes[name] = index
+        return cast(PodIndexT, index)
 
     # ---- the single entry for changes ---------------------------------------------------------
 
@@ -217,8 +241,8 @@ class ClusterCache:
                 log.exception("cache subscriber failed on %s %s %s", event_type, kind, key)
 
     def _shared(self, kind: str, raw: dict, old: dict | None) -> dict:
-        """`raw` (a Pod already slimmed: see extender.podtransform, no secrets and no bulk) with its
-        parts equal to other stored objects' shared (see extender.sharing), starting with `old`, the
+        """`raw` (a Pod already slimmed: see extender.state.podtransform, no secrets and no bulk) with its
+        parts equal to other stored objects' shared (see extender.state.sharing), starting with `old`, the
         version it replaces. Only for objects that are stored: a deleted or stale one is not worth it."""
         if kind == "Pod":
             return self._sharer.pod(raw, old)
@@ -347,7 +371,7 @@ class ClusterCache:
         allocation = status.get("allocation") if isinstance(status, dict) else None
         if allocation is None:
             return ""
-        uid = (raw.get("metadata") or {}).get("uid")
+        uid = metadata_of(raw).get("uid")
         uid = uid if isinstance(uid, str) and uid else key
         reading = self.allocated.add_raw_allocation(uid, key, allocation)
         self._invalid_claim_allocations[key] = (uid, reading)
@@ -383,8 +407,8 @@ class ClusterCache:
             group = group_name_of(raw)
             if group is not None:
                 self._pods_by_group.setdefault(f"{raw['metadata']['namespace']}/{group}", set()).add(key)
-            if self.node_usage is not None:
-                self.node_usage.update(key, raw)
+            for index in self._pod_indexes.values():
+                index.update(key, raw)
         elif kind == "ResourceClaim":
             self._index_claim(key, ResourceClaim.from_api(raw, spec_of=self._claims.get(key)))
         elif kind == "ResourceSlice":
@@ -436,9 +460,9 @@ class ClusterCache:
             self.inventory.remove_taint_rule(key)
 
     def _unindex_pod(self, key: str, old: dict) -> None:
-        if self.node_usage is not None:
-            self.node_usage.remove(key)
-        meta = old.get("metadata") or {}
+        for index in self._pod_indexes.values():
+            index.remove(key)
+        meta = metadata_of(old)
         if self._pod_keys_by_uid.get(meta.get("uid", "")) == key:  # indexed pods have a uid
             del self._pod_keys_by_uid[meta["uid"]]
         namespace = meta.get("namespace")

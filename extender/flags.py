@@ -1,0 +1,355 @@
+"""The command-line flags of `serve`, `explain` and `simulate`: each group's flags take their defaults
+and help texts from an instance of its options class (extender.options), and `*_options(args)` maps
+parsed flags onto it.
+
+    options = serve_options(parser.parse_args())
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import TYPE_CHECKING
+
+from allocator import FeatureGates
+from common.claimrefs import WORKLOAD_CLAIMS
+from common.httpguard import HttpLimits
+from common.rules import (
+    RESERVED_FOR_MAX,
+    SCORING_POLICIES,
+    parse_duration,
+    parse_positive_duration,
+)
+from extender.controllers import (
+    CONTROLLER_NAMES,
+    ControllerOptions,
+    check_names,
+)
+from extender.http.server import DEFAULT_PREFIX
+
+if TYPE_CHECKING:
+    pass
+from extender.options import (
+    CONTROLLERS,
+    NETWORK,
+    SCHEDULER,
+    WEBHOOK,
+    NetworkOptions,
+    OptionsError,
+    SchedulerOptions,
+    ServeOptions,
+    SourceOptions,
+    WebhookOptions,
+    parse_features,
+)
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("cluster source (in-cluster credentials by default)")
+    group.add_argument("--kubeconfig", help="kubeconfig file to use instead of in-cluster credentials")
+    group.add_argument("--context", help="kubeconfig context to use")
+    group.add_argument(
+        "--snapshot", metavar="DIR", help="read the cluster from YAML/JSON files instead of an API server"
+    )
+    add_feature_gates_argument(group)
+
+
+def add_feature_gates_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--feature-gates",
+        default="",
+        help="comma-separated Name=true|false overrides of the Kubernetes 1.37 defaults",
+    )
+
+
+def features_of(args: argparse.Namespace) -> FeatureGates:
+    try:
+        return parse_features(args.feature_gates)
+    except ValueError as error:
+        raise OptionsError(f"--feature-gates: {error}") from None
+
+
+def source_options(args: argparse.Namespace) -> SourceOptions:
+    """Refuses the combination of sources before reading --feature-gates."""
+    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot)
+    return dataclasses.replace(source, features=features_of(args))
+
+
+def add_scoring_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--scoring",
+        choices=SCORING_POLICIES,
+        default=SCHEDULER.scoring,
+        help="device placement policy for prioritize; pods override it with the annotation "
+        f"dra-extender.io/scoring (default {SCHEDULER.scoring})",
+    )
+
+
+def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
+    sched = parser.add_argument_group("scheduling")
+    add_scoring_argument(sched)
+    sched.add_argument(
+        "--filter-holds-devices",
+        action="store_true",
+        help="filter returns one chosen node and holds its devices until bind or --hold-timeout",
+    )
+    sched.add_argument(
+        "--no-filter-cache",
+        dest="filter_cache",
+        action="store_false",
+        help="recompute every node on every filter instead of reusing outcomes while the node's pools "
+        "are unchanged",
+    )
+    sched.add_argument(
+        "--hold-timeout",
+        type=parse_positive_duration,
+        default=SCHEDULER.hold_timeout_s,
+        help="how long a filter hold lasts without a bind (plain seconds or a Go duration such as 90s, 5m; "
+        f"default {SCHEDULER.hold_timeout_s:g})",
+    )
+    sched.add_argument(
+        "--node-timeout",
+        type=parse_positive_duration,
+        default=SCHEDULER.node_timeout_s,
+        help="seconds one node's device search may run (filter, bind, explain); a node that takes longer "
+        "is 'timed out', not 'does not fit'. The search holds the event loop meanwhile "
+        f"(default {SCHEDULER.node_timeout_s:g})",
+    )
+    sched.add_argument(
+        "--filter-timeout",
+        type=parse_positive_duration,
+        default=SCHEDULER.filter_timeout_s,
+        help="seconds one filter (and prioritize, preempt) may spend on all its nodes together; nodes not "
+        "checked by then count as timed out. Keep it below kube-scheduler's extender httpTimeout (5 s "
+        "unless set; deploy/ sets 10 s) minus --node-timeout. Timed-out nodes are resolvable failures "
+        "when another node fits; when none fits, filter answers with an error and kube-scheduler "
+        f"retries the pod after its backoff (default {SCHEDULER.filter_timeout_s:g})",
+    )
+
+
+def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
+    return SchedulerOptions(
+        scoring=args.scoring,
+        hold_devices=args.filter_holds_devices,
+        hold_timeout_s=args.hold_timeout,
+        node_timeout_s=args.node_timeout,
+        filter_timeout_s=args.filter_timeout,
+        filter_cache=args.filter_cache,
+    )
+
+
+def port_number(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535, got {port}")
+    return port
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    return number
+
+
+def add_network_arguments(parser: argparse.ArgumentParser) -> None:
+    limits = NETWORK.limits
+    net = parser.add_argument_group("network")
+    net.add_argument(
+        "--bind-address",
+        default=NETWORK.bind_address,
+        help=f"address all ports listen on (default {NETWORK.bind_address}; use 0.0.0.0 in a cluster)",
+    )
+    net.add_argument(
+        "--extender-port",
+        type=port_number,
+        default=NETWORK.extender_port,
+        help=f"scheduler-extender port, verbs under {DEFAULT_PREFIX}/ (default {NETWORK.extender_port})",
+    )
+    net.add_argument(
+        "--debug-port",
+        type=port_number,
+        default=NETWORK.debug_port,
+        help=f"read-only /debug/*, /metrics, /healthz, /readyz (default {NETWORK.debug_port})",
+    )
+    net.add_argument(
+        "--extender-tls-cert-file", help="serve the extender port over HTTPS with this certificate"
+    )
+    net.add_argument("--extender-tls-private-key-file", help="private key of --extender-tls-cert-file")
+    net.add_argument(
+        "--extender-client-ca-file",
+        help="require extender clients (kube-scheduler) to present a certificate signed by this CA",
+    )
+    net.add_argument(
+        "--max-request-bytes",
+        type=positive_int,
+        default=limits.max_request_bytes,
+        help="largest filter, prioritize or preempt body accepted (413 beyond; bind takes at most 64 KiB). "
+        "The default fits a Pod and node names (nodeCacheCapable: true, as deploy/ configures); raise it "
+        f"only for full NodeLists (default {limits.max_request_bytes})",
+    )
+    net.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=limits.max_connections,
+        help="connections each port keeps open at once; more are closed at once (default "
+        f"{limits.max_connections}). Keep the ports' sum below the process's file-descriptor limit",
+    )
+    net.add_argument(
+        "--idle-timeout",
+        type=parse_positive_duration,
+        default=limits.idle_timeout_s,
+        help="seconds a connection may stay open without sending a complete request, from when it opens "
+        f"or got its last answer (default {limits.idle_timeout_s:g})",
+    )
+    net.add_argument(
+        "--debug-from-anywhere",
+        action="store_true",
+        help="answer /debug/ pages (pods and claims of the cluster) on every address of the debug port; by "
+        "default only loopback connections (kubectl port-forward) get them. /healthz, /readyz and "
+        "/metrics answer everyone either way",
+    )
+
+
+def http_limits(args: argparse.Namespace) -> HttpLimits:
+    return HttpLimits(
+        max_request_bytes=args.max_request_bytes,
+        max_connections=args.max_connections,
+        idle_timeout_s=args.idle_timeout,
+    )
+
+
+def network_options(args: argparse.Namespace) -> NetworkOptions:
+    return NetworkOptions(
+        bind_address=args.bind_address,
+        extender_port=args.extender_port,
+        debug_port=args.debug_port,
+        extender_tls_cert_file=args.extender_tls_cert_file,
+        extender_tls_private_key_file=args.extender_tls_private_key_file,
+        extender_client_ca_file=args.extender_client_ca_file,
+        limits=http_limits(args),
+        debug_from_anywhere=args.debug_from_anywhere,
+    )
+
+
+def reserved_for_limit(value: str) -> int:
+    try:
+        limit = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if not 1 <= limit <= RESERVED_FOR_MAX:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {RESERVED_FOR_MAX}, got {limit}")
+    return limit
+
+
+def add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("admission webhook")
+    group.add_argument(
+        "--webhook-port", type=port_number, default=WEBHOOK.port,
+        help=f"admission webhook port (TLS, default {WEBHOOK.port})"
+    )
+    group.add_argument(
+        "--tls-cert-file",
+        help="serving certificate (PEM) of the webhook; reloaded when it changes. "
+        "Without it and --tls-private-key-file the webhook is not served",
+    )
+    group.add_argument("--tls-private-key-file", help="private key (PEM) of the webhook serving certificate")
+    group.add_argument(
+        "--reserved-for-limit",
+        type=reserved_for_limit,
+        default=WEBHOOK.reserved_for_limit,
+        help=f"most consumers one ResourceClaim may be reserved for (1-{RESERVED_FOR_MAX}, "
+        f"default {WEBHOOK.reserved_for_limit})",
+    )
+
+
+def webhook_options(args: argparse.Namespace) -> WebhookOptions:
+    return WebhookOptions(
+        port=args.webhook_port,
+        tls_cert_file=args.tls_cert_file,
+        tls_private_key_file=args.tls_private_key_file,
+        reserved_for_limit=args.reserved_for_limit,
+    )
+
+
+def controller_names(text: str) -> tuple[str, ...]:
+    try:
+        return check_names(text.split(","))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("controllers")
+    group.add_argument(
+        "--controllers",
+        type=controller_names,
+        default=CONTROLLERS.names,
+        metavar="NAMES",
+        help=f"comma-separated controllers to run: {', '.join(CONTROLLER_NAMES)} (default: none)",
+    )
+    group.add_argument(
+        "--taint-eviction-workers",
+        type=positive_int,
+        default=CONTROLLERS.workers,
+        metavar="N",
+        help=f"pods evicted concurrently at most (default: {CONTROLLERS.workers})",
+    )
+    group.add_argument(
+        "--driver-loss-grace-period",
+        type=parse_duration,
+        default=CONTROLLERS.driver_loss_grace_period,
+        metavar="DURATION",
+        help="how long devices of a pool without ResourceSlices stay reserved (plain seconds or a Go "
+        f"duration such as 90s, 5m; default {CONTROLLERS.driver_loss_grace_period:g} s)",
+    )
+    group.add_argument(
+        "--evict-on-driver-loss",
+        action="store_true",
+        help="evict pods whose devices' driver stayed gone past the grace period",
+    )
+    group.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run the controllers only while holding a coordination.k8s.io Lease",
+    )
+    group.add_argument("--leader-elect-namespace", default=CONTROLLERS.lease_namespace, metavar="NS")
+    group.add_argument("--leader-elect-lease-name", default=CONTROLLERS.lease_name, metavar="NAME")
+
+
+def controller_options(args: argparse.Namespace, features: FeatureGates) -> ControllerOptions:
+    try:
+        return ControllerOptions(
+            names=args.controllers,
+            workers=args.taint_eviction_workers,
+            driver_loss_grace_period=args.driver_loss_grace_period,
+            evict_on_driver_loss=args.evict_on_driver_loss,
+            leader_elect=args.leader_elect,
+            lease_namespace=args.leader_elect_namespace,
+            lease_name=args.leader_elect_lease_name,
+            workload_claims=features.enabled(WORKLOAD_CLAIMS),
+        )
+    except ValueError as error:
+        raise OptionsError(str(error)) from None
+
+
+def serve_options(args: argparse.Namespace) -> ServeOptions:
+    """Every component's options from serve's flags; raises OptionsError naming the flags of a
+    combination that cannot run (sources, then TLS, then feature gates, then the rest)."""
+    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot)
+    network = network_options(args)
+    webhook = webhook_options(args)
+    features = features_of(args)
+    return ServeOptions(
+        source=dataclasses.replace(source, features=features),
+        network=network,
+        scheduler=scheduler_options(args),
+        webhook=webhook,
+        controllers=controller_options(args, features),
+    )

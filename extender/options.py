@@ -1,0 +1,134 @@
+"""What every component of `serve`, `explain` and `simulate` is configured with: one frozen options
+class per component, whose field defaults are the only place its defaults are written.
+
+A combination that cannot run raises OptionsError (a ValueError) naming the flags when the options are
+made, so code building options directly gets the same refusal as the command line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from allocator import FeatureGates
+from common.httpguard import HttpLimits
+from common.rules import (
+    DEFAULT_SCORING_POLICY,
+    RESERVED_FOR_MAX,
+    SCORING_POLICIES,
+)
+from extender.controllers import (
+    ControllerOptions,
+)
+from extender.plugin.scheduling import (
+    DEFAULT_FILTER_TIMEOUT_S,
+    DEFAULT_HOLD_TTL_S,
+    DEFAULT_NODE_TIMEOUT_S,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+class OptionsError(ValueError):
+    """A flag combination that cannot run; the message names the flags."""
+
+
+def parse_features(text: str) -> FeatureGates:
+    return FeatureGates.parse(text) if text else FeatureGates()
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    kubeconfig: str | None = None
+    context: str | None = None
+    snapshot: str | None = None  # a directory or file of objects instead of an API server
+    features: FeatureGates = field(default_factory=FeatureGates)
+
+    def __post_init__(self) -> None:
+        if self.snapshot and (self.kubeconfig or self.context):
+            raise OptionsError("--snapshot cannot be combined with --kubeconfig or --context")
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    scoring: str = DEFAULT_SCORING_POLICY
+    hold_devices: bool = False  # --filter-holds-devices
+    hold_timeout_s: float = DEFAULT_HOLD_TTL_S
+    node_timeout_s: float = DEFAULT_NODE_TIMEOUT_S
+    filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S
+    filter_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.scoring not in SCORING_POLICIES:
+            raise OptionsError(f"--scoring: {self.scoring!r} is not one of {', '.join(SCORING_POLICIES)}")
+        timeouts = (("--hold-timeout", self.hold_timeout_s), ("--node-timeout", self.node_timeout_s),
+                    ("--filter-timeout", self.filter_timeout_s))
+        for flag, seconds in timeouts:
+            if not seconds > 0:
+                raise OptionsError(f"{flag}: must be positive, got {seconds}")
+
+
+SCHEDULER = SchedulerOptions()
+
+
+@dataclass(frozen=True)
+class NetworkOptions:
+    bind_address: str = "127.0.0.1"
+    extender_port: int = 8888
+    debug_port: int = 8889
+    extender_tls_cert_file: str | None = None
+    extender_tls_private_key_file: str | None = None
+    extender_client_ca_file: str | None = None
+    limits: HttpLimits = field(default_factory=HttpLimits)
+    debug_from_anywhere: bool = False
+
+    def __post_init__(self) -> None:
+        # TLS fails closed: half a TLS set-up never falls back to plain HTTP.
+        if bool(self.extender_tls_cert_file) != bool(self.extender_tls_private_key_file):
+            raise OptionsError("--extender-tls-cert-file and --extender-tls-private-key-file go together")
+        if self.extender_client_ca_file and not self.extender_tls_cert_file:
+            raise OptionsError(
+                "--extender-client-ca-file needs --extender-tls-cert-file and "
+                "--extender-tls-private-key-file: client certificates are only checked over HTTPS, "
+                "and the extender would otherwise serve plain HTTP to anyone")
+
+
+NETWORK = NetworkOptions()
+
+
+@dataclass(frozen=True)
+class WebhookOptions:
+    port: int = 8443
+    tls_cert_file: str | None = None
+    tls_private_key_file: str | None = None
+    reserved_for_limit: int = RESERVED_FOR_MAX
+
+    def __post_init__(self) -> None:
+        # Half a TLS set-up never falls back to running without the webhook.
+        if bool(self.tls_cert_file) != bool(self.tls_private_key_file):
+            raise OptionsError(
+                "--tls-cert-file and --tls-private-key-file go together (the admission webhook needs both; "
+                "leave both out to run without it)")
+        if not 1 <= self.reserved_for_limit <= RESERVED_FOR_MAX:
+            raise OptionsError(f"--reserved-for-limit: must be between 1 and {RESERVED_FOR_MAX}, "
+                               f"got {self.reserved_for_limit}")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.tls_cert_file and self.tls_private_key_file)
+
+
+WEBHOOK = WebhookOptions()
+
+
+CONTROLLERS = ControllerOptions()
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    source: SourceOptions = field(default_factory=SourceOptions)
+    network: NetworkOptions = field(default_factory=NetworkOptions)
+    scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
+    webhook: WebhookOptions = field(default_factory=WebhookOptions)
+    controllers: ControllerOptions = field(default_factory=ControllerOptions)

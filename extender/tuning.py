@@ -1,0 +1,87 @@
+"""Process tuning once the cache is synced: the garbage collector, the C allocator's free pages, and
+every node's view of its pools built ahead of the first filters.
+
+Why each step pays is in docs/operations.md ("Memory and pauses").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import gc
+
+from allocator import AllocationError
+from extender.kube.informer import ClusterWatcher
+from extender.plugin.filtercache import FilterCache
+from extender.state.cache import ClusterCache
+
+# The allocator makes many short-lived objects per node: collecting every 700 allocations (the default)
+# costs more than it frees, and full collections over the synced cache would pause the event loop.
+GC_THRESHOLDS = (20_000, 20, 20)
+
+
+def tune_gc_after_sync() -> None:
+    """Move everything alive now (the synced cache) out of the collector's sight and collect less often;
+    give the memory the initial lists left free back to the system."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+    return_free_memory()
+
+
+def return_free_memory() -> None:
+    """Ask the C allocator to return its free pages (glibc's malloc_trim; elsewhere nothing happens):
+    decoding the initial lists leaves part of the heap free but held."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
+
+
+# The initial lists allocate millions of objects that all stay alive: collecting while they arrive
+# only walks a growing heap again and again, with nothing to free. The collector is off until the
+# cache is synced, but for at most this long (an API server that never answers must not leave it off).
+SYNC_GC_PAUSE_S = 120.0
+
+
+async def _tune_gc_when_ready(watcher: ClusterWatcher | None) -> None:
+    if watcher is not None:
+        gc.disable()
+        try:
+            await watcher.wait_ready(SYNC_GC_PAUSE_S)
+        finally:
+            gc.enable()
+        await watcher.wait_ready()
+    tune_gc_after_sync()
+
+
+# Nodes whose view of their pools is built per turn of the event loop when warming them after the sync.
+WARM_BATCH = 250
+
+
+async def warm_node_views(cache: ClusterCache, filter_cache: FilterCache | None = None) -> None:
+    """Build every node's view of its pools now, a batch per turn of the event loop, and the filter
+    cache's per-node memos with them, so that the first filters after a start do not build them all. A
+    filter still builds any view a later change invalidates."""
+    names = cache.node_names()
+    for first in range(0, len(names), WARM_BATCH):
+        for name in names[first:first + WARM_BATCH]:
+            node = cache.node(name)
+            if node is not None:
+                with contextlib.suppress(AllocationError):  # a filter reports it for that node
+                    cache.inventory.node_pools(node, cache.features)
+                    if filter_cache is not None:
+                        filter_cache.warm(node)
+        await asyncio.sleep(0)
+
+
+async def after_sync(cache: ClusterCache, watcher: ClusterWatcher | None,
+                     filter_cache: FilterCache | None = None) -> None:
+    """Once synced: tune the collector, warm the node views, then move the views out of the collector's
+    sight too: built after the freeze, they would otherwise sit in the young generations and be walked
+    again by the next collections of generation 1."""
+    await _tune_gc_when_ready(watcher)
+    await warm_node_views(cache, filter_cache)
+    gc.freeze()
