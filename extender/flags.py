@@ -26,6 +26,7 @@ from extender.controllers import (
     check_names,
 )
 from extender.http.server import DEFAULT_PREFIX
+from extender.plugin.verdicts import REASONS_CHOICES
 
 if TYPE_CHECKING:
     pass
@@ -88,6 +89,7 @@ def add_scoring_argument(parser: argparse.ArgumentParser | argparse._ArgumentGro
 def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
     sched = parser.add_argument_group("scheduling")
     add_scoring_argument(sched)
+    add_reasons_argument(sched)
     sched.add_argument(
         "--filter-holds-devices",
         action="store_true",
@@ -127,8 +129,23 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_reasons_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--reasons",
+        choices=REASONS_CHOICES,
+        default=SCHEDULER.reasons,
+        help="how filter words the nodes a pod does not fit: 'upstream' gives the in-tree DynamicResources "
+        "plugin's words and statuses (kube-scheduler's FailedScheduling line reads and aggregates as "
+        "with that plugin, and preemption is tried where it would be), with our explanation in a "
+        "DRAExplanation event of the pod; 'detailed' gives our own reason per node (counts of devices "
+        "and why they were turned away), and lets preemption try nodes where evicting pods could free "
+        f"devices (default {SCHEDULER.reasons})",
+    )
+
+
 def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
     return SchedulerOptions(
+        reasons=args.reasons,
         scoring=args.scoring,
         hold_devices=args.filter_holds_devices,
         hold_timeout_s=args.hold_timeout,

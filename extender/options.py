@@ -25,6 +25,7 @@ from extender.plugin.scheduling import (
     DEFAULT_HOLD_TTL_S,
     DEFAULT_NODE_TIMEOUT_S,
 )
+from extender.plugin.verdicts import REASONS_CHOICES, Words
 
 if TYPE_CHECKING:
     pass
@@ -58,10 +59,13 @@ class SchedulerOptions:
     node_timeout_s: float = DEFAULT_NODE_TIMEOUT_S
     filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S
     filter_cache: bool = True
+    reasons: str = Words.UPSTREAM.value  # --reasons: the words of failed nodes in filter's answer
 
     def __post_init__(self) -> None:
         if self.scoring not in SCORING_POLICIES:
             raise OptionsError(f"--scoring: {self.scoring!r} is not one of {', '.join(SCORING_POLICIES)}")
+        if self.reasons not in REASONS_CHOICES:
+            raise OptionsError(f"--reasons: {self.reasons!r} is not one of {', '.join(REASONS_CHOICES)}")
         timeouts = (("--hold-timeout", self.hold_timeout_s), ("--node-timeout", self.node_timeout_s),
                     ("--filter-timeout", self.filter_timeout_s))
         for flag, seconds in timeouts:

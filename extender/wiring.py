@@ -29,6 +29,7 @@ from extender.controllers import (
 from extender.plugin.scheduling import (
     Scheduler,
 )
+from extender.plugin.verdicts import Words
 from extender.state.cache import ClusterCache
 from extender.state.lookup import ClusterCacheLookup
 from webhook.server import WebhookServer
@@ -118,6 +119,7 @@ def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER) -> 
         node_deadline_s=options.node_timeout_s,
         filter_deadline_s=options.filter_timeout_s,
         filter_cache=FilterCache(cluster.cache, assume) if options.filter_cache else None,
+        reasons=Words(options.reasons),
     )
 
 
