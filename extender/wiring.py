@@ -26,6 +26,9 @@ from extender.controllers import (
     Controllers,
     start_controllers,
 )
+from extender.controllers.clock import RealClock
+from extender.kube.events import EventRecorder
+from extender.plugin.explanation import Explanations
 from extender.plugin.scheduling import (
     Scheduler,
 )
@@ -51,6 +54,8 @@ from extender.options import (
 from extender.tuning import after_sync
 
 log = logging.getLogger(__name__)
+
+EVENT_COMPONENT = "dra-extender"  # the source of the pod Events the scheduler writes
 
 
 # Picks the CEL engine for every command (`dra-extender --version` names the one in use).
@@ -193,6 +198,11 @@ class App:
             raise ClusterUnreadable(str(error)) from error
         stack.push_async_callback(self.cluster.close)
         self.scheduler = build_scheduler(self.cluster, options.scheduler)
+        if self.cluster.client is not None:  # in snapshot mode there is nobody to tell
+            recorder = EventRecorder(self.cluster.client, RealClock(), EVENT_COMPONENT)
+            recorder.start()
+            stack.push_async_callback(recorder.stop)
+            self.scheduler.explanations = Explanations(recorder)
         self.server = ExtenderServer(
             self.scheduler,
             watch_health=self.cluster.watcher.health if self.cluster.watcher else None,

@@ -31,6 +31,7 @@ from common.objects import metadata_of
 from common.rules import DEFAULT_SCORING_POLICY
 from extender.plugin.claimwriter import BindError
 from extender.plugin.evaluation import SEARCH
+from extender.plugin.explanation import Explanations
 from extender.plugin.extendedresources import Variant
 from extender.plugin.filtercache import CachedEvaluation, FilterCache
 from extender.plugin.holds import FilterHolds
@@ -118,6 +119,7 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         filter_cache: FilterCache | None = None,
         reasons: Words = Words.UPSTREAM,
+        explanations: Explanations | None = None,
     ) -> None:
         self.cache = cache
         self.assume = assume
@@ -130,6 +132,7 @@ class Scheduler:
         self.clock = clock
         self.filter_cache = filter_cache
         self.reasons = reasons  # the words of the answers to kube-scheduler (serve's --reasons)
+        self.explanations = explanations  # the pod Events of filters that found no node (None: none)
         evaluation = CachedEvaluation(filter_cache) if filter_cache is not None else SEARCH
         self.planner = Planner(cache, assume, node_deadline_s=node_deadline_s)
         self.checker = NodeChecker(cache, self.planner, evaluation=evaluation,
@@ -236,6 +239,9 @@ class Scheduler:
             describe = plan.extended_variant.describe
             result.failed = {node: describe(message) for node, message in result.failed.items()}
             result.unresolvable = {node: describe(message) for node, message in result.unresolvable.items()}
+        if brief and not result.passed and self.explanations is not None:
+            self.explanations.after_filter(
+                pod, verdicts, describe=plan.extended_variant.describe if plan.extended_variant else None)
         return result
 
     async def _remove_stale_claim(self, pod: dict) -> None:
