@@ -103,6 +103,17 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "are unchanged",
     )
     sched.add_argument(
+        "--requeue-claim",
+        metavar="NAMESPACE/NAME",
+        default=SCHEDULER.requeue_claim,
+        help="a ResourceClaim of our own (created when missing, never allocated) that we update when a "
+        "ResourceSlice or DeviceTaintRule changes while pods we found no node for wait: kube-scheduler "
+        "retries the pods an extender rejected on ResourceClaim events, not on ResourceSlice ones, so "
+        "without it such a pod waits for an unrelated event or up to podMaxInUnschedulablePodsDuration "
+        "(5 minutes). Needs create and update of resourceclaims there (deploy/ sets "
+        "dra-extender/dra-extender-requeue; default: off)",
+    )
+    sched.add_argument(
         "--hold-timeout",
         type=parse_positive_duration,
         default=SCHEDULER.hold_timeout_s,
@@ -146,6 +157,7 @@ def add_reasons_argument(parser: argparse.ArgumentParser | argparse._ArgumentGro
 def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
     return SchedulerOptions(
         reasons=args.reasons,
+        requeue_claim=args.requeue_claim,
         scoring=args.scoring,
         hold_devices=args.filter_holds_devices,
         hold_timeout_s=args.hold_timeout,

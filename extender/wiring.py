@@ -29,6 +29,7 @@ from extender.controllers import (
 from extender.controllers.clock import RealClock
 from extender.kube.events import EventRecorder
 from extender.plugin.explanation import Explanations
+from extender.plugin.requeue import RequeueNudge, parse_claim_ref
 from extender.plugin.scheduling import (
     Scheduler,
 )
@@ -203,6 +204,14 @@ class App:
             recorder.start()
             stack.push_async_callback(recorder.stop)
             self.scheduler.explanations = Explanations(recorder)
+            if options.scheduler.requeue_claim:
+                namespace, name = parse_claim_ref(options.scheduler.requeue_claim)
+                nudge = RequeueNudge(self.cluster.client, namespace, name)
+                self.cluster.cache.subscribe(nudge.on_change)
+                stack.push_async_callback(nudge.stop)
+                self.scheduler.requeue = nudge
+        elif options.scheduler.requeue_claim:
+            log.warning("--requeue-claim needs an API server: not used in snapshot mode")
         self.server = ExtenderServer(
             self.scheduler,
             watch_health=self.cluster.watcher.health if self.cluster.watcher else None,

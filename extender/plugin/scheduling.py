@@ -41,6 +41,7 @@ from extender.plugin.nodecheck import NodeChecker
 from extender.plugin.placement import NodeScorer
 from extender.plugin.planning import Planner, PodPlan, SchedulingError
 from extender.plugin.podgroups import OWNER_PREFIX, reserved_for_pod
+from extender.plugin.requeue import RequeueNudge
 from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, Words, answer
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
@@ -120,6 +121,7 @@ class Scheduler:
         filter_cache: FilterCache | None = None,
         reasons: Words = Words.UPSTREAM,
         explanations: Explanations | None = None,
+        requeue: RequeueNudge | None = None,
     ) -> None:
         self.cache = cache
         self.assume = assume
@@ -133,6 +135,7 @@ class Scheduler:
         self.filter_cache = filter_cache
         self.reasons = reasons  # the words of the answers to kube-scheduler (serve's --reasons)
         self.explanations = explanations  # the pod Events of filters that found no node (None: none)
+        self.requeue = requeue  # has kube-scheduler retry the pods we rejected when devices appear
         evaluation = CachedEvaluation(filter_cache) if filter_cache is not None else SEARCH
         self.planner = Planner(cache, assume, node_deadline_s=node_deadline_s)
         self.checker = NodeChecker(cache, self.planner, evaluation=evaluation,
@@ -242,6 +245,11 @@ class Scheduler:
         if brief and not result.passed and self.explanations is not None:
             self.explanations.after_filter(
                 pod, verdicts, describe=plan.extended_variant.describe if plan.extended_variant else None)
+        if brief and self.requeue is not None:
+            if result.passed:
+                self.requeue.admitted(pod)
+            elif not result.error:  # an Error sends the pod to backoff, not to the unschedulable queue
+                self.requeue.rejected(pod)
         return result
 
     async def _remove_stale_claim(self, pod: dict) -> None:

@@ -70,6 +70,9 @@ API_CALLS: set[tuple[str, Permission]] = {
     ("extender/plugin/claimwriter.py", P("create", "resource.k8s.io", "resourceclaims")),
     ("extender/plugin/claimwriter.py", P("delete", "resource.k8s.io", "resourceclaims")),
     ("extender/plugin/claimwriter.py", P("patch", "", "pods/status")),
+    # --requeue-claim: our own claim, updated (created when missing) to have kube-scheduler retry pods
+    ("extender/plugin/requeue.py", P("update", "resource.k8s.io", "resourceclaims")),
+    ("extender/plugin/requeue.py", P("create", "resource.k8s.io", "resourceclaims")),
     # pod Events: the scheduler's DRAExplanation, the controllers' evictions and driver loss
     ("extender/kube/events.py", P("create", "", "events")),
     # eviction: re-read, DisruptionTarget condition, delete with UID precondition
