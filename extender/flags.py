@@ -124,8 +124,9 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "--node-timeout",
         type=parse_positive_duration,
         default=SCHEDULER.node_timeout_s,
-        help="seconds one node's device search may run (filter, bind, explain); a node that takes longer "
-        "is 'timed out', not 'does not fit'. The search holds the event loop meanwhile "
+        help="seconds one node's device search may run (filter, bind, explain), as the in-tree plugin's "
+        "filterTimeout; a node that takes longer is 'timed out', not 'does not fit'. The search holds the "
+        "event loop meanwhile "
         f"(default {SCHEDULER.node_timeout_s:g})",
     )
     sched.add_argument(
@@ -135,8 +136,9 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds one filter (and prioritize, preempt) may spend on all its nodes together; nodes not "
         "checked by then count as timed out. Keep it below kube-scheduler's extender httpTimeout (5 s "
         "unless set; deploy/ sets 10 s) minus --node-timeout. Timed-out nodes are resolvable failures "
-        "when another node fits; when none fits, filter answers with an error and kube-scheduler "
-        f"retries the pod after its backoff (default {SCHEDULER.filter_timeout_s:g})",
+        "when another node fits; when none fits, filter answers with an Error (with --reasons=upstream, the "
+        "in-tree plugin's 'node NAME: timed out trying to allocate devices') and kube-scheduler retries the "
+        f"pod after its backoff (default {SCHEDULER.filter_timeout_s:g})",
     )
 
 
@@ -145,12 +147,12 @@ def add_reasons_argument(parser: argparse.ArgumentParser | argparse._ArgumentGro
         "--reasons",
         choices=REASONS_CHOICES,
         default=SCHEDULER.reasons,
-        help="how filter words the nodes a pod does not fit: 'upstream' gives the in-tree DynamicResources "
-        "plugin's words and statuses (kube-scheduler's FailedScheduling line reads and aggregates as "
-        "with that plugin, and preemption is tried where it would be), with our explanation in a "
-        "DRAExplanation event of the pod; 'detailed' gives our own reason per node (counts of devices "
-        "and why they were turned away), and lets preemption try nodes where evicting pods could free "
-        f"devices (default {SCHEDULER.reasons})",
+        help="how filter answers for the nodes a pod does not fit: 'upstream' gives the in-tree "
+        "DynamicResources plugin's words and statuses, so kube-scheduler's FailedScheduling line reads and "
+        "aggregates as with that plugin and preemption is not tried for a node short of devices, and our "
+        "explanation goes into a DRAExplanation event of the pod; 'detailed' gives our own reason per node "
+        "(counts of devices and why they were turned away) and lets preemption try the nodes where "
+        f"evicting pods could free devices (default {SCHEDULER.reasons})",
     )
 
 

@@ -21,7 +21,6 @@ Only the replica kube-scheduler calls has waiting pods: standby replicas never w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -129,8 +128,6 @@ class RequeueNudge:
                         "pod(s): %s", self.namespace, self.name, len(self._waiting), error)
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
