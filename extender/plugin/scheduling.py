@@ -164,6 +164,12 @@ class Scheduler:
             "binds": {"attempts": self.bind_attempts, "conflicts": self.bind_conflicts,
                       "conflictRate": self.bind_conflict_rate},
             "filterCache": self.filter_cache.stats() if self.filter_cache else None,
+            "explanations": ({"written": self.explanations.written,
+                              "rateLimited": self.explanations.rate_limited}
+                             if self.explanations is not None else None),
+            "requeue": ({"claim": f"{self.requeue.namespace}/{self.requeue.name}",
+                         "waitingPods": self.requeue.waiting, "writes": self.requeue.writes,
+                         "failures": self.requeue.failures} if self.requeue is not None else None),
         }
 
     def in_flight(self) -> list[dict[str, Any]]:

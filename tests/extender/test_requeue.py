@@ -110,6 +110,8 @@ async def test_the_scheduler_tells_the_nudge_which_pods_wait() -> None:
     await scheduler.filter(q, ["node-0"], brief=True)
     await scheduler.filter(p, ["node-0"], brief=True)
     assert nudge._waiting == {q["metadata"]["uid"]}
+    assert scheduler.describe_state()["requeue"] == {"claim": "ns/requeue", "waitingPods": 1, "writes": 0,
+                                                     "failures": 0}
 
 
 @pytest.mark.parametrize("text", ["", "ns", "/name", "ns/", "a/b/c"])
