@@ -26,9 +26,14 @@ from extender.controllers import (
     Controllers,
     start_controllers,
 )
+from extender.controllers.clock import RealClock
+from extender.kube.events import EventRecorder
+from extender.plugin.explanation import Explanations
+from extender.plugin.requeue import RequeueNudge, parse_claim_ref
 from extender.plugin.scheduling import (
     Scheduler,
 )
+from extender.plugin.verdicts import Words
 from extender.state.cache import ClusterCache
 from extender.state.lookup import ClusterCacheLookup
 from webhook.server import WebhookServer
@@ -50,6 +55,8 @@ from extender.options import (
 from extender.tuning import after_sync
 
 log = logging.getLogger(__name__)
+
+EVENT_COMPONENT = "dra-extender"  # the source of the pod Events the scheduler writes
 
 
 # Picks the CEL engine for every command (`dra-extender --version` names the one in use).
@@ -118,6 +125,7 @@ def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER) -> 
         node_deadline_s=options.node_timeout_s,
         filter_deadline_s=options.filter_timeout_s,
         filter_cache=FilterCache(cluster.cache, assume) if options.filter_cache else None,
+        reasons=Words(options.reasons),
     )
 
 
@@ -191,6 +199,19 @@ class App:
             raise ClusterUnreadable(str(error)) from error
         stack.push_async_callback(self.cluster.close)
         self.scheduler = build_scheduler(self.cluster, options.scheduler)
+        if self.cluster.client is not None:  # in snapshot mode there is nobody to tell
+            recorder = EventRecorder(self.cluster.client, RealClock(), EVENT_COMPONENT)
+            recorder.start()
+            stack.push_async_callback(recorder.stop)
+            self.scheduler.explanations = Explanations(recorder)
+            if options.scheduler.requeue_claim:
+                namespace, name = parse_claim_ref(options.scheduler.requeue_claim)
+                nudge = RequeueNudge(self.cluster.client, namespace, name)
+                self.cluster.cache.subscribe(nudge.on_change)
+                stack.push_async_callback(nudge.stop)
+                self.scheduler.requeue = nudge
+        elif options.scheduler.requeue_claim:
+            log.warning("--requeue-claim needs an API server: not used in snapshot mode")
         self.server = ExtenderServer(
             self.scheduler,
             watch_health=self.cluster.watcher.health if self.cluster.watcher else None,

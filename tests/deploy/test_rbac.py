@@ -70,12 +70,16 @@ API_CALLS: set[tuple[str, Permission]] = {
     ("extender/plugin/claimwriter.py", P("create", "resource.k8s.io", "resourceclaims")),
     ("extender/plugin/claimwriter.py", P("delete", "resource.k8s.io", "resourceclaims")),
     ("extender/plugin/claimwriter.py", P("patch", "", "pods/status")),
+    # --requeue-claim: our own claim, updated (created when missing) to have kube-scheduler retry pods
+    ("extender/plugin/requeue.py", P("update", "resource.k8s.io", "resourceclaims")),
+    ("extender/plugin/requeue.py", P("create", "resource.k8s.io", "resourceclaims")),
+    # pod Events: the scheduler's DRAExplanation, the controllers' evictions and driver loss
+    ("extender/kube/events.py", P("create", "", "events")),
     # eviction: re-read, DisruptionTarget condition, delete with UID precondition
     ("extender/controllers/evictor.py", P("get", "", "pods")),
     ("extender/controllers/evictor.py", P("patch", "", "pods/status")),
     ("extender/controllers/evictor.py", P("delete", "", "pods")),
     ("extender/controllers/taint_eviction.py", P("patch", "resource.k8s.io", "devicetaintrules/status")),
-    ("extender/controllers/events.py", P("create", "", "events")),
     ("extender/controllers/leader.py", P("get", "coordination.k8s.io", "leases")),
     ("extender/controllers/leader.py", P("create", "coordination.k8s.io", "leases")),
     ("extender/controllers/leader.py", P("update", "coordination.k8s.io", "leases")),
@@ -297,7 +301,7 @@ def test_the_scanner_sees_the_known_call_sites() -> None:
     sites = call_sites()
     modules = {site.module for site in sites}
     assert {"extender/kube/informer.py", "extender/plugin/claimwriter.py", "extender/controllers/evictor.py",
-            "extender/controllers/leader.py", "extender/controllers/events.py",
+            "extender/controllers/leader.py", "extender/kube/events.py",
             "extender/controllers/taint_eviction.py"} <= modules
     assert len(sites) >= 14
     assert not [s for s in sites if s.module.startswith("webhook/")], "the webhook reads only the cache"
