@@ -300,7 +300,7 @@ def _result_type_name(result_type: Any, tree: Node, expression: str, options: Co
         if known in (QUANTITY, SEMVER, "bytes"):
             return known
         try:
-            return type_name(Checker(expression, options).check(tree))
+            return type_name(Checker(expression, options).result_type(tree))
         except CELCompileError:  # something only cel-cpp accepts: no opinion
             return DYN
     for element in (T.BOOL, T.INT, T.STRING, T.DYN):

@@ -555,7 +555,7 @@ class CelpyBackend:
         return self._compile(expression, options, lambda checker, tree: checker.check_selector(tree))[0]
 
     def compile_value(self, expression: str, options: CompileOptions) -> tuple[CelpyProgram, str]:
-        program, result = self._compile(expression, options, lambda checker, tree: checker.check(tree))
+        program, result = self._compile(expression, options, lambda checker, tree: checker.result_type(tree))
         assert result is not None  # check() always gives a type
         return program, type_name(result)
 

@@ -438,19 +438,6 @@ KNOWN_CEL_DIFFERENCES: dict[str, Callable[[str, Obj, str, Obj], bool]] = {
         and re.search(r'timestamp\("[^"]*[+-]\d\d:\d\d"\)', q["expression"]) is not None
         and o != a["outcome"]
     ),
-    # cel-go types ``[].filter(x, p)`` (or ``([] + []).filter``) from its predicate when p compares x
-    # with a dynamic value (list(bool)), so a later use as a list of ints fails to compile there; the
-    # element type of an empty literal is free in our checker, so the list stays dynamic.
-    "filter of an empty list literal": lambda e, q, o, a: (
-        ("[].filter(" in q["expression"] or "[] + []).filter(" in q["expression"])
-        and a["outcome"] == "compile_error"
-    ),
-    # The same for sortBy: cel-go binds the free element type of ``[]`` through the overloads of its
-    # key expression (``[].sortBy(x, -x)`` is a list(double) there, ``[].sortBy(x, x)`` a list(int),
-    # which we copy); ours stays free for any other key.
-    "sortBy of an empty list literal": lambda e, q, o, a: (
-        "[].sortBy(" in q["expression"] and a["outcome"] == "compile_error"
-    ),
 }
 
 
