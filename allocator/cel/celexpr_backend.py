@@ -28,7 +28,7 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
-from allocator.cel import celexpr_format, celexpr_net, celexpr_time
+from allocator.cel import celexpr_conversions, celexpr_format, celexpr_net, celexpr_time
 from allocator.cel import celexpr_library as library
 from allocator.cel.backend import (
     AttributeValue,
@@ -41,7 +41,18 @@ from allocator.cel.backend import (
 )
 from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
-from allocator.cel.celpy_check import CIDR, DURATION, DYN, IP, STRING, TIMESTAMP, Checker, Type, type_name
+from allocator.cel.celpy_check import (
+    CIDR,
+    DOUBLE,
+    DURATION,
+    DYN,
+    IP,
+    STRING,
+    TIMESTAMP,
+    Checker,
+    Type,
+    type_name,
+)
 from allocator.cel.parser import (
     Call,
     Comprehension,
@@ -165,7 +176,10 @@ class CelExprBackend:
         })
 
 
-_RENAMED_CALLS = {"string", "int", "getMilliseconds", "duration", "timestamp"}
+_RENAMED_CALLS = {"string", "int", "uint", "double", "bool", "getMilliseconds", "duration", "timestamp"}
+# conversions whose literal arguments are rewritten instead (_with_canonical_time_literals)
+_LITERALS_REWRITTEN = {"duration", "timestamp"}
+_WRAPPERS = {**celexpr_time.WRAPPERS, **celexpr_conversions.WRAPPERS}
 
 
 class _NetStrings(Checker):
@@ -181,6 +195,11 @@ class _NetStrings(Checker):
         # a string only known at run time (literals are canonicalised instead)
         ("duration", STRING): celexpr_time.PARSE_DURATION, ("duration", DYN): celexpr_time.PARSE_DURATION,
         ("timestamp", STRING): celexpr_time.PARSE_TIMESTAMP, ("timestamp", DYN): celexpr_time.PARSE_TIMESTAMP,
+        # Go's rules for strings (celexpr_conversions)
+        **{(name, kind): renamed for kind in (STRING, DYN) for name, renamed in (
+            ("int", celexpr_conversions.INT), ("uint", celexpr_conversions.UINT),
+            ("double", celexpr_conversions.DOUBLE), ("bool", celexpr_conversions.BOOL))},
+        ("string", DOUBLE): celexpr_conversions.STRING_OF_DOUBLE,
     }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -200,10 +219,10 @@ class _NetStrings(Checker):
     def call(self, node: Call) -> Type:
         subject = node.target if node.function == "getMilliseconds" else (
             node.args[0] if node.target is None and len(node.args) == 1 else None)
-        if isinstance(subject, Literal):
+        if isinstance(subject, Literal) and node.function in _LITERALS_REWRITTEN:
             subject = None
         if node.function in _RENAMED_CALLS and subject is not None:
-            new = self._RENAMES.get((node.function, self.check(subject)))  # type: ignore[arg-type]
+            new = self._RENAMES.get((node.function, self.resolve(self.check(subject))))  # type: ignore[arg-type]
             if new is not None:
                 self.found.append((node.pos, node.function, new))
         return super().call(node)
@@ -500,7 +519,7 @@ def _with_time_wrappers(text: str) -> str:
     tokens = tokenize(text)
     edits = []
     for i, token in enumerate(tokens[:-1]):
-        wrapper = celexpr_time.WRAPPERS.get(token.text) if token.kind == "ident" else None
+        wrapper = _WRAPPERS.get(token.text) if token.kind == "ident" else None
         close = _matching_close(tokens, i + 1) if wrapper and _is(tokens[i + 1], "(") else None
         if wrapper is not None and close is not None:
             edits.append((token.pos, tokens[i + 1].pos + 1, wrapper))

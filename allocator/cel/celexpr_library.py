@@ -30,7 +30,7 @@ from typing import Any, cast
 import re2
 from cel_expr_python import cel
 
-from allocator.cel import celexpr_format, celexpr_net, celexpr_time, lists_ext
+from allocator.cel import celexpr_conversions, celexpr_format, celexpr_net, celexpr_time, lists_ext
 from allocator.quantity import INT64_MAX, INT64_MIN, NANO, Quantity
 from allocator.semver import Semver
 
@@ -498,6 +498,6 @@ def function_declarations() -> list[Any]:
         **_lists_declarations(),
         **celexpr_format.function_declarations(),
     }
-    for name, overloads in celexpr_time.overloads().items():
+    for name, overloads in (*celexpr_time.overloads().items(), *celexpr_conversions.overloads().items()):
         decls[name] = decls.get(name, []) + overloads
     return [cel.FunctionDecl(name, overloads) for name, overloads in decls.items()]

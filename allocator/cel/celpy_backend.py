@@ -210,7 +210,7 @@ def _emit_call(node: Call) -> tuple[str, int]:
     if namespace in NAMESPACES:
         return f"__{namespace}_{name}({', '.join(args)})", _MEMBER
     if node.target is None:
-        # int and string are also type values (type(1) == int): the conversions are called by another name
+        # the conversions are also type values (type(1) == int): they are called by another name
         name = _CONVERSIONS.get(name, name)
         return f"{name}({', '.join(args)})", _MEMBER
     if name in _LAZY_OPTIONAL and len(args) == 1:
@@ -221,7 +221,7 @@ def _emit_call(node: Call) -> tuple[str, int]:
     return f"__m_{name}({', '.join([emit(node.target), *args])})", _MEMBER
 
 
-_CONVERSIONS = {"int": "__to_int", "string": "__to_string"}
+_CONVERSIONS = {name: f"__to_{name}" for name in ("int", "uint", "double", "bool", "string")}
 _LAZY_OPTIONAL = {"or": "__opt", "orValue": "__m_value(__opt)"}
 
 

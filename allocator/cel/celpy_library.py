@@ -23,7 +23,7 @@ import celpy.celtypes as ct
 import re2
 from celpy.evaluation import CELEvalError, base_functions
 
-from allocator.cel import formatlib, lists_ext, netlib, timelib
+from allocator.cel import conversions, formatlib, lists_ext, netlib, timelib
 from allocator.cel.celpy_check import QUIET_RE2, TIME_GETTERS
 from allocator.quantity import Quantity
 from allocator.semver import Semver
@@ -718,11 +718,31 @@ def _string(value: Any) -> Any:
         return ct.StringType(str(value))
     if isinstance(value, (Quantity, Semver, netlib.URLValue, formatlib.NamedFormat)):
         raise _no_overload("string", value)
+    if isinstance(value, ct.DoubleType):
+        return ct.StringType(conversions.format_double(float(value)))
     return _CELPY_STRING(value)
 
 
 _CELPY_STRING = base_functions["string"]
 _CELPY_INT = base_functions["int"]
+
+
+def _conversion(function: str, from_string: Callable[[str], Any], kind: Callable[[Any], Any],
+                from_double: Callable[[float], Any] | None = None) -> Callable[[Any], Any]:
+    """A conversion that reads strings (and doubles) by cel-go's rules and leaves the rest to celpy's."""
+    celpy_conversion = base_functions[function]
+
+    def implementation(value: Any) -> Any:
+        try:
+            if isinstance(value, str):
+                return kind(from_string(str(value)))
+            if from_double is not None and isinstance(value, ct.DoubleType):
+                return kind(from_double(float(value)))
+        except conversions.ConversionError as err:
+            raise LibraryError(str(err)) from None
+        return celpy_conversion(value)
+
+    return implementation
 
 
 def _time_error(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -758,7 +778,10 @@ def _int(value: Any) -> Any:
         return ct.IntType(value.nanos)
     if isinstance(value, timelib.Timestamp):
         return ct.IntType(value.seconds)
-    return _CELPY_INT(value)
+    return _CELPY_INT_FROM_STRING(value)
+
+
+_CELPY_INT_FROM_STRING = _conversion("int", conversions.parse_int, ct.IntType)
 
 
 _DURATION_UNITS = {"getHours": "h", "getMinutes": "m", "getSeconds": "s", "getMilliseconds": "ms"}
@@ -788,6 +811,9 @@ def _string_getter(function: str, method: Callable[[netlib.URLValue], str]) -> C
 _NET_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "__to_string": _string,
     "__to_int": _int,
+    "__to_uint": _conversion("uint", conversions.parse_uint, ct.UintType, conversions.double_to_uint),
+    "__to_double": _conversion("double", conversions.parse_double, ct.DoubleType),
+    "__to_bool": _conversion("bool", conversions.parse_bool, ct.BoolType),
     "duration": _duration,
     "timestamp": _timestamp,
     **{f"__m_{name}": _time_getter(name) for name in TIME_GETTERS},
