@@ -31,6 +31,7 @@ import re2
 from cel_expr_python import cel
 
 from allocator.cel import celexpr_conversions, celexpr_format, celexpr_net, celexpr_time, lists_ext
+from allocator.cel.celpy_check import QUIET_RE2, regexp_error
 from allocator.quantity import INT64_MAX, INT64_MIN, NANO, Quantity
 from allocator.semver import Semver
 
@@ -317,10 +318,10 @@ def _includes(target: object, item: object) -> bool:
 
 @functools.lru_cache(maxsize=512)
 def _regex(pattern: str) -> Any:
-    try:
-        return re2.compile(pattern)
-    except re2.error as err:
-        raise ValueError(f"invalid regular expression {pattern!r}: {err}") from None
+    problem = regexp_error(pattern)
+    if problem is not None:
+        raise ValueError(problem)
+    return re2.compile(pattern, QUIET_RE2)
 
 
 def _find(text: str, pattern: str) -> str:

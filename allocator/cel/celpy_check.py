@@ -13,6 +13,7 @@ evaluation time (attribute values are `dyn`) is left to the runtime, as in cel-g
 
 from __future__ import annotations
 
+import re
 from typing import TypeAlias
 
 import re2
@@ -197,6 +198,35 @@ NAMESPACES = ("sets", "strings", "optional", "ip", "lists", "format")
 TYPE_NAMES = {"bool", "int", "uint", "double", "string", "bytes", "list", "map", "null_type", "type"}
 QUIET_RE2 = re2.Options()
 QUIET_RE2.log_errors = False  # invalid patterns are reported as CEL errors, not logged to stderr
+# RE2's names for what is wrong with a pattern, as Go's regexp/syntax names them
+_GO_REGEXP_CODES = {
+    "missing )": "missing closing )", "missing ]": "missing closing ]",
+    "bad repetition operator": "invalid nested repetition operator",
+    "no argument for repetition operator": "missing argument to repetition operator",
+    "invalid repetition size": "invalid repeat count",
+    "invalid perl operator": "invalid or unsupported Perl syntax",
+    "invalid named capture group": "invalid named capture",
+}
+_ANY_BYTE = re.compile(r"(?<!\\)(?:\\\\)*\\C")  # RE2's \C, which Go's syntax does not have
+
+
+def regexp_error(pattern: str) -> str | None:
+    """Why Go's regexp.Compile refuses ``pattern``, in Go's words, or None when it compiles. Go and
+    RE2 share the syntax but for RE2's \\C."""
+    if _ANY_BYTE.search(pattern):
+        return "error parsing regexp: invalid escape sequence: `\\C`"
+    try:
+        re2.compile(pattern, QUIET_RE2)
+    except re2.error as err:
+        raw = err.args[0] if err.args else str(err)
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        if text == "trailing \\":
+            return "error parsing regexp: trailing backslash at end of expression: ``"
+        code, _, fragment = text.partition(": ")
+        return f"error parsing regexp: {_GO_REGEXP_CODES.get(code, code)}: `{fragment}`"
+    return None
+
+
 OPERATORS = {"_&&_", "_||_", "!_", "_?_:_", "-_", "@in", "_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_",
              *ARITHMETIC}
 # Like cel-go's ValidateRegexLiterals (in the Kubernetes base environment since 1.29): only matches().
@@ -712,10 +742,9 @@ class Checker:
 
     def check_regex(self, pattern: Node) -> None:
         if isinstance(pattern, Literal) and pattern.kind == "string":
-            try:
-                re2.compile(str(pattern.value), QUIET_RE2)
-            except re2.error as err:
-                raise self.fail(pattern, f"invalid regular expression {pattern.value!r}: {err}") from None
+            problem = regexp_error(str(pattern.value))
+            if problem is not None:
+                raise self.fail(pattern, f"invalid regular expression {pattern.value!r}: {problem}")
 
     def check_time_literal(self, node: Call, name: str) -> None:
         """cel-go's ValidateDurationLiterals / ValidateTimestampLiterals: a literal argument must convert."""

@@ -24,7 +24,7 @@ import re2
 from celpy.evaluation import CELEvalError, base_functions
 
 from allocator.cel import conversions, formatlib, lists_ext, netlib, timelib
-from allocator.cel.celpy_check import QUIET_RE2, TIME_GETTERS
+from allocator.cel.celpy_check import QUIET_RE2, TIME_GETTERS, regexp_error
 from allocator.quantity import Quantity
 from allocator.semver import Semver
 
@@ -976,10 +976,10 @@ def _last_index_of_any(value: Any, *args: Any) -> Any:
 @functools.lru_cache(maxsize=512)
 def _compiled_regex(pattern: str) -> Any:
     # Patterns are nearly always literals: compile each once, not on every evaluation.
-    try:
-        return re2.compile(pattern, QUIET_RE2)
-    except re2.error as err:
-        raise LibraryError(f"invalid regular expression {pattern!r}: {err}") from None
+    problem = regexp_error(pattern)
+    if problem is not None:
+        raise LibraryError(problem)
+    return re2.compile(pattern, QUIET_RE2)
 
 
 def _matches(text: Any, pattern: Any) -> Any:
