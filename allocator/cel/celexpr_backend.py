@@ -240,6 +240,8 @@ class _NetStrings(Checker):
 
 # What cel-expr-python says of a Python function's result it cannot convert to a CEL value.
 _CANNOT_CARRY = "Non-CEL value type"
+# cel-cpp fails a map literal that repeats a key, where cel-go keeps the last entry: celpy does that.
+_REPEATED_KEY = "duplicate key in map"
 
 
 class CelExprProgram:
@@ -276,7 +278,7 @@ class CelExprProgram:
         try:
             return self._compiled.eval(activation)
         except RuntimeError as err:  # cel-expr-python's own failures, not CEL errors
-            if _CANNOT_CARRY in str(err) or self._optional_selection:
+            if _CANNOT_CARRY in str(err) or _REPEATED_KEY in str(err) or self._optional_selection:
                 raise DeferToOtherEngine(str(err)) from None
             raise CELRuntimeError(f"cel-expr: {err}") from None
 

@@ -324,6 +324,18 @@ class _BudgetedEvaluator(Evaluator):
                 tree.cel_value = value  # type: ignore[attr-defined]
         return value
 
+    def mapinits(self, tree: lark.Tree[Any]) -> Any:
+        # cel-go builds a map literal entry by entry, a repeated key taking the later value (celpy
+        # fails); the first error among the keys and values is the result.
+        parts = [self._visit_tree(child) for child in tree.children]
+        error = next((part for part in parts if isinstance(part, CELEvalError)), None)
+        if error is not None:
+            return error
+        built = ct.MapType()
+        for key, value in zip(parts[0::2], parts[1::2], strict=True):
+            built[key] = value
+        return built
+
     def _apply(self, tree: lark.Tree[Any], name: str, left: Any, right: Any) -> Any:
         try:
             return self.activation.resolve_function(name)(left, right)
