@@ -30,7 +30,14 @@ from typing import Any, cast
 import re2
 from cel_expr_python import cel
 
-from allocator.cel import celexpr_conversions, celexpr_format, celexpr_net, celexpr_time, lists_ext
+from allocator.cel import (
+    celexpr_conversions,
+    celexpr_format,
+    celexpr_net,
+    celexpr_time,
+    lists_ext,
+    strings_ext,
+)
 from allocator.cel.celpy_check import QUIET_RE2, regexp_error
 from allocator.quantity import INT64_MAX, INT64_MIN, NANO, Quantity
 from allocator.semver import Semver
@@ -301,13 +308,7 @@ def _last_index_of(target: str | list[Any], item: object, offset: int | None = N
 def _string_index_of(text: str, sub: object, offset: int | None, last: bool) -> int:
     if not isinstance(sub, str):
         raise NoSuchOverload("lastIndexOf" if last else "indexOf", text, sub)
-    if offset is None:
-        return text.rfind(sub) if last else text.find(sub)
-    if not 0 <= offset <= len(text) or (last and offset >= len(text) and text):
-        raise IndexError(f"index out of range: {offset}")
-    if last:
-        return text.rfind(sub, 0, offset + len(sub))
-    return text.find(sub, offset)
+    return (strings_ext.last_index_of if last else strings_ext.index_of)(text, sub, offset)
 
 
 def _includes(target: object, item: object) -> bool:

@@ -23,7 +23,7 @@ import celpy.celtypes as ct
 import re2
 from celpy.evaluation import CELEvalError, base_functions
 
-from allocator.cel import conversions, formatlib, lists_ext, netlib, timelib
+from allocator.cel import conversions, formatlib, lists_ext, netlib, strings_ext, timelib
 from allocator.cel.celpy_check import QUIET_RE2, TIME_GETTERS, regexp_error
 from allocator.quantity import Quantity
 from allocator.semver import Semver
@@ -537,17 +537,18 @@ def _char_at(text: str, index: Any) -> Any:
     return ct.StringType(text[index : index + 1])
 
 
-def _index_of(text: str, sub: Any, offset: Any = 0) -> Any:
-    if not 0 <= offset <= len(text):
-        raise LibraryError(f"index out of range: {offset}")
-    return ct.IntType(text.find(str(sub), int(offset)))
+def _index_of(text: str, sub: Any, offset: Any = None) -> Any:
+    try:
+        return ct.IntType(strings_ext.index_of(text, str(sub), None if offset is None else int(offset)))
+    except IndexError as err:
+        raise LibraryError(str(err)) from None
 
 
 def _last_index_of(text: str, sub: Any, offset: Any = None) -> Any:
-    end = len(text) if offset is None else int(offset)
-    if not 0 <= end <= len(text):
-        raise LibraryError(f"index out of range: {end}")
-    return ct.IntType(text.rfind(str(sub), 0, end + len(sub)))
+    try:
+        return ct.IntType(strings_ext.last_index_of(text, str(sub), None if offset is None else int(offset)))
+    except IndexError as err:
+        raise LibraryError(str(err)) from None
 
 
 def _ascii_case(upper: bool) -> Callable[[str], Any]:
