@@ -28,7 +28,7 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
-from allocator.cel import celexpr_conversions, celexpr_format, celexpr_net, celexpr_time
+from allocator.cel import celexpr_conversions, celexpr_format, celexpr_net, celexpr_time, folding
 from allocator.cel import celexpr_library as library
 from allocator.cel.backend import (
     AttributeValue,
@@ -140,6 +140,7 @@ class CelExprBackend:
         checker = _NetStrings(expression, options, optional_map_entries=True)
         checker.check(tree)  # compile() checks the result
         check_opaque_types(expression, tree)
+        folding.check(tree, expression)
         with self._lock:
             result_type = compiled.return_type()
             # the renames keep every length, so the tree's positions hold until a macro is expanded

@@ -27,6 +27,7 @@ import lark
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, Evaluator
 
+from allocator.cel import folding
 from allocator.cel.backend import (
     AttributeValue,
     CELCompileError,
@@ -576,6 +577,7 @@ class CelpyBackend:
         tree = parse(expression)
         try:
             result = check(Checker(expression, options), tree)
+            folding.check(tree, expression, evaluate_constant)
             ast = _compact(self.environment.compile(emit(tree)))
         except RecursionError:
             message = "expression is nested too deeply for the celpy backend"
@@ -588,4 +590,17 @@ class CelpyBackend:
 
     def activation(self, device: CELDevice) -> dict[str, Any]:
         return {"device": device_to_cel(device)}
+
+
+_constants: list[CelpyBackend] = []
+
+
+def evaluate_constant(node: Node) -> Any:
+    """The value of a checked subexpression that reads no variable (allocator.cel.folding); raises
+    CELRuntimeError when its evaluation fails."""
+    if not _constants:
+        _constants.append(CelpyBackend())
+    environment = _constants[0].environment
+    runner = environment.program(_compact(environment.compile(emit(node))), functions=FUNCTIONS)
+    return CelpyProgram(runner, emit(node))._run({})
 
