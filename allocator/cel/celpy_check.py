@@ -305,6 +305,12 @@ def _less_specific(a: Type, b: Type) -> bool:
     return a == b
 
 
+def _most_general(a: Type, b: Type) -> Type:
+    """The type cel-go gives a type parameter that two unifying types bind: the first unless the
+    second is less specific (``[1] + [dyn(2)]`` is a list(dyn))."""
+    return a if _less_specific(a, b) else b
+
+
 def _has_type_var(t: Type) -> bool:
     if isinstance(t, tuple):
         return any(_has_type_var(p) for p in t[1:])
@@ -611,6 +617,10 @@ class Checker:
                               f"'({type_name(target)}, {type_name(index)})'")  # type: ignore[arg-type]
 
     def comprehension(self, node: Comprehension) -> Type:
+        # as cel-go records it: with what the body bound filled in, later bindings do not change it
+        return self.resolve(self._comprehension(node))
+
+    def _comprehension(self, node: Comprehension) -> Type:
         target = self.resolve(self.check(node.target))
         if isinstance(target, TypeVar) and node.macro != "bind":
             self.bind_to(target, DYN)  # as cel-go: a free range is dyn
@@ -776,7 +786,7 @@ class Checker:
                 raise mismatch
             if DYN in (types[1], types[2]):
                 return DYN  # as cel-go: a dynamic branch makes the whole conditional dynamic
-            return _join(types[1], types[2])
+            return _most_general(types[1], types[2])
         if name == "-_":
             if types[0] not in (DYN, INT, DOUBLE):  # cel-go negates no duration
                 raise mismatch
@@ -805,7 +815,7 @@ class Checker:
                 return DYN if result == DYN else result  # any + any is dyn
             raise mismatch
         if name == "_+_" and isinstance(left, tuple) and left[0] == "list" and unifies(left, right):
-            return _join(left, right)
+            return _most_general(left, right)
         if left == right and left in ARITHMETIC[name]:
             return left
         if name == "_+_" and left in TIMES and right in TIMES and (left, right) != (TIMESTAMP, TIMESTAMP):

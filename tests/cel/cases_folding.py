@@ -90,6 +90,12 @@ EMPTY_LITERALS = _cases("empty literal", [
     ('[[1], [].filter(x, x > 0) + ["a"]].size() == 2', "compile_error"),
     ('[].filter(x, x > 0).join("-") == ""', "compile_error"),
     ("[[1], [].map(x, x * 2)].size() == 2", True),
+    # a comprehension's type is fixed when it is checked, and a type parameter bound by two types
+    # takes the less specific one
+    ("[[dyn(1)], [].filter(s, s > 1)].size() == 2", "compile_error"),
+    ("[[dyn(1)], [].filter(s, true)].size() == 2", True),
+    (f"[[1], [2] + [{D}.index]].size() == 2", "compile_error"),
+    (f"[[1], true ? [2] : [{D}.index]].size() == 2", "compile_error"),
 ]) + _cases("empty literal", [
     # compared with a dynamic value: bound to bool by _>_'s first overload, widened to dyn by ==
     (f"[[3, 1], [].filter(x, x > {D}.index)].size() == 2", "compile_error"),
