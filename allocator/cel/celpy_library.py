@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import operator
 import re
 from collections.abc import Callable
@@ -230,6 +231,8 @@ def _relation(function: str, compare: Callable[[Any, Any], bool]) -> Callable[[A
         if isinstance(b, CELEvalError):
             return b
         x, y = _ordered(function, a, b)
+        if (isinstance(x, float) and math.isnan(x)) or (isinstance(y, float) and math.isnan(y)):
+            raise LibraryError("NaN values cannot be ordered")  # cel-go's Compare; == is simply false
         return ct.BoolType(compare(x, y))
 
     implementation.__name__ = function
@@ -904,7 +907,8 @@ def _extreme(function: str, pick_less: bool) -> Callable[[list[Any]], Any]:
             raise LibraryError(f"{function} called on empty list")
         best = values[0]
         for value in values[1:]:
-            if _less(value, best) == pick_less and not cel_equals(value, best):
+            # strictly beyond the best so far: NaN, which orders neither way, is kept or passed over
+            if _less(value, best) if pick_less else _less(best, value):
                 best = value
         return best
 

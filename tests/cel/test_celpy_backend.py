@@ -230,6 +230,15 @@ def test_lookup_and_conversion_failures_are_runtime_errors(expression: str, mess
         evaluate(expression)
 
 
+def test_nan_cannot_be_ordered_as_in_cel_go() -> None:
+    # cel-go's Compare fails for NaN (celpy alone answers false); == is simply false, and max() keeps a
+    # leading NaN, which nothing is greater than.
+    for expression in ('1 < double("NaN")', 'double("NaN") >= 1.0', '1u > double("nan")'):
+        with pytest.raises(CELRuntimeError, match="NaN values cannot be ordered"):
+            evaluate(expression)
+    assert evaluate('cel.bind(n, double("NaN"), n != n && [n, 1.0].max() != 1.0)')
+
+
 def test_a_repeated_map_key_takes_the_later_value_as_in_cel_go() -> None:
     # celpy alone fails such a map literal; cel-go keeps the last entry.
     assert evaluate('{"a": 1, "a": 2}["a"] == 2 && {"a": 1, "a": 2}.size() == 1')
