@@ -316,8 +316,9 @@ def _plain(value: object) -> object:
 def _result_type_name(result_type: Any, tree: Node, expression: str, options: CompileOptions) -> str:
     """cel-go's name for a static result type. Quantities and versions are both bytes to cel-cpp, and
     its checker leaves more results dyn than cel-go's: there our own static check (the celpy
-    backend's) tells what it can; else "dyn" (the value decides at run time)."""
-    if result_type in (T.BYTES, T.DYN):
+    backend's) tells what it can; else "dyn" (the value decides at run time). A list(dyn) too: cel-go
+    types a call that several overloads fit as dyn (``[attr, attr].sort()``), cel-cpp as list(dyn)."""
+    if result_type in (T.BYTES, T.DYN, T.List(T.DYN)):
         known = static_type(tree)
         if known in (QUANTITY, SEMVER, "bytes"):
             return known
