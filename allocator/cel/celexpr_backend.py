@@ -153,7 +153,7 @@ class CelExprBackend:
             executable = _with_time_wrappers(_with_canonical_time_literals(executable))
             if executable != checked_text:
                 compiled = self._env.compile(executable, disable_check=unchecked)
-        return CelExprProgram(compiled, _selects_optionally(tokens)), result_type, tree
+        return CelExprProgram(compiled, _selects_optionally(tokens), unchecked), result_type, tree
 
     def _compile_checked(self, text: str, expression: str) -> tuple[Any, bool]:
         """``text`` (the user's ``expression`` after same-length rewrites) compiled, and whether the
@@ -241,18 +241,23 @@ class _NetStrings(Checker):
 
 # What cel-expr-python says of a Python function's result it cannot convert to a CEL value.
 _CANNOT_CARRY = "Non-CEL value type"
+# What cel-cpp says of `device` in a program compiled without its checker.
+_UNRESOLVED_DEVICE = 'No value with name "device" found in Activation'
 # cel-cpp fails a map literal that repeats a key, where cel-go keeps the last entry: celpy does that.
 _REPEATED_KEY = "duplicate key in map"
 
 
 class CelExprProgram:
-    __slots__ = ("_compiled", "_optional_selection")
+    __slots__ = ("_compiled", "_optional_selection", "_unchecked")
 
-    def __init__(self, compiled: Any, optional_selection: bool = False) -> None:
+    def __init__(self, compiled: Any, optional_selection: bool = False, unchecked: bool = False) -> None:
         self._compiled = compiled
         # The user's expression selects with .? or [?: cel-cpp fails that on a value that is no
         # container where cel-go gives an empty optional, so an error is checked by celpy.
         self._optional_selection = optional_selection
+        # Compiled without cel-cpp's checker (_CHECKER_GAPS): the device's fields, declared as qualified
+        # names, are not resolved then, so an evaluation that reaches one is celpy's.
+        self._unchecked = unchecked
 
     def evaluate(self, activation: object) -> bool:
         result = self._run(activation)
@@ -271,7 +276,7 @@ class CelExprProgram:
         return attribute_result(_native(value, result.type()), _kind_of, _plain)
 
     def _error(self, message: str) -> Exception:
-        if self._optional_selection:
+        if self._optional_selection or (self._unchecked and _UNRESOLVED_DEVICE in message):
             return DeferToOtherEngine(message)
         return CELRuntimeError(_runtime_message(message))
 
