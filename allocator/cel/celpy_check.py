@@ -83,6 +83,7 @@ class TypeVar(str):
     def __repr__(self) -> str:
         return f"TypeVar@{id(self):x}"
 
+
 NUMERIC = {INT, UINT, DOUBLE}
 ORDERED = {INT, UINT, DOUBLE, STRING, BYTES, BOOL, TIMESTAMP, DURATION}
 TIMES = {TIMESTAMP, DURATION}
@@ -728,8 +729,7 @@ class Checker:
             return results[0]  # cel-go binds an empty literal's element type to the first overload's
         return results[0] if all(r == results[0] for r in results) else DYN
 
-    @staticmethod
-    def result(result: Type, receiver: Type | None, args: list[Type]) -> Type:
+    def result(self, result: Type, receiver: Type | None, args: list[Type]) -> Type:
         if result == INNER and not isinstance(receiver, tuple) and args:
             # orValue(x) on a dynamic receiver: the value type is free and takes the default's type.
             return args[0]
@@ -742,12 +742,13 @@ class Checker:
         if result == WRAPPED:
             return ("optional_type", args[0])
         if result in (SAME, FLAT):
-            # list(T) of a dynamic receiver (or of dynamic elements, for flatten) leaves T free:
-            # cel-go's checker then takes the list for one of any element type
+            # list(T) of a dynamic receiver (or of dynamic elements, for flatten) leaves T free, to be
+            # bound where the list is used (dyn.reverse().filter(s, size(s) > 1) is a list(bytes))
             inner = receiver[1] if isinstance(receiver, tuple) else FREE
             if result == FLAT and inner != FREE:
                 inner = inner[1] if isinstance(inner, tuple) else FREE
-            return ("list", inner)
+            free = inner == FREE and not isinstance(inner, TypeVar)
+            return ("list", self.new_type_var() if free else inner)
         return result
 
     def check_regex(self, pattern: Node) -> None:

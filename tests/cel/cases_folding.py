@@ -96,6 +96,11 @@ EMPTY_LITERALS = _cases("empty literal", [
     ("[[dyn(1)], [].filter(s, true)].size() == 2", True),
     (f"[[1], [2] + [{D}.index]].size() == 2", "compile_error"),
     (f"[[1], true ? [2] : [{D}.index]].size() == 2", "compile_error"),
+    # a list function of a dynamic list gives a list whose element type is still free
+    ("[dyn([1]).reverse().filter(s, size(s) > 0), [1]].size() == 2", "compile_error"),
+    ("[dyn([1]).reverse().filter(s, s > 0), [1]].size() == 2", True),
+    # an int compared with a double, beside a device attribute (cel-expr hands it to celpy)
+    (f"[3, 1].filter(x, x >= 0.5).size() == 2 && {D}.index == 3", True),
 ]) + _cases("empty literal", [
     # compared with a dynamic value: bound to bool by _>_'s first overload, widened to dyn by ==
     (f"[[3, 1], [].filter(x, x > {D}.index)].size() == 2", "compile_error"),
