@@ -92,6 +92,34 @@ _CHECKER_GAPS = re.compile(
     r"'\((?:int|uint|double), (?:int|uint|double)\)'"
     r"|cannot be the range of a comprehension"
 )
+_APPLIED_TYPES = re.compile(r"found no matching overload for '[^']*' applied to '\((.*)\)'")
+_NUMERIC_KIND = re.compile(r"\b(?:int|uint|double)\b")
+
+
+def _numeric_kinds_only(problem: str) -> bool:
+    """A consequence of the same gap: without cel-go's cross-type comparisons cel-cpp binds a free
+    type another way (``[].filter(x, x >= 0.5)`` is a list(double) there, a list(int) in cel-go), so an
+    overload then finds arguments that differ only in their numeric kinds, and the checker's later
+    errors are about the *error* type. The shared checker, which runs after, judges such an
+    expression by cel-go's rules."""
+    if "*error*" in problem:
+        return True
+    applied = _APPLIED_TYPES.search(problem)
+    if applied is None:
+        return False
+    arguments, depth, start = [], 0, 0
+    text = applied.group(1)
+    for i, char in enumerate(text + ","):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            arguments.append(_NUMERIC_KIND.sub("number", text[start:i].strip()))
+            start = i + 1
+    return len(arguments) > 1 and len(set(arguments)) == 1
+
+
 # compile() tokenizes the same text at several stages; the token lists are only read
 tokenize = functools.lru_cache(maxsize=256)(_tokenize_uncached)
 
@@ -163,7 +191,7 @@ class CelExprBackend:
         except RuntimeError as err:
             message = str(err)
             problems = _CHECKER_ERROR.findall(message)
-            if problems and all(_CHECKER_GAPS.search(p) for p in problems):
+            if problems and all(_CHECKER_GAPS.search(p) or _numeric_kinds_only(p) for p in problems):
                 return self._env.compile(text, disable_check=True), True
             raise CELCompileError(_user_message(message), expression) from None
 

@@ -101,6 +101,8 @@ EMPTY_LITERALS = _cases("empty literal", [
     ("[dyn([1]).reverse().filter(s, s > 0), [1]].size() == 2", True),
     # an int compared with a double, beside a device attribute (cel-expr hands it to celpy)
     (f"[3, 1].filter(x, x >= 0.5).size() == 2 && {D}.index == 3", True),
+    ("([].map(x, x * 2) + [].filter(x, x >= 0.5)).size() == 0", True),
+    ("([].map(x, x * 2) + [].filter(x, -x >= 0.5)).size() == 0", "compile_error"),
 ]) + _cases("empty literal", [
     # compared with a dynamic value: bound to bool by _>_'s first overload, widened to dyn by ==
     (f"[[3, 1], [].filter(x, x > {D}.index)].size() == 2", "compile_error"),
