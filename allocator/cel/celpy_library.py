@@ -764,7 +764,7 @@ def _duration(value: Any) -> Any:
     if isinstance(value, timelib.Duration):
         return value
     _require(value, str, "duration")
-    return timelib.parse_duration(str(value))
+    return timelib.duration_of(str(value))
 
 
 @_time_error
@@ -774,7 +774,7 @@ def _timestamp(value: Any) -> Any:
     if isinstance(value, ct.IntType) and not isinstance(value, ct.BoolType):
         return timelib.from_unix(int(value))
     _require(value, str, "timestamp")
-    return timelib.parse_timestamp(str(value))
+    return timelib.timestamp_of(str(value))
 
 
 def _int(value: Any) -> Any:

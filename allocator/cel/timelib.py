@@ -309,5 +309,24 @@ def _parse_rfc3339(text: str) -> Timestamp:
     return Timestamp(seconds, nanos, offset)
 
 
+def duration_of(text: str) -> Duration:
+    """``duration(text)`` as cel-go converts it: Go's parser, and cel-go's error where it fails."""
+    try:
+        return parse_duration(text)
+    except TimeError:
+        raise TimeError("type conversion error from 'string' to 'google.protobuf.Duration'") from None
+
+
+def timestamp_of(text: str) -> Timestamp:
+    """``timestamp(text)`` as cel-go converts it: an instant out of CEL's range is an overflow, any
+    other failure cel-go's conversion error."""
+    try:
+        return _parse_rfc3339(text)
+    except TimeError as err:
+        if str(err) == "timestamp overflow":
+            raise
+        raise TimeError("type conversion error from 'string' to 'google.protobuf.Timestamp'") from None
+
+
 def from_unix(seconds: int) -> Timestamp:
     return Timestamp(seconds)
