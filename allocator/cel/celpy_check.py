@@ -99,6 +99,7 @@ INNER = "@inner"  # result placeholder: the receiver optional's value type
 WRAPPED = "@wrapped"  # result placeholder: an optional of the argument's type
 SAME = "@same"  # result placeholder: the receiver list's own type
 FLAT = "@flat"  # result placeholder: the element type of a list of lists
+EITHER = "@either"  # result placeholder: an optional of the receiver's or the argument's value type
 
 TIME_GETTERS = ("getFullYear", "getMonth", "getDayOfYear", "getDayOfMonth", "getDate", "getDayOfWeek",
                 "getHours", "getMinutes", "getSeconds", "getMilliseconds")
@@ -164,7 +165,7 @@ OVERLOADS: dict[str, list[Overload]] = {
     "hasValue": [(ANY_OPTIONAL, (), BOOL)],
     "value": [(ANY_OPTIONAL, (), INNER)],
     "orValue": [(ANY_OPTIONAL, (DYN,), INNER)],
-    "or": [(ANY_OPTIONAL, (ANY_OPTIONAL,), ANY_OPTIONAL)],
+    "or": [(ANY_OPTIONAL, (ANY_OPTIONAL,), EITHER)],
     "includes": [(DYN, (DYN,), BOOL)],
     "ip": [(None, (STRING,), IP), (CIDR, (), IP)],
     "isIP": [(None, (STRING,), BOOL)],
@@ -737,8 +738,13 @@ class Checker:
             inner = receiver[1] if isinstance(receiver, tuple) else DYN
             if inner == FREE:
                 # sum/min/max of an empty literal: cel-go settles on the first overload, list(int)
-                return INT if result == ELEMENT else args[0] if args else DYN
-            return inner
+                return INT if result == ELEMENT else args[0] if args else self.freed(inner)
+            # orValue(x): the type parameter is bound by the value and by x, and takes the less specific
+            return _most_general(inner, args[0]) if result == INNER and args else inner
+        if result == EITHER:
+            values = [t[1] if isinstance(t, tuple) else DYN for t in (receiver, *args)]
+            known = [t for t in values if t != FREE]
+            return ("optional_type", _most_general(known[0], known[-1]) if known else self.freed(values[0]))
         if result == WRAPPED:
             return ("optional_type", args[0])
         if result in (SAME, FLAT):
@@ -747,9 +753,15 @@ class Checker:
             inner = receiver[1] if isinstance(receiver, tuple) else FREE
             if result == FLAT and inner != FREE:
                 inner = inner[1] if isinstance(inner, tuple) else FREE
-            free = inner == FREE and not isinstance(inner, TypeVar)
-            return ("list", self.new_type_var() if free else inner)
-        return result
+            return ("list", self.freed(inner))
+        return self.freed(result)
+
+    def freed(self, t: Type) -> Type:
+        """``t`` with a new TypeVar for each plain free type in it (optional.none()'s value type, a list
+        function's element type of a dynamic list), so that its uses can bind it as cel-go's do."""
+        if isinstance(t, tuple):
+            return (t[0], *(self.freed(p) for p in t[1:]))
+        return self.new_type_var() if t == FREE and not isinstance(t, TypeVar) else t
 
     def check_regex(self, pattern: Node) -> None:
         if isinstance(pattern, Literal) and pattern.kind == "string":

@@ -103,12 +103,17 @@ EMPTY_LITERALS = _cases("empty literal", [
     (f"[3, 1].filter(x, x >= 0.5).size() == 2 && {D}.index == 3", True),
     ("([].map(x, x * 2) + [].filter(x, x >= 0.5)).size() == 0", True),
     ("([].map(x, x * 2) + [].filter(x, -x >= 0.5)).size() == 0", "compile_error"),
-]) + _cases("empty literal", [
+    # orValue() and or() bind their type parameter twice too; optional.none()'s value type is free
+    (f"[optional.of(1).orValue({D}.index), 1].size() == 2", "compile_error"),
+    (f"[{D}.?index.or(optional.of(7)).value(), dyn(1)].size() == 2", "compile_error"),  # any, then dyn
+    ('[optional.none().or(optional.none()).value(), 2].size() == 2', "runtime_error"),
+]) + _cases("empty literal, list attributes", [
     # compared with a dynamic value: bound to bool by _>_'s first overload, widened to dyn by ==
     (f"[[3, 1], [].filter(x, x > {D}.index)].size() == 2", "compile_error"),
     (f"[[true], [].filter(x, x > {D}.index)].size() == 2", True),
     (f"[[3, 1], [].filter(x, x > 0 && x == {D}.index)].size() == 2", "compile_error"),
     (f"[].filter(x, x > 0 && x == {D}.index).size() == 0", True),
+    (f"[{D}.?index.or(optional.of(7)).value(), dyn(1)].size() == 2", True),
 ], LIST_OPTIONS)
 
 CASES: list[CelCase] = FOLDING + CONVERSIONS + EMPTY_LITERALS
