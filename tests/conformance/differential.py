@@ -254,12 +254,13 @@ def _held_by_shares_only(world: Obj, device_id: tuple[str, str, str] | None) -> 
 
 
 def _upstream_tried_a_shared_device_for_all(world: Obj, ours: Verdict, theirs: Verdict) -> bool:
-    """The same, for one of an "all" request's devices: upstream tries it and stops with the error a
-    failing constraint is there; ours counts it as in use, so the request cannot have all of them."""
+    """The same, for an "all" request: upstream takes the device among all of them and stops with the
+    error a failing constraint gives, on that device or on one added after it (whose attribute then
+    disagrees with the shared device's); ours counts it as in use, so the request cannot have all."""
     found = _CONSTRAINT_ERROR.search(theirs.error) if ours.kind == "unschedulable" else None
     if found is None or theirs.kind != "error":
         return False
-    return _held_by_shares_only(world, _device_id(found.group(1)))
+    return any(_held_by_shares_only(world, device) for device in _held_by_shares(world))
 
 
 def _upstream_checked_a_shared_device(world: Obj, ours: Verdict, theirs: Verdict) -> bool:
