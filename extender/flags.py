@@ -101,6 +101,16 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "are unchanged",
     )
     sched.add_argument(
+        "--scheduler-names",
+        type=scheduler_names,
+        default=SCHEDULER.scheduler_names,
+        metavar="NAMES",
+        help="comma-separated schedulerName values of the pods bind takes: the profiles of the "
+        "kube-scheduler that calls this extender (its extenders serve every profile). bind refuses a pod "
+        f"of any other scheduler (default {','.join(SCHEDULER.scheduler_names)}; a pod that names none "
+        "has it)",
+    )
+    sched.add_argument(
         "--hold-timeout",
         type=parse_positive_duration,
         default=SCHEDULER.hold_timeout_s,
@@ -127,6 +137,13 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def scheduler_names(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"an empty name in {text!r}")
+    return names
+
+
 def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
     return SchedulerOptions(
         scoring=args.scoring,
@@ -135,6 +152,7 @@ def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
         node_timeout_s=args.node_timeout,
         filter_timeout_s=args.filter_timeout,
         filter_cache=args.filter_cache,
+        scheduler_names=args.scheduler_names,
     )
 
 

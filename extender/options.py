@@ -20,6 +20,7 @@ from common.rules import (
 from extender.controllers import (
     ControllerOptions,
 )
+from extender.plugin.bindchecks import DEFAULT_SCHEDULER
 from extender.plugin.scheduling import (
     DEFAULT_FILTER_TIMEOUT_S,
     DEFAULT_HOLD_TTL_S,
@@ -58,8 +59,13 @@ class SchedulerOptions:
     node_timeout_s: float = DEFAULT_NODE_TIMEOUT_S
     filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S
     filter_cache: bool = True
+    # The schedulerName of the pods bind takes: kube-scheduler's profiles that call us.
+    scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER,)
 
     def __post_init__(self) -> None:
+        if not self.scheduler_names or not all(name.strip() for name in self.scheduler_names):
+            raise OptionsError(f"--scheduler-names: needs at least one name and no empty ones, got "
+                               f"{','.join(self.scheduler_names)!r}")
         if self.scoring not in SCORING_POLICIES:
             raise OptionsError(f"--scoring: {self.scoring!r} is not one of {', '.join(SCORING_POLICIES)}")
         timeouts = (("--hold-timeout", self.hold_timeout_s), ("--node-timeout", self.node_timeout_s),

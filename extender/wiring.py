@@ -118,6 +118,7 @@ def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER) -> 
         node_deadline_s=options.node_timeout_s,
         filter_deadline_s=options.filter_timeout_s,
         filter_cache=FilterCache(cluster.cache, assume) if options.filter_cache else None,
+        scheduler_names=options.scheduler_names,
     )
 
 

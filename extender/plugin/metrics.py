@@ -71,6 +71,12 @@ class Metrics(MetricSet):
         self.bind_failures = Counter("dra_extender_bind_failures",
                                      "Failed binds (kube-scheduler retries the pod) by stage.", ["stage"],
                                      registry=self.registry)
+        # extender.plugin.bindchecks: a bind kube-scheduler could not have asked for, refused before
+        # anything is reserved or written. Any of them is worth a look: a scheduler name missing from
+        # --scheduler-names, or a caller that is not kube-scheduler.
+        self.bind_refusals = Counter("dra_extender_bind_refusals",
+                                     "Binds refused before anything was written, by reason.", ["reason"],
+                                     registry=self.registry)
 
     def count_filter_outcome(self, reason: str, count: int) -> None:
         child = self._outcomes.get(reason)

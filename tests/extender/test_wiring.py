@@ -49,7 +49,7 @@ def test_every_serve_flag_lands_in_its_options_field() -> None:
         "--extender-client-ca-file", "ca.crt", "--max-request-bytes", "3", "--max-connections", "4",
         "--idle-timeout", "5s", "--debug-from-anywhere",
         "--scoring", "spread", "--filter-holds-devices", "--no-filter-cache", "--hold-timeout", "1m",
-        "--node-timeout", "250ms", "--filter-timeout", "2",
+        "--node-timeout", "250ms", "--filter-timeout", "2", "--scheduler-names", "dra-scheduler, gpu",
         "--webhook-port", "6", "--tls-cert-file", "w.crt", "--tls-private-key-file", "w.key",
         "--reserved-for-limit", "7",
         "--controllers", "taint-eviction,driver-loss", "--taint-eviction-workers", "8",
@@ -65,7 +65,8 @@ def test_every_serve_flag_lands_in_its_options_field() -> None:
             limits=HttpLimits(max_request_bytes=3, max_connections=4, idle_timeout_s=5.0),
             debug_from_anywhere=True),
         scheduler=SchedulerOptions(scoring="spread", hold_devices=True, hold_timeout_s=60.0,
-                                   node_timeout_s=0.25, filter_timeout_s=2.0, filter_cache=False),
+                                   node_timeout_s=0.25, filter_timeout_s=2.0, filter_cache=False,
+                                   scheduler_names=("dra-scheduler", "gpu")),
         webhook=WebhookOptions(port=6, tls_cert_file="w.crt", tls_private_key_file="w.key",
                                reserved_for_limit=7),
         controllers=ControllerOptions(names=("taint-eviction", "driver-loss"), workers=8,
@@ -83,6 +84,8 @@ def test_every_serve_flag_lands_in_its_options_field() -> None:
         (lambda: NetworkOptions(extender_tls_cert_file="c"), "go together"),
         (lambda: NetworkOptions(extender_tls_private_key_file="k"), "go together"),
         (lambda: NetworkOptions(extender_client_ca_file="ca"), "plain HTTP"),
+        (lambda: SchedulerOptions(scheduler_names=()), "--scheduler-names"),
+        (lambda: SchedulerOptions(scheduler_names=("a", " ")), "--scheduler-names"),
         (lambda: WebhookOptions(tls_cert_file="c"), "--tls-cert-file and --tls-private-key-file"),
         (lambda: WebhookOptions(tls_private_key_file="k"), "--tls-cert-file and --tls-private-key-file"),
         (lambda: WebhookOptions(reserved_for_limit=0), "--reserved-for-limit"),
@@ -137,3 +140,4 @@ def test_explain_and_simulate_build_the_scheduler_serve_builds_by_default() -> N
         assert scheduler.filter_cache is not None
     uncached = build_scheduler(cluster, SchedulerOptions(filter_cache=False, hold_devices=True))
     assert uncached.filter_cache is None and uncached.hold_devices
+
