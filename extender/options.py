@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from allocator import FeatureGates
+from common.addresses import is_loopback
 from common.httpguard import HttpLimits
 from common.rules import (
     DEFAULT_SCORING_POLICY,
@@ -80,7 +81,10 @@ SCHEDULER = SchedulerOptions()
 
 @dataclass(frozen=True)
 class NetworkOptions:
-    bind_address: str = "127.0.0.1"
+    bind_address: str = "127.0.0.1"  # the debug and webhook ports
+    # The verbs, on loopback unless asked: only a kube-scheduler in the same pod needs them there.
+    extender_bind_address: str = "127.0.0.1"
+    extender_allow_unauthenticated: bool = False
     extender_port: int = 8888
     debug_port: int = 8889
     extender_tls_cert_file: str | None = None
@@ -98,6 +102,18 @@ class NetworkOptions:
                 "--extender-client-ca-file needs --extender-tls-cert-file and "
                 "--extender-tls-private-key-file: client certificates are only checked over HTTPS, "
                 "and the extender would otherwise serve plain HTTP to anyone")
+        if self.verbs_unauthenticated and not self.extender_allow_unauthenticated:
+            raise OptionsError(
+                f"--extender-bind-address {self.extender_bind_address} is not a loopback address and "
+                "--extender-client-ca-file is not set: anyone who reaches the port could call bind, which "
+                "writes with dra-extender's rights. Require kube-scheduler's client certificate with "
+                "--extender-client-ca-file (and --extender-tls-cert-file, --extender-tls-private-key-file), "
+                "listen on 127.0.0.1, or accept the exposure with --extender-allow-unauthenticated")
+
+    @property
+    def verbs_unauthenticated(self) -> bool:
+        """Whether the verbs answer clients from the network that present no client certificate."""
+        return not is_loopback(self.extender_bind_address) and not self.extender_client_ca_file
 
 
 NETWORK = NetworkOptions()
