@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import ssl
 from pathlib import Path
 
 import aiohttp
 import orjson
 import pytest
+from network_probe import own_address, port_of
 from test_server import EXAMPLES, JSON, PAYLOADS, get, post
 from tls_material import TLSFiles, write_ca_and_certs
 
-from common.addresses import is_loopback
 from extender.options import NetworkOptions, ServeOptions, SourceOptions
 from extender.wiring import App
 
@@ -72,19 +71,6 @@ async def test_mutual_tls_verbs_refuse_a_client_without_the_cas_certificate(tmp_
         assert pod is not None and pod["spec"]["nodeName"] == "node-1"
 
 
-def own_address() -> str | None:
-    """This machine's own IPv4 address on the interface of its default route, found without sending
-    anything (connecting a UDP socket only chooses the route), or None without one. A connection to it
-    stays on this machine but does not come from loopback."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: nothing is sent
-        except OSError:
-            return None
-        address = str(probe.getsockname()[0])
-    return None if is_loopback(address) else address
-
-
 async def test_by_default_the_verbs_listen_on_loopback_while_debug_and_webhook_listen_everywhere() -> None:
     async with App(serve_options(bind_address="0.0.0.0")) as app:
         assert app.server.addresses["extender"] == ["127.0.0.1"]
@@ -93,8 +79,7 @@ async def test_by_default_the_verbs_listen_on_loopback_while_debug_and_webhook_l
         outside = own_address()
         if outside is None:
             return  # the listening addresses above already say it
-        extender_port = int(app.server.urls["extender"].rsplit(":", 1)[1].split("/")[0])
-        debug_port = int(app.server.urls["debug"].rsplit(":", 1)[1])
+        extender_port, debug_port = port_of(app.server.urls["extender"]), port_of(app.server.urls["debug"])
         with pytest.raises(ConnectionRefusedError):
             await asyncio.open_connection(outside, extender_port)
         assert (await get(f"http://{outside}:{debug_port}/healthz"))[0] == 200

@@ -43,14 +43,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{- else }}dra-extender-tls{{ end }}
 {{- end }}
 
-{{/* self-signed: one CA and serving certificate per render, shared by the Secret and the webhooks. */}}
+{{/* self-signed: one CA, serving and (scheduler-config) kube-scheduler client certificate per render,
+shared by the Secrets and the webhooks. */}}
 {{- define "dra-extender.generatedTLS" -}}
 {{- if not (hasKey .Values "generatedTLS") }}
 {{- $ns := .Release.Namespace }}
 {{- $ca := genCA (printf "dra-extender webhook CA (dra-extender-webhook.%s)" $ns) 3650 }}
 {{- $names := list "dra-extender-webhook" (printf "dra-extender-webhook.%s" $ns) (printf "dra-extender-webhook.%s.svc" $ns) (printf "dra-extender-webhook.%s.svc.cluster.local" $ns) (printf "dra-extender.%s.svc" $ns) (printf "dra-extender.%s.svc.cluster.local" $ns) }}
 {{- $cert := genSignedCert (printf "dra-extender-webhook.%s.svc" $ns) nil $names (int .Values.certificates.selfSignedDays) $ca }}
-{{- $_ := set .Values "generatedTLS" (dict "ca" $ca.Cert "cert" $cert.Cert "key" $cert.Key) }}
+{{- $client := genSignedCert "kube-scheduler" nil nil (int .Values.certificates.selfSignedDays) $ca }}
+{{- $_ := set .Values "generatedTLS" (dict "ca" $ca.Cert "cert" $cert.Cert "key" $cert.Key "clientCert" $client.Cert "clientKey" $client.Key) }}
 {{- end }}
 {{- end }}
 
