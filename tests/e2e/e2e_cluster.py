@@ -196,7 +196,7 @@ class ControlPlane:
         cert-manager: `dra-extender certs` writes the CA and the serving certificate, `certs --client`
         kube-scheduler's client certificate from that CA."""
         self.extender_pki = self.pki / "extender"
-        for args in (["--service", EXTENDER_SERVICE, "--namespace", EXTENDER_NAMESPACE, "--ip", "127.0.0.1"],
+        for args in (["--service", EXTENDER_SERVICE, "--namespace", EXTENDER_NAMESPACE],
                      ["--client", "--name", "kube-scheduler"]):
             subprocess.run([str(DRA_EXTENDER), "certs", *args, "--out", str(self.extender_pki)],
                            check=True, capture_output=True, timeout=60)
@@ -204,6 +204,11 @@ class ControlPlane:
     def extender_client_files(self) -> tuple[str, str]:
         """kube-scheduler's client certificate and key for the extender port."""
         return str(self.extender_pki / "client.crt"), str(self.extender_pki / "client.key")
+
+    @property
+    def extender_server_name(self) -> str:
+        """The name the extender's serving certificate is valid for (tlsConfig.serverName)."""
+        return f"{EXTENDER_SERVICE}.{EXTENDER_NAMESPACE}.svc"
 
     def _credentials(self, name: str, user: str, groups: tuple[str, ...] = ()) -> Credentials:
         pair = client_cert(self.ca, user, groups)
@@ -377,7 +382,7 @@ class ControlPlane:
                     # CA, the name its certificate is issued for, and kube-scheduler's client pair.
                     "tlsConfig": {
                         "caFile": str(self.extender_pki / "ca.crt"),
-                        "serverName": f"{EXTENDER_SERVICE}.{EXTENDER_NAMESPACE}.svc",
+                        "serverName": self.extender_server_name,
                         "certFile": self.extender_client_files()[0],
                         "keyFile": self.extender_client_files()[1],
                     },

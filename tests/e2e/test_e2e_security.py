@@ -43,7 +43,8 @@ def extender(plane: ControlPlane, *, client_certificate: bool) -> urllib3.PoolMa
     """An HTTPS client of the extender port trusting its CA, with or without kube-scheduler's pair."""
     cert_file, key_file = plane.extender_client_files() if client_certificate else (None, None)
     return urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=str(plane.extender_pki / "ca.crt"),
-                               cert_file=cert_file, key_file=key_file, retries=False, timeout=10,
+                               server_hostname=plane.extender_server_name, cert_file=cert_file,
+                               key_file=key_file, retries=False, timeout=10,
                                ssl_minimum_version=ssl.TLSVersion.TLSv1_2)
 
 
