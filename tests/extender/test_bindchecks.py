@@ -123,33 +123,26 @@ def test_node_affinity_is_kube_schedulers(spec: dict[str, Any], fits: bool) -> N
     ({"key": "k", "value": "v", "effect": "NoExecute"}, {"key": "k", "value": "v", "effect": "NoSchedule"},
      False, False),
     ({"key": "other", "operator": "Exists"}, {"key": "k", "effect": "NoSchedule"}, False, False),
-    # Lt/Gt compare canonical decimal integers, and only with TaintTolerationComparisonOperators.
-    ({"key": "k", "operator": "Gt", "value": "3"}, {"key": "k", "value": "5", "effect": "NoSchedule"}, True,
-     True),
-    ({"key": "k", "operator": "Gt", "value": "3"}, {"key": "k", "value": "5", "effect": "NoSchedule"}, False,
-     False),
-    ({"key": "k", "operator": "Gt", "value": "5"}, {"key": "k", "value": "5", "effect": "NoSchedule"}, True,
-     False),
-    ({"key": "k", "operator": "Lt", "value": "0"}, {"key": "k", "value": "-3", "effect": "NoSchedule"}, True,
-     True),
-    ({"key": "k", "operator": "Lt", "value": "10"}, {"key": "k", "value": "07", "effect": "NoSchedule"}, True,
-     False),
-    ({"key": "k", "operator": "Gt", "value": "+1"}, {"key": "k", "value": "5", "effect": "NoSchedule"}, True,
-     False),
-    ({"key": "k", "operator": "Gt", "value": "1"}, {"key": "k", "value": " 5", "effect": "NoSchedule"}, True,
-     False),
-    ({"key": "k", "operator": "Gt", "value": "1"},
-     {"key": "k", "value": "9223372036854775808", "effect": "NoSchedule"}, True, False),
-    ({"key": "k", "operator": "Gt", "value": "1"},
-     {"key": "k", "value": "9223372036854775807", "effect": "NoSchedule"}, True, True),
-    ({"key": "other", "operator": "Gt", "value": "1"}, {"key": "k", "value": "5", "effect": "NoSchedule"},
-     True, False),
-    ({"key": "k", "operator": "Near", "value": "1"}, {"key": "k", "value": "1", "effect": "NoSchedule"}, True,
-     False),
 ])
 def test_tolerations_are_core_v1s(toleration: dict[str, Any], taint: dict[str, Any], comparisons: bool,
                                   tolerated: bool) -> None:
     assert toleration_tolerates(toleration, taint, comparisons=comparisons) is tolerated
+
+
+@pytest.mark.parametrize(("operator", "limit", "value", "tolerated"), [
+    ("Gt", "3", "5", True), ("Gt", "5", "5", False), ("Lt", "0", "-3", True), ("Lt", "4", "-3", True),
+    ("Lt", "10", "07", False), ("Gt", "+1", "5", False), ("Gt", "1", " 5", False), ("Gt", "1.0", "5", False),
+    ("Gt", "1", "9223372036854775807", True), ("Gt", "1", "9223372036854775808", False),
+    ("Near", "1", "1", False),
+])
+def test_lt_and_gt_tolerations_compare_canonical_integers_only_with_the_gate(
+        operator: str, limit: str, value: str, tolerated: bool) -> None:
+    toleration = {"key": "k", "operator": operator, "value": limit}
+    taint = {"key": "k", "value": value, "effect": "NoSchedule"}
+    assert toleration_tolerates(toleration, taint, comparisons=True) is tolerated
+    assert not toleration_tolerates(toleration, taint, comparisons=False)
+    assert not toleration_tolerates({**toleration, "key": "other"}, taint, comparisons=True)
+    assert not toleration_tolerates({**toleration, "effect": "NoExecute"}, taint, comparisons=True)
 
 
 def test_only_no_schedule_and_no_execute_taints_must_be_tolerated() -> None:
