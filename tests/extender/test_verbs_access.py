@@ -22,9 +22,9 @@ from extender.wiring import App
 BIND = (PAYLOADS / "bind.json").read_bytes()  # ExtenderBindingArgs for the example's pod "inference"
 
 
-def serve_options(**network: object) -> ServeOptions:
+def serve_options(**network: Any) -> ServeOptions:
     return ServeOptions(source=SourceOptions(snapshot=str(EXAMPLES)),
-                        network=NetworkOptions(extender_port=0, debug_port=0, **network))  # type: ignore[arg-type]
+                        network=NetworkOptions(extender_port=0, debug_port=0, **network))
 
 
 def mutual_tls(files: TLSFiles) -> dict[str, object]:
