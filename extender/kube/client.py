@@ -40,7 +40,7 @@ class KubeConfigError(Exception):
 class ApiError(Exception):
     """A non-2xx answer from the API server, with the fields of its metav1.Status body."""
 
-    def __init__(self, status: int, reason: str, message: str, body: dict | None = None) -> None:
+    def __init__(self, status: int, reason: str, message: str, body: dict[str, Any] | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
@@ -70,7 +70,7 @@ class ApiError(Exception):
         )
 
 
-def _status_body(data: bytes) -> dict:
+def _status_body(data: bytes) -> dict[str, Any]:
     try:
         body = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -184,23 +184,23 @@ class KubeClient:
 
     # ---- requests -----------------------------------------------------------------------------
 
-    async def get(self, path: str) -> dict:
+    async def get(self, path: str) -> dict[str, Any]:
         return await self._request("GET", path)
 
-    async def list(self, path: str, **params: Any) -> dict:
+    async def list(self, path: str, **params: Any) -> dict[str, Any]:
         """GET a collection. Keyword arguments become query parameters (labelSelector=..., limit=...)."""
         return await self._request("GET", path, params=params)
 
-    async def create(self, path: str, body: dict) -> dict:
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._request("POST", path, body=body)
 
-    async def update(self, path: str, body: dict) -> dict:
+    async def update(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._request("PUT", path, body=body)
 
-    async def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH) -> dict:
+    async def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH) -> dict[str, Any]:
         return await self._request("PATCH", path, body=body, content_type=content_type)
 
-    async def delete(self, path: str, *, preconditions: dict | None = None) -> dict:
+    async def delete(self, path: str, *, preconditions: dict[str, Any] | None = None) -> dict[str, Any]:
         body = None
         if preconditions:
             body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
@@ -215,7 +215,7 @@ class KubeClient:
         allow_bookmarks: bool = True,
         inactivity_timeout_s: float = WATCH_INACTIVITY_S,
         **params: Any,
-    ) -> AsyncGenerator[dict, None]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Stream watch events ({"type", "object"}) of a collection from `resource_version`.
 
         ERROR events are raised as ApiError (410 Gone when the version is too old). The iterator ends
@@ -255,7 +255,7 @@ class KubeClient:
     # ---- internals ----------------------------------------------------------------------------
 
     @staticmethod
-    def _watch_event(line: bytes) -> dict:
+    def _watch_event(line: bytes) -> dict[str, Any]:
         try:
             event = orjson.loads(line)
         except orjson.JSONDecodeError as err:
@@ -342,7 +342,7 @@ class KubeClient:
         return (url.with_query(_query(params)) if params else url).raw_path_qs
 
     async def _request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-                       body: Any = None, content_type: str = JSON) -> dict:
+                       body: Any = None, content_type: str = JSON) -> dict[str, Any]:
         data = orjson.dumps(body) if body is not None else None
         target = self._target(path, params)
         requests = self._requests_()

@@ -31,8 +31,9 @@ from common.objects import metadata_of
 from common.rules import DEFAULT_SCORING_POLICY
 from extender.plugin.bindchecks import DEFAULT_SCHEDULER, BindChecks, Refusal
 from extender.plugin.claimwriter import BindError
+from extender.plugin.evaluation import SEARCH
 from extender.plugin.extendedresources import Variant
-from extender.plugin.filtercache import FilterCache
+from extender.plugin.filtercache import CachedEvaluation, FilterCache
 from extender.plugin.holds import FilterHolds
 from extender.plugin.metrics import Metrics
 from extender.plugin.nodeallocatable import NodeFit, as_fit_units, pod_requests
@@ -129,10 +130,11 @@ class Scheduler:
         self.metrics = metrics if metrics is not None else Metrics.on(CollectorRegistry())
         self.clock = clock
         self.filter_cache = filter_cache
-        self.planner = Planner(cache, assume, filter_cache=filter_cache, node_deadline_s=node_deadline_s)
-        self.checker = NodeChecker(cache, self.planner, filter_cache=filter_cache,
+        evaluation = CachedEvaluation(filter_cache) if filter_cache is not None else SEARCH
+        self.planner = Planner(cache, assume, node_deadline_s=node_deadline_s)
+        self.checker = NodeChecker(cache, self.planner, evaluation=evaluation,
                                    node_deadline_s=node_deadline_s, clock=clock)
-        self.scorer = NodeScorer(cache, self.planner, filter_cache=filter_cache, default_policy=scoring)
+        self.scorer = NodeScorer(cache, self.planner, evaluation=evaluation, default_policy=scoring)
         self.holds = FilterHolds(assume, planner=self.planner, checker=self.checker, scorer=self.scorer,
                                  ttl_s=hold_ttl_s)
         self.bind_checks = BindChecks(cache, scheduler_names)

@@ -7,12 +7,14 @@ devices.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
-from allocator import AllocationOutcome
-from extender.plugin.filtercache import ClaimRefs, renames, unresolvable
+import orjson
+
+from allocator import PREEMPTION_MAY_HELP, AllocationOutcome, ResourceClaim
 
 
 class Reason(StrEnum):
@@ -52,6 +54,33 @@ CANNOT_ALLOCATE = "cannot allocate all claims"
 UNKNOWN_NODE = "node not known to dra-extender"
 NAMED_UNKNOWN_NODES = 100
 TIMED_OUT_MESSAGE = "timed out trying to allocate devices"
+
+# Claims as (key, uid) each, in order.
+ClaimRefs = tuple[tuple[str, str], ...]
+
+
+class ClaimsSignature(NamedTuple):
+    """How an evaluation that remembers outcomes keys a plan's claims to allocate."""
+
+    spec: str  # what an outcome depends on: the claims' namespace and specs
+    claims: ClaimRefs  # which claims an outcome is computed for
+
+
+def claims_signature(claims: Sequence[ResourceClaim]) -> ClaimsSignature:
+    spec = orjson.dumps(
+        [[claim.namespace, claim.raw.get("spec")] for claim in claims], option=orjson.OPT_SORT_KEYS
+    ).decode()  # a compact str: orjson's bytes keep their whole write buffer alive in every key
+    return ClaimsSignature(spec, tuple((claim.key, claim.uid) for claim in claims))
+
+
+def unresolvable(outcome: AllocationOutcome) -> bool:
+    """Could evicting pods free what the node lacks? If not, preemption need not try the node."""
+    return PREEMPTION_MAY_HELP.isdisjoint(outcome.rejection_keys())
+
+
+def renames(old: ClaimRefs, new: ClaimRefs) -> dict[str, str]:
+    """Claim key of `old` -> claim key of `new`, position by position (AllocationOutcome.for_claims)."""
+    return {old_key: new_key for (old_key, _), (new_key, _) in zip(old, new, strict=True)}
 
 
 # A failure the filter cache carried over from other claims with the same specs: (the outcome, the

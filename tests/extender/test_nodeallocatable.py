@@ -609,6 +609,7 @@ async def test_gate_on_without_such_devices_filters_from_the_cache_as_before() -
     names = ["node-0", "node-1", "node-2"]
     await scheduler.filter(current(scheduler, "p"), names)
     plan = scheduler.planner.plan(current(scheduler, "p"))
+    scheduler.checker.evaluation.prepare(plan)
     assert set(scheduler.checker._cached_verdicts(plan, names, None)) == set(names)
     assert scheduler.checker.node_fit(plan, Node.from_api(o.node("node-0")),
                                       scheduler.checker.check(plan, "node-0", use_cache=True)) is None

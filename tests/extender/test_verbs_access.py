@@ -8,6 +8,7 @@ import asyncio
 import logging
 import ssl
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
