@@ -114,6 +114,16 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "dra-extender/dra-extender-requeue; default: off)",
     )
     sched.add_argument(
+        "--scheduler-names",
+        type=scheduler_names,
+        default=SCHEDULER.scheduler_names,
+        metavar="NAMES",
+        help="comma-separated schedulerName values of the pods bind takes: the profiles of the "
+        "kube-scheduler that calls this extender (its extenders serve every profile). bind refuses a pod "
+        f"of any other scheduler (default {','.join(SCHEDULER.scheduler_names)}; a pod that names none "
+        "has it)",
+    )
+    sched.add_argument(
         "--hold-timeout",
         type=parse_positive_duration,
         default=SCHEDULER.hold_timeout_s,
@@ -156,6 +166,13 @@ def add_reasons_argument(parser: argparse.ArgumentParser | argparse._ArgumentGro
     )
 
 
+def scheduler_names(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"an empty name in {text!r}")
+    return names
+
+
 def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
     return SchedulerOptions(
         reasons=args.reasons,
@@ -166,6 +183,7 @@ def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
         node_timeout_s=args.node_timeout,
         filter_timeout_s=args.filter_timeout,
         filter_cache=args.filter_cache,
+        scheduler_names=args.scheduler_names,
     )
 
 
@@ -195,7 +213,22 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument(
         "--bind-address",
         default=NETWORK.bind_address,
-        help=f"address all ports listen on (default {NETWORK.bind_address}; use 0.0.0.0 in a cluster)",
+        help="address the debug and webhook ports listen on (default "
+        f"{NETWORK.bind_address}; use 0.0.0.0 in a cluster)",
+    )
+    net.add_argument(
+        "--extender-bind-address",
+        default=NETWORK.extender_bind_address,
+        help="address the extender verbs listen on, whatever --bind-address says (default "
+        f"{NETWORK.extender_bind_address}: a kube-scheduler in the same pod). Another address needs "
+        "--extender-client-ca-file, or serve refuses to start: bind writes with dra-extender's rights",
+    )
+    net.add_argument(
+        "--extender-allow-unauthenticated",
+        action="store_true",
+        help="start even though the verbs listen on a non-loopback address without "
+        "--extender-client-ca-file: anyone who reaches the port can then bind any pending pod to any "
+        "node. Logged as a warning at start and exported as dra_extender_verbs_unauthenticated 1",
     )
     net.add_argument(
         "--extender-port",
@@ -259,6 +292,8 @@ def http_limits(args: argparse.Namespace) -> HttpLimits:
 def network_options(args: argparse.Namespace) -> NetworkOptions:
     return NetworkOptions(
         bind_address=args.bind_address,
+        extender_bind_address=args.extender_bind_address,
+        extender_allow_unauthenticated=args.extender_allow_unauthenticated,
         extender_port=args.extender_port,
         debug_port=args.debug_port,
         extender_tls_cert_file=args.extender_tls_cert_file,

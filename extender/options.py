@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from allocator import FeatureGates
+from common.addresses import is_loopback
 from common.httpguard import HttpLimits
 from common.rules import (
     DEFAULT_SCORING_POLICY,
@@ -20,6 +21,7 @@ from common.rules import (
 from extender.controllers import (
     ControllerOptions,
 )
+from extender.plugin.bindchecks import DEFAULT_SCHEDULER
 from extender.plugin.requeue import parse_claim_ref
 from extender.plugin.scheduling import (
     DEFAULT_FILTER_TIMEOUT_S,
@@ -62,8 +64,13 @@ class SchedulerOptions:
     filter_cache: bool = True
     reasons: str = Words.UPSTREAM.value  # --reasons: the words of failed nodes in filter's answer
     requeue_claim: str = ""  # --requeue-claim NAMESPACE/NAME ("": no nudge)
+    # The schedulerName of the pods bind takes: kube-scheduler's profiles that call us.
+    scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER,)
 
     def __post_init__(self) -> None:
+        if not self.scheduler_names or not all(name.strip() for name in self.scheduler_names):
+            raise OptionsError(f"--scheduler-names: needs at least one name and no empty ones, got "
+                               f"{','.join(self.scheduler_names)!r}")
         if self.scoring not in SCORING_POLICIES:
             raise OptionsError(f"--scoring: {self.scoring!r} is not one of {', '.join(SCORING_POLICIES)}")
         if self.reasons not in REASONS_CHOICES:
@@ -85,7 +92,10 @@ SCHEDULER = SchedulerOptions()
 
 @dataclass(frozen=True)
 class NetworkOptions:
-    bind_address: str = "127.0.0.1"
+    bind_address: str = "127.0.0.1"  # the debug and webhook ports
+    # The verbs, on loopback unless asked: only a kube-scheduler in the same pod needs them there.
+    extender_bind_address: str = "127.0.0.1"
+    extender_allow_unauthenticated: bool = False
     extender_port: int = 8888
     debug_port: int = 8889
     extender_tls_cert_file: str | None = None
@@ -103,6 +113,18 @@ class NetworkOptions:
                 "--extender-client-ca-file needs --extender-tls-cert-file and "
                 "--extender-tls-private-key-file: client certificates are only checked over HTTPS, "
                 "and the extender would otherwise serve plain HTTP to anyone")
+        if self.verbs_unauthenticated and not self.extender_allow_unauthenticated:
+            raise OptionsError(
+                f"--extender-bind-address {self.extender_bind_address} is not a loopback address and "
+                "--extender-client-ca-file is not set: anyone who reaches the port could call bind, which "
+                "writes with dra-extender's rights. Require kube-scheduler's client certificate with "
+                "--extender-client-ca-file (and --extender-tls-cert-file, --extender-tls-private-key-file), "
+                "listen on 127.0.0.1, or accept the exposure with --extender-allow-unauthenticated")
+
+    @property
+    def verbs_unauthenticated(self) -> bool:
+        """Whether the verbs answer clients from the network that present no client certificate."""
+        return not is_loopback(self.extender_bind_address) and not self.extender_client_ca_file
 
 
 NETWORK = NetworkOptions()

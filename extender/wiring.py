@@ -126,6 +126,7 @@ def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER) -> 
         filter_deadline_s=options.filter_timeout_s,
         filter_cache=FilterCache(cluster.cache, assume) if options.filter_cache else None,
         reasons=Words(options.reasons),
+        scheduler_names=options.scheduler_names,
     )
 
 
@@ -224,7 +225,17 @@ class App:
         stack.callback(tuning.cancel)
         extender_tls = extender_serving_tls(network)
         await self.server.start(network.bind_address, network.extender_port, network.debug_port,
-                                extender_tls.server_context if extender_tls else None)
+                                extender_tls.server_context if extender_tls else None,
+                                extender_host=network.extender_bind_address)
+        if network.verbs_unauthenticated:  # only with --extender-allow-unauthenticated (NetworkOptions)
+            log.warning("--extender-allow-unauthenticated: the extender verbs at %s answer anyone who "
+                        "reaches %s without a client certificate; any of them can bind any pending pod to "
+                        "any node", self.server.urls["extender"], network.extender_bind_address)
+            self.server.metrics.verbs_unauthenticated.set(1)
+        elif network.extender_allow_unauthenticated:
+            log.info("--extender-allow-unauthenticated has no effect: the verbs %s",
+                     "require client certificates" if network.extender_client_ca_file
+                     else f"listen on loopback ({network.extender_bind_address})")
         if extender_tls is not None:
             extender_tls.start()
             stack.push_async_callback(extender_tls.stop)

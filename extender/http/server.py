@@ -14,7 +14,6 @@ there); kubelet's probes and Prometheus reach the rest from the pod network.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import ssl
 import time
@@ -25,6 +24,7 @@ import orjson
 import yaml
 from aiohttp import web
 
+from common.addresses import is_loopback
 from common.httpguard import BodyReader, GuardedListener, HttpLimits, RequestRefused, expect_handler
 from extender.http import devicemap, wire
 from extender.http.explain import ExplainError, explain_pod, render_text
@@ -51,13 +51,8 @@ def _json(body: bytes, status: int = 200) -> web.Response:
 
 
 def _from_loopback(request: web.Request) -> bool:
-    try:
-        address = ipaddress.ip_address((request.remote or "").split("%", 1)[0])
-    except ValueError:  # a unix socket or no peer address: not a network client
-        return request.remote is None
-    # Listening on "::", an IPv4 peer arrives as ::ffff:a.b.c.d (not is_loopback before Python 3.13).
-    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
-    return (mapped or address).is_loopback
+    # No peer address: a unix socket, not a network client.
+    return request.remote is None or is_loopback(request.remote)
 
 
 def _debug_gate(from_anywhere: bool) -> Any:
@@ -117,6 +112,7 @@ class ExtenderServer:
         # The driver-loss controller's lost pools (None while it does not run) join explanations.
         self.driver_lost = driver_lost
         self.urls: dict[str, str] = {}
+        self.addresses: dict[str, list[str]] = {}  # "extender", "debug" -> where their sockets listen
 
     def add_state(self, name: str, provider: Callable[[], Any]) -> None:
         """Show `provider()` under `name` in /debug/state (e.g. the controllers)."""
@@ -144,16 +140,20 @@ class ExtenderServer:
         return app
 
     async def start(self, host: str, extender_port: int, debug_port: int,
-                    ssl_context: ssl.SSLContext | None = None) -> None:
-        for name, app, port, context in (("extender", self.extender_app(), extender_port, ssl_context),
-                                         ("debug", self.debug_app(), debug_port, None)):
+                    ssl_context: ssl.SSLContext | None = None, *, extender_host: str | None = None) -> None:
+        """Listen: the debug port on `host`, the verbs on `extender_host` (`host` unless given)."""
+        extender_host = host if extender_host is None else extender_host
+        for name, app, address, port, context in (
+                ("extender", self.extender_app(), extender_host, extender_port, ssl_context),
+                ("debug", self.debug_app(), host, debug_port, None)):
             counted = self.metrics.scheduler_connections.inc if name == "extender" else None
             listener = GuardedListener(app, self.limits, on_connection=counted)
-            bound = await listener.start(host, port, ssl_context=context)
+            bound = await listener.start(address, port, ssl_context=context)
             self._listeners.append(listener)
+            self.addresses[name] = listener.addresses
             scheme = "https" if context is not None else "http"
             # A wildcard address is not something to paste into curl: show loopback instead.
-            shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+            shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(address, address)
             shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
             self.urls[name] = f"{scheme}://{shown}:{bound}" + (self.prefix if name == "extender" else "")
 

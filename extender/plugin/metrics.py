@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -71,6 +71,16 @@ class Metrics(MetricSet):
         self.bind_failures = Counter("dra_extender_bind_failures",
                                      "Failed binds (kube-scheduler retries the pod) by stage.", ["stage"],
                                      registry=self.registry)
+        # extender.plugin.bindchecks: a bind kube-scheduler could not have asked for, refused before
+        # anything is reserved or written. Any of them is worth a look: a scheduler name missing from
+        # --scheduler-names, or a caller that is not kube-scheduler.
+        self.bind_refusals = Counter("dra_extender_bind_refusals",
+                                     "Binds refused before anything was written, by reason.", ["reason"],
+                                     registry=self.registry)
+        self.verbs_unauthenticated = Gauge(
+            "dra_extender_verbs_unauthenticated",
+            "1 while the extender verbs answer network clients without a client certificate "
+            "(--extender-allow-unauthenticated).", registry=self.registry)
 
     def count_filter_outcome(self, reason: str, count: int) -> None:
         child = self._outcomes.get(reason)
