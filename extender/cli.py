@@ -40,16 +40,11 @@ def build_parser(prog: str = "dra-extender") -> argparse.ArgumentParser:
 
 
 def version_text() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from extender.wiring import build_info
 
-    try:
-        own = version("dra-extender")
-    except PackageNotFoundError:
-        own = "unknown"
-    from allocator import cel
-    from extender import eventloop
-
-    return f"dra-extender {own} (CEL backend: {cel.default_engine().name}, event loop: {eventloop.name()})"
+    info = build_info()
+    return (f"dra-extender {info['version']} (CEL backend: {info['cel_backend']}, "
+            f"event loop: {info['event_loop']})")
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "dra-extender") -> int:

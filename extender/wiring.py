@@ -66,6 +66,19 @@ def choose_cel_engine(environ: Mapping[str, str] = os.environ) -> None:
         raise OptionsError(f"{CEL_ENGINE_ENV}: {error}") from None
 
 
+def build_info() -> dict[str, str]:
+    """What `dra-extender version` prints and dra_extender_build_info carries."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from extender import eventloop
+
+    try:
+        own = version("dra-extender")
+    except PackageNotFoundError:
+        own = "unknown"
+    return {"version": own, "cel_backend": cel.default_engine().name, "event_loop": eventloop.name()}
+
+
 @dataclass
 class Cluster:
     """The cache plus what keeps it current (nothing in snapshot mode)."""
@@ -198,6 +211,7 @@ class App:
             driver_lost=self._driver_lost,
         )
         stack.push_async_callback(self.server.stop)
+        self.server.process_metrics.build_labels = build_info()
         tuning = asyncio.create_task(
             after_sync(self.cluster.cache, self.cluster.watcher, self.scheduler.filter_cache))
         stack.callback(tuning.cancel)

@@ -39,8 +39,8 @@ def register(subparsers: Any) -> None:
     )
     output.add_output_argument(parser)
     add_source_arguments(parser)
-    output.add_logging_arguments(parser)
-    parser.set_defaults(func=run, log_level="warning")
+    output.add_logging_arguments(parser, default_level="warning")
+    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ Exit codes, the same for every command (also printed by `dra-extender --help`):
 from __future__ import annotations
 
 import argparse
+import datetime
 import logging
 import sys
 from collections.abc import Callable
@@ -65,30 +66,86 @@ def error(message: str) -> int:
     return EXIT_ERROR
 
 
-def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    parser.add_argument("--log-format", default="text", choices=("text", "json"))
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def klog_verbosity(value: str) -> str:
+    """`--v N` as kube components take it, mapped onto our levels: 0-3 info, 4 and up debug."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a verbosity number: {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
+    return "debug" if number >= 4 else "info"
+
+
+def add_logging_arguments(parser: argparse.ArgumentParser, *, default_level: str = "info") -> None:
+    group = parser.add_argument_group("logging (to stderr)")
+    group.add_argument(
+        "--log-level", default=default_level, choices=LOG_LEVELS,
+        help=f"least severe messages logged (default {default_level})",
+    )
+    group.add_argument(
+        "-v", "--v", dest="log_level", type=klog_verbosity, metavar="N",
+        help="verbosity as kube components take it: 0-3 is --log-level info, 4 or more debug",
+    )
+    group.add_argument(
+        "--log-format", default="text", choices=("text", "json"),
+        help="text: one line per message, 'TIME LEVEL LOGGER: message key=value ...'; json: one object "
+        "per line with ts, level, logger, msg and the same keys (default text)",
+    )
+
+
+# The attributes every LogRecord has; any other one was passed in `extra=` and is a key/value field
+# (pod, claim, node, verb, duration, kind, ...).
+_RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+def rfc3339(created: float) -> str:
+    """A log record's time in RFC 3339 with milliseconds and the local zone's offset."""
+    return datetime.datetime.fromtimestamp(created).astimezone().isoformat(timespec="milliseconds")
+
+
+def log_fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {name: value for name, value in vars(record).items() if name not in _RECORD_ATTRIBUTES}
+
+
+def _logfmt(value: Any) -> str:
+    text = f"{value:.6g}" if isinstance(value, float) else str(value)
+    if text and not any(c in text for c in ' "=\\') and text.isprintable():
+        return text
+    return orjson.dumps(text).decode()
+
+
+class _TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{rfc3339(record.created)} {record.levelname} {record.name}: {record.getMessage()}"
+        fields = log_fields(record)
+        if fields:
+            line += " " + " ".join(f"{name}={_logfmt(value)}" for name, value in fields.items())
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
 
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry = {
-            "ts": self.formatTime(record),
+            "ts": rfc3339(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
+            **log_fields(record),
         }
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry).decode()
+        return orjson.dumps(entry, default=str).decode()
 
 
 def configure_logging(level: str, log_format: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if log_format == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_JsonFormatter() if log_format == "json" else _TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -89,7 +89,7 @@ def usage_banner(server: ExtenderServer, cache: ClusterCache, *, kubectl_templat
         f"dra-extender: extender verbs at {extender}/{{filter,prioritize,bind,preempt}}",
         f"dra-extender: device map at {debug}/debug/ui",
         f"dra-extender: debug at {debug}/debug/explain?pod=NS/NAME, {debug}/debug/state, "
-        f"{debug}/debug/snapshot, {debug}/metrics, {debug}/healthz, {debug}/readyz",
+        f"{debug}/debug/snapshot, {debug}/metrics, {debug}/livez, {debug}/readyz",
     ]
     post = f"curl -s {insecure}-X POST -H 'Content-Type: application/json' {extender}/filter"
     pod = example_pod(cache)

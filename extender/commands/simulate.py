@@ -40,8 +40,8 @@ def register(subparsers: Any) -> None:
     add_scoring_argument(parser)
     add_feature_gates_argument(parser)
     output.add_output_argument(parser)
-    output.add_logging_arguments(parser)
-    parser.set_defaults(func=run, log_level="warning")
+    output.add_logging_arguments(parser, default_level="warning")
+    parser.set_defaults(func=run)
 
 
 def _key(raw: dict) -> tuple[str, str, str]:

@@ -357,12 +357,12 @@ class ClusterWatcher:
 
     def _restarted(self, kind: str, health: KindHealth, why: str) -> None:
         health.restarts += 1
-        log.info("watch %s restarts: %s", kind, why)
+        log.info("watch %s restarts: %s", kind, why, extra={"kind": kind})
         if self._on_restart is not None:
             self._on_restart(kind)
 
     def _failed(self, kind: str, health: KindHealth, message: str) -> None:
         health.errors += 1
         health.last_error = message
-        log.warning("watch %s failed: %s", kind, message)
+        log.warning("watch %s failed: %s", kind, message, extra={"kind": kind})
         self._restarted(kind, health, message)

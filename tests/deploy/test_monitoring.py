@@ -149,7 +149,7 @@ def test_dashboard_covers_what_operators_watch() -> None:
     used = set().union(*(metric_names(expr) for _, expr in _panel_expressions()))
     for needed in ("dra_extender_filter_duration_seconds_bucket", "dra_extender_bind_duration_seconds_bucket",
                    "dra_extender_bind_conflicts_total", "dra_extender_allocations_in_flight",
-                   "dra_extender_cache_objects", "dra_extender_watch_restarts",
+                   "dra_extender_cache_objects", "dra_extender_watch_restarts_total",
                    "dra_extender_webhook_decisions_total", "dra_extender_taint_eviction_queue_depth"):
         assert needed in used, needed
     dashboard = json.loads(DASHBOARD.read_text())
