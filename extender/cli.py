@@ -15,6 +15,7 @@ SUBCOMMAND_MODULES = (
     "extender.commands.explain",
     "extender.commands.simulate",
     "extender.commands.certs",
+    "extender.commands.version",
 )
 
 
@@ -31,7 +32,8 @@ def build_parser(prog: str = "dra-extender") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--version", action="store_true", help="print the version, CEL backend and event loop, then exit"
+        "--version", action="store_true",
+        help="print the version, CEL backend and event loop, then exit (as the version command)"
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
@@ -40,11 +42,9 @@ def build_parser(prog: str = "dra-extender") -> argparse.ArgumentParser:
 
 
 def version_text() -> str:
-    from extender.wiring import build_info
+    from extender.commands import version
 
-    info = build_info()
-    return (f"dra-extender {info['version']} (CEL backend: {info['cel_backend']}, "
-            f"event loop: {info['event_loop']})")
+    return version.text(version.document())
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "dra-extender") -> int:

@@ -20,6 +20,7 @@ from common.rules import (
 from extender.controllers import (
     ControllerOptions,
 )
+from extender.kube.client import DEFAULT_REQUEST_TIMEOUT_S
 from extender.plugin.scheduling import (
     DEFAULT_FILTER_TIMEOUT_S,
     DEFAULT_HOLD_TTL_S,
@@ -44,10 +45,14 @@ class SourceOptions:
     context: str | None = None
     snapshot: str | None = None  # a directory or file of objects instead of an API server
     features: FeatureGates = field(default_factory=FeatureGates)
+    request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # per API request; None: no limit
 
     def __post_init__(self) -> None:
         if self.snapshot and (self.kubeconfig or self.context):
             raise OptionsError("--snapshot cannot be combined with --kubeconfig or --context")
+        if self.request_timeout_s is not None and not self.request_timeout_s > 0:
+            raise OptionsError("--request-timeout: must be positive or 0 (no limit), "
+                               f"got {self.request_timeout_s}")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""What every `dra-extender` command shares about its output: `-o text|json|yaml` (kubectl's flag,
-`--format` kept as an alias), the exit codes, `-n` for names given without a namespace, and the log
-flags of the commands that log (serve, explain, simulate).
+"""What every `dra-extender` command shares about its output: `-o` (kubectl's flag and forms: text,
+json, yaml, jsonpath=TEMPLATE, and wide and name where a command prints a list; `--format` kept as an
+alias), the exit codes, `-n`/`-A` for names given without a namespace, and the log flags.
 
 Exit codes, the same for every command (also printed by `dra-extender --help`):
     0  fits / ok
@@ -20,6 +20,8 @@ from typing import Any
 import orjson
 import yaml
 
+from extender.commands import jsonpath
+
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_ERROR = 2
@@ -30,21 +32,50 @@ EXIT_CODES_HELP = """exit codes (every command):
   2  usage error, or an error that stopped the command"""
 
 FORMATS = ("text", "json", "yaml")
+LIST_FORMATS = ("wide", "name")  # for commands that print a list, as kubectl get
+JSONPATH = "jsonpath="
 
 
-def add_output_argument(parser: argparse.ArgumentParser) -> None:
+def output_form(forms: tuple[str, ...]) -> Callable[[str], str]:
+    """The -o value checker: one of `forms`, or jsonpath=TEMPLATE (checked to parse)."""
+    def check(value: str) -> str:
+        if value.startswith(JSONPATH):
+            try:
+                jsonpath.parse(value[len(JSONPATH):])
+            except jsonpath.JSONPathError as error:
+                raise argparse.ArgumentTypeError(f"jsonpath: {error}") from None
+            return value
+        if value not in forms:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is not one of {', '.join(forms)}, jsonpath=TEMPLATE")
+        return value
+    return check
+
+
+def add_output_argument(parser: argparse.ArgumentParser, forms: tuple[str, ...] = FORMATS) -> None:
+    listed = ", ".join(forms)
     parser.add_argument(
-        "-o", "--output", "--format", dest="output", choices=FORMATS, default="text",
-        help="output format (default text; --format is an alias)",
+        "-o", "--output", "--format", dest="output", type=output_form(forms), default="text",
+        metavar="FORMAT",
+        help=f"output format: {listed}, or jsonpath=TEMPLATE as kubectl takes it, e.g. "
+        "jsonpath='{.nodes[*].node}' (default text; --format is an alias)",
     )
 
 
-def add_namespace_argument(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument(
-        "-n", "--namespace", default=None,
-        help=f"namespace of a {what} given as NAME alone (default: default)",
+CONTEXT_NAMESPACE = "the kubeconfig context's namespace against a cluster, default with --snapshot"
 
+
+def add_namespace_argument(parser: argparse.ArgumentParser, what: str, *, default: str = CONTEXT_NAMESPACE,
+                           all_namespaces: bool = False) -> None:
+    parser.add_argument(
+        "-n", "--namespace", default=None, metavar="NAMESPACE",
+        help=f"namespace of a {what} given as NAME alone (default: {default})",
     )
+    if all_namespaces:
+        parser.add_argument(
+            "-A", "--all-namespaces", action="store_true",
+            help=f"list {what}s of every namespace instead of one",
+        )
 
 
 def examples(*lines: str) -> str:
@@ -52,13 +83,31 @@ def examples(*lines: str) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines) + "\n\n" + EXIT_CODES_HELP
 
 
-def write(document: Any, output: str, render_text: Callable[[Any], str]) -> None:
+def write(document: Any, output: str, render_text: Callable[[Any], str], *,
+          wide: Callable[[Any], str] | None = None, names: Callable[[Any], list[str]] | None = None) -> None:
+    """Print `document` as -o asks: `render_text` for text, `wide` and `names` (kubectl's `-o name`:
+    one KIND/NAME a line) for a command that prints a list."""
     if output == "json":
         sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif output == "yaml":
         sys.stdout.write(yaml.safe_dump(document, sort_keys=False))
+    elif output.startswith(JSONPATH):
+        sys.stdout.write(jsonpath.render(output[len(JSONPATH):], document))
+    elif output == "wide" and wide is not None:
+        sys.stdout.write(wide(document))
+    elif output == "name" and names is not None:
+        sys.stdout.write("".join(f"{name}\n" for name in names(document)))
     else:
         sys.stdout.write(render_text(document))
+
+
+def table(rows: list[tuple[str, ...]]) -> str:
+    """Rows as kubectl prints them: columns left-aligned, three spaces apart, the last not padded."""
+    if not rows:
+        return ""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return "".join("   ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)),
+                               row[-1]]).rstrip() + "\n" for row in rows)
 
 
 def error(message: str) -> int:

@@ -36,12 +36,19 @@ from extender.wiring import App, Cluster, ClusterUnreadable
 
 log = logging.getLogger("dra-extender")
 
+DESCRIPTION = """Run DRA Extender: the scheduler extender kube-scheduler calls (filter, prioritize, bind,
+preempt) on --extender-port, the read-only debug port (/debug/ui device map, /debug/explain,
+/debug/state, /metrics, /livez, /readyz) and, given a serving certificate, the admission webhook.
+
+The cluster is read from the pod's service account, a kubeconfig (--kubeconfig, --context), or a
+snapshot of objects (--snapshot DIR, where binds change only the copy in memory)."""
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="run the scheduler extender (filter, prioritize, bind, preempt) and its debug endpoints",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=examples(
             "dra-extender serve --snapshot examples/cluster --extender-port 9000 --debug-port 9001",
