@@ -72,6 +72,13 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(_explain(args, source))
 
 
+def pod_ref(args: argparse.Namespace, default_namespace: str) -> tuple[str, str]:
+    """The pod's namespace and name: NAMESPACE/NAME as given, else -n, else `default_namespace` (the
+    context's); only -n conflicts with a namespace written in the name."""
+    namespace, name = split_ref(args.pod, args.namespace)
+    return (default_namespace if args.namespace is None and "/" not in args.pod else namespace), name
+
+
 async def _open(args: argparse.Namespace, source: SourceOptions) -> tuple[Cluster, str]:
     """The cluster to explain against and the namespace of a name given alone."""
     from extender.wiring import connect, read_for_pod
@@ -82,7 +89,7 @@ async def _open(args: argparse.Namespace, source: SourceOptions) -> tuple[Cluste
     try:
         namespace = args.namespace or client.namespace
         if args.pod is not None:
-            pod_namespace, name = split_ref(args.pod, namespace)
+            pod_namespace, name = pod_ref(args, namespace)
             narrow = await read_for_pod(client, source.features, pod_namespace, name)
             if narrow is not None:
                 await client.close()
@@ -115,7 +122,7 @@ async def _explain(args: argparse.Namespace, source: SourceOptions) -> int:
         if args.pod is None:
             document = await _pending(scheduler, None if args.all_namespaces else namespace, args.node)
         else:
-            pod_namespace, name = split_ref(args.pod, namespace)
+            pod_namespace, name = pod_ref(args, namespace)
             document = await explain_pod(scheduler, pod_namespace, name, args.node)
     except ExplainError as error:
         return output.error(str(error))

@@ -159,6 +159,27 @@ def test_request_timeout(api: ThreadedApi, tmp_path: Path, capsys: pytest.Captur
     assert "cannot read the cluster" in capsys.readouterr().err
 
 
+def test_progress_on_stderr_when_the_sync_takes_more_than_a_second(
+        api: ThreadedApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    async def slow(request: ApiRequest) -> None:
+        if request.resource.plural == "pods" and request.verb == "list":
+            await asyncio.sleep(2.5)
+
+    api.fake.intercept(slow)
+    assert main(["explain", "-A", "--kubeconfig", str(_kubeconfig(tmp_path, api.url, None))]) == 0
+    captured = capsys.readouterr()
+    progress = [line for line in captured.err.splitlines() if "reading the cluster" in line]
+    assert progress and progress[0].startswith(
+        "dra-extender: reading the cluster (1 s): Node 3, Pod 0 so far")
+    assert "a100-job" in captured.out
+
+
+def test_no_progress_when_the_sync_is_quick(api: ThreadedApi, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "-A", "--kubeconfig", str(_kubeconfig(tmp_path, api.url, None))]) == 0
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize(("text", "seconds"), [("0", None), ("1m", 60.0), ("2.5", 2.5), ("90s", 90.0)])
 def test_request_timeout_reads_as_kubectls(text: str, seconds: float | None) -> None:
     args = build_parser().parse_args(["explain", "x", "--request-timeout", text])
