@@ -1,0 +1,210 @@
+"""How many more pods of a shape fit right now, and where: the allocator's own placements against the
+devices in use, allocations in flight included (allocator/headroom.py says how copies are placed and
+what "stranded" means).
+
+A shape is the claims one pod of it gets: from a DeviceClass with a count (and selectors, and
+attributes the devices must share), from a ResourceClaimTemplate, or from a pod's spec (its claim
+templates; a claim named by resourceClaimName is shared, not one per pod, so it is refused).
+
+Nodes are filled one after another in name order, so devices of pools several nodes see (network
+attached, `allNodes`) are counted once, on the first nodes. Nodes alike for the search (node-local
+pools with the same devices, the same devices in use: allocator/likeness.py) are searched once and
+their answer reused, which is what keeps a 5,000-node cluster under a second. Node taints, cpu and
+memory and affinity other than a pod's nodeSelector are kube-scheduler's to check and are not here;
+cordoned nodes (spec.unschedulable) take no pods.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from allocator import (
+    Allocator,
+    InvalidObjectError,
+    Node,
+    NodeHeadroom,
+    ResourceClaim,
+    Stranded,
+    declared_features,
+    devices_in_use,
+    fill,
+)
+from common.objects import metadata_of
+from extender.state.assume import AssumeCache
+from extender.state.cache import ClusterCache
+
+SHAPE_NAMESPACE = "headroom"
+
+
+class ShapeError(ValueError):
+    """A shape that cannot be made; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one pod of the shape gets: `specs` are ResourceClaim specs, one claim each."""
+
+    name: str
+    specs: tuple[dict[str, Any], ...]
+    node_selector: tuple[tuple[str, str], ...] = ()
+
+    def claims(self) -> list[ResourceClaim]:
+        made = []
+        for index, spec in enumerate(self.specs):
+            raw = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                   "metadata": {"name": f"shape-{index}", "namespace": SHAPE_NAMESPACE,
+                                "uid": f"headroom-shape-{index}"},
+                   "spec": spec}
+            try:
+                made.append(ResourceClaim.from_api(raw))
+            except InvalidObjectError as error:
+                raise ShapeError(f"shape {self.name}: {error}") from None
+        if not made:
+            raise ShapeError(f"shape {self.name}: no claims (a pod without resourceClaims takes no devices)")
+        return made
+
+
+def class_shape(device_class: str, count: int = 1, *, selectors: Sequence[str] = (),
+                match_attributes: Sequence[str] = ()) -> Shape:
+    """`count` devices of `device_class` matching every CEL selector and sharing each attribute."""
+    if count < 1:
+        raise ShapeError(f"--count must be 1 or more, got {count}")
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "allocationMode": "ExactCount",
+                               "count": count}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": text}} for text in selectors]
+    devices: dict[str, Any] = {"requests": [{"name": "devices", "exactly": exactly}]}
+    if match_attributes:
+        devices["constraints"] = [{"requests": ["devices"], "matchAttribute": a} for a in match_attributes]
+    name = f"{count} x {device_class}" + "".join(f", same {a}" for a in match_attributes) + (
+        f", {len(selectors)} selector(s)" if selectors else "")
+    return Shape(name, ({"devices": devices},))
+
+
+def template_shape(template: Mapping[str, Any]) -> Shape:
+    """One claim made from a ResourceClaimTemplate (its spec.spec)."""
+    meta = metadata_of(template)
+    spec = (template.get("spec") or {}).get("spec")
+    if not isinstance(spec, dict):
+        raise ShapeError(f"ResourceClaimTemplate {meta.get('name')!r} has no spec.spec")
+    return Shape(f"template {meta.get('namespace') or 'default'}/{meta.get('name')}", (spec,))
+
+
+def pod_shape(pod: Mapping[str, Any], template_of: Any) -> Shape:
+    """The claims a new pod like `pod` gets: one per resourceClaims entry made from a template
+    (`template_of(namespace, name)` finds it, None when there is none)."""
+    meta = metadata_of(pod)
+    namespace = meta.get("namespace") or "default"
+    spec = pod.get("spec") or {}
+    specs: list[dict[str, Any]] = []
+    for entry in spec.get("resourceClaims") or ():
+        if not isinstance(entry, dict):
+            raise ShapeError("spec.resourceClaims: entries must be objects")
+        if entry.get("resourceClaimName"):
+            raise ShapeError(
+                f"resourceClaims[{entry.get('name')}] names claim {entry['resourceClaimName']!r}, which "
+                "every pod would share: headroom counts pods that each get their own claims (use a template)")
+        template_name = entry.get("resourceClaimTemplateName")
+        if not template_name:
+            raise ShapeError(f"resourceClaims[{entry.get('name')}] has no resourceClaimTemplateName")
+        template = template_of(namespace, template_name)
+        if template is None:
+            raise ShapeError(f"ResourceClaimTemplate {namespace}/{template_name} not found")
+        specs.extend(template_shape(template).specs)
+    selector = spec.get("nodeSelector") or {}
+    if not isinstance(selector, dict):
+        raise ShapeError("spec.nodeSelector must be an object")
+    return Shape(f"pod {namespace}/{meta.get('name')}", tuple(specs),
+                 tuple(sorted((str(k), str(v)) for k, v in selector.items())))
+
+
+def _as_dict(found: NodeHeadroom) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "node": found.node,
+        "count": found.count,
+        "stranded": [{"device": f"{s.driver}/{s.pool}/{s.device}", "reason": s.reason}
+                     for s in found.stranded],
+    }
+    if found.capped:
+        entry["capped"] = True
+    if found.error:
+        entry["error"] = found.error
+    return entry
+
+
+def _renamed(found: NodeHeadroom, node: str, pool_ids: Sequence[tuple[str, str]],
+             new_ids: Sequence[tuple[str, str]]) -> NodeHeadroom:
+    """A twin's answer for `node`: its devices in the node's own pools (one per driver, same order)."""
+    pool_of = {old: new[1] for old, new in zip(pool_ids, new_ids, strict=True)}
+    moved = [Stranded(s.driver, pool_of[(s.driver, s.pool)], s.device, s.reason) for s in found.stranded]
+    return NodeHeadroom(node, found.count, moved, found.capped, found.error)
+
+
+class Headroom:
+    def __init__(self, cache: ClusterCache, assume: AssumeCache, *, node_deadline_s: float = 1.0) -> None:
+        self.cache = cache
+        self.assume = assume
+        self.node_deadline_s = node_deadline_s
+
+    def compute(self, shape: Shape, nodes: Iterable[str] | None = None) -> dict[str, Any]:
+        """The report: per node the pods of `shape` that fit more and the stranded devices, the total,
+        the stranded devices counted by reason, and when it was worked out."""
+        started = time.perf_counter()
+        claims = shape.claims()
+        for claim in claims:
+            for request in claim.requests:
+                names = [request.exactly.device_class_name] if request.exactly is not None else [
+                    sub.device_class_name for sub in request.first_available]
+                for name in names:
+                    if self.cache.device_class(name) is None:
+                        raise ShapeError(f"DeviceClass {name} not found")
+        features = self.cache.features
+        inventory = self.cache.inventory
+        state = self.assume.allocated_view(self.cache).copy()
+        allocator = Allocator(inventory, state, features, deadline_s=self.node_deadline_s)
+        wanted = dict(shape.node_selector)
+        twins: dict[tuple[Any, ...], tuple[NodeHeadroom, tuple[tuple[str, str], ...]]] = {}
+        found: list[NodeHeadroom] = []
+        skipped: dict[str, str] = {}
+        for name in sorted(nodes if nodes is not None else self.cache.node_names()):
+            node = self.cache.node(name)
+            if node is None:
+                raise ShapeError(f"node {name} not found")
+            why = self._skip(node, wanted)
+            if why:
+                skipped[name] = why
+                continue
+            pools, alike = inventory.node_likeness(node, features)
+            key = None if alike is None else (alike, devices_in_use(pools, state), declared_features(node))
+            twin = twins.get(key) if key is not None else None
+            if twin is not None:
+                found.append(_renamed(twin[0], name, twin[1], pools.pool_ids))
+                continue
+            result = fill(allocator, node, claims, prefix=f"headroom/{name}/")
+            if key is not None:
+                twins[key] = (result, pools.pool_ids)
+            found.append(result)
+        stranded: Counter[str] = Counter(s.reason for entry in found for s in entry.stranded)
+        return {
+            "shape": shape.name,
+            "claims": list(shape.specs),
+            "asOf": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "total": sum(entry.count for entry in found),
+            "nodesWithRoom": sum(1 for entry in found if entry.count),
+            "nodes": [_as_dict(entry) for entry in found],
+            "skipped": skipped,
+            "strandedByReason": dict(sorted(stranded.items())),
+            "seconds": round(time.perf_counter() - started, 4),
+        }
+
+    def _skip(self, node: Node, selector: Mapping[str, str]) -> str:
+        raw = self.cache.raw("Node", node.name) or {}
+        if (raw.get("spec") or {}).get("unschedulable"):
+            return "cordoned (spec.unschedulable)"
+        missing = [f"{k}={v}" for k, v in selector.items() if node.labels.get(k) != v]
+        return f"nodeSelector {', '.join(missing)} does not match" if missing else ""
