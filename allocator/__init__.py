@@ -42,7 +42,7 @@ counters rollback #140436, list intersection restored on backtracking #140326).
 from allocator.derived import claim_problems, has_derived_attributes
 from allocator.errors import AllocationError, AllocationTimeout, InvalidObjectError, NodeAllocationError
 from allocator.features import DEFAULT_GATES, FeatureGates
-from allocator.headroom import NodeHeadroom, Stranded, fill
+from allocator.headroom import NodeHeadroom, Stranded, fill, local_likeness
 from allocator.inventory import Inventory
 from allocator.likeness import Likeness, declared_features, devices_in_use, likeness, moved_to
 from allocator.model import (
@@ -104,6 +104,7 @@ __all__ = [
     "fill",
     "has_derived_attributes",
     "likeness",
+    "local_likeness",
     "moved_to",
     "node_matches_selector",
     "parse_object",

@@ -20,8 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from allocator.errors import AllocationError
+from allocator.likeness import Likeness
 from allocator.model import Node, ResourceClaim
 from allocator.outcome import AllocationOutcome, Rejection
+from allocator.pools import COMPLETE, NodePools
 from allocator.reasons import Explanation
 from allocator.search import Allocator
 
@@ -112,3 +114,27 @@ def stranded(failed: AllocationOutcome, claims: Sequence[ResourceClaim]) -> list
     found.extend(Stranded(*key, reason) for key in usable)
     found.sort(key=lambda s: (s.driver, s.pool, s.device))
     return found
+
+
+def local_likeness(node_name: str, pools: NodePools) -> Likeness | None:
+    """`allocator.likeness` for headroom, which also takes pools with shared counters: when every device
+    of every pool the node sees is the node's own, what the counters have left follows from which of
+    those devices are in use, so two nodes equal here, with the same devices in use, fill alike."""
+    drivers = [pool.driver for pool in pools.pools]
+    if not pools.pools or len(set(drivers)) != len(drivers):
+        return None
+    parts: list[object] = []
+    for pool in pools.pools:
+        if pool.status != COMPLETE or pool.devices_not_targeting or not pool.entries:
+            return None
+        devices: list[tuple[str, object, str | None, tuple[str, ...]]] = []
+        for entry in pool.entries:
+            device = entry.device
+            if entry.slice.node_name != node_name or device.allow_multiple_allocations:
+                return None
+            added = None if entry.taints is device.taints else repr(entry.taints)
+            devices.append((device.name, device.signature, added, tuple(entry.slice.skip_node_operations)))
+        counters = tuple(sorted((name, tuple(sorted((k, str(v)) for k, v in amounts.items())))
+                                for name, amounts in pool.counter_sets.items()))
+        parts.append((pool.driver, pool.has_binding_conditions, tuple(devices), counters))
+    return tuple(parts)

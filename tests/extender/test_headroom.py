@@ -179,6 +179,18 @@ def _example(extra: list[dict[str, Any]] | None = None) -> tuple[ClusterCache, A
     return cache, assume
 
 
+def test_twins_with_shared_counters_get_the_answer_their_own_search_would() -> None:
+    world = World([Dev("a", i % 2, i == 4, 1 + i % 2) for i in range(5)], {0}, None, 1, False)
+    objs = [obj for node in ("n1", "n2", "n3") for obj in objects(world, node)
+            if obj["kind"] != "DeviceClass" or node == "n1"]
+    together = headroom_of(objs, class_shape("gpu"))
+    apart = [headroom_of(objs, class_shape("gpu"), nodes=[n])["nodes"][0] for n in ("n1", "n2", "n3")]
+    assert together["nodes"] == apart
+    copies, stranded, _ = brute_force(world)
+    assert [entry["count"] for entry in apart] == [copies] * 3
+    assert {s["device"].rsplit("/", 1)[1]: s["reason"] for s in apart[2]["stranded"]} == stranded
+
+
 def test_twins_get_the_answer_their_own_search_would() -> None:
     world = World([Dev("a", i % 2, i == 3, None) for i in range(6)], {1}, None, 2, True)
     objs = [obj for node in ("n1", "n2", "n3") for obj in objects(world, node)
