@@ -13,6 +13,7 @@ SUBCOMMAND_MODULES = (
     "extender.commands.allocate",
     "extender.commands.serve",
     "extender.commands.explain",
+    "extender.commands.headroom",
     "extender.commands.simulate",
     "extender.commands.certs",
     "extender.commands.version",

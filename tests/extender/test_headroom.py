@@ -9,12 +9,16 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+import yaml
 from test_server import EXAMPLES
 
 from allocator import FeatureGates
+from extender.cli import main
 from extender.kube.objects_io import load_objects
 from extender.plugin.headroom import Headroom, ShapeError, class_shape, pod_shape, template_shape
 from extender.state.assume import AssumeCache
@@ -247,3 +251,30 @@ def test_cordoned_nodes_and_node_selectors_take_no_pods() -> None:
     report = Headroom(cache, assume).compute(class_shape("gpu.example.com"))
     assert report["skipped"] == {"node-2": "cordoned (spec.unschedulable)"}
     assert [entry["node"] for entry in report["nodes"]] == ["node-1", "node-3"]
+
+
+def test_the_headroom_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    snapshot = ["--snapshot", str(EXAMPLES)]
+    assert main(["headroom", "--class", "gpu.example.com", *snapshot]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("18 more pod(s) of shape 1 x gpu.example.com fit on 3 of 3 node(s) as of ")
+    assert [line.split()[:3] for line in lines[1:]] == [["NODE", "PODS", "STRANDED"], ["node-2", "8", "-"],
+                                                        ["node-1", "6", "-"], ["node-3", "4", "8"]]
+    assert main(["headroom", "--template", "one-gpu", *snapshot, "-o", "jsonpath={.total}"]) == 0
+    from_template = capsys.readouterr().out
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "new"},
+           "spec": {"nodeSelector": {"kubernetes.io/hostname": "node-2"},
+                    "resourceClaims": [{"name": "g", "resourceClaimTemplateName": "one-gpu"}],
+                    "containers": [{"name": "c", "image": "x"}]}}
+    (tmp_path / "pod.yaml").write_text(yaml.safe_dump(pod))
+    assert main(["headroom", "-f", str(tmp_path / "pod.yaml"), *snapshot, "-o", "json"]) == 0
+    report = orjson.loads(capsys.readouterr().out)
+    assert report["total"] < int(from_template) and set(report["skipped"]) == {"node-1", "node-3"}
+    assert main(["headroom", "--class", "gpu.example.com", "--count", "99", *snapshot]) == 1
+    capsys.readouterr()
+    for bad, message in ((["--class", "nope"], "DeviceClass nope not found"),
+                         (["--class", "gpu.example.com", "--template", "one-gpu"], "exactly one of"),
+                         (["--template", "one-gpu", "--count", "2"], "go with --class"),
+                         (["--template", "absent"], "default/absent not found")):
+        assert main(["headroom", *bad, *snapshot]) == 2
+        assert message in capsys.readouterr().err
