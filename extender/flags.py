@@ -145,6 +145,16 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_headroom_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("headroom")
+    group.add_argument(
+        "--headroom", action="append", default=[], metavar="SHAPE",
+        help="a pod shape whose headroom /metrics serves (dra_extender_headroom_pods{shape}) and the device "
+        "map shows: CLASS[:COUNT] (COUNT devices of a DeviceClass) or template:[NAMESPACE/]NAME (a "
+        "ResourceClaimTemplate); repeatable",
+    )
+
+
 def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
     return SchedulerOptions(
         scoring=args.scoring,
@@ -377,4 +387,5 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         scheduler=scheduler_options(args),
         webhook=webhook,
         controllers=controller_options(args, features),
+        headroom=tuple(args.headroom),
     )

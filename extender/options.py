@@ -21,6 +21,7 @@ from extender.controllers import (
     ControllerOptions,
 )
 from extender.kube.client import DEFAULT_REQUEST_TIMEOUT_S
+from extender.plugin.headroom import parse_shape_flag
 from extender.plugin.scheduling import (
     DEFAULT_FILTER_TIMEOUT_S,
     DEFAULT_HOLD_TTL_S,
@@ -137,3 +138,11 @@ class ServeOptions:
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
     webhook: WebhookOptions = field(default_factory=WebhookOptions)
     controllers: ControllerOptions = field(default_factory=ControllerOptions)
+    headroom: tuple[str, ...] = ()  # --headroom shapes for the gauge and the device map
+
+    def __post_init__(self) -> None:
+        for text in self.headroom:
+            try:
+                parse_shape_flag(text)
+            except ValueError as error:
+                raise OptionsError(str(error)) from None

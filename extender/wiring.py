@@ -26,6 +26,7 @@ from extender.controllers import (
     Controllers,
     start_controllers,
 )
+from extender.plugin.headroom import Headroom, HeadroomGauges
 from extender.plugin.scheduling import (
     Scheduler,
 )
@@ -307,6 +308,9 @@ class App:
         )
         stack.push_async_callback(self.server.stop)
         self.server.process_metrics.build_labels = build_info()
+        if options.headroom:
+            self.server.add_headroom(HeadroomGauges(Headroom(self.cluster.cache, self.scheduler.assume),
+                                                    options.headroom))
         tuning = asyncio.create_task(
             after_sync(self.cluster.cache, self.cluster.watcher, self.scheduler.filter_cache))
         stack.callback(tuning.cancel)

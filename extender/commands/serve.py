@@ -22,6 +22,7 @@ from extender import eventloop
 from extender.commands.output import EXIT_ERROR, add_logging_arguments, configure_logging, examples
 from extender.flags import (
     add_controller_arguments,
+    add_headroom_arguments,
     add_network_arguments,
     add_scheduler_arguments,
     add_source_arguments,
@@ -62,6 +63,7 @@ def register(subparsers: Any) -> None:
     add_logging_arguments(parser)
     add_webhook_arguments(parser)
     add_controller_arguments(parser)
+    add_headroom_arguments(parser)
     parser.set_defaults(func=run)
 
 

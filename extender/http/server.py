@@ -31,6 +31,8 @@ from extender.http import devicemap, wire
 from extender.http.explain import ExplainError, explain_pod, render_text
 from extender.http.names import split_ref
 from extender.plugin.extendedresources import requested_names
+from extender.plugin.headroom import Headroom, HeadroomGauges, parse_shape_flag
+from extender.plugin.headroom import report as headroom_report
 from extender.plugin.metrics import CONTENT_TYPE, ProcessMetrics
 from extender.plugin.podclaims import has_claims
 from extender.plugin.scheduling import BindFailed, Scheduler
@@ -129,6 +131,21 @@ class ExtenderServer:
         # The driver-loss controller's lost pools (None while it does not run) join explanations.
         self.driver_lost = driver_lost
         self.urls: dict[str, str] = {}
+        self.headroom_gauges: HeadroomGauges | None = None
+
+    def add_headroom(self, gauges: HeadroomGauges) -> None:
+        """Serve the headroom of serve's --headroom shapes on /metrics and the device map."""
+        self.headroom_gauges = gauges
+        self.metrics.registry.register(gauges)
+
+    def _headroom_reports(self, asked: str) -> list[tuple[str, dict[str, Any]]]:
+        if asked:
+            parse_shape_flag(asked)  # a ValueError naming what is wrong: the URL's fault
+            return [headroom_report(Headroom(self.cache, self.scheduler.assume), asked)]
+        return self.headroom_gauges.reports() if self.headroom_gauges is not None else []
+
+    def _maps_extended(self, resource: str) -> bool:
+        return self.scheduler.planner.extended.class_for(resource) is not None
 
     def add_state(self, name: str, provider: Callable[[], Any]) -> None:
         """Show `provider()` under `name` in /debug/state (e.g. the controllers)."""
@@ -153,7 +170,9 @@ class ExtenderServer:
         app.router.add_get("/livez", self.livez)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics_endpoint)
-        devicemap.register(app, lambda: devicemap.take_view(self.cache, self.scheduler.in_flight()))
+        devicemap.register(app, lambda: devicemap.take_view(self.cache, self.scheduler.in_flight(),
+                                                            self._maps_extended),
+                           self._headroom_reports)
         return app
 
     async def start(self, host: str, extender_port: int, debug_port: int,

@@ -20,9 +20,11 @@ import datetime
 import gc
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
 
 from allocator import (
     Allocator,
@@ -235,3 +237,83 @@ class Headroom:
             return "cordoned (spec.unschedulable)"
         missing = [f"{k}={v}" for k, v in selector.items() if node.labels.get(k) != v]
         return f"nodeSelector {', '.join(missing)} does not match" if missing else ""
+
+
+def parse_shape_flag(text: str) -> tuple[str, str, int]:
+    """`--headroom` as serve takes it: CLASS[:COUNT] or template:[NAMESPACE/]NAME; returns (kind, name,
+    count) with kind "class" or "template". Raises ShapeError naming what is wrong."""
+    if text.startswith("template:"):
+        name = text.removeprefix("template:")
+        if not name or name.count("/") > 1:
+            raise ShapeError(f"--headroom {text!r}: expected template:[NAMESPACE/]NAME")
+        return "template", name if "/" in name else f"default/{name}", 1
+    name, _, count = text.partition(":")
+    if not name or (count and not (count.isascii() and count.isdigit() and int(count) > 0)):
+        raise ShapeError(f"--headroom {text!r}: expected CLASS[:COUNT] (COUNT 1 or more) or template:NAME")
+    return "class", name, int(count or 1)
+
+
+def report(headroom: Headroom, text: str) -> tuple[str, dict[str, Any]]:
+    """(the shape as written, its report, or {"error": ...} when the shape cannot be made now)."""
+    try:
+        return text, headroom.compute(flag_shape(text, headroom.cache))
+    except ShapeError as error:
+        return text, {"error": str(error)}
+
+
+def flag_shape(text: str, cache: ClusterCache) -> Shape:
+    """The shape a --headroom value (or the device map's ?headroom=) names, its template read now."""
+    kind, name, count = parse_shape_flag(text)
+    if kind == "class":
+        return class_shape(name, count)
+    template = cache.raw("ResourceClaimTemplate", name)
+    if template is None:
+        raise ShapeError(f"ResourceClaimTemplate {name} not found")
+    return template_shape(template)
+
+
+class HeadroomGauges:
+    """dra_extender_headroom_pods{shape} and dra_extender_headroom_stranded_devices{shape,reason} for the
+    shapes serve was given, worked out at scrape time (on the event loop: the allocator reads the live
+    cache) and kept while nothing they depend on changes, or for `fresh_s` after a change."""
+
+    def __init__(self, headroom: Headroom, flags: Sequence[str], *, fresh_s: float = 15.0,
+                 clock: Any = time.monotonic) -> None:
+        self.headroom = headroom
+        self.flags = list(flags)
+        for text in self.flags:
+            parse_shape_flag(text)
+        self.fresh_s = fresh_s
+        self.clock = clock
+        self._changes = 0
+        headroom.cache.subscribe(self._changed)
+        self._kept: tuple[tuple[int, tuple[str, ...]], float, list[tuple[str, dict[str, Any]]]] | None = None
+
+    def _changed(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+        self._changes += 1
+
+    def reports(self) -> list[tuple[str, dict[str, Any]]]:
+        """(shape label, report or {"error": ...}) per shape, recomputed only when needed."""
+        version = (self._changes, tuple(sorted(uid for uid, _, _ in self.headroom.assume.in_flight())))
+        now = self.clock()
+        kept = self._kept
+        if kept is not None and (kept[0] == version or now - kept[1] < self.fresh_s):
+            return kept[2]
+        found = [report(self.headroom, text) for text in self.flags]
+        self._kept = (version, now, found)
+        return found
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        pods = GaugeMetricFamily("dra_extender_headroom_pods",
+                                 "More pods of the shape that fit now (serve --headroom), -1 when the shape "
+                                 "cannot be made (its class or template is missing).", labels=["shape"])
+        stranded = GaugeMetricFamily("dra_extender_headroom_stranded_devices",
+                                     "Free devices of the shape's kind that it cannot use, by why.",
+                                     labels=["shape", "reason"])
+        if self.headroom.cache.ready:
+            for label, report in self.reports():
+                pods.add_metric([label], report.get("total", -1))
+                for reason, number in (report.get("strandedByReason") or {}).items():
+                    stranded.add_metric([label, reason], number)
+        yield pods
+        yield stranded

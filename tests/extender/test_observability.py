@@ -135,3 +135,26 @@ def test_v_refuses_what_is_no_verbosity(bad: str, capsys: pytest.CaptureFixture[
 def test_the_deployment_probes_liveness_on_livez() -> None:
     deployment = (Path(__file__).resolve().parents[2] / "deploy" / "base" / "deployment.yaml").read_text()
     assert "path: /livez" in deployment and "path: /healthz" not in deployment
+
+
+async def test_serve_exports_the_headroom_of_the_shapes_it_was_given() -> None:
+    options = ServeOptions(source=SourceOptions(snapshot=str(EXAMPLES)),
+                           network=NetworkOptions(extender_port=0, debug_port=0),
+                           headroom=("gpu.example.com", "gpu.example.com:4", "template:default/one-gpu",
+                                     "nope"))
+    async with App(options) as app:
+        _, text = await get(app.server.urls["debug"] + "/metrics")
+        _, page = await get(app.server.urls["debug"] + "/debug/ui")
+    lines = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+             if line.startswith("dra_extender_headroom_")}
+    assert lines['dra_extender_headroom_pods{shape="gpu.example.com"}'] == 18
+    assert lines['dra_extender_headroom_pods{shape="gpu.example.com:4"}'] == 4
+    assert lines['dra_extender_headroom_pods{shape="template:default/one-gpu"}'] == 18
+    assert lines['dra_extender_headroom_pods{shape="nope"}'] == -1
+    assert lines['dra_extender_headroom_stranded_devices{reason="counters",shape="gpu.example.com"}'] == 8
+    assert 'data-shape="gpu.example.com:4"' in page and "DeviceClass nope not found" in page
+
+
+def test_a_headroom_shape_that_cannot_be_read_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="--headroom 'gpu:x'"):
+        ServeOptions(headroom=("gpu:x",))
