@@ -448,7 +448,9 @@ def render_page(device_map: DeviceMap, *, page: int, per_page: int, node_filter:
            + ", ".join(f"{totals.get(state, 0)} {state}" for state in STATES) + "</p>",
            '<p class="legend">'
            + "".join(f'<span class="{s.replace(" ", "")}">{s}</span>' for s in STATES)
-           + '<span class="taint">has a taint</span></p>']
+           + '<span class="taint">has a taint</span>'
+           + '<span class="stranded">stranded for the headroom shape</span>'
+           + "</p>"]
     out.append(f'<form method="get" action="{ROUTE}"><label>node contains <input name="node" '
                f'value="{_e(node_filter)}"></label> <button>filter</button></form>')
 
