@@ -33,7 +33,7 @@ def script(shell: str) -> str:
     for command in commands:
         for action in command._actions:
             if action.metavar in ("FILE", "DIR"):
-                action.complete = shtab.FILE  # type: ignore[attr-defined]
+                action.complete = shtab.FILE
     text: str = shtab.complete(parser, shell=shell)
     return text
 

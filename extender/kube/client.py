@@ -21,7 +21,7 @@ import orjson
 from yarl import URL
 
 from extender.kube import credentials
-from extender.kube.transport import AiohttpStreams, PooledRequests, Requests, Streams
+from extender.kube.transport import MAX_HEADER_SETS, AiohttpStreams, PooledRequests, Requests, Streams
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -117,6 +117,7 @@ class KubeClient:
         self._context: ssl.SSLContext | None = None   # built by _tls_context() on first use
         self._requests: Requests | None = None
         self._streams: Streams | None = None
+        self._header_sets: dict[tuple[str | None, str | None], Mapping[str, str]] = {}
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -296,16 +297,24 @@ class KubeClient:
             raise ApiError.from_status(event["object"], 500)
         return event
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        """The headers of every request and watch, with the credentials read now."""
-        headers = {"User-Agent": USER_AGENT, "Accept": JSON}
+    def _headers(self, content_type: str | None = None) -> Mapping[str, str]:
+        """The headers of every request and watch, with the credentials read now: the same mapping
+        again while the credentials and content type are the same (never change it)."""
         token = self._auth() if self._auth else None
-        if token:
-            if "\r" in token or "\n" in token:
-                raise KubeConfigError("the Authorization header read from the credentials has a line break")
-            headers["Authorization"] = token
-        if content_type:
-            headers["Content-Type"] = content_type
+        key = (token, content_type)
+        headers = self._header_sets.get(key)
+        if headers is None:
+            headers = {"User-Agent": USER_AGENT, "Accept": JSON}
+            if token:
+                if "\r" in token or "\n" in token:
+                    raise KubeConfigError("the Authorization header read from the credentials has a line "
+                                          "break")
+                headers["Authorization"] = token
+            if content_type:
+                headers["Content-Type"] = content_type
+            if len(self._header_sets) >= MAX_HEADER_SETS:
+                self._header_sets.clear()
+            self._header_sets[key] = headers
         return headers
 
     def _reread_credentials(self) -> bool:
