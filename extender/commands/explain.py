@@ -14,6 +14,7 @@ import asyncio
 import sys
 from typing import Any
 
+from common.objects import metadata_of
 from extender.commands import output
 from extender.flags import add_source_arguments, source_options
 from extender.http.names import split_ref
@@ -144,7 +145,7 @@ async def _pending(scheduler: Any, namespace: str | None, nodes: list[str] | Non
 
     pods = []
     for pod in scheduler.cache.valid_objects("Pod"):
-        meta = pod.get("metadata") or {}
+        meta = metadata_of(pod)
         if namespace is not None and meta.get("namespace") != namespace:
             continue
         if (pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("phase") in (

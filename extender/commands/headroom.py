@@ -16,6 +16,7 @@ import argparse
 import asyncio
 from typing import Any
 
+from common.objects import metadata_of
 from extender.commands import output
 from extender.commands.explain import SYNC_TIMEOUT_S, progress
 from extender.flags import add_source_arguments, source_options
@@ -117,7 +118,7 @@ def _shape(args: argparse.Namespace, files: list[dict[str, Any]], namespace: str
 
     def template_of(template_namespace: str, name: str) -> dict[str, Any] | None:
         for raw in files:
-            meta = raw.get("metadata") or {}
+            meta = metadata_of(raw)
             if raw.get("kind") == "ResourceClaimTemplate" and meta.get("name") == name and (
                     meta.get("namespace") or template_namespace) == template_namespace:
                 return raw
@@ -136,8 +137,8 @@ def _shape(args: argparse.Namespace, files: list[dict[str, Any]], namespace: str
     templates = [raw for raw in files if raw.get("kind") == "ResourceClaimTemplate"]
     if len(pods) == 1:
         pod = pods[0]
-        if not (pod.get("metadata") or {}).get("namespace"):
-            pod = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": namespace}}
+        if not metadata_of(pod).get("namespace"):
+            pod = {**pod, "metadata": {**metadata_of(pod), "namespace": namespace}}
         return pod_shape(pod, template_of)
     if not pods and len(templates) == 1:
         return template_shape(templates[0])

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from yarl import URL
 
+from common.objects import list_metadata_of
 from extender.kube import credentials
 from extender.kube.transport import MAX_HEADER_SETS, AiohttpStreams, PooledRequests, Requests, Streams
 
@@ -218,7 +219,7 @@ class KubeClient:
         while True:
             listing = await self.list(path, limit=page_size, **{"continue": token}, **params)
             items.extend(item for item in listing.get("items") or () if isinstance(item, dict))
-            token = (listing.get("metadata") or {}).get("continue") or None
+            token = list_metadata_of(listing).get("continue") or None
             if token is None:
                 return items
 

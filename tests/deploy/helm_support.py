@@ -16,8 +16,7 @@ HELM_TIMEOUT_S = 120
 
 
 def helm_or_skip() -> str:
-    from build_control_plane import BuildUnavailable
-    from go_tools import HELM
+    from go_tools import HELM, BuildUnavailable
 
     try:
         return str(HELM.ensure_built())
