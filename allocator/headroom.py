@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from allocator.errors import AllocationError
-from allocator.likeness import Likeness
+from allocator.likeness import Likeness, node_devices
 from allocator.model import Node, ResourceClaim
 from allocator.outcome import AllocationOutcome, Rejection
 from allocator.pools import COMPLETE, NodePools
@@ -127,13 +127,9 @@ def local_likeness(node_name: str, pools: NodePools) -> Likeness | None:
     for pool in pools.pools:
         if pool.status != COMPLETE or pool.devices_not_targeting or not pool.entries:
             return None
-        devices: list[tuple[str, object, str | None, tuple[str, ...]]] = []
-        for entry in pool.entries:
-            device = entry.device
-            if entry.slice.node_name != node_name or device.allow_multiple_allocations:
-                return None
-            added = None if entry.taints is device.taints else repr(entry.taints)
-            devices.append((device.name, device.signature, added, tuple(entry.slice.skip_node_operations)))
+        devices = node_devices(node_name, pool)
+        if devices is None:
+            return None
         counters = tuple(sorted((name, tuple(sorted((k, str(v)) for k, v in amounts.items())))
                                 for name, amounts in pool.counter_sets.items()))
         parts.append((pool.driver, pool.has_binding_conditions, tuple(devices), counters))

@@ -220,14 +220,10 @@ def test_dashboard_has_namespace_and_pod_variables_every_query_uses() -> None:
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    from go_tools import PROMTOOL, BuildUnavailable
+    from go_tools import PROMTOOL
+    from helm_support import tool_or_skip
 
-    try:
-        return str(PROMTOOL.ensure_built())
-    except BuildUnavailable as missing:
-        pytest.skip(f"promtool is not available: {missing}")
-    except RuntimeError as failed:  # e.g. no network to the Go module proxy
-        pytest.skip(f"promtool could not be built: {failed}")
+    return tool_or_skip(PROMTOOL)
 
 
 def _promtool_check(promtool: str, groups: list[dict[str, Any]], tmp_path: Path) -> None:

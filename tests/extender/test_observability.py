@@ -8,26 +8,17 @@ import argparse
 import datetime
 import io
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
-from test_server import EXAMPLES, build_server, get
+from test_server import EXAMPLES, get
 
 from extender.commands import output
 from extender.http.server import ExtenderServer
-from extender.kube.objects_io import load_objects
 from extender.options import NetworkOptions, ServeOptions, SourceOptions
 from extender.wiring import App, build_info
-
-
-@pytest.fixture
-async def example() -> AsyncIterator[ExtenderServer]:
-    server = build_server(load_objects([EXAMPLES]))
-    await server.start("127.0.0.1", 0, 0)
-    yield server
-    await server.stop()
 
 
 async def test_livez_and_verbose_probes(example: ExtenderServer) -> None:
