@@ -45,6 +45,7 @@ counters rollback #140436, list intersection restored on backtracking #140326).
 from allocator.derived import claim_problems, has_derived_attributes
 from allocator.errors import AllocationError, AllocationTimeout, InvalidObjectError, NodeAllocationError
 from allocator.features import DEFAULT_GATES, FeatureGates
+from allocator.headroom import NodeHeadroom, Stranded, fill, local_likeness
 from allocator.inventory import Inventory
 from allocator.likeness import Likeness, declared_features, devices_in_use, likeness, moved_to
 from allocator.model import (
@@ -93,18 +94,22 @@ __all__ = [
     "Node",
     "NodeAllocatableResource",
     "NodeAllocationError",
+    "NodeHeadroom",
     "NodePools",
     "Quantity",
     "Reason",
     "Rejection",
     "ResourceClaim",
     "ResourceSlice",
+    "Stranded",
     "allocation_skips_node_operations",
     "claim_problems",
     "declared_features",
     "devices_in_use",
+    "fill",
     "has_derived_attributes",
     "likeness",
+    "local_likeness",
     "moved_to",
     "node_matches_selector",
     "parse_object",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import TYPE_CHECKING
 
 from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
@@ -26,10 +25,7 @@ from extender.controllers import (
     check_names,
 )
 from extender.http.server import DEFAULT_PREFIX
-from extender.plugin.verdicts import REASONS_CHOICES
-
-if TYPE_CHECKING:
-    pass
+from extender.kube.client import DEFAULT_REQUEST_TIMEOUT_S
 from extender.options import (
     CONTROLLERS,
     NETWORK,
@@ -43,15 +39,35 @@ from extender.options import (
     WebhookOptions,
     parse_features,
 )
+from extender.plugin.verdicts import REASONS_CHOICES
+
+SNAPSHOT_HELP = ("read the cluster from a directory or file of YAML/JSON objects (examples/cluster, the "
+                 "output of GET /debug/snapshot) instead of an API server")
+
+
+def add_snapshot_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
+                          required: bool = False) -> None:
+    parser.add_argument("--snapshot", metavar="DIR", required=required, help=SNAPSHOT_HELP)
+
+
+def request_timeout(text: str) -> float | None:
+    """kubectl's --request-timeout: a duration, or 0 for no limit."""
+    seconds = parse_duration(text)
+    return seconds or None
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("cluster source (in-cluster credentials by default)")
-    group.add_argument("--kubeconfig", help="kubeconfig file to use instead of in-cluster credentials")
-    group.add_argument("--context", help="kubeconfig context to use")
+    group = parser.add_argument_group("cluster source (in a pod its service account, else the kubeconfig)")
+    group.add_argument("--kubeconfig", metavar="FILE",
+                       help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config when not in a pod)")
+    group.add_argument("--context", metavar="NAME",
+                       help="kubeconfig context to use (default: its current context)")
     group.add_argument(
-        "--snapshot", metavar="DIR", help="read the cluster from YAML/JSON files instead of an API server"
+        "--request-timeout", type=request_timeout, default=DEFAULT_REQUEST_TIMEOUT_S, metavar="DURATION",
+        help="longest wait for one API server answer, e.g. 10s, 1m; 0 waits as long as it takes "
+        f"(default {DEFAULT_REQUEST_TIMEOUT_S:g}s)",
     )
+    add_snapshot_argument(group)
     add_feature_gates_argument(group)
 
 
@@ -59,7 +75,8 @@ def add_feature_gates_argument(parser: argparse.ArgumentParser | argparse._Argum
     parser.add_argument(
         "--feature-gates",
         default="",
-        help="comma-separated Name=true|false overrides of the Kubernetes 1.37 defaults",
+        metavar="NAME=true|false,...",
+        help="overrides of the Kubernetes 1.37 feature-gate defaults, as kube-scheduler has them",
     )
 
 
@@ -72,7 +89,8 @@ def features_of(args: argparse.Namespace) -> FeatureGates:
 
 def source_options(args: argparse.Namespace) -> SourceOptions:
     """Refuses the combination of sources before reading --feature-gates."""
-    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot)
+    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot,
+                           request_timeout_s=args.request_timeout)
     return dataclasses.replace(source, features=features_of(args))
 
 
@@ -171,6 +189,16 @@ def scheduler_names(text: str) -> tuple[str, ...]:
     if not all(names):
         raise argparse.ArgumentTypeError(f"an empty name in {text!r}")
     return names
+
+
+def add_headroom_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("headroom")
+    group.add_argument(
+        "--headroom", action="append", default=[], metavar="SHAPE",
+        help="a pod shape whose headroom /metrics serves (dra_extender_headroom_pods{shape}) and the device "
+        "map shows: CLASS[:COUNT] (COUNT devices of a DeviceClass) or template:[NAMESPACE/]NAME (a "
+        "ResourceClaimTemplate); repeatable",
+    )
 
 
 def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
@@ -385,8 +413,14 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the controllers only while holding a coordination.k8s.io Lease",
     )
-    group.add_argument("--leader-elect-namespace", default=CONTROLLERS.lease_namespace, metavar="NS")
-    group.add_argument("--leader-elect-lease-name", default=CONTROLLERS.lease_name, metavar="NAME")
+    group.add_argument(
+        "--leader-elect-namespace", default=CONTROLLERS.lease_namespace, metavar="NAMESPACE",
+        help=f"namespace of the Lease (default {CONTROLLERS.lease_namespace})",
+    )
+    group.add_argument(
+        "--leader-elect-lease-name", default=CONTROLLERS.lease_name, metavar="NAME",
+        help=f"name of the Lease replicas compete for (default {CONTROLLERS.lease_name})",
+    )
 
 
 def controller_options(args: argparse.Namespace, features: FeatureGates) -> ControllerOptions:
@@ -408,7 +442,8 @@ def controller_options(args: argparse.Namespace, features: FeatureGates) -> Cont
 def serve_options(args: argparse.Namespace) -> ServeOptions:
     """Every component's options from serve's flags; raises OptionsError naming the flags of a
     combination that cannot run (sources, then TLS, then feature gates, then the rest)."""
-    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot)
+    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot,
+                           request_timeout_s=args.request_timeout)
     network = network_options(args)
     webhook = webhook_options(args)
     features = features_of(args)
@@ -418,4 +453,5 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         scheduler=scheduler_options(args),
         webhook=webhook,
         controllers=controller_options(args, features),
+        headroom=tuple(args.headroom),
     )

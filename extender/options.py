@@ -21,7 +21,9 @@ from common.rules import (
 from extender.controllers import (
     ControllerOptions,
 )
+from extender.kube.client import DEFAULT_REQUEST_TIMEOUT_S
 from extender.plugin.bindchecks import DEFAULT_SCHEDULER
+from extender.plugin.headroom import parse_shape_flag
 from extender.plugin.requeue import parse_claim_ref
 from extender.plugin.scheduling import (
     DEFAULT_FILTER_TIMEOUT_S,
@@ -48,10 +50,14 @@ class SourceOptions:
     context: str | None = None
     snapshot: str | None = None  # a directory or file of objects instead of an API server
     features: FeatureGates = field(default_factory=FeatureGates)
+    request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # per API request; None: no limit
 
     def __post_init__(self) -> None:
         if self.snapshot and (self.kubeconfig or self.context):
             raise OptionsError("--snapshot cannot be combined with --kubeconfig or --context")
+        if self.request_timeout_s is not None and not self.request_timeout_s > 0:
+            raise OptionsError("--request-timeout: must be positive or 0 (no limit), "
+                               f"got {self.request_timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -165,3 +171,11 @@ class ServeOptions:
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
     webhook: WebhookOptions = field(default_factory=WebhookOptions)
     controllers: ControllerOptions = field(default_factory=ControllerOptions)
+    headroom: tuple[str, ...] = ()  # --headroom shapes for the gauge and the device map
+
+    def __post_init__(self) -> None:
+        for text in self.headroom:
+            try:
+                parse_shape_flag(text)
+            except ValueError as error:
+                raise OptionsError(str(error)) from None

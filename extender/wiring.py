@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,7 @@ from extender.controllers import (
 from extender.controllers.clock import RealClock
 from extender.kube.events import EventRecorder
 from extender.plugin.explanation import Explanations
+from extender.plugin.headroom import Headroom, HeadroomGauges
 from extender.plugin.requeue import RequeueNudge, parse_claim_ref
 from extender.plugin.scheduling import (
     Scheduler,
@@ -73,6 +74,19 @@ def choose_cel_engine(environ: Mapping[str, str] = os.environ) -> None:
         raise OptionsError(f"{CEL_ENGINE_ENV}: {error}") from None
 
 
+def build_info() -> dict[str, str]:
+    """What `dra-extender version` prints and dra_extender_build_info carries."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from extender import eventloop
+
+    try:
+        own = version("dra-extender")
+    except PackageNotFoundError:
+        own = "unknown"
+    return {"version": own, "cel_backend": cel.default_engine().name, "event_loop": eventloop.name()}
+
+
 @dataclass
 class Cluster:
     """The cache plus what keeps it current (nothing in snapshot mode)."""
@@ -88,24 +102,119 @@ class Cluster:
             await self.client.close()
 
 
-async def open_cluster(source: SourceOptions, *, wait_ready_s: float | None) -> Cluster:
-    """A ClusterCache from the snapshot or from the API server (watched until closed)."""
+Progress = Callable[[str], None]
+
+
+async def connect(source: SourceOptions) -> KubeClient:
+    from extender.kube.client import KubeClient
+
+    return await KubeClient.connect(kubeconfig=source.kubeconfig, context=source.context,
+                                    request_timeout_s=source.request_timeout_s)
+
+
+async def open_cluster(source: SourceOptions, *, wait_ready_s: float | None,
+                       progress: Progress | None = None, client: KubeClient | None = None) -> Cluster:
+    """A ClusterCache from the snapshot or from the API server (watched until closed).
+
+    With `wait_ready_s` (a command someone waits for) the user's permissions are checked first, every
+    missing one named at once (extender.kube.access.AccessDenied); a refusal met while listing ends
+    the wait at once too, and `progress` hears how far the lists got every second after the first."""
     if source.snapshot:
         from extender.kube.objects_io import load_objects
 
         return Cluster(ClusterCache.from_objects(load_objects([source.snapshot]), source.features))
-    from extender.kube.client import KubeClient
+    from extender.kube import access
     from extender.kube.informer import ClusterWatcher, watched_kinds
 
-    client = await KubeClient.connect(kubeconfig=source.kubeconfig, context=source.context)
+    kinds = watched_kinds(source.features)
+    client = client or await connect(source)
+    waiting = wait_ready_s is not None
+    if waiting:
+        try:
+            await access.check(client, [need for kind in kinds
+                                        for need in access.needs_of_path(kind.path, ("list", "watch"))])
+        except BaseException:
+            await client.close()
+            raise
     cache = ClusterCache(source.features)
-    watcher = ClusterWatcher(client, cache, kinds=watched_kinds(source.features))
+    watcher = ClusterWatcher(client, cache, kinds=kinds, fail_fast=waiting)
     await watcher.start()
     cluster = Cluster(cache, client, watcher)
-    if wait_ready_s is not None and not await watcher.wait_ready(wait_ready_s):
+    if wait_ready_s is not None and not await _wait_synced(watcher, wait_ready_s, progress):
         await cluster.close()
-        raise RuntimeError(f"the cluster cache did not sync within {wait_ready_s:g} s")
+        if watcher.failure is not None:
+            raise ClusterUnreadable(f"refused: {watcher.failure}")
+        raise ClusterUnreadable(f"the cluster cache did not sync within {wait_ready_s:g} s")
     return cluster
+
+
+# Gates under which checking one pod reads other pods (the pods of its PodGroup, the pods whose
+# requests take a node's cpu and memory): one pod's objects no longer suffice.
+OTHER_PODS_GATES = ("DRAWorkloadResourceClaims", "DRANodeAllocatableResources")
+
+
+class PodNotFound(LookupError):
+    """The pod asked about does not exist."""
+
+
+async def read_for_pod(client: KubeClient, features: FeatureGates, namespace: str,
+                       name: str) -> Cluster | None:
+    """A cache of what checking one pod needs, read once (no watch): the pod, every ResourceClaim (the
+    devices they hold are in use), DeviceClasses, ResourceSlices, Nodes and DeviceTaintRules; None when
+    a feature gate makes other pods matter (OTHER_PODS_GATES). It needs `get` of that one pod instead
+    of `list` and `watch` of every pod in the cluster. Raises AccessDenied naming what the user may not
+    read, PodNotFound for a pod that does not exist. The client stays open."""
+    if any(features.enabled(gate) for gate in OTHER_PODS_GATES):
+        return None
+    from extender.kube import access
+    from extender.kube.client import ApiError
+    from extender.kube.informer import DEFAULT_KINDS
+
+    kinds = [kind for kind in DEFAULT_KINDS if kind.kind not in ("Pod", "ResourceClaimTemplate")]
+    needs = [access.Need("get", "pods", "", namespace)]
+    needs += [need for kind in kinds for need in access.needs_of_path(kind.path, ("list",))]
+    await access.check(client, needs)
+    try:
+        pod = await client.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    except ApiError as error:
+        if error.not_found:
+            raise PodNotFound(f"pod {namespace}/{name} not found") from None
+        raise
+
+    async def listed(path: str, optional: bool) -> list[dict[str, Any]]:
+        try:
+            return await client.list_all(path)
+        except ApiError as error:
+            if optional and error.not_found:
+                return []
+            raise
+
+    lists = await asyncio.gather(*(listed(kind.path, kind.optional) for kind in kinds))
+    cache = ClusterCache(features)
+    cache.replace("Pod", [pod])
+    for kind, items in zip(kinds, lists, strict=True):
+        cache.replace(kind.kind, items)
+    cache.ready = True
+    return Cluster(cache)
+
+
+async def _wait_synced(watcher: ClusterWatcher, timeout_s: float, progress: Progress | None) -> bool:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while True:
+        left = timeout_s - (loop.time() - started)
+        if left <= 0:
+            return False
+        if await watcher.wait_ready(min(1.0, left)):
+            return True
+        if watcher.failure is not None:
+            return False
+        if progress is not None:
+            counts = ", ".join(f"{kind} {count}" + ("" if health["listed"] else " so far")
+                               for (kind, count), health in zip(
+                                   watcher.listed_items.items(), watcher.health()["kinds"].values(),
+                                   strict=True))
+            progress(f"reading the cluster ({loop.time() - started:.0f} s): {counts}")
 
 
 def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER) -> Scheduler:
@@ -220,6 +329,10 @@ class App:
             driver_lost=self._driver_lost,
         )
         stack.push_async_callback(self.server.stop)
+        self.server.process_metrics.build_labels = build_info()
+        if options.headroom:
+            self.server.add_headroom(HeadroomGauges(Headroom(self.cluster.cache, self.scheduler.assume),
+                                                    options.headroom))
         tuning = asyncio.create_task(
             after_sync(self.cluster.cache, self.cluster.watcher, self.scheduler.filter_cache))
         stack.callback(tuning.cancel)

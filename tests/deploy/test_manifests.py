@@ -222,7 +222,7 @@ def test_ports_agree_between_flags_container_and_services() -> None:
 
 def test_probes_use_the_debug_port_routes(extender_server: ExtenderServer) -> None:
     debug_routes = _routes(extender_server.debug_app())
-    assert EXTENDER["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "debug"}
+    assert EXTENDER["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "debug"}
     assert EXTENDER["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "debug"}
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert ("GET", EXTENDER[probe]["httpGet"]["path"]) in debug_routes

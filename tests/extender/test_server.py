@@ -38,15 +38,6 @@ def build_server(objs: list[dict[str, Any]]) -> ExtenderServer:
     return ExtenderServer(Scheduler(cache, assume, ClaimWriter(None, cache)))
 
 
-@pytest.fixture
-async def example() -> AsyncIterator[ExtenderServer]:
-    """The bundled example cluster, served on ephemeral loopback ports."""
-    server = build_server(load_objects([EXAMPLES]))
-    await server.start("127.0.0.1", 0, 0)
-    yield server
-    await server.stop()
-
-
 async def post(url: str, body: bytes) -> tuple[int, Any]:
     async with (
         aiohttp.ClientSession() as session,
