@@ -26,6 +26,7 @@ from extender.controllers import (
     Controllers,
     start_controllers,
 )
+from extender.plugin.authority import Authority
 from extender.plugin.scheduling import (
     Scheduler,
 )
@@ -36,6 +37,7 @@ from webhook.server import WebhookServer
 if TYPE_CHECKING:
     from extender.kube.client import KubeClient
     from extender.kube.informer import ClusterWatcher
+    from extender.plugin.fence import Stewardship
 from common.tls import ReloadingTLS
 from extender.http.server import ExtenderServer
 from extender.options import (
@@ -101,17 +103,22 @@ async def open_cluster(source: SourceOptions, *, wait_ready_s: float | None) -> 
     return cluster
 
 
-def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER) -> Scheduler:
+def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER, *,
+                    authority: Authority | None = None) -> Scheduler:
+    """The scheduler; `authority` (extender/plugin/authority.py) decides when it may allocate (from the
+    start when not given: snapshot mode, explain, simulate)."""
     from extender.plugin.claimwriter import ClaimWriter
     from extender.plugin.filtercache import FilterCache
     from extender.state.assume import AssumeCache
 
+    authority = authority if authority is not None else Authority.always()
     assume = AssumeCache()
     assume.attach(cluster.cache)
     return Scheduler(
         cluster.cache,
         assume,
-        ClaimWriter(cluster.client, cluster.cache),
+        ClaimWriter(cluster.client, cluster.cache, authority=authority),
+        authority=authority,
         scoring=options.scoring,
         hold_devices=options.hold_devices,
         hold_ttl_s=options.hold_timeout_s,
@@ -171,6 +178,7 @@ class App:
         self.server: ExtenderServer
         self.webhook: WebhookServer | None = None
         self.controllers: Controllers | None = None
+        self.stewardship: Stewardship | None = None
 
     async def __aenter__(self) -> App:
         try:
@@ -190,7 +198,9 @@ class App:
         except Exception as error:
             raise ClusterUnreadable(str(error)) from error
         stack.push_async_callback(self.cluster.close)
-        self.scheduler = build_scheduler(self.cluster, options.scheduler)
+        in_cluster = self.cluster.client is not None
+        self.scheduler = build_scheduler(self.cluster, options.scheduler,
+                                         authority=Authority() if in_cluster else None)
         self.server = ExtenderServer(
             self.scheduler,
             watch_health=self.cluster.watcher.health if self.cluster.watcher else None,
@@ -212,11 +222,41 @@ class App:
         if self.webhook is not None:  # otherwise build_webhook logged why the port stays closed
             await self.webhook.start()
             stack.push_async_callback(self.webhook.stop)
+        if in_cluster:
+            await self._start_stewardship(stack)
         self.controllers = await controllers_for(options.controllers, self.cluster,
                                                  registry=self.server.metrics.registry)
         if self.controllers is not None:
             self.server.add_state("controllers", self.controllers.state)
             stack.push_async_callback(self.controllers.stop)
+
+    async def _start_stewardship(self, stack: AsyncExitStack) -> None:
+        """The fence, the sweeper of half-written claims and the repair of pods bound without their
+        devices (extender/plugin/fence.py, repair.py), and the events the repair records."""
+        from extender.controllers.clock import RealClock
+        from extender.controllers.events import EventRecorder
+        from extender.plugin.claimwriter import ClaimWriter
+        from extender.plugin.fence import ClaimFence, HalfWrittenSweeper, Stewardship
+        from extender.plugin.repair import BoundPodRepair
+
+        client = self.cluster.client
+        assert client is not None
+        writer = self.scheduler.writer
+        assert isinstance(writer, ClaimWriter)
+        cache, authority = self.cluster.cache, self.scheduler.authority
+        events = EventRecorder(client, RealClock(), "dra-extender")
+        events.start()
+        stack.push_async_callback(events.stop)
+        fence = ClaimFence(cache, writer, authority)
+        sweeper = HalfWrittenSweeper(cache, writer, authority)
+        repair = BoundPodRepair(self.scheduler, report=lambda pod, reason, message: events.record(
+            pod, reason, message, event_type="Warning"))
+        self.stewardship = Stewardship(cache, fence, [sweeper.sweep_once, repair.repair_due])
+        self.server.add_state("fence", lambda: {**fence.describe(), **sweeper.describe()})
+        self.server.add_state("repair", repair.describe)
+        self.server.add_gauges(lambda: {"pods_without_devices": len(repair.unrepairable)})
+        self.stewardship.begin()
+        stack.push_async_callback(self.stewardship.end, "stopping")
 
     def _driver_lost(self) -> list[dict[str, Any]] | None:
         return self.controllers.driver_lost() if self.controllers is not None else None

@@ -35,6 +35,9 @@ CLIENT_MODULE = "extender/kube/client.py"
 CLIENT_METHODS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 CLIENT_NAMES = {"client", "_client"}
 CONTROLLERS_PREFIX = "extender/controllers/"
+# Modules under CONTROLLERS_PREFIX whose calls every replica makes, controllers or not: their rules are
+# in the base ClusterRole.
+BASE_MODULES = frozenset({"extender/controllers/events.py"})
 
 
 @dataclass(frozen=True, order=True)
@@ -61,6 +64,8 @@ API_CALLS: set[tuple[str, Permission]] = {
                               ("scheduling.k8s.io", "podgroups"))},
     # bind: re-read on conflict, finalizer, allocation + reservation, Binding, pod check after a 409
     ("extender/plugin/claimwriter.py", P("get", "resource.k8s.io", "resourceclaims")),
+    # the fence before the first allocation: every claim, read from the API server
+    ("extender/plugin/claimwriter.py", P("list", "resource.k8s.io", "resourceclaims")),
     ("extender/plugin/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims")),
     ("extender/plugin/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims/status")),
     ("extender/plugin/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims/binding")),
@@ -75,6 +80,7 @@ API_CALLS: set[tuple[str, Permission]] = {
     ("extender/controllers/evictor.py", P("patch", "", "pods/status")),
     ("extender/controllers/evictor.py", P("delete", "", "pods")),
     ("extender/controllers/taint_eviction.py", P("patch", "resource.k8s.io", "devicetaintrules/status")),
+    # events: the eviction controllers', and the repair's of a pod bound without its devices (base)
     ("extender/controllers/events.py", P("create", "", "events")),
     ("extender/controllers/leader.py", P("get", "coordination.k8s.io", "leases")),
     ("extender/controllers/leader.py", P("create", "coordination.k8s.io", "leases")),
@@ -263,9 +269,12 @@ def expand(rules: Iterable[dict]) -> set[Permission]:
     return granted
 
 
+def _role_of(module: str) -> str:
+    return "controllers" if module.startswith(CONTROLLERS_PREFIX) and module not in BASE_MODULES else "base"
+
+
 def _calls_of(role: str) -> set[Permission]:
-    controllers = role == "controllers"
-    return {p for module, p in API_CALLS if module.startswith(CONTROLLERS_PREFIX) == controllers}
+    return {p for module, p in API_CALLS if _role_of(module) == role}
 
 
 BASE_RBAC = DEPLOY / "base" / "rbac.yaml"
