@@ -222,7 +222,6 @@ def test_values_reach_the_objects(helm: str) -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (["mode=scheduler-config", "replicas=2"], "exactly 1 replica"),
         (["mode=bogus"], "mode must be"),
         (["certificates.source=vault"], "certificates.source must be"),
         (["certificates.source=provided"], "caBundle"),
