@@ -29,6 +29,7 @@ from allocator import AllocationError, AllocationTimeout, Allocator, NodeAllocat
 from common.claimrefs import WORKLOAD_CLAIMS, group_name_of, known_claim_names, pod_key, pod_uid
 from common.objects import metadata_of
 from common.rules import DEFAULT_SCORING_POLICY
+from extender.plugin.authority import Authority
 from extender.plugin.bindchecks import DEFAULT_SCHEDULER, BindChecks, Refusal
 from extender.plugin.claimwriter import BindError
 from extender.plugin.evaluation import SEARCH
@@ -49,11 +50,6 @@ from extender.state.cache import ClusterCache
 
 log = logging.getLogger(__name__)
 
-# How long devices stay in flight after a bind whose writes may have reached the API server but could
-# not be confirmed or undone: the watch normally shows the claim long before; this only bounds how
-# long devices stay blocked if the write never happened. Longer than the API server's own request
-# timeout (60 s by default), after which a late write can no longer be applied.
-UNSETTLED_TTL_S = 120.0
 _REASON_OF = attrgetter("reason")  # verdict -> its Reason, for counting thousands of verdicts per filter
 # How long one node's allocation search may run. Searches take well under a millisecond on typical
 # nodes; one that runs this long is a combinatorial corner case. A node's search never yields, so this
@@ -99,7 +95,8 @@ class BindWriter(Protocol):
     conflicts: int  # write conflicts answered by a fresh read (a metric)
 
     async def bind(self, pod: dict, node: str, claims: list[ClaimWrite], consumers: Mapping[str, dict], *,
-                   extended: Variant | None = None, node_allocatable: Sequence[dict] = ()) -> None: ...
+                   extended: Variant | None = None, node_allocatable: Sequence[dict] = (),
+                   term: int | None = None, binding: bool = True) -> None: ...
 
     async def remove_claim(self, namespace: str, name: str, uid: str) -> None: ...
 
@@ -124,8 +121,12 @@ class Scheduler:
         explanations: Explanations | None = None,
         requeue: RequeueNudge | None = None,
         scheduler_names: Collection[str] = (DEFAULT_SCHEDULER,),
+        authority: Authority | None = None,
     ) -> None:
         self.cache = cache
+        # Whether this replica may allocate now (extender/plugin/authority.py): always, unless wiring
+        # gives the one its fence and leader election drive.
+        self.authority = authority if authority is not None else Authority.always()
         self.assume = assume
         self.writer = writer
         self.hold_devices = hold_devices
@@ -163,6 +164,7 @@ class Scheduler:
     def describe_state(self) -> dict[str, Any]:
         """The scheduler's part of /debug/state."""
         return {
+            "authority": {"term": self.authority.term, "waitingFor": self.authority.reason or None},
             "inFlight": self.assume.describe(),
             "binds": {"attempts": self.bind_attempts, "conflicts": self.bind_conflicts,
                       "conflictRate": self.bind_conflict_rate},
@@ -181,7 +183,8 @@ class Scheduler:
 
     def gauges(self) -> dict[str, int]:
         """The scheduler's gauges for /metrics."""
-        return {"in_flight": len(self.assume), "write_conflicts": self.writer.conflicts}
+        return {"in_flight": len(self.assume), "write_conflicts": self.writer.conflicts,
+                "unknown_outcomes": getattr(self.writer, "unknown_outcomes", 0)}
 
     @property
     def bind_conflict_rate(self) -> float:
@@ -351,7 +354,28 @@ class Scheduler:
         if uid in self._binding:
             # kube-scheduler gave up on the earlier bind and retried; that bind still writes.
             raise BindFailed(f"pod {pod_key(pod)} is already being bound by an earlier request")
+        term = self.authority.term
+        if term is None:
+            raise BindFailed(f"pod {pod_key(pod)}: dra-extender may not bind now: {self.authority.reason}")
         self.bind_attempts += 1
+        await self._write(pod, node_name, term=term, binding=True)
+
+    async def repair(self, pod: dict, *, term: int) -> None:
+        """Allocate and reserve, on the node it is bound to, the claims of a pod that is bound without
+        them (whoever bound it): the kubelet would never start it. Raises BindFailed when that cannot
+        be done (the devices are taken, the node is gone, ...)."""
+        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+        uid = pod_uid(pod)
+        if not node_name or uid in self._binding:
+            raise BindFailed(f"pod {pod_key(pod)} is not bound, or is being bound now")
+        await self._await_group_writes(pod)
+        if uid in self._binding:
+            raise BindFailed(f"pod {pod_key(pod)} is being bound now")
+        await self._write(pod, node_name, term=term, binding=False)
+
+    async def _write(self, pod: dict, node_name: str, *, term: int, binding: bool) -> None:
+        """Reserve in the assume cache and write (with the Binding when `binding`)."""
+        uid = pod_uid(pod)
         writes, consumers, extended, footprint = (
             self._reserve_for_bind(pod, node_name) if self.planner.needs_dra(pod) else ([], {}, None, None))
         self.holds.handed_to_bind(uid)
@@ -359,21 +383,23 @@ class Scheduler:
         group_write = self._start_group_write(pod) if consumers else None
         try:
             await self.writer.bind(pod, node_name, writes, consumers, extended=extended,
-                                   node_allocatable=footprint.statuses if footprint is not None else ())
+                                   node_allocatable=footprint.statuses if footprint is not None else (),
+                                   term=term, binding=binding)
         except BaseException as error:
-            unsettled = error.unsettled if isinstance(error, BindError) else frozenset()
+            unsettled = error.unsettled if isinstance(error, BindError) else {}
             for claim, allocation in writes:
                 if allocation is None:
                     continue
                 self.assume.release(claim.uid)
+                pending_at = unsettled.get(claim.uid)
                 cached = self.cache.claim_by_uid(claim.uid)
-                if claim.uid in unsettled and (cached is None or cached.allocation is None):
-                    # The API server may hold this allocation (the cache does not know yet): keep
-                    # counting its devices until the watch shows the claim allocated (which drops
-                    # the entry) or the TTL passes.
+                if pending_at is not None and _may_still_apply(cached, pending_at):
+                    # The API server may still apply this allocation (the cache does not know): keep
+                    # counting its devices until the cache shows the claim allocated, gone or at another
+                    # version (extender/plugin/fence.py fences it off if nothing else changes it).
                     # Owned by no pod, so no bind (not even this pod's retry) re-allocates the claim
                     # meanwhile: it is "in the process of being allocated".
-                    self.assume.reserve(claim, allocation, f"unsettled:{uid}", ttl_s=UNSETTLED_TTL_S)
+                    self.assume.reserve(claim, allocation, f"unsettled:{uid}", pending_at=pending_at)
             if not isinstance(error, BindError):
                 raise
             self.metrics.bind_failures.labels(stage="write").inc()
@@ -383,7 +409,7 @@ class Scheduler:
             if group_write is not None:
                 self._group_writes.pop(group_write).set_result(None)
         usage = self.checker.node_usage
-        if usage is not None:  # kube-scheduler counts the pod on the node from now on: so do we
+        if usage is not None and binding:  # kube-scheduler counts the pod on the node from now on: so do we
             requests = footprint.requests if footprint is not None else as_fit_units(pod_requests(pod, ()))
             usage.assume(uid, node_name, requests)
         if extended is not None and extended.claim is not None:
@@ -551,3 +577,17 @@ class Scheduler:
                 if users <= victim_uids:
                     freed.add(claim.uid or claim.key)
         return freed
+
+
+def _may_still_apply(cached: ResourceClaim | None, pending_at: str) -> bool:
+    """Can a write sent at resourceVersion `pending_at` still apply, as far as the cache knows? Not once
+    the cache holds the claim allocated or at a later version (versions only grow)."""
+    if cached is None:
+        return True
+    if cached.allocation is not None:
+        return False
+    version = metadata_of(cached.raw).get("resourceVersion")
+    try:
+        return version is None or int(version) <= int(pending_at)
+    except (TypeError, ValueError):
+        return version == pending_at
