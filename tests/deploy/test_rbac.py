@@ -79,6 +79,13 @@ API_CALLS: set[tuple[str, Permission]] = {
     ("extender/controllers/leader.py", P("get", "coordination.k8s.io", "leases")),
     ("extender/controllers/leader.py", P("create", "coordination.k8s.io", "leases")),
     ("extender/controllers/leader.py", P("update", "coordination.k8s.io", "leases")),
+    *(USER_CALLS := {
+        # Made only by the commands a person runs (explain, headroom) with their own credentials, never by
+        # serve: the access check (every authenticated user may create SelfSubjectAccessReviews, through
+        # system:basic-user) and explain's read of the one pod it explains.
+        ("extender/kube/access.py", P("create", "authorization.k8s.io", "selfsubjectaccessreviews")),
+        ("extender/wiring.py", P("get", "", "pods")),
+    }),
 }
 
 
@@ -265,7 +272,7 @@ def expand(rules: Iterable[dict]) -> set[Permission]:
 
 def _calls_of(role: str) -> set[Permission]:
     controllers = role == "controllers"
-    return {p for module, p in API_CALLS if module.startswith(CONTROLLERS_PREFIX) == controllers}
+    return {p for module, p in API_CALLS - USER_CALLS if module.startswith(CONTROLLERS_PREFIX) == controllers}
 
 
 BASE_RBAC = DEPLOY / "base" / "rbac.yaml"
