@@ -90,6 +90,13 @@ API_CALLS: set[tuple[str, Permission]] = {
     ("extender/kube/leader.py", P("get", "coordination.k8s.io", "leases")),
     ("extender/kube/leader.py", P("create", "coordination.k8s.io", "leases")),
     ("extender/kube/leader.py", P("update", "coordination.k8s.io", "leases")),
+    *(USER_CALLS := {
+        # Made only by the commands a person runs (explain, headroom) with their own credentials, never by
+        # serve: the access check (every authenticated user may create SelfSubjectAccessReviews, through
+        # system:basic-user) and explain's read of the one pod it explains.
+        ("extender/kube/access.py", P("create", "authorization.k8s.io", "selfsubjectaccessreviews")),
+        ("extender/wiring.py", P("get", "", "pods")),
+    }),
 }
 
 
@@ -279,7 +286,7 @@ def _role_of(module: str) -> str:
 
 
 def _calls_of(role: str) -> set[Permission]:
-    return {p for module, p in API_CALLS if _role_of(module) == role}
+    return {p for module, p in API_CALLS - USER_CALLS if _role_of(module) == role}
 
 
 BASE_RBAC = DEPLOY / "base" / "rbac.yaml"

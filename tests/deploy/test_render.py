@@ -87,7 +87,7 @@ def test_rendered_config_map_volumes_exist(rendered: list[dict[str, Any]]) -> No
 def test_second_scheduler_has_no_extender_service_and_loopback_config() -> None:
     docs = _render(DEPLOY / "overlays" / "second-scheduler")
     services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
-    assert services == {"dra-extender-webhook", "dra-extender-metrics"}
+    assert services == {"dra-extender-webhook", "dra-extender-metrics", "dra-scheduler-metrics"}
     deployment = find(docs, "Deployment", "dra-extender")
     names = [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]]
     assert names == [EXTENDER_CONTAINER, "kube-scheduler"]
