@@ -272,6 +272,16 @@ CEL_GO_ORDER: dict[str, list[tuple[Type, ...]]] = {
 }
 
 
+# Member functions whose arguments must agree with their receiver through a type parameter, which
+# OVERLOADS writes as dyn: cel-go refuses optional.of(1).orValue(1.5) and [1].indexOf("a").
+_AGREEING: dict[str, list[tuple[Type, ...]]] = {
+    "orValue": [(("optional_type", _A), _A)],
+    "or": [(("optional_type", _A), ("optional_type", _A))],
+    **{name: [(STRING, STRING), (STRING, STRING, INT), (("list", _A), _A)]
+       for name in ("indexOf", "lastIndexOf")},
+}
+
+
 def _signatures(name: str, member: bool) -> list[tuple[Type, ...]]:
     if name in CEL_GO_ORDER:
         return CEL_GO_ORDER[name]
@@ -444,6 +454,17 @@ class Checker:
             if all(self.assignable(trial, t, p) for t, p in zip(types, params, strict=True)):
                 self.bindings = trial
         return [self.resolve(t) for t in types]
+
+    def fits(self, signatures: list[tuple[Type, ...]], types: list[Type]) -> bool:
+        """Whether ``types`` fit one of ``signatures`` (binding nothing)."""
+        for signature in signatures:
+            parameters: dict[str, TypeVar] = {}
+            params = [_instantiate(p, parameters, self.type_vars) for p in signature]
+            trial = dict(self.bindings)
+            if len(params) == len(types) and all(
+                    self.assignable(trial, t, p) for t, p in zip(types, params, strict=True)):
+                return True
+        return False
 
     def bind_to(self, var: TypeVar, t: Type) -> None:
         self.bindings[id(var)] = t
@@ -678,7 +699,7 @@ class Checker:
         """``list.sortBy(e, key)``: cel-go expands it to ``@sortByAssociatedKeys`` of the list and
         the list of its keys, declared for lists whose keys have an orderable type."""
         is_list = target == DYN or (isinstance(target, tuple) and target[0] == "list")
-        if not is_list or not (key == DYN or key in ORDERED):
+        if not is_list or not (key in (DYN, FREE) or key in ORDERED):
             raise self.fail(node, "found no matching overload for '@sortByAssociatedKeys' applied to "
                                   f"'{type_name(target)}.(list({type_name(key)}))'")
         if target == DYN:
@@ -715,6 +736,9 @@ class Checker:
             receiver, *args = self.bind(name, [receiver, *args], member=True)
         results = [self.result(result, receiver, args) for r, params, result in overloads
                    if _applies(r, params, receiver, args)]
+        if results and receiver is not None and name in _AGREEING and not self.fits(_AGREEING[name],
+                                                                                     [receiver, *args]):
+            results = []
         if not results:
             applied = ", ".join(type_name(a) for a in args)
             shown = f"{name}({applied})" if receiver is None else f"{type_name(receiver)}.{name}({applied})"

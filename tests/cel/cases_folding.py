@@ -81,6 +81,8 @@ EMPTY_LITERALS = _cases("empty literal", [
     ("[[3, 1], [].filter(x, x == x)].size() == 2", True),
     ("[[3, 1], [].filter(x, x in [1, 2])].size() == 2", True),
     ("[[1.5], [].sortBy(x, -x)].size() == 2", True),
+    ("[].sortBy(x, x).exists(i, v, size(string(v)) > i)", False),
+    ('[["a"], [].sortBy(x, x)].size() == 2', "compile_error"),
     ("[[3, 1], [].sortBy(x, -x)].size() == 2", "compile_error"),
     ('[[b"a"], [].filter(x, size(x) > 0)].size() == 2', True),
     ("[[3, 1], [].filter(x, size(x) > 0)].size() == 2", "compile_error"),
@@ -107,6 +109,10 @@ EMPTY_LITERALS = _cases("empty literal", [
     (f"[optional.of(1).orValue({D}.index), 1].size() == 2", "compile_error"),
     (f"[{D}.?index.or(optional.of(7)).value(), dyn(1)].size() == 2", "compile_error"),  # any, then dyn
     ('[optional.none().or(optional.none()).value(), 2].size() == 2', "runtime_error"),
+    ("[].sortBy(x, -x)[?0].orValue(-5) == 1", "compile_error"),  # optional(double).orValue(int)
+    ("optional.of(1).or(optional.of(1.5)).hasValue()", "compile_error"),
+    ('[1].indexOf("a") == -1', "compile_error"),
+    ("optional.of(1).orValue(dyn(1.5)) == 1", True),
 ]) + _cases("empty literal, list attributes", [
     # compared with a dynamic value: bound to bool by _>_'s first overload, widened to dyn by ==
     (f"[[3, 1], [].filter(x, x > {D}.index)].size() == 2", "compile_error"),
