@@ -55,7 +55,7 @@ from typing import Protocol
 import aiohttp
 
 from allocator import ResourceClaim
-from common.objects import metadata_of
+from common.objects import list_metadata_of, metadata_of
 from common.rules import RESERVED_FOR_MAX
 from extender.kube.client import ApiError, KubeClient
 from extender.plugin.authority import Authority
@@ -190,7 +190,7 @@ class _ApiStore:
             more: dict[str, str] = {"continue": token} if token else {}
             page = await self.client.list(ALL_CLAIMS, limit=LIST_PAGE, **more)
             items += page.get("items") or []
-            token = (page.get("metadata") or {}).get("continue")
+            token = list_metadata_of(page).get("continue")
             if not token:
                 return items
 
