@@ -24,9 +24,12 @@ that claim against the released Go code. Deliberate differences, each commented 
   cannot represent): bounds only look as far as the first request that could hit one.
 
 Open CEL differences from cel-go found by the differential campaigns (cost estimates of stored
-selectors, milli sums and asInteger, opaque == in cel-expr, cel-go's typing of an empty list's
-filter and sortBy, cel-expr's UTC string() of a timestamp written with an offset) are listed one by
-one, with the reason, in tests/conformance/differential.py (KNOWN_CEL_DIFFERENCES). Every CEL library
+selectors, milli sums and asInteger, opaque == in cel-expr, cel-expr's UTC string() of a timestamp
+written with an offset, cel-expr's ordering of a NaN and string() of an infinite or NaN double behind
+dyn()) are listed one by one, with the reason, in tests/conformance/differential.py
+(KNOWN_CEL_DIFFERENCES). As cel-go when the program is created, conversions of constants and
+constant regular expressions are computed at compile time, so their errors are compile errors
+(allocator.cel.folding). Every CEL library
 of upstream's environment is implemented. The Kubernetes format library (allocator.cel.formatlib)
 copies upstream's quirks: a *Prefix format replaces the last two bytes of a name ending in '-' by
 "a", ``datetime`` looks only at the text up to a second 't'.
@@ -65,6 +68,7 @@ from allocator.outcome import PREEMPTION_MAY_HELP, AllocationOutcome, Reason, Re
 from allocator.policies import request_policy_problems
 from allocator.pools import NodePools
 from allocator.quantity import Quantity
+from allocator.reasons import REJECTION_PHRASES
 from allocator.search import Allocator
 from allocator.state import AllocatedState, AllocationReading
 from allocator.taints import tolerates
@@ -73,6 +77,7 @@ __all__ = [
     "DEFAULT_GATES",
     "OPTIONAL_NODE_OPERATIONS",
     "PREEMPTION_MAY_HELP",
+    "REJECTION_PHRASES",
     "AllocatedState",
     "AllocationError",
     "AllocationOutcome",

@@ -28,9 +28,11 @@ from extender.http.server import DEFAULT_PREFIX
 from extender.kube.client import DEFAULT_REQUEST_TIMEOUT_S
 from extender.options import (
     CONTROLLERS,
+    LEADER,
     NETWORK,
     SCHEDULER,
     WEBHOOK,
+    LeaderOptions,
     NetworkOptions,
     OptionsError,
     SchedulerOptions,
@@ -39,6 +41,7 @@ from extender.options import (
     WebhookOptions,
     parse_features,
 )
+from extender.plugin.verdicts import REASONS_CHOICES
 
 SNAPSHOT_HELP = ("read the cluster from a directory or file of YAML/JSON objects (examples/cluster, the "
                  "output of GET /debug/snapshot) instead of an API server")
@@ -106,6 +109,7 @@ def add_scoring_argument(parser: argparse.ArgumentParser | argparse._ArgumentGro
 def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
     sched = parser.add_argument_group("scheduling")
     add_scoring_argument(sched)
+    add_reasons_argument(sched)
     sched.add_argument(
         "--filter-holds-devices",
         action="store_true",
@@ -119,6 +123,27 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "are unchanged",
     )
     sched.add_argument(
+        "--requeue-claim",
+        metavar="NAMESPACE/NAME",
+        default=SCHEDULER.requeue_claim,
+        help="a ResourceClaim of our own (created when missing, never allocated) that we update when a "
+        "ResourceSlice or DeviceTaintRule changes while pods we found no node for wait: kube-scheduler "
+        "retries the pods an extender rejected on ResourceClaim events, not on ResourceSlice ones, so "
+        "without it such a pod waits for an unrelated event or up to podMaxInUnschedulablePodsDuration "
+        "(5 minutes). Needs create and update of resourceclaims there (deploy/ sets "
+        "dra-extender/dra-extender-requeue; default: off)",
+    )
+    sched.add_argument(
+        "--scheduler-names",
+        type=scheduler_names,
+        default=SCHEDULER.scheduler_names,
+        metavar="NAMES",
+        help="comma-separated schedulerName values of the pods bind takes: the profiles of the "
+        "kube-scheduler that calls this extender (its extenders serve every profile). bind refuses a pod "
+        f"of any other scheduler (default {','.join(SCHEDULER.scheduler_names)}; a pod that names none "
+        "has it)",
+    )
+    sched.add_argument(
         "--hold-timeout",
         type=parse_positive_duration,
         default=SCHEDULER.hold_timeout_s,
@@ -129,8 +154,9 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "--node-timeout",
         type=parse_positive_duration,
         default=SCHEDULER.node_timeout_s,
-        help="seconds one node's device search may run (filter, bind, explain); a node that takes longer "
-        "is 'timed out', not 'does not fit'. The search holds the event loop meanwhile "
+        help="seconds one node's device search may run (filter, bind, explain), as the in-tree plugin's "
+        "filterTimeout; a node that takes longer is 'timed out', not 'does not fit'. The search holds the "
+        "event loop meanwhile "
         f"(default {SCHEDULER.node_timeout_s:g})",
     )
     sched.add_argument(
@@ -140,9 +166,31 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds one filter (and prioritize, preempt) may spend on all its nodes together; nodes not "
         "checked by then count as timed out. Keep it below kube-scheduler's extender httpTimeout (5 s "
         "unless set; deploy/ sets 10 s) minus --node-timeout. Timed-out nodes are resolvable failures "
-        "when another node fits; when none fits, filter answers with an error and kube-scheduler "
-        f"retries the pod after its backoff (default {SCHEDULER.filter_timeout_s:g})",
+        "when another node fits; when none fits, filter answers with an Error (with --reasons=upstream, the "
+        "in-tree plugin's 'node NAME: timed out trying to allocate devices') and kube-scheduler retries the "
+        f"pod after its backoff (default {SCHEDULER.filter_timeout_s:g})",
     )
+
+
+def add_reasons_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--reasons",
+        choices=REASONS_CHOICES,
+        default=SCHEDULER.reasons,
+        help="how filter answers for the nodes a pod does not fit: 'upstream' gives the in-tree "
+        "DynamicResources plugin's words and statuses, so kube-scheduler's FailedScheduling line reads and "
+        "aggregates as with that plugin and preemption is not tried for a node short of devices, and our "
+        "explanation goes into a DRAExplanation event of the pod; 'detailed' gives our own reason per node "
+        "(counts of devices and why they were turned away) and lets preemption try the nodes where "
+        f"evicting pods could free devices (default {SCHEDULER.reasons})",
+    )
+
+
+def scheduler_names(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"an empty name in {text!r}")
+    return names
 
 
 def add_headroom_arguments(parser: argparse.ArgumentParser) -> None:
@@ -157,12 +205,15 @@ def add_headroom_arguments(parser: argparse.ArgumentParser) -> None:
 
 def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
     return SchedulerOptions(
+        reasons=args.reasons,
+        requeue_claim=args.requeue_claim,
         scoring=args.scoring,
         hold_devices=args.filter_holds_devices,
         hold_timeout_s=args.hold_timeout,
         node_timeout_s=args.node_timeout,
         filter_timeout_s=args.filter_timeout,
         filter_cache=args.filter_cache,
+        scheduler_names=args.scheduler_names,
     )
 
 
@@ -192,7 +243,22 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument(
         "--bind-address",
         default=NETWORK.bind_address,
-        help=f"address all ports listen on (default {NETWORK.bind_address}; use 0.0.0.0 in a cluster)",
+        help="address the debug and webhook ports listen on (default "
+        f"{NETWORK.bind_address}; use 0.0.0.0 in a cluster)",
+    )
+    net.add_argument(
+        "--extender-bind-address",
+        default=NETWORK.extender_bind_address,
+        help="address the extender verbs listen on, whatever --bind-address says (default "
+        f"{NETWORK.extender_bind_address}: a kube-scheduler in the same pod). Another address needs "
+        "--extender-client-ca-file, or serve refuses to start: bind writes with dra-extender's rights",
+    )
+    net.add_argument(
+        "--extender-allow-unauthenticated",
+        action="store_true",
+        help="start even though the verbs listen on a non-loopback address without "
+        "--extender-client-ca-file: anyone who reaches the port can then bind any pending pod to any "
+        "node. Logged as a warning at start and exported as dra_extender_verbs_unauthenticated 1",
     )
     net.add_argument(
         "--extender-port",
@@ -256,6 +322,8 @@ def http_limits(args: argparse.Namespace) -> HttpLimits:
 def network_options(args: argparse.Namespace) -> NetworkOptions:
     return NetworkOptions(
         bind_address=args.bind_address,
+        extender_bind_address=args.extender_bind_address,
+        extender_allow_unauthenticated=args.extender_allow_unauthenticated,
         extender_port=args.extender_port,
         debug_port=args.debug_port,
         extender_tls_cert_file=args.extender_tls_cert_file,
@@ -342,19 +410,40 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="evict pods whose devices' driver stayed gone past the grace period",
     )
+    add_leader_arguments(parser)
+
+
+def add_leader_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("leader election (several replicas, one active)")
     group.add_argument(
         "--leader-elect",
         action="store_true",
-        help="run the controllers only while holding a coordination.k8s.io Lease",
+        help="answer the extender verbs and run the controllers only while holding a coordination.k8s.io "
+        "Lease; the other replicas are standbys (not ready, caches warm, webhook served)",
     )
     group.add_argument(
-        "--leader-elect-namespace", default=CONTROLLERS.lease_namespace, metavar="NAMESPACE",
-        help=f"namespace of the Lease (default {CONTROLLERS.lease_namespace})",
+        "--leader-elect-verbs",
+        action=argparse.BooleanOptionalAction,
+        default=LEADER.verbs,
+        help="with --leader-elect, whether the extender verbs wait for the Lease too: "
+        "--no-leader-elect-verbs in second-scheduler mode, where each kube-scheduler sidecar, itself "
+        "elected, calls only its own extender (default: they do)",
     )
     group.add_argument(
-        "--leader-elect-lease-name", default=CONTROLLERS.lease_name, metavar="NAME",
-        help=f"name of the Lease replicas compete for (default {CONTROLLERS.lease_name})",
-    )
+        "--leader-elect-namespace", default=LEADER.namespace, metavar="NS",
+        help="namespace of the Lease (default: the pod's own, from $POD_NAMESPACE or the service account; "
+        "serve refuses to start with --leader-elect when there is none)")
+    group.add_argument("--leader-elect-lease-name", default=LEADER.name, metavar="NAME",
+                       help=f"name of the Lease (default {LEADER.name})")
+    for flag, default, what in (
+            ("--leader-elect-lease-duration", LEADER.lease_duration_s,
+             "how long a standby waits after the Lease last changed before it takes over"),
+            ("--leader-elect-renew-deadline", LEADER.renew_deadline_s,
+             "how long the leader keeps acting without renewing; it stops writing at once after"),
+            ("--leader-elect-retry-period", LEADER.retry_period_s,
+             "how often every replica tries the Lease")):
+        group.add_argument(flag, type=parse_positive_duration, default=default, metavar="DURATION",
+                           help=f"{what} (client-go's default, {default:g} s)")
 
 
 def controller_options(args: argparse.Namespace, features: FeatureGates) -> ControllerOptions:
@@ -365,12 +454,22 @@ def controller_options(args: argparse.Namespace, features: FeatureGates) -> Cont
             driver_loss_grace_period=args.driver_loss_grace_period,
             evict_on_driver_loss=args.evict_on_driver_loss,
             leader_elect=args.leader_elect,
-            lease_namespace=args.leader_elect_namespace,
-            lease_name=args.leader_elect_lease_name,
             workload_claims=features.enabled(WORKLOAD_CLAIMS),
         )
     except ValueError as error:
         raise OptionsError(str(error)) from None
+
+
+def leader_options(args: argparse.Namespace) -> LeaderOptions:
+    return LeaderOptions(
+        enabled=args.leader_elect,
+        verbs=args.leader_elect_verbs,
+        namespace=args.leader_elect_namespace,
+        name=args.leader_elect_lease_name,
+        lease_duration_s=args.leader_elect_lease_duration,
+        renew_deadline_s=args.leader_elect_renew_deadline,
+        retry_period_s=args.leader_elect_retry_period,
+    )
 
 
 def serve_options(args: argparse.Namespace) -> ServeOptions:
@@ -388,4 +487,5 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         webhook=webhook,
         controllers=controller_options(args, features),
         headroom=tuple(args.headroom),
+        leader=leader_options(args),
     )

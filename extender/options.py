@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from allocator import FeatureGates
+from common.addresses import is_loopback
 from common.httpguard import HttpLimits
 from common.rules import (
     DEFAULT_SCORING_POLICY,
@@ -21,12 +22,16 @@ from extender.controllers import (
     ControllerOptions,
 )
 from extender.kube.client import DEFAULT_REQUEST_TIMEOUT_S
+from extender.kube.leader import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S
+from extender.plugin.bindchecks import DEFAULT_SCHEDULER
 from extender.plugin.headroom import parse_shape_flag
+from extender.plugin.requeue import parse_claim_ref
 from extender.plugin.scheduling import (
     DEFAULT_FILTER_TIMEOUT_S,
     DEFAULT_HOLD_TTL_S,
     DEFAULT_NODE_TIMEOUT_S,
 )
+from extender.plugin.verdicts import REASONS_CHOICES, Words
 
 if TYPE_CHECKING:
     pass
@@ -64,10 +69,24 @@ class SchedulerOptions:
     node_timeout_s: float = DEFAULT_NODE_TIMEOUT_S
     filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S
     filter_cache: bool = True
+    reasons: str = Words.UPSTREAM.value  # --reasons: the words of failed nodes in filter's answer
+    requeue_claim: str = ""  # --requeue-claim NAMESPACE/NAME ("": no nudge)
+    # The schedulerName of the pods bind takes: kube-scheduler's profiles that call us.
+    scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER,)
 
     def __post_init__(self) -> None:
+        if not self.scheduler_names or not all(name.strip() for name in self.scheduler_names):
+            raise OptionsError(f"--scheduler-names: needs at least one name and no empty ones, got "
+                               f"{','.join(self.scheduler_names)!r}")
         if self.scoring not in SCORING_POLICIES:
             raise OptionsError(f"--scoring: {self.scoring!r} is not one of {', '.join(SCORING_POLICIES)}")
+        if self.reasons not in REASONS_CHOICES:
+            raise OptionsError(f"--reasons: {self.reasons!r} is not one of {', '.join(REASONS_CHOICES)}")
+        if self.requeue_claim:
+            try:
+                parse_claim_ref(self.requeue_claim)
+            except ValueError as error:
+                raise OptionsError(f"--requeue-claim: {error}") from None
         timeouts = (("--hold-timeout", self.hold_timeout_s), ("--node-timeout", self.node_timeout_s),
                     ("--filter-timeout", self.filter_timeout_s))
         for flag, seconds in timeouts:
@@ -80,7 +99,10 @@ SCHEDULER = SchedulerOptions()
 
 @dataclass(frozen=True)
 class NetworkOptions:
-    bind_address: str = "127.0.0.1"
+    bind_address: str = "127.0.0.1"  # the debug and webhook ports
+    # The verbs, on loopback unless asked: only a kube-scheduler in the same pod needs them there.
+    extender_bind_address: str = "127.0.0.1"
+    extender_allow_unauthenticated: bool = False
     extender_port: int = 8888
     debug_port: int = 8889
     extender_tls_cert_file: str | None = None
@@ -98,6 +120,18 @@ class NetworkOptions:
                 "--extender-client-ca-file needs --extender-tls-cert-file and "
                 "--extender-tls-private-key-file: client certificates are only checked over HTTPS, "
                 "and the extender would otherwise serve plain HTTP to anyone")
+        if self.verbs_unauthenticated and not self.extender_allow_unauthenticated:
+            raise OptionsError(
+                f"--extender-bind-address {self.extender_bind_address} is not a loopback address and "
+                "--extender-client-ca-file is not set: anyone who reaches the port could call bind, which "
+                "writes with dra-extender's rights. Require kube-scheduler's client certificate with "
+                "--extender-client-ca-file (and --extender-tls-cert-file, --extender-tls-private-key-file), "
+                "listen on 127.0.0.1, or accept the exposure with --extender-allow-unauthenticated")
+
+    @property
+    def verbs_unauthenticated(self) -> bool:
+        """Whether the verbs answer clients from the network that present no client certificate."""
+        return not is_loopback(self.extender_bind_address) and not self.extender_client_ca_file
 
 
 NETWORK = NetworkOptions()
@@ -132,12 +166,42 @@ CONTROLLERS = ControllerOptions()
 
 
 @dataclass(frozen=True)
+class LeaderOptions:
+    """--leader-elect: this replica allocates (answers the extender verbs) and runs the controllers only
+    while it holds a coordination.k8s.io Lease, with client-go's default timings."""
+
+    enabled: bool = False
+    # With the Lease, the extender verbs too; without (second-scheduler mode, whose kube-scheduler
+    # sidecars elect their own leader and each calls only its own extender), only the controllers.
+    verbs: bool = True
+    namespace: str = ""  # "": the pod's own namespace
+    name: str = "dra-extender"
+    lease_duration_s: float = LEASE_DURATION_S
+    renew_deadline_s: float = RENEW_DEADLINE_S
+    retry_period_s: float = RETRY_PERIOD_S
+    identity: str = ""  # of this replica in the Lease; "": hostname_random
+
+    def __post_init__(self) -> None:
+        if not self.lease_duration_s > self.renew_deadline_s > self.retry_period_s > 0:
+            raise OptionsError(
+                "--leader-elect-lease-duration > --leader-elect-renew-deadline > "
+                f"--leader-elect-retry-period > 0 must hold, got {self.lease_duration_s:g}, "
+                f"{self.renew_deadline_s:g}, {self.retry_period_s:g}")
+        if not self.name:
+            raise OptionsError("--leader-elect-lease-name: must not be empty")
+
+
+LEADER = LeaderOptions()
+
+
+@dataclass(frozen=True)
 class ServeOptions:
     source: SourceOptions = field(default_factory=SourceOptions)
     network: NetworkOptions = field(default_factory=NetworkOptions)
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
     webhook: WebhookOptions = field(default_factory=WebhookOptions)
     controllers: ControllerOptions = field(default_factory=ControllerOptions)
+    leader: LeaderOptions = field(default_factory=LeaderOptions)
     headroom: tuple[str, ...] = ()  # --headroom shapes for the gauge and the device map
 
     def __post_init__(self) -> None:

@@ -134,10 +134,21 @@ def _double_quoted(text: str) -> str:
     return text
 
 
+# After the sync, how long the banner waits for the fence (extender/plugin/fence.py) before it prints
+# anyway (a standby of a leader election never gets a term).
+BANNER_FENCE_WAIT_S = 5.0
+
+
 async def print_banner_when_synced(server: ExtenderServer, cluster: Cluster) -> None:
-    """The banner, once the cache holds the cluster (its example pod and node names come from it)."""
+    """The banner, once the cache holds the cluster (its example pod and node names come from it) and
+    this replica may allocate (or is a standby)."""
     if cluster.watcher is not None:
         await cluster.watcher.wait_ready()
+    authority = server.scheduler.authority
+    loop = asyncio.get_running_loop()
+    until = loop.time() + BANNER_FENCE_WAIT_S
+    while authority.term is None and loop.time() < until:
+        await asyncio.sleep(0.02)
     print(usage_banner(server, cluster.cache, kubectl_template=cluster.client is not None), flush=True)
 
 

@@ -12,6 +12,7 @@ from prometheus_client import (
     PROCESS_COLLECTOR,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -53,6 +54,16 @@ class _StateCollector(Collector):
                                         "Claim status writes answered with 409 Conflict and retried.")
         conflicts.add_metric([], state.get("write_conflicts", 0))
         yield conflicts
+        lost = GaugeMetricFamily("dra_extender_bind_write_answers_lost",
+                                 "Bind writes whose answer was lost (5xx, timeout, cut connection) and whose "
+                                 "outcome was read back from the API server.")
+        lost.add_metric([], state.get("unknown_outcomes", 0))
+        yield lost
+        without = GaugeMetricFamily("dra_extender_bound_pods_without_devices",
+                                    "Bound pods whose claims are not allocated and reserved for them, and "
+                                    "that could not be repaired (see /debug/state, repair).")
+        without.add_metric([], state.get("pods_without_devices", 0))
+        yield without
 
 
 class Metrics(MetricSet):
@@ -81,6 +92,19 @@ class Metrics(MetricSet):
         self.bind_failures = Counter("dra_extender_bind_failures",
                                      "Failed binds (kube-scheduler retries the pod) by stage.", ["stage"],
                                      registry=self.registry)
+        # extender.plugin.bindchecks: a bind kube-scheduler could not have asked for, refused before
+        # anything is reserved or written. Any of them is worth a look: a scheduler name missing from
+        # --scheduler-names, or a caller that is not kube-scheduler.
+        self.bind_refusals = Counter("dra_extender_bind_refusals",
+                                     "Binds refused before anything was written, by reason.", ["reason"],
+                                     registry=self.registry)
+        self.verbs_unauthenticated = Gauge(
+            "dra_extender_verbs_unauthenticated",
+            "1 while the extender verbs answer network clients without a client certificate "
+            "(--extender-allow-unauthenticated).", registry=self.registry)
+        self.repairs = Counter("dra_extender_bound_pod_repairs",
+                               "Attempts to allocate the claims of pods bound without them, by outcome.",
+                               ["outcome"], registry=self.registry)
 
     def count_filter_outcome(self, reason: str, count: int) -> None:
         child = self._outcomes.get(reason)

@@ -39,6 +39,7 @@ from extender.plugin.nodeallocatable import (
 )
 from extender.plugin.planning import Planner, PodPlan, SchedulingError
 from extender.plugin.verdicts import (
+    NOT_AVAILABLE,
     UNKNOWN_NODE,
     NodeVerdict,
     Reason,
@@ -64,8 +65,8 @@ RESULT_PODS = 64
 # Claim specs whose fits verdicts are kept for reuse (a dict entry per node each): as many as the filter
 # cache keeps snapshots for.
 FITTING_SPECS = MAX_SNAPSHOTS
-NODE_OPERATIONS_MESSAGE = ("resourceclaim not available on the node: its devices skip node operations, and "
-                           "the node does not declare DRAOptionalNodeOperations in status.declaredFeatures")
+NODE_OPERATIONS_MESSAGE = (f"{NOT_AVAILABLE}: its devices skip node operations, and the node does not "
+                           "declare DRAOptionalNodeOperations in status.declaredFeatures")
 
 
 class NodeChecker:
@@ -129,15 +130,19 @@ class NodeChecker:
         allocations = [claim.allocation or {} for claim in plan.allocated] if plan.allocated else []
         if plan.pending:
             allocations += [share.allocation for share in plan.pending]
-        for allocation in allocations:
+        for index, allocation in enumerate(allocations):
             selector = allocation.get("nodeSelector")
             if selector and not node_matches_selector(node, selector):
-                return NodeVerdict(node_name, fits=False, message="resourceclaim not available on the node",
-                                   unresolvable=True, reason=Reason.CLAIM_ON_OTHER_NODE)
+                return NodeVerdict(node_name, fits=False, message=NOT_AVAILABLE, unresolvable=True,
+                                   reason=Reason.CLAIM_ON_OTHER_NODE)
             # Checked whatever the gates, as upstream's Filter does: the kubelet would skip operations.
             if allocation_skips_node_operations(allocation) and not takes_skipped_node_operations(node):
+                pending = index - len(plan.allocated)
+                # Upstream names a PodGroup's claim whose allocation is still in flight.
+                words = (f"resource claim {plan.pending[pending].claim.key} allocation requires "
+                         "DRAOptionalNodeOperations feature on the node") if pending >= 0 else None
                 return NodeVerdict(node_name, fits=False, message=NODE_OPERATIONS_MESSAGE, unresolvable=True,
-                                   reason=Reason.NODE_OPERATIONS)
+                                   reason=Reason.NODE_OPERATIONS, words=words)
         if not plan.to_allocate:
             return self._node_allocatable(plan, node, NodeVerdict(node_name, fits=True), evicting)
         evaluation = self.evaluation if use_cache else SEARCH
@@ -205,7 +210,7 @@ class NodeChecker:
         if found is None or found.problem is None:
             return verdict
         return NodeVerdict(node.name, fits=False, message=found.problem, unresolvable=found.unresolvable,
-                           reason=Reason.NODE_ALLOCATABLE)
+                           reason=Reason.NODE_ALLOCATABLE, words=found.words)
 
     async def check_all(
         self,

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, NamedTuple, Protocol
 
@@ -29,8 +29,11 @@ from allocator import AllocationError, AllocationTimeout, Allocator, NodeAllocat
 from common.claimrefs import WORKLOAD_CLAIMS, group_name_of, known_claim_names, pod_key, pod_uid
 from common.objects import metadata_of
 from common.rules import DEFAULT_SCORING_POLICY
+from extender.plugin.authority import Authority
+from extender.plugin.bindchecks import DEFAULT_SCHEDULER, BindChecks, Refusal
 from extender.plugin.claimwriter import BindError
 from extender.plugin.evaluation import SEARCH
+from extender.plugin.explanation import Explanations
 from extender.plugin.extendedresources import Variant
 from extender.plugin.filtercache import CachedEvaluation, FilterCache
 from extender.plugin.holds import FilterHolds
@@ -40,17 +43,13 @@ from extender.plugin.nodecheck import NodeChecker
 from extender.plugin.placement import NodeScorer
 from extender.plugin.planning import Planner, PodPlan, SchedulingError
 from extender.plugin.podgroups import OWNER_PREFIX, reserved_for_pod
-from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, answer
+from extender.plugin.requeue import RequeueNudge
+from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, Words, answer
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
 
 log = logging.getLogger(__name__)
 
-# How long devices stay in flight after a bind whose writes may have reached the API server but could
-# not be confirmed or undone: the watch normally shows the claim long before; this only bounds how
-# long devices stay blocked if the write never happened. Longer than the API server's own request
-# timeout (60 s by default), after which a late write can no longer be applied.
-UNSETTLED_TTL_S = 120.0
 _REASON_OF = attrgetter("reason")  # verdict -> its Reason, for counting thousands of verdicts per filter
 # How long one node's allocation search may run. Searches take well under a millisecond on typical
 # nodes; one that runs this long is a combinatorial corner case. A node's search never yields, so this
@@ -96,7 +95,8 @@ class BindWriter(Protocol):
     conflicts: int  # write conflicts answered by a fresh read (a metric)
 
     async def bind(self, pod: dict, node: str, claims: list[ClaimWrite], consumers: Mapping[str, dict], *,
-                   extended: Variant | None = None, node_allocatable: Sequence[dict] = ()) -> None: ...
+                   extended: Variant | None = None, node_allocatable: Sequence[dict] = (),
+                   term: int | None = None, binding: bool = True) -> None: ...
 
     async def remove_claim(self, namespace: str, name: str, uid: str) -> None: ...
 
@@ -117,8 +117,16 @@ class Scheduler:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         filter_cache: FilterCache | None = None,
+        reasons: Words = Words.UPSTREAM,
+        explanations: Explanations | None = None,
+        requeue: RequeueNudge | None = None,
+        scheduler_names: Collection[str] = (DEFAULT_SCHEDULER,),
+        authority: Authority | None = None,
     ) -> None:
         self.cache = cache
+        # Whether this replica may allocate now (extender/plugin/authority.py): always, unless wiring
+        # gives the one its fence and leader election drive.
+        self.authority = authority if authority is not None else Authority.always()
         self.assume = assume
         self.writer = writer
         self.hold_devices = hold_devices
@@ -128,6 +136,9 @@ class Scheduler:
         self.metrics = metrics if metrics is not None else Metrics.on(CollectorRegistry())
         self.clock = clock
         self.filter_cache = filter_cache
+        self.reasons = reasons  # the words of the answers to kube-scheduler (serve's --reasons)
+        self.explanations = explanations  # the pod Events of filters that found no node (None: none)
+        self.requeue = requeue  # has kube-scheduler retry the pods we rejected when devices appear
         evaluation = CachedEvaluation(filter_cache) if filter_cache is not None else SEARCH
         self.planner = Planner(cache, assume, node_deadline_s=node_deadline_s)
         self.checker = NodeChecker(cache, self.planner, evaluation=evaluation,
@@ -135,6 +146,7 @@ class Scheduler:
         self.scorer = NodeScorer(cache, self.planner, evaluation=evaluation, default_policy=scoring)
         self.holds = FilterHolds(assume, planner=self.planner, checker=self.checker, scorer=self.scorer,
                                  ttl_s=hold_ttl_s)
+        self.bind_checks = BindChecks(cache, scheduler_names)
         # Pods whose bind is writing. Their in-flight entries belong to that bind: nothing else may
         # replace or release them (the devices would look free while the write may still land).
         self._binding: set[str] = set()
@@ -152,10 +164,17 @@ class Scheduler:
     def describe_state(self) -> dict[str, Any]:
         """The scheduler's part of /debug/state."""
         return {
+            "authority": {"term": self.authority.term, "waitingFor": self.authority.reason or None},
             "inFlight": self.assume.describe(),
             "binds": {"attempts": self.bind_attempts, "conflicts": self.bind_conflicts,
                       "conflictRate": self.bind_conflict_rate},
             "filterCache": self.filter_cache.stats() if self.filter_cache else None,
+            "explanations": ({"written": self.explanations.written,
+                              "rateLimited": self.explanations.rate_limited}
+                             if self.explanations is not None else None),
+            "requeue": ({"claim": f"{self.requeue.namespace}/{self.requeue.name}",
+                         "waitingPods": self.requeue.waiting, "writes": self.requeue.writes,
+                         "failures": self.requeue.failures} if self.requeue is not None else None),
         }
 
     def in_flight(self) -> list[dict[str, Any]]:
@@ -164,7 +183,8 @@ class Scheduler:
 
     def gauges(self) -> dict[str, int]:
         """The scheduler's gauges for /metrics."""
-        return {"in_flight": len(self.assume), "write_conflicts": self.writer.conflicts}
+        return {"in_flight": len(self.assume), "write_conflicts": self.writer.conflicts,
+                "unknown_outcomes": getattr(self.writer, "unknown_outcomes", 0)}
 
     @property
     def bind_conflict_rate(self) -> float:
@@ -193,10 +213,11 @@ class Scheduler:
 
     async def filter(self, pod: dict, node_names: list[str], *,
                      node_objects: Mapping[str, dict] | None = None, brief: bool = False) -> FilterResult:
-        """Which of `node_names` the pod fits. `brief`: where some node fits, the others' failures get
-        CANNOT_ALLOCATE instead of their reasons (see verdicts.split)."""
+        """Which of `node_names` the pod fits. `brief` (the answer to kube-scheduler): the failures in
+        the words of `reasons` (see verdicts.split); otherwise every node's own reasons."""
         if not self.planner.needs_dra(pod):
             return FilterResult(list(node_names), {}, {})
+        words = self.reasons if brief else Words.FULL
         uid = pod_uid(pod)
         # A pod kube-scheduler retries while its earlier bind still writes keeps that bind's entries.
         holding = self.hold_devices and uid not in self._binding
@@ -225,14 +246,22 @@ class Scheduler:
             self._count_outcome(reason, count)
         self.checker.remember(uid, verdicts)
         if plan.to_allocate and (holding or plan.allocates_for_group()):
-            result = self.holds.hold_best(pod, plan=plan, verdicts=verdicts, brief=brief, pod_holds=holding)
+            result = self.holds.hold_best(pod, plan=plan, verdicts=verdicts, words=words, pod_holds=holding)
         else:
             self.holds.extend_group_holds(plan)
-            result = answer(verdicts, brief=brief)
-        if plan.extended_variant is not None:
+            result = answer(verdicts, words=words)
+        if plan.extended_variant is not None and words != Words.UPSTREAM:
             describe = plan.extended_variant.describe
             result.failed = {node: describe(message) for node, message in result.failed.items()}
             result.unresolvable = {node: describe(message) for node, message in result.unresolvable.items()}
+        if brief and not result.passed and self.explanations is not None:
+            self.explanations.after_filter(
+                pod, verdicts, describe=plan.extended_variant.describe if plan.extended_variant else None)
+        if brief and self.requeue is not None:
+            if result.passed:
+                self.requeue.admitted(pod)
+            elif not result.error:  # an Error sends the pod to backoff, not to the unschedulable queue
+                self.requeue.rejected(pod)
         return result
 
     async def _remove_stale_claim(self, pod: dict) -> None:
@@ -316,18 +345,37 @@ class Scheduler:
     async def bind(self, namespace: str, name: str, *, uid: str, node_name: str) -> None:
         """Allocate (re-checked against current state), reserve and bind. Raises BindFailed."""
         pod = self.cache.pod(namespace, name) or await self._await_pod(namespace, name, uid=uid)
-        if pod is None:
-            raise BindFailed(f"pod {namespace}/{name} is not known to dra-extender")
-        if uid and pod_uid(pod) and pod_uid(pod) != uid:
-            raise BindFailed(f"pod {namespace}/{name} has UID {pod_uid(pod)}, not {uid}")
+        # Waits before the checks below: from them to `_binding.add` nothing may await, or a retried
+        # request for the same pod would pass them too and bind it a second time.
+        if pod is not None and await self._await_group_writes(pod):
+            pod = self.cache.pod(namespace, name)
+        pod = self._admitted(pod, namespace, name, uid=uid, node_name=node_name)
         uid = pod_uid(pod)
-        # Waits before the check below: from that check to `_binding.add` nothing may await, or a
-        # retried request for the same pod would pass the check too and bind it a second time.
-        await self._await_group_writes(pod)
         if uid in self._binding:
             # kube-scheduler gave up on the earlier bind and retried; that bind still writes.
             raise BindFailed(f"pod {pod_key(pod)} is already being bound by an earlier request")
+        term = self.authority.term
+        if term is None:
+            raise BindFailed(f"pod {pod_key(pod)}: dra-extender may not bind now: {self.authority.reason}")
         self.bind_attempts += 1
+        await self._write(pod, node_name, term=term, binding=True)
+
+    async def repair(self, pod: dict, *, term: int) -> None:
+        """Allocate and reserve, on the node it is bound to, the claims of a pod that is bound without
+        them (whoever bound it): the kubelet would never start it. Raises BindFailed when that cannot
+        be done (the devices are taken, the node is gone, ...)."""
+        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+        uid = pod_uid(pod)
+        if not node_name or uid in self._binding:
+            raise BindFailed(f"pod {pod_key(pod)} is not bound, or is being bound now")
+        await self._await_group_writes(pod)
+        if uid in self._binding:
+            raise BindFailed(f"pod {pod_key(pod)} is being bound now")
+        await self._write(pod, node_name, term=term, binding=False)
+
+    async def _write(self, pod: dict, node_name: str, *, term: int, binding: bool) -> None:
+        """Reserve in the assume cache and write (with the Binding when `binding`)."""
+        uid = pod_uid(pod)
         writes, consumers, extended, footprint = (
             self._reserve_for_bind(pod, node_name) if self.planner.needs_dra(pod) else ([], {}, None, None))
         self.holds.handed_to_bind(uid)
@@ -335,21 +383,23 @@ class Scheduler:
         group_write = self._start_group_write(pod) if consumers else None
         try:
             await self.writer.bind(pod, node_name, writes, consumers, extended=extended,
-                                   node_allocatable=footprint.statuses if footprint is not None else ())
+                                   node_allocatable=footprint.statuses if footprint is not None else (),
+                                   term=term, binding=binding)
         except BaseException as error:
-            unsettled = error.unsettled if isinstance(error, BindError) else frozenset()
+            unsettled = error.unsettled if isinstance(error, BindError) else {}
             for claim, allocation in writes:
                 if allocation is None:
                     continue
                 self.assume.release(claim.uid)
+                pending_at = unsettled.get(claim.uid)
                 cached = self.cache.claim_by_uid(claim.uid)
-                if claim.uid in unsettled and (cached is None or cached.allocation is None):
-                    # The API server may hold this allocation (the cache does not know yet): keep
-                    # counting its devices until the watch shows the claim allocated (which drops
-                    # the entry) or the TTL passes.
+                if pending_at is not None and _may_still_apply(cached, pending_at):
+                    # The API server may still apply this allocation (the cache does not know): keep
+                    # counting its devices until the cache shows the claim allocated, gone or at another
+                    # version (extender/plugin/fence.py fences it off if nothing else changes it).
                     # Owned by no pod, so no bind (not even this pod's retry) re-allocates the claim
                     # meanwhile: it is "in the process of being allocated".
-                    self.assume.reserve(claim, allocation, f"unsettled:{uid}", ttl_s=UNSETTLED_TTL_S)
+                    self.assume.reserve(claim, allocation, f"unsettled:{uid}", pending_at=pending_at)
             if not isinstance(error, BindError):
                 raise
             self.metrics.bind_failures.labels(stage="write").inc()
@@ -359,13 +409,26 @@ class Scheduler:
             if group_write is not None:
                 self._group_writes.pop(group_write).set_result(None)
         usage = self.checker.node_usage
-        if usage is not None:  # kube-scheduler counts the pod on the node from now on: so do we
+        if usage is not None and binding:  # kube-scheduler counts the pod on the node from now on: so do we
             requests = footprint.requests if footprint is not None else as_fit_units(pod_requests(pod, ()))
             usage.assume(uid, node_name, requests)
         if extended is not None and extended.claim is not None:
             # The created claim, allocated, is in the cache now (the writer stores what it wrote): the
             # in-memory claim's entry, under a UID no watch event will ever confirm, has done its job.
             self.assume.release(extended.claim.uid)
+
+    def _admitted(self, pod: dict | None, namespace: str, name: str, *, uid: str, node_name: str) -> dict:
+        """`pod`, when kube-scheduler could have asked to bind it to `node_name`; otherwise BindFailed,
+        counted by reason (extender.plugin.bindchecks)."""
+        if pod is None:
+            refusal = Refusal("unknown-pod", f"pod {namespace}/{name} is not known to dra-extender")
+        else:
+            found = self.bind_checks.refusal(pod, uid=uid, node_name=node_name)
+            if found is None:
+                return pod
+            refusal = found
+        self.metrics.bind_refusals.labels(reason=refusal.reason).inc()
+        raise BindFailed(refusal.message)
 
     async def _await_pod(self, namespace: str, name: str, *, uid: str) -> dict | None:
         """The pod from the cache, polled for up to BIND_POD_WAIT_S: kube-scheduler may bind a pod that
@@ -379,13 +442,16 @@ class Scheduler:
                 return pod
         return None
 
-    async def _await_group_writes(self, pod: dict) -> None:
-        """Wait while another bind writes the shared claims of this pod's PodGroup."""
+    async def _await_group_writes(self, pod: dict) -> bool:
+        """Wait while another bind writes the shared claims of this pod's PodGroup; whether it waited."""
         if not self.cache.features.enabled(WORKLOAD_CLAIMS) or group_name_of(pod) is None:
-            return
+            return False
         key = f"{(pod.get('metadata') or {}).get('namespace')}/{group_name_of(pod)}"
+        waited = False
         while key in self._group_writes:
+            waited = True
             await asyncio.shield(self._group_writes[key])
+        return waited
 
     def _start_group_write(self, pod: dict) -> str:
         key = f"{(pod.get('metadata') or {}).get('namespace')}/{group_name_of(pod)}"
@@ -511,3 +577,17 @@ class Scheduler:
                 if users <= victim_uids:
                     freed.add(claim.uid or claim.key)
         return freed
+
+
+def _may_still_apply(cached: ResourceClaim | None, pending_at: str) -> bool:
+    """Can a write sent at resourceVersion `pending_at` still apply, as far as the cache knows? Not once
+    the cache holds the claim allocated or at a later version (versions only grow)."""
+    if cached is None:
+        return True
+    if cached.allocation is not None:
+        return False
+    version = metadata_of(cached.raw).get("resourceVersion")
+    try:
+        return version is None or int(version) <= int(pending_at)
+    except (TypeError, ValueError):
+        return version == pending_at

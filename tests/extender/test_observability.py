@@ -26,10 +26,10 @@ async def test_livez_and_verbose_probes(example: ExtenderServer) -> None:
     assert await get(debug + "/livez") == (200, "ok\n")
     assert await get(debug + "/livez?verbose") == (200, "[+]ping ok\nlivez check passed\n")
     assert await get(debug + "/readyz?verbose") == (
-        200, "[+]ping ok\n[+]informer-sync ok\nreadyz check passed\n")
+        200, "[+]ping ok\n[+]informer-sync ok\n[+]leader-election ok\nreadyz check passed\n")
     example.cache.ready = False
     assert await get(debug + "/readyz?verbose") == (
-        503, "[+]ping ok\n[-]informer-sync failed\nreadyz check failed\n")
+        503, "[+]ping ok\n[-]informer-sync failed\n[+]leader-election ok\nreadyz check failed\n")
     assert (await get(debug + "/livez"))[0] == 200  # a cluster slow to list is no reason to restart
 
 

@@ -22,7 +22,7 @@ from extender.http.server import ExtenderServer
 from extender.kube.objects_io import load_objects
 from extender.plugin.claimwriter import ClaimWriter
 from extender.plugin.scheduling import Scheduler
-from extender.plugin.verdicts import CANNOT_ALLOCATE
+from extender.plugin.verdicts import CANNOT_ALLOCATE, Words
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
 
@@ -107,14 +107,14 @@ async def test_prioritize_bind_and_state(example: ExtenderServer) -> None:
     assert (status, body) == (200, {"Error": ""})
     claim = example.cache.claim("default", "single-gpu")
     assert claim.allocation is not None and claim.reserved_for[0]["name"] == "inference"
-    # Binding twice to another node is refused with a message, not an HTTP error.
+    # Binding twice to another node is refused with a message, not an HTTP error, before any attempt.
     again = orjson.loads((PAYLOADS / "bind.json").read_bytes()) | {"Node": "node-2"}
     status, body = await post(base + "/bind", orjson.dumps(again))
-    assert status == 200 and body["Error"]
+    assert status == 200 and "already bound to node node-1" in body["Error"]
 
     status, text = await get(example.urls["debug"] + "/debug/state")
     state = orjson.loads(text)
-    assert status == 200 and state["binds"]["attempts"] == 2 and state["cache"]["ready"] is True
+    assert status == 200 and state["binds"]["attempts"] == 1 and state["cache"]["ready"] is True
     assert {pool["pool"] for pool in state["pools"]} >= {"node-1", "node-2"}
 
 
@@ -379,7 +379,9 @@ async def test_filter_answers_have_exactly_kube_schedulers_shape(small: Extender
     assert body["NodeNames"] == [] and body["FailedNodes"] == {} and body["FailedAndUnresolvableNodes"] == {}
 
 
-async def test_filter_says_why_for_every_node_when_no_node_fits(small: ExtenderServer) -> None:
+async def test_filter_says_why_for_every_node_when_no_node_fits_with_detailed_reasons(
+        small: ExtenderServer) -> None:
+    small.scheduler.reasons = Words.DETAILED
     args = filter_args(small, "p")
     args["NodeNames"] = ["node-1", "node-2"]
     status, body = await post(small.urls["extender"] + "/filter", orjson.dumps(args))
@@ -388,6 +390,16 @@ async def test_filter_says_why_for_every_node_when_no_node_fits(small: ExtenderS
         "node-1": "claim default/c: request gpu: needs 2 devices, 1 matches",
         "node-2": "claim default/c: request gpu: needs 2 devices, 0 match",
     }
+
+
+async def test_filter_speaks_upstreams_words_by_default_when_no_node_fits(small: ExtenderServer) -> None:
+    # kube-scheduler then shows "0/2 nodes are available: 2 cannot allocate all claims." as with the
+    # in-tree plugin; one entry whatever the counts on each node.
+    args = filter_args(small, "p")
+    args["NodeNames"] = ["node-1", "node-2"]
+    status, body = await post(small.urls["extender"] + "/filter", orjson.dumps(args))
+    assert status == 200 and body["NodeNames"] == [] and body["FailedNodes"] == {}
+    assert body["FailedAndUnresolvableNodes"] == {"node-1": CANNOT_ALLOCATE, "node-2": CANNOT_ALLOCATE}
 
 
 async def test_filter_without_node_cache_returns_only_fitting_nodes(small: ExtenderServer) -> None:
