@@ -5,14 +5,18 @@ gets one pod explained (explain reads only that pod's objects)."""
 
 from __future__ import annotations
 
-import subprocess
+import contextlib
+import io
+import logging
 import time
 import uuid
 
 import orjson
 from e2e_api import Api
-from e2e_cluster import DRA_EXTENDER, ControlPlane
+from e2e_cluster import ControlPlane
 from e2e_objects import create_driver, create_pod
+
+from extender.cli import main
 
 
 def _user(control_plane: ControlPlane, api: Api, namespace: str, *, cluster_reads: bool) -> str:
@@ -47,10 +51,19 @@ def _user(control_plane: ControlPlane, api: Api, namespace: str, *, cluster_read
 
 
 def _explain(kubeconfig: str, *args: str) -> tuple[int, str, str, float]:
+    """The command's exit code, output and error, and how long it took, run in this process: the time
+    is the command's own, not the interpreter's start on a busy machine."""
+    out, err = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level  # the command sets up logging for itself
     started = time.monotonic()
-    result = subprocess.run([str(DRA_EXTENDER), "explain", "--kubeconfig", kubeconfig, *args],
-                            capture_output=True, text=True, timeout=120, check=False)
-    return result.returncode, result.stdout, result.stderr, time.monotonic() - started
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["explain", "--kubeconfig", kubeconfig, *args])
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    return code, out.getvalue(), err.getvalue(), time.monotonic() - started
 
 
 def test_a_missing_permission_fails_fast_and_names_what_is_missing(
