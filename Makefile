@@ -5,12 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test e2e-control-plane conformance-upstream browser
+.PHONY: run test dist e2e-control-plane conformance-upstream browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[fast,test]'
+	$(BIN)/python -m pip install --quiet -e '.[fast,test,release]'
 	touch $(STAMP)
 
 # Extra `dra-extender serve` flags go in ARGS, e.g. `make run ARGS="--extender-port 9000 --debug-port 9001"`.
@@ -34,6 +34,12 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
 		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 		|| echo "chromium is not installed: the device map's browser test will skip"
+
+# Every release artifact in dist/, each checked: wheel and sdist (installed into fresh virtualenvs), the
+# Helm chart package, the krew archive and manifest (validated, installed with krew), the container image
+# where docker, podman or buildah works (else skipped, saying why). See release/dist.py.
+dist: $(STAMP)
+	$(BIN)/python release/dist.py $(if $(TAG),--tag $(TAG))
 
 test: $(STAMP) e2e-control-plane conformance-upstream browser
 	$(BIN)/ruff check .

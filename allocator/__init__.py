@@ -64,6 +64,7 @@ from allocator.outcome import PREEMPTION_MAY_HELP, AllocationOutcome, Reason, Re
 from allocator.policies import request_policy_problems
 from allocator.pools import NodePools
 from allocator.quantity import Quantity
+from allocator.reasons import REJECTION_PHRASES
 from allocator.search import Allocator
 from allocator.state import AllocatedState, AllocationReading
 from allocator.taints import tolerates
@@ -72,6 +73,7 @@ __all__ = [
     "DEFAULT_GATES",
     "OPTIONAL_NODE_OPERATIONS",
     "PREEMPTION_MAY_HELP",
+    "REJECTION_PHRASES",
     "AllocatedState",
     "AllocationError",
     "AllocationOutcome",

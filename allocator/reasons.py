@@ -14,7 +14,9 @@ from allocator.outcome import Reason, Rejection
 from allocator.pools import INCOMPLETE, INVALID, DeviceEntry, NodePools
 from allocator.requestdata import RequestData
 
-_PHRASES = {  # in the order messages list them
+# How a message says why devices were turned away, in the order messages list them (devices of other
+# classes are not mentioned: they were never the request's to take).
+REJECTION_PHRASES = {
     Rejection.IN_USE: "in use",
     Rejection.TAINT: "tainted",
     Rejection.COUNTERS: "without enough shared counters",
@@ -88,7 +90,8 @@ def _constraint_losses(constraints: list[Constraint], rd: RequestData, usable: l
 def _message(claim_ref_text: str, rd: RequestData, reason: Reason, note: str = "") -> str:
     label = f"request {rd.base_name}" + (f", subrequest {rd.sub_name}" if rd.sub_name else "")
     noun = "device" if reason.needed == 1 else "devices"
-    details = [f"{reason.rejected[k]} {_PHRASES[k]}" for k in _PHRASES if reason.rejected.get(k)]
+    details = [f"{reason.rejected[k]} {phrase}" for k, phrase in REJECTION_PHRASES.items()
+               if reason.rejected.get(k)]
     text = f"claim {claim_ref_text}: {label}: needs {reason.needed} {noun}, {reason.matching} match"
     if reason.matching == 1:
         text += "es"

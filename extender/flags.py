@@ -26,6 +26,7 @@ from extender.controllers import (
     check_names,
 )
 from extender.http.server import DEFAULT_PREFIX
+from extender.plugin.verdicts import REASONS_CHOICES
 
 if TYPE_CHECKING:
     pass
@@ -88,6 +89,7 @@ def add_scoring_argument(parser: argparse.ArgumentParser | argparse._ArgumentGro
 def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
     sched = parser.add_argument_group("scheduling")
     add_scoring_argument(sched)
+    add_reasons_argument(sched)
     sched.add_argument(
         "--filter-holds-devices",
         action="store_true",
@@ -101,6 +103,17 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "are unchanged",
     )
     sched.add_argument(
+        "--requeue-claim",
+        metavar="NAMESPACE/NAME",
+        default=SCHEDULER.requeue_claim,
+        help="a ResourceClaim of our own (created when missing, never allocated) that we update when a "
+        "ResourceSlice or DeviceTaintRule changes while pods we found no node for wait: kube-scheduler "
+        "retries the pods an extender rejected on ResourceClaim events, not on ResourceSlice ones, so "
+        "without it such a pod waits for an unrelated event or up to podMaxInUnschedulablePodsDuration "
+        "(5 minutes). Needs create and update of resourceclaims there (deploy/ sets "
+        "dra-extender/dra-extender-requeue; default: off)",
+    )
+    sched.add_argument(
         "--hold-timeout",
         type=parse_positive_duration,
         default=SCHEDULER.hold_timeout_s,
@@ -111,8 +124,9 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "--node-timeout",
         type=parse_positive_duration,
         default=SCHEDULER.node_timeout_s,
-        help="seconds one node's device search may run (filter, bind, explain); a node that takes longer "
-        "is 'timed out', not 'does not fit'. The search holds the event loop meanwhile "
+        help="seconds one node's device search may run (filter, bind, explain), as the in-tree plugin's "
+        "filterTimeout; a node that takes longer is 'timed out', not 'does not fit'. The search holds the "
+        "event loop meanwhile "
         f"(default {SCHEDULER.node_timeout_s:g})",
     )
     sched.add_argument(
@@ -122,13 +136,30 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds one filter (and prioritize, preempt) may spend on all its nodes together; nodes not "
         "checked by then count as timed out. Keep it below kube-scheduler's extender httpTimeout (5 s "
         "unless set; deploy/ sets 10 s) minus --node-timeout. Timed-out nodes are resolvable failures "
-        "when another node fits; when none fits, filter answers with an error and kube-scheduler "
-        f"retries the pod after its backoff (default {SCHEDULER.filter_timeout_s:g})",
+        "when another node fits; when none fits, filter answers with an Error (with --reasons=upstream, the "
+        "in-tree plugin's 'node NAME: timed out trying to allocate devices') and kube-scheduler retries the "
+        f"pod after its backoff (default {SCHEDULER.filter_timeout_s:g})",
+    )
+
+
+def add_reasons_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--reasons",
+        choices=REASONS_CHOICES,
+        default=SCHEDULER.reasons,
+        help="how filter answers for the nodes a pod does not fit: 'upstream' gives the in-tree "
+        "DynamicResources plugin's words and statuses, so kube-scheduler's FailedScheduling line reads and "
+        "aggregates as with that plugin and preemption is not tried for a node short of devices, and our "
+        "explanation goes into a DRAExplanation event of the pod; 'detailed' gives our own reason per node "
+        "(counts of devices and why they were turned away) and lets preemption try the nodes where "
+        f"evicting pods could free devices (default {SCHEDULER.reasons})",
     )
 
 
 def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
     return SchedulerOptions(
+        reasons=args.reasons,
+        requeue_claim=args.requeue_claim,
         scoring=args.scoring,
         hold_devices=args.filter_holds_devices,
         hold_timeout_s=args.hold_timeout,

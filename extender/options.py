@@ -20,11 +20,13 @@ from common.rules import (
 from extender.controllers import (
     ControllerOptions,
 )
+from extender.plugin.requeue import parse_claim_ref
 from extender.plugin.scheduling import (
     DEFAULT_FILTER_TIMEOUT_S,
     DEFAULT_HOLD_TTL_S,
     DEFAULT_NODE_TIMEOUT_S,
 )
+from extender.plugin.verdicts import REASONS_CHOICES, Words
 
 if TYPE_CHECKING:
     pass
@@ -58,10 +60,19 @@ class SchedulerOptions:
     node_timeout_s: float = DEFAULT_NODE_TIMEOUT_S
     filter_timeout_s: float = DEFAULT_FILTER_TIMEOUT_S
     filter_cache: bool = True
+    reasons: str = Words.UPSTREAM.value  # --reasons: the words of failed nodes in filter's answer
+    requeue_claim: str = ""  # --requeue-claim NAMESPACE/NAME ("": no nudge)
 
     def __post_init__(self) -> None:
         if self.scoring not in SCORING_POLICIES:
             raise OptionsError(f"--scoring: {self.scoring!r} is not one of {', '.join(SCORING_POLICIES)}")
+        if self.reasons not in REASONS_CHOICES:
+            raise OptionsError(f"--reasons: {self.reasons!r} is not one of {', '.join(REASONS_CHOICES)}")
+        if self.requeue_claim:
+            try:
+                parse_claim_ref(self.requeue_claim)
+            except ValueError as error:
+                raise OptionsError(f"--requeue-claim: {error}") from None
         timeouts = (("--hold-timeout", self.hold_timeout_s), ("--node-timeout", self.node_timeout_s),
                     ("--filter-timeout", self.filter_timeout_s))
         for flag, seconds in timeouts:

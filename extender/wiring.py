@@ -26,10 +26,15 @@ from extender.controllers import (
     Controllers,
     start_controllers,
 )
+from extender.controllers.clock import RealClock
+from extender.kube.events import EventRecorder
 from extender.plugin.authority import Authority
+from extender.plugin.explanation import Explanations
+from extender.plugin.requeue import RequeueNudge, parse_claim_ref
 from extender.plugin.scheduling import (
     Scheduler,
 )
+from extender.plugin.verdicts import Words
 from extender.state.cache import ClusterCache
 from extender.state.lookup import ClusterCacheLookup
 from webhook.server import WebhookServer
@@ -52,6 +57,8 @@ from extender.options import (
 from extender.tuning import after_sync
 
 log = logging.getLogger(__name__)
+
+EVENT_COMPONENT = "dra-extender"  # the source of the pod Events the scheduler writes
 
 
 # Picks the CEL engine for every command (`dra-extender --version` names the one in use).
@@ -125,6 +132,7 @@ def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER, *,
         node_deadline_s=options.node_timeout_s,
         filter_deadline_s=options.filter_timeout_s,
         filter_cache=FilterCache(cluster.cache, assume) if options.filter_cache else None,
+        reasons=Words(options.reasons),
     )
 
 
@@ -201,6 +209,20 @@ class App:
         in_cluster = self.cluster.client is not None
         self.scheduler = build_scheduler(self.cluster, options.scheduler,
                                          authority=Authority() if in_cluster else None)
+        recorder: EventRecorder | None = None
+        if self.cluster.client is not None:  # in snapshot mode there is nobody to tell
+            recorder = EventRecorder(self.cluster.client, RealClock(), EVENT_COMPONENT)
+            recorder.start()
+            stack.push_async_callback(recorder.stop)
+            self.scheduler.explanations = Explanations(recorder)
+            if options.scheduler.requeue_claim:
+                namespace, name = parse_claim_ref(options.scheduler.requeue_claim)
+                nudge = RequeueNudge(self.cluster.client, namespace, name)
+                self.cluster.cache.subscribe(nudge.on_change)
+                stack.push_async_callback(nudge.stop)
+                self.scheduler.requeue = nudge
+        elif options.scheduler.requeue_claim:
+            log.warning("--requeue-claim needs an API server: not used in snapshot mode")
         self.server = ExtenderServer(
             self.scheduler,
             watch_health=self.cluster.watcher.health if self.cluster.watcher else None,
@@ -222,31 +244,24 @@ class App:
         if self.webhook is not None:  # otherwise build_webhook logged why the port stays closed
             await self.webhook.start()
             stack.push_async_callback(self.webhook.stop)
-        if in_cluster:
-            await self._start_stewardship(stack)
+        if recorder is not None:
+            await self._start_stewardship(stack, recorder)
         self.controllers = await controllers_for(options.controllers, self.cluster,
                                                  registry=self.server.metrics.registry)
         if self.controllers is not None:
             self.server.add_state("controllers", self.controllers.state)
             stack.push_async_callback(self.controllers.stop)
 
-    async def _start_stewardship(self, stack: AsyncExitStack) -> None:
+    async def _start_stewardship(self, stack: AsyncExitStack, events: EventRecorder) -> None:
         """The fence, the sweeper of half-written claims and the repair of pods bound without their
-        devices (extender/plugin/fence.py, repair.py), and the events the repair records."""
-        from extender.controllers.clock import RealClock
-        from extender.controllers.events import EventRecorder
+        devices (extender/plugin/fence.py, repair.py), which records its events with `events`."""
         from extender.plugin.claimwriter import ClaimWriter
         from extender.plugin.fence import ClaimFence, HalfWrittenSweeper, Stewardship
         from extender.plugin.repair import BoundPodRepair
 
-        client = self.cluster.client
-        assert client is not None
         writer = self.scheduler.writer
         assert isinstance(writer, ClaimWriter)
         cache, authority = self.cluster.cache, self.scheduler.authority
-        events = EventRecorder(client, RealClock(), "dra-extender")
-        events.start()
-        stack.push_async_callback(events.stop)
         fence = ClaimFence(cache, writer, authority)
         sweeper = HalfWrittenSweeper(cache, writer, authority)
         repair = BoundPodRepair(self.scheduler, report=lambda pod, reason, message: events.record(

@@ -26,7 +26,6 @@ from common.objects import metadata_of
 from extender.controllers.claims import ClaimIndex
 from extender.controllers.clock import Clock, RealClock
 from extender.controllers.driver_loss import DEFAULT_GRACE_PERIOD_S, DriverLossTracker
-from extender.controllers.events import EventRecorder
 from extender.controllers.evictor import PodEvictor, PodRef
 from extender.controllers.leader import LeaderElector
 from extender.controllers.metrics import ControllerMetrics
@@ -34,6 +33,7 @@ from extender.controllers.pools import PoolIndex
 from extender.controllers.taint_eviction import RuleRef, TaintEvictionController
 from extender.controllers.workqueue import RateLimiter, WorkQueue
 from extender.kube.client import KubeClient
+from extender.kube.events import EventRecorder
 
 log = logging.getLogger(__name__)
 

@@ -51,11 +51,6 @@ def parse_time(text: str) -> float:
     return parsed.timestamp()
 
 
-def format_time(epoch: float) -> str:
-    """metav1.Time: whole seconds, UTC."""
-    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def format_micro_time(epoch: float) -> str:
     """metav1.MicroTime, as Leases use it."""
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

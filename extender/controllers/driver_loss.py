@@ -22,10 +22,10 @@ from extender.controllers.claims import (
     result_device,
 )
 from extender.controllers.clock import Clock, TimerHandle
-from extender.controllers.events import EventRecorder
 from extender.controllers.evictor import DRIVER_LOST, Eviction, PodEvictor, PodRef, Reason
 from extender.controllers.pools import PoolId, PoolIndex
 from extender.controllers.taint_eviction import PodLookup
+from extender.kube.events import EventRecorder
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from common.objects import metadata_of
-from extender.controllers.clock import Clock, format_time
-from extender.controllers.events import EventRecorder
+from extender.controllers.clock import Clock
 from extender.controllers.metrics import ControllerMetrics
+from extender.kube.events import EventRecorder, format_time
 
 log = logging.getLogger(__name__)
 

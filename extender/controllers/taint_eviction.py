@@ -24,11 +24,12 @@ from extender.controllers.claims import (
     pod_claim_keys,
     result_device,
 )
-from extender.controllers.clock import Clock, format_time
+from extender.controllers.clock import Clock
 from extender.controllers.evictor import Eviction, PodEvictor, PodRef, Reason
 from extender.controllers.pools import DeviceId, PoolId, PoolIndex
 from extender.controllers.rule_status import current_condition, eviction_condition, same_condition
 from extender.controllers.tolerations import NO_EXECUTE, eviction_time
+from extender.kube.events import format_time
 from extender.plugin.podgroups import reserved_for_pod
 
 log = logging.getLogger(__name__)

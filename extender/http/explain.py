@@ -55,7 +55,7 @@ async def explain_pod(
     nodes: Iterable[str] | None = None,
     *,
     driver_lost: list[dict[str, Any]] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The explanation as a JSON-ready dict. Raises ExplainError for an unknown pod or node.
 
     Nodes are checked like filter's (yielding to other requests every few ms, so explaining a pod on

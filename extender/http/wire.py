@@ -35,7 +35,7 @@ def _decode_object(body: bytes, what: str) -> dict[str, Any]:
 # The Pod fields the extender reads, with the JSON type Go's decoder requires of them (None: any).
 # kube-scheduler cannot send anything else, so a body that differs is not from it: say what differs
 # instead of failing somewhere inside scheduling.
-_OBJECT_FIELDS: dict[str, tuple[type, dict | None]] = {
+_OBJECT_FIELDS: dict[str, tuple[type, dict[str, Any] | None]] = {
     "metadata": (dict, {"name": (str, None), "namespace": (str, None), "uid": (str, None),
                         "annotations": (dict, str), "labels": (dict, str), "ownerReferences": (list, dict)}),
     "spec": (dict, {"nodeName": (str, None), "schedulerName": (str, None),
@@ -82,7 +82,7 @@ def _check_member(entry: Any, inner: Any, where: str) -> None:
         raise BadRequest(f"{where} must be {_JSON_TYPE[inner]}, got {type(entry).__name__}")
 
 
-def _pod(fields: Mapping[str, Any], what: str) -> dict:
+def _pod(fields: Mapping[str, Any], what: str) -> dict[str, Any]:
     pod = fields.get("pod")
     if not isinstance(pod, dict):
         raise BadRequest(f"{what}: Pod must be a v1.Pod object")
@@ -114,9 +114,9 @@ def _check_node_count(nodes: Any, verb: str) -> None:
 class ExtenderArgs:
     """Filter and prioritize input. With nodeCacheCapable only names come; otherwise full Nodes."""
 
-    pod: dict
+    pod: dict[str, Any]
     node_names: list[str]
-    node_objects: dict[str, dict] | None  # name -> v1.Node when kube-scheduler sent a NodeList
+    node_objects: dict[str, dict[str, Any]] | None  # name -> v1.Node when kube-scheduler sent a NodeList
 
     @property
     def node_cache_capable(self) -> bool:
@@ -131,7 +131,7 @@ def parse_extender_args(body: bytes, verb: str) -> ExtenderArgs:
     if node_list is not None:
         if not isinstance(node_list, dict) or not isinstance(node_list.get("items") or [], list):
             raise BadRequest(f"{verb}: Nodes must be a v1.NodeList object with items")
-        objects: dict[str, dict] = {}
+        objects: dict[str, dict[str, Any]] = {}
         _check_node_count(node_list.get("items") or [], verb)
         for index, node in enumerate(node_list.get("items") or []):
             meta = node.get("metadata") if isinstance(node, dict) else None
@@ -156,7 +156,7 @@ def encode_filter_result(
     """ExtenderFilterResult. `NodeNames` is always a list in nodeCacheCapable mode: kube-scheduler
     treats null NodeNames and null Nodes as "no node fits"."""
     if args.node_objects is None:
-        nodes: dict | None = None
+        nodes: dict[str, Any] | None = None
         names: list[str] | None = passed
     else:
         nodes = {"metadata": {}, "items": [args.node_objects[name] for name in passed]}
@@ -209,11 +209,11 @@ def encode_binding_result(error: str) -> bytes:
 
 @dataclass(frozen=True)
 class PreemptionArgs:
-    pod: dict
-    victims: dict[str, dict]  # node -> MetaVictims {"Pods": [{"UID": ...}], "NumPDBViolations": n}
+    pod: dict[str, Any]
+    victims: dict[str, dict[str, Any]]  # node -> MetaVictims {"Pods": [{"UID": ...}], "NumPDBViolations": n}
 
 
-def _meta_victims(node: str, value: Any, *, full_pods: bool) -> dict:
+def _meta_victims(node: str, value: Any, *, full_pods: bool) -> dict[str, Any]:
     if value is None:
         return {"Pods": [], "NumPDBViolations": 0}
     if not isinstance(value, dict):
@@ -253,5 +253,5 @@ def parse_preemption_args(body: bytes) -> PreemptionArgs:
     return PreemptionArgs(pod, victims)
 
 
-def encode_preemption_result(victims: Mapping[str, dict]) -> bytes:
+def encode_preemption_result(victims: Mapping[str, dict[str, Any]]) -> bytes:
     return orjson.dumps({"NodeNameToMetaVictims": dict(victims)})

@@ -20,7 +20,7 @@ import orjson
 from yarl import URL
 
 from extender.kube import credentials
-from extender.kube.transport import AiohttpStreams, PooledRequests, Requests, Streams
+from extender.kube.transport import MAX_HEADER_SETS, AiohttpStreams, PooledRequests, Requests, Streams
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -40,7 +40,7 @@ class KubeConfigError(Exception):
 class ApiError(Exception):
     """A non-2xx answer from the API server, with the fields of its metav1.Status body."""
 
-    def __init__(self, status: int, reason: str, message: str, body: dict | None = None) -> None:
+    def __init__(self, status: int, reason: str, message: str, body: dict[str, Any] | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
@@ -70,7 +70,7 @@ class ApiError(Exception):
         )
 
 
-def _status_body(data: bytes) -> dict:
+def _status_body(data: bytes) -> dict[str, Any]:
     try:
         body = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -111,6 +111,7 @@ class KubeClient:
         self._context: ssl.SSLContext | None = None   # built by _tls_context() on first use
         self._requests: Requests | None = None
         self._streams: Streams | None = None
+        self._header_sets: dict[tuple[str | None, str | None], Mapping[str, str]] = {}
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -184,23 +185,23 @@ class KubeClient:
 
     # ---- requests -----------------------------------------------------------------------------
 
-    async def get(self, path: str) -> dict:
+    async def get(self, path: str) -> dict[str, Any]:
         return await self._request("GET", path)
 
-    async def list(self, path: str, **params: Any) -> dict:
+    async def list(self, path: str, **params: Any) -> dict[str, Any]:
         """GET a collection. Keyword arguments become query parameters (labelSelector=..., limit=...)."""
         return await self._request("GET", path, params=params)
 
-    async def create(self, path: str, body: dict) -> dict:
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._request("POST", path, body=body)
 
-    async def update(self, path: str, body: dict) -> dict:
+    async def update(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._request("PUT", path, body=body)
 
-    async def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH) -> dict:
+    async def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH) -> dict[str, Any]:
         return await self._request("PATCH", path, body=body, content_type=content_type)
 
-    async def delete(self, path: str, *, preconditions: dict | None = None) -> dict:
+    async def delete(self, path: str, *, preconditions: dict[str, Any] | None = None) -> dict[str, Any]:
         body = None
         if preconditions:
             body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
@@ -215,7 +216,7 @@ class KubeClient:
         allow_bookmarks: bool = True,
         inactivity_timeout_s: float = WATCH_INACTIVITY_S,
         **params: Any,
-    ) -> AsyncGenerator[dict, None]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Stream watch events ({"type", "object"}) of a collection from `resource_version`.
 
         ERROR events are raised as ApiError (410 Gone when the version is too old). The iterator ends
@@ -255,7 +256,7 @@ class KubeClient:
     # ---- internals ----------------------------------------------------------------------------
 
     @staticmethod
-    def _watch_event(line: bytes) -> dict:
+    def _watch_event(line: bytes) -> dict[str, Any]:
         try:
             event = orjson.loads(line)
         except orjson.JSONDecodeError as err:
@@ -266,16 +267,24 @@ class KubeClient:
             raise ApiError.from_status(event["object"], 500)
         return event
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        """The headers of every request and watch, with the credentials read now."""
-        headers = {"User-Agent": USER_AGENT, "Accept": JSON}
+    def _headers(self, content_type: str | None = None) -> Mapping[str, str]:
+        """The headers of every request and watch, with the credentials read now: the same mapping
+        again while the credentials and content type are the same (never change it)."""
         token = self._auth() if self._auth else None
-        if token:
-            if "\r" in token or "\n" in token:
-                raise KubeConfigError("the Authorization header read from the credentials has a line break")
-            headers["Authorization"] = token
-        if content_type:
-            headers["Content-Type"] = content_type
+        key = (token, content_type)
+        headers = self._header_sets.get(key)
+        if headers is None:
+            headers = {"User-Agent": USER_AGENT, "Accept": JSON}
+            if token:
+                if "\r" in token or "\n" in token:
+                    raise KubeConfigError("the Authorization header read from the credentials has a line "
+                                          "break")
+                headers["Authorization"] = token
+            if content_type:
+                headers["Content-Type"] = content_type
+            if len(self._header_sets) >= MAX_HEADER_SETS:
+                self._header_sets.clear()
+            self._header_sets[key] = headers
         return headers
 
     def _reread_credentials(self) -> bool:
@@ -342,7 +351,7 @@ class KubeClient:
         return (url.with_query(_query(params)) if params else url).raw_path_qs
 
     async def _request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-                       body: Any = None, content_type: str = JSON) -> dict:
+                       body: Any = None, content_type: str = JSON) -> dict[str, Any]:
         data = orjson.dumps(body) if body is not None else None
         target = self._target(path, params)
         requests = self._requests_()

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 class Replacing(Protocol):
     """The complete contents of one kind, arriving object by object (a re-list)."""
 
-    def add(self, raw: dict) -> None: ...
+    def add(self, raw: dict[str, Any]) -> None: ...
 
     def finish(self) -> None: ...
 
@@ -43,7 +43,7 @@ class WatchSink(Protocol):
 
     def apply(self, kind: str, event_type: str, raw: object) -> None: ...
 
-    def replace(self, kind: str, items: Iterable[dict]) -> None: ...
+    def replace(self, kind: str, items: Iterable[dict[str, Any]]) -> None: ...
 
     def replacing(self, kind: str) -> Replacing: ...
 
@@ -155,7 +155,7 @@ class _Relist(Exception):
     """The watch cannot resume from the version it has; list again."""
 
 
-def _handed_over(items: list) -> Iterator[Any]:
+def _handed_over(items: list[Any]) -> Iterator[Any]:
     """The items of a list response, each dropped from the list as it is handed to the cache: the cache
     keeps a slim or shared copy, and the decoded original can be freed at once rather than after the
     whole list (a list of 20,000 full pods would otherwise stay alive beside the cache's copies)."""

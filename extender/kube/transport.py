@@ -54,6 +54,10 @@ class Streams(Protocol):
     async def close(self) -> None: ...
 
 
+# Distinct header sets kept rendered (content types times credentials seen lately).
+MAX_HEADER_SETS = 16
+
+
 class PooledRequests:
     """Requests over HttpPool's kept-alive HTTP/1.1 connections."""
 
@@ -61,14 +65,26 @@ class PooledRequests:
                  server_hostname: str | None, host_header: str) -> None:
         self.pool = HttpPool(host, port, ssl_context=ssl_context, server_hostname=server_hostname)
         self._host_line = f" HTTP/1.1\r\nHost: {host_header}\r\n"
+        # Header sets rendered as header lines, by identity: KubeClient hands the same mapping again
+        # while the credentials and content type stay the same, so most requests render nothing.
+        self._rendered: dict[int, tuple[Mapping[str, str], str]] = {}
 
     async def send(self, method: str, target: str, headers: Mapping[str, str],
                    body: bytes | None) -> tuple[int, bytes]:
-        head = method + " " + target + self._host_line + "".join(
-            f"{name}: {value}\r\n" for name, value in headers.items())
+        head = method + " " + target + self._host_line + self._lines(headers)
         if body is not None:
             head += f"Content-Length: {len(body)}\r\n"
         return await self.pool.request(method, (head + "\r\n").encode("latin-1"), body)
+
+    def _lines(self, headers: Mapping[str, str]) -> str:
+        rendered = self._rendered.get(id(headers))
+        if rendered is not None and rendered[0] is headers:
+            return rendered[1]
+        lines = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+        if len(self._rendered) >= MAX_HEADER_SETS:
+            self._rendered.clear()
+        self._rendered[id(headers)] = (headers, lines)   # the mapping is kept: its id stays its own
+        return lines
 
     async def close(self) -> None:
         self.pool.close()

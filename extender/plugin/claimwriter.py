@@ -190,7 +190,7 @@ class _ApiStore:
             more: dict[str, str] = {"continue": token} if token else {}
             page = await self.client.list(ALL_CLAIMS, limit=LIST_PAGE, **more)
             items += page.get("items") or []
-            token = (page.get("metadata") or {}).get("continue")
+            token = metadata_of(page).get("continue")
             if not token:
                 return items
 

@@ -27,26 +27,22 @@ never uses this cache: it always re-checks against the current state.
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, NamedTuple, cast
 
-import orjson
-
-from allocator import PREEMPTION_MAY_HELP, AllocatedState, AllocationOutcome, Node, ResourceClaim
+from allocator import AllocatedState, AllocationOutcome, Node
 from common.objects import metadata_of
-from extender.plugin.scoring import NodeFit
+from extender.plugin.evaluation import SEARCH, FitMemo, Known, KnownFor, NodeEvaluation
 from extender.plugin.twins import TwinKey, TwinVerdicts
+from extender.plugin.verdicts import ClaimRefs, ClaimsSignature, claims_signature, renames, unresolvable
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
 
+if TYPE_CHECKING:
+    from extender.plugin.planning import PodPlan
+
 PoolId = tuple[str, str]
-# Claims as (key, uid) each, in order.
-ClaimRefs = tuple[tuple[str, str], ...]
 
-
-class ClaimsSignature(NamedTuple):
-    spec: str  # what an outcome depends on: the claims' namespace and specs
-    claims: ClaimRefs  # which claims an outcome is computed for
 
 
 class _NodeMemo(NamedTuple):
@@ -74,15 +70,6 @@ class _InFlight(NamedTuple):
     allocation: dict  # compared by identity: an id() could be reused once the old one is freed
     pools: frozenset[PoolId]
 
-
-class MemoisedFit(NamedTuple):
-    """A node's fit for prioritize (placement.py) and the outcome it was worked out for."""
-
-    outcome: AllocationOutcome  # compared by identity
-    fit: NodeFit
-
-
-FitMemo = dict[str, MemoisedFit]
 
 
 class _Snapshot:
@@ -182,13 +169,6 @@ class FilterCache:
         self._in_flight = current
 
     # ---- lookups ------------------------------------------------------------------------------
-
-    @staticmethod
-    def claims_signature(claims: Sequence[ResourceClaim]) -> ClaimsSignature:
-        spec = orjson.dumps(
-            [[claim.namespace, claim.raw.get("spec")] for claim in claims], option=orjson.OPT_SORT_KEYS
-        ).decode()  # a compact str: orjson's bytes keep their whole write buffer alive in every key
-        return ClaimsSignature(spec, tuple((claim.key, claim.uid) for claim in claims))
 
     def node_key(self, node: Node) -> tuple[int, ...]:
         """What the outcome of any claims on `node` depends on besides the claims, as of now: a token
@@ -361,11 +341,59 @@ class FilterCache:
                 **self.twins.stats()}
 
 
-def unresolvable(outcome: AllocationOutcome) -> bool:
-    """Could evicting pods free what the node lacks? If not, preemption need not try the node."""
-    return PREEMPTION_MAY_HELP.isdisjoint(outcome.rejection_keys())
 
+class CachedEvaluation:
+    """A NodeEvaluation (the allocator's search, by default) with this cache around it: outcomes the
+    cache has are answered from it, fresh ones are stored for the next filter of the same claims, and
+    a miss a twin node answers costs no search."""
 
-def renames(old: ClaimRefs, new: ClaimRefs) -> dict[str, str]:
-    """Claim key of `old` -> claim key of `new`, position by position (AllocationOutcome.for_claims)."""
-    return {old_key: new_key for (old_key, _), (new_key, _) in zip(old, new, strict=True)}
+    def __init__(self, cache: FilterCache, inner: NodeEvaluation = SEARCH) -> None:
+        self.cache = cache
+        self.inner = inner
+
+    def prepare(self, plan: PodPlan) -> None:
+        """Key the plan's claims, as of the in-flight allocations now (the plan's view, made later,
+        reads through to the allocated state, which has not changed while the epoch has not moved)."""
+        if plan.signature is None and plan.to_allocate:
+            self.cache.sync_in_flight()
+            plan.signature = claims_signature(plan.to_allocate)
+            plan.cache_epoch = self.cache.epoch
+        self.inner.prepare(plan)
+
+    def known(self, plan: PodPlan, node: Node) -> tuple[object, Known | None]:
+        if plan.signature is None:
+            return self.inner.known(plan, node)
+        node_key, outcome, computed_for, beyond_eviction = self.cache.get(plan.signature, node)
+        return node_key, None if outcome is None else (outcome, computed_for, beyond_eviction)
+
+    def evaluate(self, plan: PodPlan, node: Node, handle: object,
+                 search: Callable[[], AllocationOutcome]) -> AllocationOutcome:
+        signature, cache = plan.signature, self.cache
+        if signature is None or handle is None:
+            return self.inner.evaluate(plan, node, handle, search)
+        assert plan.view is not None  # made by the search's allocator before this is called
+        twin_key, outcome = cache.twin(signature, node, plan.view)
+        if outcome is None:
+            outcome = self.inner.evaluate(plan, node, None, search)
+            if twin_key is not None:
+                cache.put_twin(signature, twin_key, node, outcome)
+        if cache.epoch == plan.cache_epoch:
+            cache.put(signature, cast(tuple, handle), outcome, node=node.name)
+        return outcome
+
+    def known_for(self, plan: PodPlan, names: Iterable[str],
+                  node_of: Callable[[str], Node | None]) -> list[KnownFor]:
+        if plan.signature is None:
+            return self.inner.known_for(plan, names, node_of)
+        return self.cache.hits_for(plan.signature, names, node_of)
+
+    def refresh(self, plan: PodPlan) -> None:
+        if plan.signature is not None:
+            self.cache.sync_in_flight()
+        self.inner.refresh(plan)
+
+    def fits_memo(self, plan: PodPlan) -> FitMemo | None:
+        """The fits of the plan's claims while the plan's view is current (see NodeScorer)."""
+        if plan.signature is None or plan.cache_epoch != self.cache.epoch:
+            return self.inner.fits_memo(plan)
+        return self.cache.fits_memo(plan.signature.spec)

@@ -15,7 +15,7 @@ from common.claimrefs import pod_key, pod_uid
 from extender.plugin.nodecheck import NodeChecker
 from extender.plugin.placement import NodeScorer
 from extender.plugin.planning import Planner, PodPlan, SchedulingError
-from extender.plugin.verdicts import FilterResult, NodeVerdict, Reason, answer
+from extender.plugin.verdicts import FilterResult, NodeVerdict, Reason, Words, answer
 from extender.state.assume import AssumeCache
 
 log = logging.getLogger(__name__)
@@ -41,13 +41,13 @@ class FilterHolds:
         self.ttl_s = ttl_s
         self._holds: dict[str, Hold] = {}  # by pod UID
 
-    def hold_best(self, pod: dict, *, plan: PodPlan, verdicts: dict[str, NodeVerdict], brief: bool,
+    def hold_best(self, pod: dict, *, plan: PodPlan, verdicts: dict[str, NodeVerdict], words: Words,
                   pod_holds: bool) -> FilterResult:
         """Pick the best node now and keep its devices in flight until bind: the pod's own claims when
         `pod_holds`, the plan's PodGroup's shared claims always (for the group)."""
         fitting = [v for v in verdicts.values() if v.fits]
         if not fitting:
-            return answer(verdicts, brief=brief)
+            return answer(verdicts, words=words)
         scores = self.scorer.scores(pod, fitting=fitting, plan=plan)
         best = fitting[0]  # the first of the best-scored nodes, in kube-scheduler's order
         for verdict in fitting[1:]:
@@ -61,7 +61,7 @@ class FilterHolds:
         except SchedulingError as error:
             return FilterResult([], {}, {}, str(error))
         if not best.fits:
-            return answer({**verdicts, best.node: best}, brief=brief)
+            return answer({**verdicts, best.node: best}, words=words)
         chosen = zip(current.to_allocate, best.outcome.allocations if best.outcome else [], strict=True)
         uid = pod_uid(pod)
         held: list[HeldClaim] = []
@@ -85,7 +85,7 @@ class FilterHolds:
                 name, fits=False, message=elsewhere, reason=Reason.HELD_ELSEWHERE)
             for name, verdict in verdicts.items()
         }
-        return answer(answered, brief=brief)
+        return answer(answered, words=words)
 
     def release(self, uid: str) -> None:
         """Free the pod's held devices (a new filter for it, a bind elsewhere, the pod deleted)."""

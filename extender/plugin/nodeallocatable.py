@@ -478,6 +478,9 @@ class NodeUsage:
 
 # ---- the check -----------------------------------------------------------------------------------------
 
+_UPSTREAM_ORDER = {"cpu": 0, "memory": 1, "ephemeral-storage": 2}
+
+
 @dataclass(frozen=True)
 class NodeFit:
     """The pod's node allocatable footprint on one node and whether the node can hold it."""
@@ -486,6 +489,9 @@ class NodeFit:
     requests: dict[str, int]  # the pod's, in fit units, with the claims' part
     problem: str | None = None
     unresolvable: bool = False
+    # Upstream's words for the problem: its first reason only ("Insufficient cpu"), as an extender
+    # gives one message per node where the in-tree plugin's status may list several.
+    words: str | None = None
 
 
 def node_allocatable(node: Node) -> dict[str, int]:
@@ -548,18 +554,23 @@ def fit(demand: PodDemand, uses: Iterable[ClaimUse], pod_claim_names: Mapping[st
     requested = usage.requested(node.name, evicting=evicting)
     problems = []
     unresolvable = False
+    short: list[str] = []
     for name in sorted(requests):
         wanted = requests[name]
         capacity, used = allocatable.get(name, 0), requested.get(name, 0)
         if wanted <= 0 or wanted <= capacity - used:
             continue
+        short.append(name)
         unresolvable = unresolvable or wanted > capacity
         through_claims = _shown(name, claims_part.get(name, 0))
         problems.append(
             f"Insufficient {name}: the pod requests {_shown(name, wanted)} ({through_claims} of it for its "
             f"claims' devices), the node has {_shown(name, max(capacity - used, 0))} of "
             f"{_shown(name, capacity)} allocatable free")
-    return NodeFit(statuses, requests, "; ".join(problems) or None, unresolvable)
+    # Upstream checks cpu, memory and ephemeral-storage in that order, then hugepages.
+    first = min(short, key=lambda name: (_UPSTREAM_ORDER.get(name, len(_UPSTREAM_ORDER)), name), default=None)
+    return NodeFit(statuses, requests, "; ".join(problems) or None, unresolvable,
+                   f"Insufficient {first}" if first is not None else None)
 
 
 def node_usage(cache: ClusterCache) -> NodeUsage | None:

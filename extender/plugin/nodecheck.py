@@ -3,8 +3,8 @@
 The in-tree plugin's Filter per node. Every node check goes through `NodeChecker`: filter, prioritize,
 preempt and explain through `check_all` (yielding to other requests), bind and the filter hold through
 `check` (synchronous, so the caller can reserve the outcome before anything else runs). Outcomes come
-from the FilterCache while the node's pools are unchanged; prioritize reuses the verdicts of the same
-pod's filter.
+from a NodeEvaluation (extender.plugin.evaluation: the filter cache around the allocator's search, or
+the search alone); prioritize reuses the verdicts of the same pod's filter.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from allocator import (
     takes_skipped_node_operations,
 )
 from common.objects import metadata_of
-from extender.plugin.filtercache import MAX_SNAPSHOTS, FilterCache
+from extender.plugin.evaluation import SEARCH, NodeEvaluation
+from extender.plugin.filtercache import MAX_SNAPSHOTS
 from extender.plugin.nodeallocatable import (
     ClaimUse,
     NodeAllocatableError,
@@ -38,6 +39,7 @@ from extender.plugin.nodeallocatable import (
 )
 from extender.plugin.planning import Planner, PodPlan, SchedulingError
 from extender.plugin.verdicts import (
+    NOT_AVAILABLE,
     UNKNOWN_NODE,
     NodeVerdict,
     Reason,
@@ -63,16 +65,16 @@ RESULT_PODS = 64
 # Claim specs whose fits verdicts are kept for reuse (a dict entry per node each): as many as the filter
 # cache keeps snapshots for.
 FITTING_SPECS = MAX_SNAPSHOTS
-NODE_OPERATIONS_MESSAGE = ("resourceclaim not available on the node: its devices skip node operations, and "
-                           "the node does not declare DRAOptionalNodeOperations in status.declaredFeatures")
+NODE_OPERATIONS_MESSAGE = (f"{NOT_AVAILABLE}: its devices skip node operations, and the node does not "
+                           "declare DRAOptionalNodeOperations in status.declaredFeatures")
 
 
 class NodeChecker:
-    def __init__(self, cache: ClusterCache, planner: Planner, *, filter_cache: FilterCache | None,
+    def __init__(self, cache: ClusterCache, planner: Planner, *, evaluation: NodeEvaluation = SEARCH,
                  node_deadline_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.cache = cache
         self.planner = planner
-        self.filter_cache = filter_cache
+        self.evaluation = evaluation
         self.node_deadline_s = node_deadline_s
         self.clock = clock
         self.node_usage = node_usage(cache)
@@ -108,10 +110,10 @@ class NodeChecker:
     ) -> NodeVerdict:
         """Does the pod fit this node? Raises SchedulingError for real errors.
 
-        `use_cache`: reuse outcomes from the FilterCache (filter, prioritize, preempt); bind, the filter
-        hold and explain compute afresh. `time_left_s` shortens the search below `node_deadline_s`
-        (what is left of a multi-node check's budget). `evicting`: UIDs of pods whose node allocatable
-        requests count as gone (preempt's victims)."""
+        `use_cache`: ask the checker's evaluation (filter, prioritize, preempt: the filter cache when it
+        is on); bind, the filter hold and explain search afresh. `time_left_s` shortens the search below
+        `node_deadline_s` (what is left of a multi-node check's budget). `evicting`: UIDs of pods whose
+        node allocatable requests count as gone (preempt's victims)."""
         if plan.blocked is not None:
             return plan.blocked.on(node_name)
         node = self._node(node_name, node_objects)
@@ -128,39 +130,37 @@ class NodeChecker:
         allocations = [claim.allocation or {} for claim in plan.allocated] if plan.allocated else []
         if plan.pending:
             allocations += [share.allocation for share in plan.pending]
-        for allocation in allocations:
+        for index, allocation in enumerate(allocations):
             selector = allocation.get("nodeSelector")
             if selector and not node_matches_selector(node, selector):
-                return NodeVerdict(node_name, fits=False, message="resourceclaim not available on the node",
-                                   unresolvable=True, reason=Reason.CLAIM_ON_OTHER_NODE)
+                return NodeVerdict(node_name, fits=False, message=NOT_AVAILABLE, unresolvable=True,
+                                   reason=Reason.CLAIM_ON_OTHER_NODE)
             # Checked whatever the gates, as upstream's Filter does: the kubelet would skip operations.
             if allocation_skips_node_operations(allocation) and not takes_skipped_node_operations(node):
+                pending = index - len(plan.allocated)
+                # Upstream names a PodGroup's claim whose allocation is still in flight.
+                words = (f"resource claim {plan.pending[pending].claim.key} allocation requires "
+                         "DRAOptionalNodeOperations feature on the node") if pending >= 0 else None
                 return NodeVerdict(node_name, fits=False, message=NODE_OPERATIONS_MESSAGE, unresolvable=True,
-                                   reason=Reason.NODE_OPERATIONS)
+                                   reason=Reason.NODE_OPERATIONS, words=words)
         if not plan.to_allocate:
             return self._node_allocatable(plan, node, NodeVerdict(node_name, fits=True), evicting)
-        node_key = None
-        filter_cache = self.filter_cache
-        if use_cache and plan.signature is not None and filter_cache is not None:
-            node_key, cached, computed_for, beyond_eviction = filter_cache.get(plan.signature, node)
-            if cached is not None:
-                return self._node_allocatable(plan, node, cached_verdict(
-                    node_name, cached, computed_for, plan.signature.claims, beyond_eviction), evicting)
+        evaluation = self.evaluation if use_cache else SEARCH
+        evaluation.prepare(plan)
+        handle, known = evaluation.known(plan, node)
+        if known is not None:
+            assert plan.signature is not None
+            cached, computed_for, beyond_eviction = known
+            return self._node_allocatable(plan, node, cached_verdict(
+                node_name, cached, computed_for, plan.signature.claims, beyond_eviction), evicting)
         allocator = self.planner.allocator_for(plan)
+        allocator.deadline_s = self.node_deadline_s if time_left_s is None else min(
+            self.node_deadline_s, time_left_s)
         try:
-            twin_key, outcome = None, None
-            if node_key is not None and filter_cache is not None:
-                assert plan.signature is not None and plan.view is not None
-                twin_key, outcome = filter_cache.twin(plan.signature, node, plan.view)
-            if outcome is None:
-                allocator.deadline_s = self.node_deadline_s if time_left_s is None else min(
-                    self.node_deadline_s, time_left_s)
-                outcome = allocator.allocate(node, plan.to_allocate)
-                if twin_key is not None and filter_cache is not None:
-                    assert plan.signature is not None
-                    filter_cache.put_twin(plan.signature, twin_key, node, outcome)
+            outcome = evaluation.evaluate(plan, node, handle,
+                                          lambda: allocator.allocate(node, plan.to_allocate))
         except AllocationTimeout:
-            # Never cached (returns before cache.put): the next filter searches this node again.
+            # Never remembered (the evaluation stores no outcome): the next filter searches it again.
             return timed_out(node_name)
         except NodeAllocationError as error:
             failed = error.outcome if isinstance(error.outcome, AllocationOutcome) else None
@@ -168,9 +168,6 @@ class NodeChecker:
                                reason=Reason.NODE_ERROR, outcome=failed)
         except AllocationError as error:
             raise SchedulingError(str(error)) from None
-        if node_key is not None and filter_cache is not None and filter_cache.epoch == plan.cache_epoch:
-            assert plan.signature is not None
-            filter_cache.put(plan.signature, node_key, outcome, node=node_name)
         return self._node_allocatable(plan, node, outcome_verdict(node_name, outcome), evicting)
 
     def _footprints(self) -> bool:
@@ -213,7 +210,7 @@ class NodeChecker:
         if found is None or found.problem is None:
             return verdict
         return NodeVerdict(node.name, fits=False, message=found.problem, unresolvable=found.unresolvable,
-                           reason=Reason.NODE_ALLOCATABLE)
+                           reason=Reason.NODE_ALLOCATABLE, words=found.words)
 
     async def check_all(
         self,
@@ -239,6 +236,8 @@ class NodeChecker:
         outcome for are answered from it whatever the deadline: that costs no search. `reuse_for`: the
         pod UID whose remembered filter verdicts answer the nodes they cover (prioritize)."""
         names = list(node_names)
+        if use_cache:
+            self.evaluation.prepare(plan)
         reused = (self._filtered.get(reuse_for) or {}) if reuse_for else {}
         verdicts: dict[str, NodeVerdict] = {}
         started = self.clock()
@@ -283,8 +282,7 @@ class NodeChecker:
     async def _yield(self, plan: PodPlan) -> float:
         """Let other requests run; returns the clock when this check resumes."""
         await asyncio.sleep(0)
-        if self.filter_cache is not None and plan.signature is not None:
-            self.filter_cache.sync_in_flight()
+        self.evaluation.refresh(plan)
         return self.clock()
 
     def _cached_verdicts(self, plan: PodPlan, names: list[str],
@@ -293,9 +291,8 @@ class NodeChecker:
         answer for them, without its per-node overhead: most of a filter's nodes are hits). Only for
         the usual plan, claims to allocate and nothing else to check per node (no allocated claim, no
         node allocatable footprint); with anything else every node goes through `check`."""
-        filter_cache = self.filter_cache
         signature = plan.signature
-        if (filter_cache is None or signature is None or plan.blocked is not None or plan.allocated
+        if (signature is None or plan.blocked is not None or plan.allocated
                 or plan.pending or node_objects is not None or self._footprints()):
             return {}
         verdicts: dict[str, NodeVerdict] = {}
@@ -305,7 +302,7 @@ class NodeChecker:
             names = [node.name for node in nodes if self.planner.for_node(plan, node) is plan]
         fitting = self._fitting_verdicts(signature.spec)
         claims = signature.claims
-        for name, outcome, computed_for, beyond_eviction in filter_cache.hits_for(signature, names, node_of):
+        for name, outcome, computed_for, beyond_eviction in self.evaluation.known_for(plan, names, node_of):
             if outcome.success:
                 verdict = fitting.get(name)
                 if verdict is None or verdict._outcome is not outcome:

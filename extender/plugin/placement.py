@@ -1,14 +1,14 @@
 """Prioritize's scores: how well the devices a node would give the pod fit the placement policy.
 
-The in-tree plugin's Score. Node fits are memoised by node name in the filter cache's snapshot of the
-claims spec, so scoring the same nodes for pod after pod of a workload costs only the nodes whose
-pools changed.
+The in-tree plugin's Score. Node fits are memoised by node name where the node evaluation keeps them
+(the filter cache's snapshot of the claims spec), so scoring the same nodes for pod after pod of a
+workload costs only the nodes whose pools changed.
 """
 
 from __future__ import annotations
 
 from allocator import AllocationOutcome, Node
-from extender.plugin.filtercache import FilterCache, FitMemo, MemoisedFit
+from extender.plugin.evaluation import SEARCH, FitMemo, MemoisedFit, NodeEvaluation
 from extender.plugin.planning import Planner, PodPlan
 from extender.plugin.scoring import NodeFit, node_scores, policy_for, rank_points
 from extender.plugin.verdicts import NodeVerdict, allocated_devices
@@ -16,11 +16,11 @@ from extender.state.cache import ClusterCache
 
 
 class NodeScorer:
-    def __init__(self, cache: ClusterCache, planner: Planner, *, filter_cache: FilterCache | None,
+    def __init__(self, cache: ClusterCache, planner: Planner, *, evaluation: NodeEvaluation = SEARCH,
                  default_policy: str) -> None:
         self.cache = cache
         self.planner = planner
-        self.filter_cache = filter_cache
+        self.evaluation = evaluation
         self.default_policy = default_policy
         self._memoised = 0  # fits worked out and memoised (a test's proof that the memo is used)
 
@@ -31,11 +31,8 @@ class NodeScorer:
         """Scores of the nodes the pod fits, under the pod's placement policy."""
         policy = policy_for(pod, self.default_policy)
         placed = policy != "none" and bool(plan.to_allocate)
-        memo = None  # the fit memo of the plan's claims spec, while it may be used (see _placed_fit)
-        filter_cache = self.filter_cache
-        if placed and filter_cache is not None and plan.signature is not None and (
-                plan.cache_epoch == filter_cache.epoch):
-            memo = filter_cache.fits_memo(plan.signature.spec)
+        # The fit memo of the plan's claims, while it may be used (see _placed_fit).
+        memo = self.evaluation.fits_memo(plan) if placed else None
         fits: dict[str, NodeFit] = {}
         node_of = self.cache.node
         for verdict in fitting:

@@ -15,7 +15,6 @@ from allocator import AllocatedState, Allocator, InvalidObjectError, Node, Resou
 from common.claimrefs import WORKLOAD_CLAIMS, pod_key, pod_uid
 from common.rules import RESERVED_FOR_MAX
 from extender.plugin.extendedresources import ExtendedPlan, ExtendedResources, Variant
-from extender.plugin.filtercache import ClaimsSignature, FilterCache
 from extender.plugin.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
 from extender.plugin.nodeallocatable import unshareable
 from extender.plugin.podclaims import (
@@ -33,7 +32,7 @@ from extender.plugin.podgroups import (
     reservable,
     reserved_for_pod,
 )
-from extender.plugin.verdicts import NodeVerdict, Reason, blocked
+from extender.plugin.verdicts import ClaimsSignature, NodeVerdict, Reason, blocked, claims_signature
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
 
@@ -70,9 +69,8 @@ class PodPlan:
     view: AllocatedState | None = None
     rebinding_uid: str | None = None  # at bind: the pod whose own in-flight entries the view leaves out
     rebinding_group: str | None = None  # ... and the PodGroup owner key whose entries it leaves out
-    # FilterCache key part for the claims to allocate, and the cache epoch when the plan was made (the
-    # view, made later, reads through to the allocated state, which has not changed while the epoch has
-    # not moved).
+    # Set by the filter cache's evaluation when it keys the plan (CachedEvaluation.prepare): the key of
+    # the claims to allocate, and the cache epoch then.
     signature: ClaimsSignature | None = None
     cache_epoch: int = -1
     # Extended resources backed by DRA (extendedresources.py): the pod's mapped resources, and the
@@ -96,11 +94,9 @@ class PodPlan:
 
 
 class Planner:
-    def __init__(self, cache: ClusterCache, assume: AssumeCache, *, filter_cache: FilterCache | None,
-                 node_deadline_s: float) -> None:
+    def __init__(self, cache: ClusterCache, assume: AssumeCache, *, node_deadline_s: float) -> None:
         self.cache = cache
         self.assume = assume
-        self.filter_cache = filter_cache
         self.node_deadline_s = node_deadline_s
         self.extended = ExtendedResources(cache)
 
@@ -202,10 +198,6 @@ class Planner:
         if plan.blocked is not None:
             return plan
         if plan.to_allocate:
-            if self.filter_cache is not None and not rebinding:
-                self.filter_cache.sync_in_flight()
-                plan.signature = self.filter_cache.claims_signature(plan.to_allocate)
-                plan.cache_epoch = self.filter_cache.epoch
             plan.rebinding_uid = uid if rebinding else None
             plan.rebinding_group = plan.group.owner if rebinding and plan.group is not None else None
         return plan
@@ -266,8 +258,8 @@ class Planner:
             if variant.claim is not None:
                 to_allocate.append(variant.claim)
             signature = plan.signature
-            if signature is not None and self.filter_cache is not None:
-                signature = self.filter_cache.claims_signature(to_allocate) if to_allocate else None
+            if signature is not None:  # keyed by the node evaluation: key the node's claims alike
+                signature = claims_signature(to_allocate) if to_allocate else None
             node_plan = dataclasses.replace(plan, to_allocate=to_allocate, extended_variant=variant,
                                             signature=signature, allocator=None, view=None,
                                             variant_plans={})

@@ -31,8 +31,10 @@ from common.objects import metadata_of
 from common.rules import DEFAULT_SCORING_POLICY
 from extender.plugin.authority import Authority
 from extender.plugin.claimwriter import BindError
+from extender.plugin.evaluation import SEARCH
+from extender.plugin.explanation import Explanations
 from extender.plugin.extendedresources import Variant
-from extender.plugin.filtercache import FilterCache
+from extender.plugin.filtercache import CachedEvaluation, FilterCache
 from extender.plugin.holds import FilterHolds
 from extender.plugin.metrics import Metrics
 from extender.plugin.nodeallocatable import NodeFit, as_fit_units, pod_requests
@@ -40,7 +42,8 @@ from extender.plugin.nodecheck import NodeChecker
 from extender.plugin.placement import NodeScorer
 from extender.plugin.planning import Planner, PodPlan, SchedulingError
 from extender.plugin.podgroups import OWNER_PREFIX, reserved_for_pod
-from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, answer
+from extender.plugin.requeue import RequeueNudge
+from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, Words, answer
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
 
@@ -114,6 +117,9 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         filter_cache: FilterCache | None = None,
         authority: Authority | None = None,
+        reasons: Words = Words.UPSTREAM,
+        explanations: Explanations | None = None,
+        requeue: RequeueNudge | None = None,
     ) -> None:
         self.cache = cache
         # Whether this replica may allocate now (extender/plugin/authority.py): always, unless wiring
@@ -128,10 +134,14 @@ class Scheduler:
         self.metrics = metrics if metrics is not None else Metrics.on(CollectorRegistry())
         self.clock = clock
         self.filter_cache = filter_cache
-        self.planner = Planner(cache, assume, filter_cache=filter_cache, node_deadline_s=node_deadline_s)
-        self.checker = NodeChecker(cache, self.planner, filter_cache=filter_cache,
+        self.reasons = reasons  # the words of the answers to kube-scheduler (serve's --reasons)
+        self.explanations = explanations  # the pod Events of filters that found no node (None: none)
+        self.requeue = requeue  # has kube-scheduler retry the pods we rejected when devices appear
+        evaluation = CachedEvaluation(filter_cache) if filter_cache is not None else SEARCH
+        self.planner = Planner(cache, assume, node_deadline_s=node_deadline_s)
+        self.checker = NodeChecker(cache, self.planner, evaluation=evaluation,
                                    node_deadline_s=node_deadline_s, clock=clock)
-        self.scorer = NodeScorer(cache, self.planner, filter_cache=filter_cache, default_policy=scoring)
+        self.scorer = NodeScorer(cache, self.planner, evaluation=evaluation, default_policy=scoring)
         self.holds = FilterHolds(assume, planner=self.planner, checker=self.checker, scorer=self.scorer,
                                  ttl_s=hold_ttl_s)
         # Pods whose bind is writing. Their in-flight entries belong to that bind: nothing else may
@@ -156,6 +166,12 @@ class Scheduler:
             "binds": {"attempts": self.bind_attempts, "conflicts": self.bind_conflicts,
                       "conflictRate": self.bind_conflict_rate},
             "filterCache": self.filter_cache.stats() if self.filter_cache else None,
+            "explanations": ({"written": self.explanations.written,
+                              "rateLimited": self.explanations.rate_limited}
+                             if self.explanations is not None else None),
+            "requeue": ({"claim": f"{self.requeue.namespace}/{self.requeue.name}",
+                         "waitingPods": self.requeue.waiting, "writes": self.requeue.writes,
+                         "failures": self.requeue.failures} if self.requeue is not None else None),
         }
 
     def in_flight(self) -> list[dict[str, Any]]:
@@ -194,10 +210,11 @@ class Scheduler:
 
     async def filter(self, pod: dict, node_names: list[str], *,
                      node_objects: Mapping[str, dict] | None = None, brief: bool = False) -> FilterResult:
-        """Which of `node_names` the pod fits. `brief`: where some node fits, the others' failures get
-        CANNOT_ALLOCATE instead of their reasons (see verdicts.split)."""
+        """Which of `node_names` the pod fits. `brief` (the answer to kube-scheduler): the failures in
+        the words of `reasons` (see verdicts.split); otherwise every node's own reasons."""
         if not self.planner.needs_dra(pod):
             return FilterResult(list(node_names), {}, {})
+        words = self.reasons if brief else Words.FULL
         uid = pod_uid(pod)
         # A pod kube-scheduler retries while its earlier bind still writes keeps that bind's entries.
         holding = self.hold_devices and uid not in self._binding
@@ -226,14 +243,22 @@ class Scheduler:
             self._count_outcome(reason, count)
         self.checker.remember(uid, verdicts)
         if plan.to_allocate and (holding or plan.allocates_for_group()):
-            result = self.holds.hold_best(pod, plan=plan, verdicts=verdicts, brief=brief, pod_holds=holding)
+            result = self.holds.hold_best(pod, plan=plan, verdicts=verdicts, words=words, pod_holds=holding)
         else:
             self.holds.extend_group_holds(plan)
-            result = answer(verdicts, brief=brief)
-        if plan.extended_variant is not None:
+            result = answer(verdicts, words=words)
+        if plan.extended_variant is not None and words != Words.UPSTREAM:
             describe = plan.extended_variant.describe
             result.failed = {node: describe(message) for node, message in result.failed.items()}
             result.unresolvable = {node: describe(message) for node, message in result.unresolvable.items()}
+        if brief and not result.passed and self.explanations is not None:
+            self.explanations.after_filter(
+                pod, verdicts, describe=plan.extended_variant.describe if plan.extended_variant else None)
+        if brief and self.requeue is not None:
+            if result.passed:
+                self.requeue.admitted(pod)
+            elif not result.error:  # an Error sends the pod to backoff, not to the unschedulable queue
+                self.requeue.rejected(pod)
         return result
 
     async def _remove_stale_claim(self, pod: dict) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from extender.controllers.clock import format_time
+from extender.kube.events import format_time
 
 DRIVER = "gpu.example.com"
 

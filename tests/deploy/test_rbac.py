@@ -35,9 +35,6 @@ CLIENT_MODULE = "extender/kube/client.py"
 CLIENT_METHODS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 CLIENT_NAMES = {"client", "_client"}
 CONTROLLERS_PREFIX = "extender/controllers/"
-# Modules under CONTROLLERS_PREFIX whose calls every replica makes, controllers or not: their rules are
-# in the base ClusterRole.
-BASE_MODULES = frozenset({"extender/controllers/events.py"})
 
 
 @dataclass(frozen=True, order=True)
@@ -75,13 +72,17 @@ API_CALLS: set[tuple[str, Permission]] = {
     ("extender/plugin/claimwriter.py", P("create", "resource.k8s.io", "resourceclaims")),
     ("extender/plugin/claimwriter.py", P("delete", "resource.k8s.io", "resourceclaims")),
     ("extender/plugin/claimwriter.py", P("patch", "", "pods/status")),
+    # --requeue-claim: our own claim, updated (created when missing) to have kube-scheduler retry pods
+    ("extender/plugin/requeue.py", P("update", "resource.k8s.io", "resourceclaims")),
+    ("extender/plugin/requeue.py", P("create", "resource.k8s.io", "resourceclaims")),
+    # pod Events: the scheduler's DRAExplanation, the repair's pod bound without its devices, the
+    # controllers' evictions and driver loss
+    ("extender/kube/events.py", P("create", "", "events")),
     # eviction: re-read, DisruptionTarget condition, delete with UID precondition
     ("extender/controllers/evictor.py", P("get", "", "pods")),
     ("extender/controllers/evictor.py", P("patch", "", "pods/status")),
     ("extender/controllers/evictor.py", P("delete", "", "pods")),
     ("extender/controllers/taint_eviction.py", P("patch", "resource.k8s.io", "devicetaintrules/status")),
-    # events: the eviction controllers', and the repair's of a pod bound without its devices (base)
-    ("extender/controllers/events.py", P("create", "", "events")),
     ("extender/controllers/leader.py", P("get", "coordination.k8s.io", "leases")),
     ("extender/controllers/leader.py", P("create", "coordination.k8s.io", "leases")),
     ("extender/controllers/leader.py", P("update", "coordination.k8s.io", "leases")),
@@ -269,12 +270,9 @@ def expand(rules: Iterable[dict]) -> set[Permission]:
     return granted
 
 
-def _role_of(module: str) -> str:
-    return "controllers" if module.startswith(CONTROLLERS_PREFIX) and module not in BASE_MODULES else "base"
-
-
 def _calls_of(role: str) -> set[Permission]:
-    return {p for module, p in API_CALLS if _role_of(module) == role}
+    controllers = role == "controllers"
+    return {p for module, p in API_CALLS if module.startswith(CONTROLLERS_PREFIX) == controllers}
 
 
 BASE_RBAC = DEPLOY / "base" / "rbac.yaml"
@@ -306,7 +304,7 @@ def test_the_scanner_sees_the_known_call_sites() -> None:
     sites = call_sites()
     modules = {site.module for site in sites}
     assert {"extender/kube/informer.py", "extender/plugin/claimwriter.py", "extender/controllers/evictor.py",
-            "extender/controllers/leader.py", "extender/controllers/events.py",
+            "extender/controllers/leader.py", "extender/kube/events.py",
             "extender/controllers/taint_eviction.py"} <= modules
     assert len(sites) >= 14
     assert not [s for s in sites if s.module.startswith("webhook/")], "the webhook reads only the cache"

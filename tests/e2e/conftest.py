@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2e_api import Api, temporary_namespace
-from e2e_cluster import ControlPlane, control_plane_binaries, extender_supports, running
+from e2e_cluster import DETAILED_REASONS, ControlPlane, control_plane_binaries, extender_supports, running
 
 CONTROLLERS_FLAG = "--controllers"
 
@@ -22,6 +22,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     work = tmp_path_factory.mktemp("control-plane")
     plane = ControlPlane(control_plane_binaries(), work)
     flags = [f"{CONTROLLERS_FLAG}=taint-eviction"] if extender_supports(CONTROLLERS_FLAG) else []
+    flags += [DETAILED_REASONS] if extender_supports("--reasons") else []
     with running(plane, flags):
         yield plane
 

@@ -51,6 +51,9 @@ EXTENDER_TOKEN_SECONDS = 48 * 3600
 # Pods rejected by an extender wait in kube-scheduler's unschedulable queue for this long at most
 # (default 5 minutes); short, so pods waiting for freed devices are retried within the tests' timeouts.
 UNSCHEDULABLE_RETRY = "5s"
+# The tests that read why a pod is pending in kube-scheduler's FailedScheduling events want our per-node
+# words there (the default, upstream's, are checked by test_e2e_requeue.py).
+DETAILED_REASONS = "--reasons=detailed"
 
 
 def free_port() -> int:
@@ -142,6 +145,10 @@ class ControlPlane:
     # Extra command-line flags per component name ("kube-apiserver", "kube-scheduler", ...), for the
     # tests that need feature gates or API versions the shared control plane does not enable.
     extra_args: dict[str, list[str]] = field(default_factory=dict)
+    # kube-scheduler's --pod-max-in-unschedulable-pods-duration (None: its default, 5 minutes, as in
+    # deploy/) and KubeSchedulerConfiguration fields replacing the fixture's (e.g. its short backoff).
+    unschedulable_retry: str | None = UNSCHEDULABLE_RETRY
+    scheduler_config: dict[str, Any] = field(default_factory=dict)
     components: dict[str, Component] = field(default_factory=dict)
     api: Api | None = None
 
@@ -362,17 +369,14 @@ class ControlPlane:
                     "ignorable": False,
                 }
             ]
+        config.update(self.scheduler_config)
         config_file = self.work / "scheduler-config.yaml"
         config_file.write_text(yaml.safe_dump(config))
+        retry = ([f"--pod-max-in-unschedulable-pods-duration={self.unschedulable_retry}"]
+                 if self.unschedulable_retry else [])
         self._component(
             "kube-scheduler",
-            [
-                self._bin("kube-scheduler"),
-                f"--config={config_file}",
-                "--secure-port=0",
-                f"--pod-max-in-unschedulable-pods-duration={UNSCHEDULABLE_RETRY}",
-                "--v=2",
-            ],
+            [self._bin("kube-scheduler"), f"--config={config_file}", "--secure-port=0", *retry, "--v=2"],
         )
 
     def start_extender(self, extra_flags: list[str] | None = None) -> None:
@@ -605,11 +609,12 @@ def control_plane_binaries() -> Path:
 
 @contextlib.contextmanager
 def own_control_plane(
-    work: Path, extra_args: dict[str, list[str]], extender_flags: list[str]
+    work: Path, extra_args: dict[str, list[str]], extender_flags: list[str], **settings: Any
 ) -> Iterator[ControlPlane]:
     """A running control plane of a test module's own, for flags the shared one does not have (feature
-    gates, API versions); skips the module when the Kubernetes binaries cannot be built."""
-    plane = ControlPlane(control_plane_binaries(), work, extra_args=extra_args)
+    gates, API versions, `settings` of ControlPlane); skips the module when the Kubernetes binaries
+    cannot be built."""
+    plane = ControlPlane(control_plane_binaries(), work, extra_args=extra_args, **settings)
     with running(plane, extender_flags):
         yield plane
 

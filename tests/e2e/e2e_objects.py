@@ -218,3 +218,50 @@ def assert_devices_consistent(api: Api, namespace: str, in_use: int, *, no_leaks
         elif no_leaks:
             assert not devices, f"claim {name} holds {devices} but no bound pod uses it"
     assert serving == in_use, f"{serving} devices serve bound pods, expected {in_use}"
+
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def create_stub_crds(api: Api, group: str, kinds: tuple[tuple[str, str], ...]) -> list[str]:
+    """Namespaced (kind, plural) CRDs in `group`/v1 taking any content, served once this returns: just
+    enough of another project's API (cert-manager's, say) for manifests that use it. Returns their names."""
+    names = []
+    for kind, plural in kinds:
+        name = f"{plural}.{group}"
+        api.create(CRDS, {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": name},
+            "spec": {
+                "group": group,
+                "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural, "singular": kind.lower(),
+                          "listKind": f"{kind}List"},
+                "versions": [{
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                                                   "x-kubernetes-preserve-unknown-fields": True}},
+                }],
+            },
+        })
+        names.append(name)
+
+    def served() -> bool:
+        for name in names:
+            conditions = (api.get(f"{CRDS}/{name}").get("status") or {}).get("conditions") or []
+            if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                return False
+        # Discovery, which kubectl and helm map kinds through, must list them too.
+        listed = {r["name"] for r in (api.get_or_none(f"/apis/{group}/v1") or {}).get("resources") or []}
+        return listed >= {plural for _, plural in kinds}
+
+    wait_for(f"CRDs {names} served", served, timeout_s=30)
+    return names
+
+
+def delete_crds(api: Api, names: list[str]) -> None:
+    for name in names:
+        api.delete(f"{CRDS}/{name}")

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
-from e2e_api import Api, ApiStatusError, wait_for
+from e2e_api import Api, ApiStatusError
 from e2e_cluster import REPO_ROOT, ControlPlane
+from e2e_objects import create_stub_crds, delete_crds
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "deploy"))
 from deploy_manifests import DEPLOY, NAMESPACE, OVERLAYS, SERVICE_ACCOUNT, find, load_docs
@@ -39,29 +40,6 @@ def _kubectl(plane: ControlPlane, *args: str, stdin: str | None = None) -> subpr
     )
 
 
-def _stub_crd(kind: str, plural: str) -> dict:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.cert-manager.io"},
-        "spec": {
-            "group": "cert-manager.io",
-            "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                    },
-                }
-            ],
-        },
-    }
-
-
 @pytest.fixture(scope="module")
 def deploy_namespace(control_plane: ControlPlane, api: Api) -> Iterator[str]:
     """The namespace the manifests use (a dry run cannot create objects in a namespace it only pretends to
@@ -69,32 +47,9 @@ def deploy_namespace(control_plane: ControlPlane, api: Api) -> Iterator[str]:
     created_namespace = api.get_or_none(f"/api/v1/namespaces/{NAMESPACE}") is None
     if created_namespace:
         api.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    for kind, plural in CERT_MANAGER_KINDS:
-        api.create(crds, _stub_crd(kind, plural))
-    for _, plural in CERT_MANAGER_KINDS:
-        wait_for(
-            f"CRD {plural}.cert-manager.io established",
-            lambda p=plural: any(
-                c["type"] == "Established" and c["status"] == "True"
-                for c in (api.get(f"{crds}/{p}.cert-manager.io").get("status") or {}).get("conditions") or []
-            ),
-            timeout_s=30,
-        )
-    # Discovery must list the new kinds before kubectl can map them.
-    wait_for(
-        "cert-manager.io/v1 discovery",
-        lambda: (
-            _kubectl(control_plane, "api-resources", "--api-group=cert-manager.io").stdout.count(
-                "cert-manager.io"
-            )
-            >= 2
-        ),
-        timeout_s=30,
-    )
+    crds = create_stub_crds(api, "cert-manager.io", CERT_MANAGER_KINDS)
     yield NAMESPACE
-    for _, plural in CERT_MANAGER_KINDS:
-        api.delete(f"{crds}/{plural}.cert-manager.io")
+    delete_crds(api, crds)
     if created_namespace:
         api.delete(f"/api/v1/namespaces/{NAMESPACE}")
 

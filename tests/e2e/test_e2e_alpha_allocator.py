@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from e2e_api import Api, temporary_namespace, wait_for
-from e2e_cluster import ControlPlane, own_control_plane
+from e2e_cluster import DETAILED_REASONS, ControlPlane, own_control_plane
 from e2e_objects import (
     RESOURCE,
     Driver,
@@ -38,7 +38,7 @@ DECLARED = "DRAOptionalNodeOperations"
 @pytest.fixture(scope="module")
 def alpha_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     extra_args = {"kube-apiserver": [GATES], "kube-scheduler": [GATES], "dra-extender": [GATES]}
-    with own_control_plane(tmp_path_factory.mktemp("alpha-plane"), extra_args, []) as plane:
+    with own_control_plane(tmp_path_factory.mktemp("alpha-plane"), extra_args, [DETAILED_REASONS]) as plane:
         yield plane
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from e2e_api import Api, temporary_namespace, wait_for
-from e2e_cluster import ControlPlane, own_control_plane
+from e2e_cluster import DETAILED_REASONS, ControlPlane, own_control_plane
 from e2e_objects import (
     REQUEST,
     RESOURCE,
@@ -34,7 +34,8 @@ PARTITIONS = (("a-vgpu", "vgpu"), ("b-mig", "mig"), ("c-mig", "mig"))
 @pytest.fixture(scope="module")
 def groups_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     extra_args = {"kube-apiserver": [GATE], "kube-scheduler": [GATE], "dra-extender": [GATE]}
-    with own_control_plane(tmp_path_factory.mktemp("compatibility-groups-plane"), extra_args, []) as plane:
+    with own_control_plane(tmp_path_factory.mktemp("compatibility-groups-plane"), extra_args,
+                           [DETAILED_REASONS]) as plane:
         yield plane
 
 

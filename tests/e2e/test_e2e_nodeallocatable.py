@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from e2e_api import Api, ApiStatusError, temporary_namespace, wait_for
-from e2e_cluster import ControlPlane, own_control_plane
+from e2e_cluster import DETAILED_REASONS, ControlPlane, own_control_plane
 from e2e_objects import RESOURCE, claim_spec, create_claim, unique, wait_for_reason
 
 GATE = "--feature-gates=DRANodeAllocatableResources=true"
@@ -24,7 +24,8 @@ STATUS = "nodeAllocatableResourceClaimStatuses"
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     extra_args = {name: [GATE] for name in
                   ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "dra-extender")}
-    with own_control_plane(tmp_path_factory.mktemp("node-allocatable-plane"), extra_args, []) as cluster:
+    with own_control_plane(tmp_path_factory.mktemp("node-allocatable-plane"), extra_args,
+                           [DETAILED_REASONS]) as cluster:
         yield cluster
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2e_api import Api, temporary_namespace, wait_for
-from e2e_cluster import ControlPlane, own_control_plane
+from e2e_cluster import DETAILED_REASONS, ControlPlane, own_control_plane
 from e2e_objects import (
     RESOURCE,
     Driver,
@@ -47,7 +47,7 @@ def workload_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Control
         "dra-extender": ["--feature-gates=DRAWorkloadResourceClaims=true"],
     }
     work = tmp_path_factory.mktemp("workload-plane")
-    with own_control_plane(work, extra_args, ["--controllers=taint-eviction"]) as plane:
+    with own_control_plane(work, extra_args, ["--controllers=taint-eviction", DETAILED_REASONS]) as plane:
         yield plane
 
 

@@ -32,7 +32,7 @@ from extender.plugin.nodeallocatable import (
 )
 from extender.plugin.planning import SchedulingError
 from extender.plugin.scheduling import BindFailed, Scheduler
-from extender.plugin.verdicts import Reason
+from extender.plugin.verdicts import Reason, Words
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
 from extender.state.podtransform import slim_pod
@@ -555,10 +555,16 @@ async def test_hugepages_mapping_is_checked_against_the_node() -> None:
                                              "allocatable free")
 
 
-async def test_filter_over_http_with_full_node_objects() -> None:
+@pytest.mark.parametrize(("reasons", "said"), [
+    (Words.DETAILED, "Insufficient cpu: the pod requests 5 (4 of it for its claims' devices), the node has 4 "
+                     "of 4 allocatable free"),
+    (Words.UPSTREAM, "Insufficient cpu"),  # the in-tree plugin's status reason
+])
+async def test_filter_over_http_with_full_node_objects(reasons: Words, said: str) -> None:
     """kube-scheduler's ExtenderArgs without nodeCacheCapable: full Node objects, whose
     status.allocatable is what the footprint is checked against (here smaller than the cached node's)."""
     scheduler = make(world(extra=[claim("c", "cpus", count=2), pod("p", ["c"])]))
+    scheduler.reasons = reasons
     server = ExtenderServer(scheduler)
     await server.start("127.0.0.1", 0, 0)
     try:
@@ -577,9 +583,8 @@ async def test_filter_over_http_with_full_node_objects() -> None:
     finally:
         await server.stop()
     assert [item["metadata"]["name"] for item in body["Nodes"]["items"]] == ["node-1"]
-    assert body["FailedAndUnresolvableNodes"] == {"node-0": (
-        "Insufficient cpu: the pod requests 5 (4 of it for its claims' devices), the node has 4 of 4 "
-        "allocatable free")}
+    # Unresolvable both ways: the node's 4 cpus are too few for 5 whatever is evicted.
+    assert body["FailedAndUnresolvableNodes"] == {"node-0": said}
     assert body["Error"] == ""
 
 
@@ -609,6 +614,7 @@ async def test_gate_on_without_such_devices_filters_from_the_cache_as_before() -
     names = ["node-0", "node-1", "node-2"]
     await scheduler.filter(current(scheduler, "p"), names)
     plan = scheduler.planner.plan(current(scheduler, "p"))
+    scheduler.checker.evaluation.prepare(plan)
     assert set(scheduler.checker._cached_verdicts(plan, names, None)) == set(names)
     assert scheduler.checker.node_fit(plan, Node.from_api(o.node("node-0")),
                                       scheduler.checker.check(plan, "node-0", use_cache=True)) is None

@@ -165,3 +165,10 @@ def test_the_allocator_reads_no_environment() -> None:
     readers = [str(path.relative_to(REPO_ROOT)) for path in modules("allocator")
                if "os.environ" in path.read_text() or "getenv" in path.read_text()]
     assert readers == []
+
+
+def test_object_metadata_is_read_through_the_one_accessor() -> None:
+    """`metadata_of` (common/objects.py) instead of `x.get("metadata") or {}` written out everywhere."""
+    spelled_out = [str(path.relative_to(REPO_ROOT)) for package in PACKAGES for path in modules(package)
+                   if '.get("metadata") or {}' in path.read_text()]
+    assert spelled_out == []

@@ -267,6 +267,8 @@ async def test_serve_against_an_api_server_via_kubeconfig(
             "0",
             "--controllers",
             "taint-eviction,driver-loss",
+            "--requeue-claim",
+            "dra-extender/requeue",
         ]
     )
     stop = asyncio.Event()
@@ -289,10 +291,26 @@ async def test_serve_against_an_api_server_via_kubeconfig(
             async with session.post(extender + "/filter", data=body,
                                     headers={"Content-Type": "application/json"}) as response:
                 assert (await response.json())["NodeNames"] == ["node-1"]
+            # No node left: the answer in upstream's words, our explanation as a pod Event, and the pod
+            # counted as waiting for devices.
+            body = orjson.dumps({"Pod": pod, "NodeNames": ["node-2", "node-3"], "Nodes": None})
+            async with session.post(extender + "/filter", data=body,
+                                    headers={"Content-Type": "application/json"}) as response:
+                assert set((await response.json())["FailedAndUnresolvableNodes"].values()) == {
+                    "cannot allocate all claims"}
             async with session.get(debug + "/debug/state") as response:
                 state = await response.json()
                 assert state["watch"]["ready"] is True and "ResourceClaim" in state["watch"]["kinds"]
                 assert state["controllers"]["controllers"] == ["taint-eviction", "driver-loss"]
+                assert state["explanations"] == {"written": 1, "rateLimited": 0}
+                assert state["requeue"]["claim"] == "dra-extender/requeue"
+                assert state["requeue"]["waitingPods"] == 1
+        for _ in range(500):
+            if fake_api.objects("Event"):
+                break
+            await asyncio.sleep(0.01)
+        [event] = fake_api.objects("Event")
+        assert event["reason"] == "DRAExplanation" and event["involvedObject"]["name"] == "a100-job"
     finally:
         stop.set()
         assert await asyncio.wait_for(task, 30) == 0

@@ -22,7 +22,7 @@ from extender.http.server import ExtenderServer
 from extender.kube.objects_io import load_objects
 from extender.plugin.claimwriter import ClaimWriter
 from extender.plugin.scheduling import Scheduler
-from extender.plugin.verdicts import CANNOT_ALLOCATE
+from extender.plugin.verdicts import CANNOT_ALLOCATE, Words
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
 
@@ -388,7 +388,9 @@ async def test_filter_answers_have_exactly_kube_schedulers_shape(small: Extender
     assert body["NodeNames"] == [] and body["FailedNodes"] == {} and body["FailedAndUnresolvableNodes"] == {}
 
 
-async def test_filter_says_why_for_every_node_when_no_node_fits(small: ExtenderServer) -> None:
+async def test_filter_says_why_for_every_node_when_no_node_fits_with_detailed_reasons(
+        small: ExtenderServer) -> None:
+    small.scheduler.reasons = Words.DETAILED
     args = filter_args(small, "p")
     args["NodeNames"] = ["node-1", "node-2"]
     status, body = await post(small.urls["extender"] + "/filter", orjson.dumps(args))
@@ -397,6 +399,16 @@ async def test_filter_says_why_for_every_node_when_no_node_fits(small: ExtenderS
         "node-1": "claim default/c: request gpu: needs 2 devices, 1 matches",
         "node-2": "claim default/c: request gpu: needs 2 devices, 0 match",
     }
+
+
+async def test_filter_speaks_upstreams_words_by_default_when_no_node_fits(small: ExtenderServer) -> None:
+    # kube-scheduler then shows "0/2 nodes are available: 2 cannot allocate all claims." as with the
+    # in-tree plugin; one entry whatever the counts on each node.
+    args = filter_args(small, "p")
+    args["NodeNames"] = ["node-1", "node-2"]
+    status, body = await post(small.urls["extender"] + "/filter", orjson.dumps(args))
+    assert status == 200 and body["NodeNames"] == [] and body["FailedNodes"] == {}
+    assert body["FailedAndUnresolvableNodes"] == {"node-1": CANNOT_ALLOCATE, "node-2": CANNOT_ALLOCATE}
 
 
 async def test_filter_without_node_cache_returns_only_fitting_nodes(small: ExtenderServer) -> None:

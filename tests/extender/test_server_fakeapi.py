@@ -18,7 +18,7 @@ from extender.kube.client import KubeClient
 from extender.kube.informer import ClusterWatcher
 from extender.plugin.claimwriter import ClaimWriter
 from extender.plugin.scheduling import Scheduler
-from extender.plugin.verdicts import CANNOT_ALLOCATE
+from extender.plugin.verdicts import CANNOT_ALLOCATE, Words
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
 
@@ -167,6 +167,10 @@ async def test_filter_during_bind_sees_devices_in_flight(stack: Stack) -> None:
     pod = stack.cache.pod("default", "p2")
     result = await stack.post("filter", {"Pod": pod, "NodeNames": ["node-0", "node-1"], "Nodes": None})
     assert result["NodeNames"] == ["node-1"]
+    # As the in-tree plugin: unresolvable, whatever holds the devices.
+    assert result["FailedAndUnresolvableNodes"] == {"node-0": CANNOT_ALLOCATE}
+    stack.server.scheduler.reasons = Words.DETAILED
+    result = await stack.post("filter", {"Pod": pod, "NodeNames": ["node-0", "node-1"], "Nodes": None})
     assert result["FailedNodes"] == {"node-0": CANNOT_ALLOCATE}  # resolvable: evicting p1 would free it
     alone = await stack.post("filter", {"Pod": pod, "NodeNames": ["node-0"], "Nodes": None})
     assert "in use" in alone["FailedNodes"]["node-0"]

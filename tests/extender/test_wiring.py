@@ -49,7 +49,8 @@ def test_every_serve_flag_lands_in_its_options_field() -> None:
         "--extender-client-ca-file", "ca.crt", "--max-request-bytes", "3", "--max-connections", "4",
         "--idle-timeout", "5s", "--debug-from-anywhere",
         "--scoring", "spread", "--filter-holds-devices", "--no-filter-cache", "--hold-timeout", "1m",
-        "--node-timeout", "250ms", "--filter-timeout", "2",
+        "--node-timeout", "250ms", "--filter-timeout", "2", "--reasons", "detailed",
+        "--requeue-claim", "ns/requeue",
         "--webhook-port", "6", "--tls-cert-file", "w.crt", "--tls-private-key-file", "w.key",
         "--reserved-for-limit", "7",
         "--controllers", "taint-eviction,driver-loss", "--taint-eviction-workers", "8",
@@ -65,7 +66,8 @@ def test_every_serve_flag_lands_in_its_options_field() -> None:
             limits=HttpLimits(max_request_bytes=3, max_connections=4, idle_timeout_s=5.0),
             debug_from_anywhere=True),
         scheduler=SchedulerOptions(scoring="spread", hold_devices=True, hold_timeout_s=60.0,
-                                   node_timeout_s=0.25, filter_timeout_s=2.0, filter_cache=False),
+                                   node_timeout_s=0.25, filter_timeout_s=2.0, filter_cache=False,
+                                   reasons="detailed", requeue_claim="ns/requeue"),
         webhook=WebhookOptions(port=6, tls_cert_file="w.crt", tls_private_key_file="w.key",
                                reserved_for_limit=7),
         controllers=ControllerOptions(names=("taint-eviction", "driver-loss"), workers=8,
@@ -91,6 +93,8 @@ def test_every_serve_flag_lands_in_its_options_field() -> None:
         (lambda: SchedulerOptions(node_timeout_s=0), "--node-timeout"),
         (lambda: SchedulerOptions(filter_timeout_s=-1), "--filter-timeout"),
         (lambda: SchedulerOptions(hold_timeout_s=float("nan")), "--hold-timeout"),
+        (lambda: SchedulerOptions(reasons="verbose"), "--reasons"),
+        (lambda: SchedulerOptions(requeue_claim="no-namespace"), "--requeue-claim: expected NAMESPACE/NAME"),
     ],
 )
 def test_options_refuse_what_cannot_run_naming_the_flags(make: object, message: str) -> None:

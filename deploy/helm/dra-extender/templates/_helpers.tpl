@@ -15,18 +15,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{- else }}1{{ end }}
 {{- end }}
 
-{{/* Combinations that cannot work refuse to render, naming what is wrong. */}}
+{{/* Combinations that cannot work refuse to render, naming what is wrong (values.schema.json has already
+refused unknown keys, wrong types and unknown modes or sources). */}}
 {{- define "dra-extender.validate" -}}
-{{- if not (has .Values.mode (list "second-scheduler" "scheduler-config")) }}
-{{- fail (printf "mode must be second-scheduler or scheduler-config, got %q" .Values.mode) }}
-{{- end }}
-{{- if not (has .Values.certificates.source (list "cert-manager" "self-signed" "provided")) }}
-{{- fail (printf "certificates.source must be cert-manager, self-signed or provided, got %q" .Values.certificates.source) }}
-{{- end }}
 {{- $replicas := include "dra-extender.replicas" . | int }}
-{{- if lt $replicas 1 }}
-{{- fail "replicas must be at least 1" }}
-{{- end }}
 {{- if and (eq .Values.mode "scheduler-config") (gt $replicas 1) }}
 {{- fail "mode scheduler-config runs exactly 1 replica: two active extenders would not see each other's in-flight allocations (use mode second-scheduler for HA)" }}
 {{- end }}
@@ -36,6 +28,46 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{- if and (eq .Values.certificates.source "provided") (not .Values.certificates.provided.caBundle) }}
 {{- fail "certificates.source=provided needs certificates.provided.caBundle (the base64 ca.crt of the Secret)" }}
 {{- end }}
+{{- if hasKey .Values.podLabels "app.kubernetes.io/name" }}
+{{- fail "podLabels cannot set app.kubernetes.io/name: it is the Deployment's selector" }}
+{{- end }}
+{{- end }}
+
+{{/* The image `dra-extender serve` runs from (the helm test pod too): the chart's appVersion unless
+image.tag says otherwise. */}}
+{{- define "dra-extender.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/* Empty (null) priorityClassName: system-cluster-critical in scheduler-config mode (values.yaml says
+why), none in second-scheduler mode; "" means none in either. */}}
+{{- define "dra-extender.priorityClassName" -}}
+{{- if not (kindIs "invalid" .Values.priorityClassName) }}{{ .Values.priorityClassName }}
+{{- else if not (include "dra-extender.secondScheduler" .) }}system-cluster-critical
+{{- end }}
+{{- end }}
+
+{{- define "dra-extender.schedulerConfig" -}}
+{{ tpl (.Files.Get "files/dra-scheduler-config.yaml") . }}
+{{- end }}
+
+{{/* A hash of what the pod reads besides its own spec: the second scheduler's configuration and the
+serving certificate when the chart knows it. Kubernetes restarts nothing when a mounted ConfigMap
+changes, and the extender port reads its certificate only at start; as a pod annotation, any change
+rolls the pods. */}}
+{{- define "dra-extender.configChecksum" -}}
+{{- $parts := list }}
+{{- if include "dra-extender.secondScheduler" . }}
+{{- $parts = append $parts (include "dra-extender.schedulerConfig" .) }}
+{{- end }}
+{{- if eq .Values.certificates.source "self-signed" }}
+{{- include "dra-extender.generatedTLS" . }}
+{{- $parts = append $parts .Values.generatedTLS.cert }}
+{{- else if eq .Values.certificates.source "provided" }}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace .Values.certificates.provided.secretName }}
+{{- $parts = append $parts (dig "data" (dict) $secret | toJson) }}
+{{- end }}
+{{- $parts | toJson | sha256sum }}
 {{- end }}
 
 {{- define "dra-extender.tlsSecret" -}}
@@ -43,14 +75,27 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 {{- else }}dra-extender-tls{{ end }}
 {{- end }}
 
-{{/* self-signed: one CA and serving certificate per render, shared by the Secret and the webhooks. */}}
+{{/* self-signed: one CA and serving certificate per release, shared by the Secret and the webhooks.
+An upgrade keeps those of the existing Secret (the CA may have been copied to the control-plane nodes
+for scheduler-config mode) until its renew-after time, then makes new ones. `helm template` cannot
+look, so it always makes new ones. */}}
 {{- define "dra-extender.generatedTLS" -}}
 {{- if not (hasKey .Values "generatedTLS") }}
 {{- $ns := .Release.Namespace }}
-{{- $ca := genCA (printf "dra-extender webhook CA (dra-extender-webhook.%s)" $ns) 3650 }}
+{{- $now := now | unixEpoch | int64 }}
+{{- $existing := lookup "v1" "Secret" $ns "dra-extender-tls" }}
+{{- $data := dig "data" (dict) $existing }}
+{{- $renewAfter := dig "metadata" "annotations" "dra-extender.io/renew-after" "0" $existing | int64 }}
+{{- if and (hasKey $data "tls.crt") (hasKey $data "tls.key") (hasKey $data "ca.crt") (lt $now $renewAfter) }}
+{{- $_ := set .Values "generatedTLS" (dict "ca" (index $data "ca.crt" | b64dec) "cert" (index $data "tls.crt" | b64dec) "key" (index $data "tls.key" | b64dec) "renewAfter" $renewAfter) }}
+{{- else }}
+{{- $days := int .Values.certificates.selfSignedDays }}
+{{- $ca := genCA (printf "dra-extender webhook CA (dra-extender-webhook.%s)" $ns) (max 3650 $days | int) }}
 {{- $names := list "dra-extender-webhook" (printf "dra-extender-webhook.%s" $ns) (printf "dra-extender-webhook.%s.svc" $ns) (printf "dra-extender-webhook.%s.svc.cluster.local" $ns) (printf "dra-extender.%s.svc" $ns) (printf "dra-extender.%s.svc.cluster.local" $ns) }}
-{{- $cert := genSignedCert (printf "dra-extender-webhook.%s.svc" $ns) nil $names (int .Values.certificates.selfSignedDays) $ca }}
-{{- $_ := set .Values "generatedTLS" (dict "ca" $ca.Cert "cert" $cert.Cert "key" $cert.Key) }}
+{{- $cert := genSignedCert (printf "dra-extender-webhook.%s.svc" $ns) nil $names $days $ca }}
+{{- $margin := min 30 (div $days 2) }}
+{{- $_ := set .Values "generatedTLS" (dict "ca" $ca.Cert "cert" $cert.Cert "key" $cert.Key "renewAfter" (add $now (mul (sub $days $margin) 86400))) }}
+{{- end }}
 {{- end }}
 {{- end }}
 

@@ -1,4 +1,5 @@
-"""Kubernetes Events (core/v1) recorded without blocking the caller.
+"""Kubernetes Events (core/v1) recorded without blocking the caller: the controllers' and the
+scheduler's explanations of pods it found no node for.
 
 `record` only appends to a bounded buffer; one background task posts the events. When the API server
 is slow and the buffer is full, the oldest unsent events are dropped (and counted): events are advice
@@ -13,16 +14,27 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from common.objects import metadata_of
-from extender.controllers.clock import Clock, format_time
 
 log = logging.getLogger(__name__)
 
 
+class WallClock(Protocol):
+    def now(self) -> float:
+        """Seconds since the epoch."""
+        ...
+
+
+def format_time(epoch: float) -> str:
+    """metav1.Time: whole seconds, UTC."""
+    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 class EventClient(Protocol):
-    async def create(self, path: str, body: dict) -> dict: ...
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
 def object_reference(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -39,14 +51,15 @@ def object_reference(obj: Mapping[str, Any]) -> dict[str, str]:
 
 
 class EventRecorder:
-    def __init__(self, client: EventClient, clock: Clock, component: str, *, max_pending: int = 1000) -> None:
+    def __init__(self, client: EventClient, clock: WallClock, component: str, *,
+                 max_pending: int = 1000) -> None:
         self._client = client
         self._clock = clock
         self._component = component
-        self._pending: deque[dict] = deque()
+        self._pending: deque[dict[str, Any]] = deque()
         self._max_pending = max_pending
         self._signal = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._drained = asyncio.Event()
         self._drained.set()
         self.dropped = 0
