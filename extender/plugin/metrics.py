@@ -81,6 +81,11 @@ class Metrics(MetricSet):
         self.bind_failures = Counter("dra_extender_bind_failures",
                                      "Failed binds (kube-scheduler retries the pod) by stage.", ["stage"],
                                      registry=self.registry)
+        self.binding_conditions = Counter(
+            "dra_extender_binding_conditions",
+            "Bind calls for pods whose devices have binding conditions, by outcome: ready (bound), waiting "
+            "(answered with an error, kube-scheduler retries), failed or timed out (claim deallocated).",
+            ["outcome"], registry=self.registry)
         self.repairs = Counter("dra_extender_bound_pod_repairs",
                                "Attempts to allocate the claims of pods bound without them, by outcome.",
                                ["outcome"], registry=self.registry)
