@@ -32,9 +32,11 @@ if TYPE_CHECKING:
     pass
 from extender.options import (
     CONTROLLERS,
+    LEADER,
     NETWORK,
     SCHEDULER,
     WEBHOOK,
+    LeaderOptions,
     NetworkOptions,
     OptionsError,
     SchedulerOptions,
@@ -345,13 +347,40 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="evict pods whose devices' driver stayed gone past the grace period",
     )
+    add_leader_arguments(parser)
+
+
+def add_leader_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("leader election (several replicas, one active)")
     group.add_argument(
         "--leader-elect",
         action="store_true",
-        help="run the controllers only while holding a coordination.k8s.io Lease",
+        help="answer the extender verbs and run the controllers only while holding a coordination.k8s.io "
+        "Lease; the other replicas are standbys (not ready, caches warm, webhook served)",
     )
-    group.add_argument("--leader-elect-namespace", default=CONTROLLERS.lease_namespace, metavar="NS")
-    group.add_argument("--leader-elect-lease-name", default=CONTROLLERS.lease_name, metavar="NAME")
+    group.add_argument(
+        "--leader-elect-verbs",
+        action=argparse.BooleanOptionalAction,
+        default=LEADER.verbs,
+        help="with --leader-elect, whether the extender verbs wait for the Lease too: "
+        "--no-leader-elect-verbs in second-scheduler mode, where each kube-scheduler sidecar, itself "
+        "elected, calls only its own extender (default: they do)",
+    )
+    group.add_argument(
+        "--leader-elect-namespace", default=LEADER.namespace, metavar="NS",
+        help="namespace of the Lease (default: the pod's own, from $POD_NAMESPACE or the service account; "
+        "serve refuses to start with --leader-elect when there is none)")
+    group.add_argument("--leader-elect-lease-name", default=LEADER.name, metavar="NAME",
+                       help=f"name of the Lease (default {LEADER.name})")
+    for flag, default, what in (
+            ("--leader-elect-lease-duration", LEADER.lease_duration_s,
+             "how long a standby waits after the Lease last changed before it takes over"),
+            ("--leader-elect-renew-deadline", LEADER.renew_deadline_s,
+             "how long the leader keeps acting without renewing; it stops writing at once after"),
+            ("--leader-elect-retry-period", LEADER.retry_period_s,
+             "how often every replica tries the Lease")):
+        group.add_argument(flag, type=parse_positive_duration, default=default, metavar="DURATION",
+                           help=f"{what} (client-go's default, {default:g} s)")
 
 
 def controller_options(args: argparse.Namespace, features: FeatureGates) -> ControllerOptions:
@@ -362,12 +391,22 @@ def controller_options(args: argparse.Namespace, features: FeatureGates) -> Cont
             driver_loss_grace_period=args.driver_loss_grace_period,
             evict_on_driver_loss=args.evict_on_driver_loss,
             leader_elect=args.leader_elect,
-            lease_namespace=args.leader_elect_namespace,
-            lease_name=args.leader_elect_lease_name,
             workload_claims=features.enabled(WORKLOAD_CLAIMS),
         )
     except ValueError as error:
         raise OptionsError(str(error)) from None
+
+
+def leader_options(args: argparse.Namespace) -> LeaderOptions:
+    return LeaderOptions(
+        enabled=args.leader_elect,
+        verbs=args.leader_elect_verbs,
+        namespace=args.leader_elect_namespace,
+        name=args.leader_elect_lease_name,
+        lease_duration_s=args.leader_elect_lease_duration,
+        renew_deadline_s=args.leader_elect_renew_deadline,
+        retry_period_s=args.leader_elect_retry_period,
+    )
 
 
 def serve_options(args: argparse.Namespace) -> ServeOptions:
@@ -383,4 +422,5 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         scheduler=scheduler_options(args),
         webhook=webhook,
         controllers=controller_options(args, features),
+        leader=leader_options(args),
     )

@@ -20,6 +20,7 @@ from common.rules import (
 from extender.controllers import (
     ControllerOptions,
 )
+from extender.kube.leader import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S
 from extender.plugin.requeue import parse_claim_ref
 from extender.plugin.scheduling import (
     DEFAULT_FILTER_TIMEOUT_S,
@@ -137,9 +138,39 @@ CONTROLLERS = ControllerOptions()
 
 
 @dataclass(frozen=True)
+class LeaderOptions:
+    """--leader-elect: this replica allocates (answers the extender verbs) and runs the controllers only
+    while it holds a coordination.k8s.io Lease, with client-go's default timings."""
+
+    enabled: bool = False
+    # With the Lease, the extender verbs too; without (second-scheduler mode, whose kube-scheduler
+    # sidecars elect their own leader and each calls only its own extender), only the controllers.
+    verbs: bool = True
+    namespace: str = ""  # "": the pod's own namespace
+    name: str = "dra-extender"
+    lease_duration_s: float = LEASE_DURATION_S
+    renew_deadline_s: float = RENEW_DEADLINE_S
+    retry_period_s: float = RETRY_PERIOD_S
+    identity: str = ""  # of this replica in the Lease; "": hostname_random
+
+    def __post_init__(self) -> None:
+        if not self.lease_duration_s > self.renew_deadline_s > self.retry_period_s > 0:
+            raise OptionsError(
+                "--leader-elect-lease-duration > --leader-elect-renew-deadline > "
+                f"--leader-elect-retry-period > 0 must hold, got {self.lease_duration_s:g}, "
+                f"{self.renew_deadline_s:g}, {self.retry_period_s:g}")
+        if not self.name:
+            raise OptionsError("--leader-elect-lease-name: must not be empty")
+
+
+LEADER = LeaderOptions()
+
+
+@dataclass(frozen=True)
 class ServeOptions:
     source: SourceOptions = field(default_factory=SourceOptions)
     network: NetworkOptions = field(default_factory=NetworkOptions)
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
     webhook: WebhookOptions = field(default_factory=WebhookOptions)
     controllers: ControllerOptions = field(default_factory=ControllerOptions)
+    leader: LeaderOptions = field(default_factory=LeaderOptions)

@@ -42,11 +42,13 @@ from webhook.server import WebhookServer
 if TYPE_CHECKING:
     from extender.kube.client import KubeClient
     from extender.kube.informer import ClusterWatcher
+    from extender.kube.leader import LeaderElector
     from extender.plugin.fence import Stewardship
 from common.tls import ReloadingTLS
 from extender.http.server import ExtenderServer
 from extender.options import (
     SCHEDULER,
+    LeaderOptions,
     NetworkOptions,
     OptionsError,
     SchedulerOptions,
@@ -63,6 +65,31 @@ EVENT_COMPONENT = "dra-extender"  # the source of the pod Events the scheduler w
 
 # Picks the CEL engine for every command (`dra-extender --version` names the one in use).
 CEL_ENGINE_ENV = "DRA_EXTENDER_CEL_BACKEND"
+# The pod's namespace: from the downward API (deploy/ sets it), else the service account's mount.
+POD_NAMESPACE_ENV = "POD_NAMESPACE"
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+# /readyz fails once this many attempts in a row could not read or write the Lease (403, no API server).
+ELECTION_FAILURES_NOT_READY = 2
+
+
+def lease_namespace(options: LeaderOptions, environ: Mapping[str, str] = os.environ,
+                    service_account_file: str = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """--leader-elect-namespace, else the pod's own namespace; OptionsError when there is none (a Lease
+    in a namespace the deployment's RBAC does not reach would never be acquired)."""
+    if options.namespace:
+        return options.namespace
+    namespace = environ.get(POD_NAMESPACE_ENV, "").strip()
+    if not namespace:
+        try:
+            with open(service_account_file) as found:
+                namespace = found.read().strip()
+        except OSError:
+            namespace = ""
+    if not namespace:
+        raise OptionsError(
+            f"--leader-elect: no --leader-elect-namespace, and not in a pod (${POD_NAMESPACE_ENV} unset, "
+            f"{service_account_file} unreadable): name the namespace of the Lease")
+    return namespace
 
 
 def choose_cel_engine(environ: Mapping[str, str] = os.environ) -> None:
@@ -187,6 +214,7 @@ class App:
         self.webhook: WebhookServer | None = None
         self.controllers: Controllers | None = None
         self.stewardship: Stewardship | None = None
+        self.elector: LeaderElector | None = None
 
     async def __aenter__(self) -> App:
         try:
@@ -207,8 +235,16 @@ class App:
             raise ClusterUnreadable(str(error)) from error
         stack.push_async_callback(self.cluster.close)
         in_cluster = self.cluster.client is not None
-        self.scheduler = build_scheduler(self.cluster, options.scheduler,
-                                         authority=Authority() if in_cluster else None)
+        authority = None
+        if in_cluster:
+            self.elector = self._elector(options.leader)
+            verbs_elected = self.elector is not None and options.leader.verbs
+            authority = Authority(valid=self.elector.leading if verbs_elected and self.elector else None)
+            if verbs_elected and self.elector is not None:
+                authority.reason = f"standby: waiting for the Lease {self.elector.lease}"
+        elif options.leader.enabled:
+            log.warning("--leader-elect needs an API server: ignored in snapshot mode")
+        self.scheduler = build_scheduler(self.cluster, options.scheduler, authority=authority)
         recorder: EventRecorder | None = None
         if self.cluster.client is not None:  # in snapshot mode there is nobody to tell
             recorder = EventRecorder(self.cluster.client, RealClock(), EVENT_COMPONENT)
@@ -251,6 +287,58 @@ class App:
         if self.controllers is not None:
             self.server.add_state("controllers", self.controllers.state)
             stack.push_async_callback(self.controllers.stop)
+        if self.stewardship is not None and not (self.elector is not None and options.leader.verbs):
+            self.stewardship.begin()
+        if self.elector is not None:
+            self.server.add_state("leaderElection", self.elector.describe)
+            self.server.readiness = self._election_problem
+            self.elector.start()
+            # First of all on the way out: stop writing, then hand the Lease over at once.
+            stack.push_async_callback(self._stop_leading)
+
+    def _elector(self, options: LeaderOptions) -> LeaderElector | None:
+        """The leader election of --leader-elect, in the Lease's namespace (the pod's own by default)."""
+        if not options.enabled:
+            return None
+        from extender.kube.leader import LeaderElector, MonotonicClock, default_identity
+
+        assert self.cluster.client is not None
+        return LeaderElector(
+            self.cluster.client, MonotonicClock(), identity=options.identity or default_identity(),
+            namespace=lease_namespace(options), name=options.name,
+            lease_duration=options.lease_duration_s, renew_deadline=options.renew_deadline_s,
+            retry_period=options.retry_period_s, on_started=self._lead, on_stopped=self._stand_down)
+
+    async def _lead(self) -> None:
+        """This replica holds the Lease: the fence, then the verbs (when elected) and the controllers."""
+        if self.options.leader.verbs and self.stewardship is not None:
+            self.stewardship.begin()
+        if self.controllers is not None:
+            await self.controllers.lead()
+
+    async def _stand_down(self) -> None:
+        if self.options.leader.verbs and self.stewardship is not None:
+            lease = self.elector.lease if self.elector is not None else "?"
+            await self.stewardship.end(f"standby: another replica holds the Lease {lease}")
+        if self.controllers is not None:
+            await self.controllers.stand_down()
+
+    async def _stop_leading(self) -> None:
+        if self.stewardship is not None:
+            await self.stewardship.end("stopping")
+        if self.controllers is not None:
+            await self.controllers.stand_down()
+        if self.elector is not None:
+            await self.elector.stop(release=True)
+
+    def _election_problem(self) -> str:
+        """/readyz: an election that cannot read or write its Lease (every attempt fails) is not ready,
+        even for a replica that would only run controllers."""
+        elector = self.elector
+        if elector is None or elector.failures < ELECTION_FAILURES_NOT_READY:
+            return ""
+        return (f"leader election: {elector.failures} attempts in a row could not get the Lease "
+                f"{elector.lease}: {elector.last_error}")
 
     async def _start_stewardship(self, stack: AsyncExitStack, events: EventRecorder) -> None:
         """The fence, the sweeper of half-written claims and the repair of pods bound without their
@@ -270,7 +358,6 @@ class App:
         self.server.add_state("fence", lambda: {**fence.describe(), **sweeper.describe()})
         self.server.add_state("repair", repair.describe)
         self.server.add_gauges(lambda: {"pods_without_devices": len(repair.unrepairable)})
-        self.stewardship.begin()
         stack.push_async_callback(self.stewardship.end, "stopping")
 
     def _driver_lost(self) -> list[dict[str, Any]] | None:

@@ -273,7 +273,7 @@ class ExtenderServer:
     async def readyz(self, request: web.Request) -> web.Response:
         if not self.cache.ready:
             return web.Response(status=503, text="cluster cache not synced yet\n")
-        problem = self._not_synced() or (self.readiness() if self.readiness is not None else "")
+        problem = (self.readiness() if self.readiness is not None else "") or self._not_synced()
         if problem:
             return web.Response(status=503, text=f"{problem}\n")
         return web.Response(text="ok\n")

@@ -23,7 +23,20 @@ class Authority:
         self._valid = valid
         self._term = 0
         self._active = False
-        self.reason = WAITING  # why there is no term, for /readyz and the verbs' refusals
+        self._reason = WAITING
+
+    @property
+    def reason(self) -> str:
+        """Why there is no term now ("" while there is one), for /readyz and the verbs' refusals."""
+        if self._active:
+            if self._valid is None or self._valid():
+                return ""
+            return "the Lease was not renewed within its renew deadline (standby until it is again)"
+        return self._reason
+
+    @reason.setter
+    def reason(self, reason: str) -> None:
+        self._reason = reason
 
     @classmethod
     def always(cls) -> Authority:
@@ -45,9 +58,9 @@ class Authority:
     def begin(self) -> int:
         self._term += 1
         self._active = True
-        self.reason = ""
+        self._reason = ""
         return self._term
 
     def end(self, reason: str) -> None:
         self._active = False
-        self.reason = reason
+        self._reason = reason

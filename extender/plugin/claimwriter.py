@@ -551,7 +551,7 @@ class ClaimWriter:
         for _attempt in range(MAX_ATTEMPTS):
             if read_again:
                 await asyncio.sleep(self._retry_delay)
-                obj = await self._fresh_claim(record)
+                obj = await self._read_back(record)
             read_again = True
             meta = metadata_of(obj)
             status = obj.get("status") or {}
@@ -657,13 +657,25 @@ class ClaimWriter:
                 try:
                     fresh = await self._fresh_claim(record)
                 except _CALL_ERRORS as err:
-                    if not _unknown(err):
-                        raise
-                    last = err
+                    last = err  # a failed read (even a refused one, a 429) tells nothing: read again
                     continue
                 if metadata_of(fresh).get("resourceVersion") != base_rv:
                     raise _Moved(fresh)
                 break
+
+    async def _read_back(self, record: _Written) -> dict:
+        """The claim as the API server has it, read again through failed reads (a read that fails, even
+        a refused one, tells nothing) for the resolve budget; BindError when it is gone."""
+        deadline = self._clock() + self._resolve_budget
+        delay = RESOLVE_FIRST_DELAY_S
+        while True:
+            try:
+                return await self._fresh_claim(record)
+            except _CALL_ERRORS:
+                if self._clock() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RESOLVE_MAX_DELAY_S)
 
     async def _fresh_claim(self, record: _Written) -> dict:
         try:
@@ -709,9 +721,7 @@ class ClaimWriter:
                 except _CALL_ERRORS as err:
                     if isinstance(err, ApiError) and err.not_found:
                         raise BindError(f"creating the Binding: {_describe(last)}; the pod is gone") from err
-                    if not _unknown(err):
-                        raise BindError(f"creating the Binding: {_describe(last)}; reading the pod: "
-                                        f"{_describe(err)}") from err
+                    # Any other failed read (a 429, a 403 too) tells nothing of the Binding: read again.
                 else:
                     if metadata_of(pod).get("uid") != uid:
                         raise BindError(f"creating the Binding: {_describe(last)}; the pod was replaced")
@@ -911,7 +921,7 @@ class ClaimWriter:
             if attempt:
                 await asyncio.sleep(self._retry_delay)
             try:
-                obj = await self._fresh_claim(record)
+                obj = await self._read_back(record)
             except BindError:
                 record.pending_write_rv = None
                 return   # deleted: nothing left to undo

@@ -106,7 +106,7 @@ def test_eviction_controller_composes_with_every_overlay(tmp_path: Path, overlay
     args = _extender_args(docs)
     assert "--controllers=taint-eviction,driver-loss" in args
     find(docs, "ClusterRole", "dra-extender-controllers")
-    find(docs, "Role", "dra-extender-controllers-leader")
+    find(docs, "Role", "dra-extender-leader")
     if "--controllers" in option_strings(serve_parser()):
         serve_parser().parse_args(args)
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 from fakeapi import ApiRequest, FakeApiServer, StatusError
+from waiting import wait_until
 
 from allocator import FeatureGates, ResourceClaim
 from extender.kube.client import KubeClient
@@ -232,21 +232,28 @@ async def test_binding_a_pod_already_on_the_node_is_idempotent(cluster: Cluster)
     assert reserved == [ref("p1")], "undo keeps a reservation it did not make"
 
 
-async def test_bind_cancelled_during_the_binding_keeps_the_claims(cluster: Cluster) -> None:
+async def cancel_bind_while_stalled(cluster: Cluster, subresource: str) -> asyncio.Event:
+    """Start p1's bind, hold its first request to `subresource` in the API server, cancel the bind
+    meanwhile; returns the event that lets the held request go on."""
     entered, release = asyncio.Event(), asyncio.Event()
 
-    async def stall_binding(request: ApiRequest) -> None:
-        if request.subresource == "binding":
+    async def stall(request: ApiRequest) -> None:
+        if request.subresource == subresource:
             entered.set()
             await release.wait()
 
-    remove = cluster.fake.intercept(stall_binding)
+    remove = cluster.fake.intercept(stall)
     task = asyncio.ensure_future(cluster.bind("p1", "node-1", ("a", allocation("gpu-0"))))
     await asyncio.wait_for(entered.wait(), 30)
     remove()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    return release
+
+
+async def test_bind_cancelled_during_the_binding_keeps_the_claims(cluster: Cluster) -> None:
+    release = await cancel_bind_while_stalled(cluster, "binding")
     # The Binding was sent: the API server may apply it (here it does), so the claims stay.
     release.set()
     await wait_until(lambda: cluster.pod("p1")["spec"].get("nodeName") == "node-1")
@@ -255,20 +262,7 @@ async def test_bind_cancelled_during_the_binding_keeps_the_claims(cluster: Clust
 
 
 async def test_bind_cancelled_during_the_status_write_fences_it_off(cluster: Cluster) -> None:
-    entered, release = asyncio.Event(), asyncio.Event()
-
-    async def stall_status(request: ApiRequest) -> None:
-        if request.subresource == "status":
-            entered.set()
-            await release.wait()
-
-    remove = cluster.fake.intercept(stall_status)
-    task = asyncio.ensure_future(cluster.bind("p1", "node-1", ("a", allocation("gpu-0"))))
-    await asyncio.wait_for(entered.wait(), 30)
-    remove()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    release = await cancel_bind_while_stalled(cluster, "status")
     # The undo wrote the claim at the version the status write was sent at: when that write finally
     # reaches storage it conflicts, and the claim is left clean.
     release.set()
@@ -276,14 +270,6 @@ async def test_bind_cancelled_during_the_status_write_fences_it_off(cluster: Clu
     await asyncio.sleep(0.05)
     claim = cluster.claim("a")
     assert not (claim.get("status") or {}).get("allocation") and not claim["metadata"].get("finalizers")
-
-
-async def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 def example_cache() -> ClusterCache:

@@ -29,7 +29,7 @@ KINDS = ("Node", "DeviceClass", "ResourceSlice", "ResourceClaim", "Pod")
 class Replica:
     """One extender process: its cache (as its initial lists left it), writer, scheduler and fence."""
 
-    def __init__(self, fake: FakeApiServer, client: KubeClient, *, budget_s: float = 0.5) -> None:
+    def __init__(self, fake: FakeApiServer, client: KubeClient, *, budget_s: float = 3.0) -> None:
         self.fake = fake
         self.cache = ClusterCache(FeatureGates())
         self.reload()
@@ -57,6 +57,14 @@ async def client(fake_api: FakeApiServer) -> AsyncIterator[KubeClient]:
     kube = KubeClient.for_url(fake_api.url)
     yield kube
     await kube.close()
+
+
+async def started(fake: FakeApiServer, client: KubeClient, **options: Any) -> Replica:
+    """The default cluster seeded, and a replica that has fenced (it may allocate)."""
+    seed(fake)
+    replica = Replica(fake, client, **options)
+    await replica.fence.run()
+    return replica
 
 
 def seed(fake: FakeApiServer, *, nodes: int = 1, devices: int = 1, pods: int = 2) -> None:
@@ -97,14 +105,6 @@ def assert_invariants(fake: FakeApiServer) -> None:
             assert status.get("allocation"), f"pod {pod['metadata']['name']} is bound without its devices"
             assert pod["metadata"]["uid"] in {entry["uid"] for entry in status.get("reservedFor") or ()}
             assert {r["pool"] for r in status["allocation"]["devices"]["results"]} == {node}
-
-
-async def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 class LateWrites:
@@ -207,9 +207,7 @@ async def test_the_fence_reads_allocations_the_cache_has_not_seen(fake_api: Fake
 
 async def test_a_device_taken_while_the_bind_awaited_ends_the_bind(fake_api: FakeApiServer,
                                                                    client: KubeClient) -> None:
-    seed(fake_api)
-    replica = Replica(fake_api, client)
-    await replica.fence.run()
+    replica = await started(fake_api, client)
 
     def other_writer_allocates(request: ApiRequest) -> None:
         if request.verb == "update" and request.name == "c0" and request.subresource is None:
@@ -229,10 +227,9 @@ async def test_a_device_taken_while_the_bind_awaited_ends_the_bind(fake_api: Fak
 @pytest.mark.parametrize("drop", [False, True], ids=["504", "cut-connection"])
 async def test_a_lost_status_write_answer_is_read_back(fake_api: FakeApiServer, client: KubeClient,
                                                        drop: bool) -> None:
-    seed(fake_api)
-    replica = Replica(fake_api, client)
-    await replica.fence.run()
+    replica = await started(fake_api, client)
     fake_api.lose_answers("update", "resourceclaims", subresource="status", drop=drop)
+    fake_api.fail_next("get", "resourceclaims", status=429)  # the first read back is refused
     await replica.bind("p0", "node-0")
     if drop:
         # The connection pool sends a PUT cut before any answer byte once more on a new connection: the
@@ -246,9 +243,7 @@ async def test_a_lost_status_write_answer_is_read_back(fake_api: FakeApiServer, 
 
 async def test_a_status_write_refused_by_a_5xx_is_sent_again(
         fake_api: FakeApiServer, client: KubeClient) -> None:
-    seed(fake_api)
-    replica = Replica(fake_api, client)
-    await replica.fence.run()
+    replica = await started(fake_api, client)
     fake_api.fail_next("update", "resourceclaims", subresource="status", status=503, count=2)
     await replica.bind("p0", "node-0")
     assert fake_api.requests["update resourceclaims/status"] == 3
@@ -257,14 +252,15 @@ async def test_a_status_write_refused_by_a_5xx_is_sent_again(
 
 
 @pytest.mark.parametrize("drop", [False, True], ids=["504", "cut-connection"])
+@pytest.mark.parametrize("read_failure", [503, 429], ids=["unavailable", "refused"])
 async def test_a_lost_binding_answer_with_failing_checks_never_undoes(fake_api: FakeApiServer,
-                                                                      client: KubeClient, drop: bool) -> None:
-    """The probe's case: the Binding applied, its answer lost, and the check of the pod failing too."""
-    seed(fake_api)
-    replica = Replica(fake_api, client)
-    await replica.fence.run()
+                                                                      client: KubeClient, drop: bool,
+                                                                      read_failure: int) -> None:
+    """The probe's case: the Binding applied, its answer lost, and the check of the pod failing too
+    (a refused read, 429, tells no more than an unavailable server)."""
+    replica = await started(fake_api, client)
     fake_api.lose_answers("create", "pods", subresource="binding", drop=drop)
-    fake_api.fail_next("get", "pods", status=503, count=3)
+    fake_api.fail_next("get", "pods", status=read_failure, count=3)
     await replica.bind("p0", "node-0")
     assert fake_api.get_object("Pod", "p0", "default")["spec"]["nodeName"] == "node-0"
     assert_invariants(fake_api)
@@ -272,9 +268,7 @@ async def test_a_lost_binding_answer_with_failing_checks_never_undoes(fake_api: 
 
 async def test_a_binding_whose_outcome_stays_unknown_keeps_the_claims(fake_api: FakeApiServer,
                                                                       client: KubeClient) -> None:
-    seed(fake_api)
-    replica = Replica(fake_api, client, budget_s=0.3)
-    await replica.fence.run()
+    replica = await started(fake_api, client, budget_s=0.3)
     fake_api.lose_answers("create", "pods", subresource="binding")
     fake_api.fail_next("get", "pods", status=503, count=1000)
     with pytest.raises(BindFailed, match="claims stay allocated and reserved for the pod"):
@@ -284,9 +278,7 @@ async def test_a_binding_whose_outcome_stays_unknown_keeps_the_claims(fake_api: 
 
 
 async def test_a_binding_refused_by_a_5xx_is_sent_again(fake_api: FakeApiServer, client: KubeClient) -> None:
-    seed(fake_api)
-    replica = Replica(fake_api, client)
-    await replica.fence.run()
+    replica = await started(fake_api, client)
     fake_api.fail_next("create", "pods", subresource="binding", status=500)
     await replica.bind("p0", "node-0")
     assert fake_api.requests["create pods/binding"] == 2
@@ -295,9 +287,7 @@ async def test_a_binding_refused_by_a_5xx_is_sent_again(fake_api: FakeApiServer,
 
 async def test_a_pod_bound_without_its_devices_is_repaired(
         fake_api: FakeApiServer, client: KubeClient) -> None:
-    seed(fake_api)
-    replica = Replica(fake_api, client)
-    await replica.fence.run()
+    replica = await started(fake_api, client)
     pod = fake_api.get_object("Pod", "p0", "default")
     pod["spec"]["nodeName"] = "node-0"  # bound by someone, its claim never allocated
     replica.cache.apply("Pod", "MODIFIED", fake_api.put_object(pod))
@@ -311,9 +301,7 @@ async def test_a_pod_bound_without_its_devices_is_repaired(
 
 async def test_a_pod_bound_where_its_devices_are_taken_is_reported(fake_api: FakeApiServer,
                                                                    client: KubeClient) -> None:
-    seed(fake_api)
-    replica = Replica(fake_api, client)
-    await replica.fence.run()
+    replica = await started(fake_api, client)
     await replica.bind("p1", "node-0")  # takes the only device
     pod = fake_api.get_object("Pod", "p0", "default")
     pod["spec"]["nodeName"] = "node-0"
@@ -333,9 +321,7 @@ async def test_a_pod_bound_where_its_devices_are_taken_is_reported(fake_api: Fak
 
 async def test_an_undo_whose_status_write_gets_a_5xx_still_finishes(fake_api: FakeApiServer,
                                                                     client: KubeClient) -> None:
-    seed(fake_api)
-    replica = Replica(fake_api, client)
-    await replica.fence.run()
+    replica = await started(fake_api, client)
     fake_api.fail_next("create", "pods", subresource="binding", status=403, message="no")
     statuses = 0
 
@@ -356,9 +342,7 @@ async def test_an_undo_whose_status_write_gets_a_5xx_still_finishes(fake_api: Fa
 
 async def test_a_failed_finalizer_removal_is_retried_by_the_sweeper(fake_api: FakeApiServer,
                                                                     client: KubeClient) -> None:
-    seed(fake_api)
-    replica = Replica(fake_api, client)
-    await replica.fence.run()
+    replica = await started(fake_api, client)
     sweeper = HalfWrittenSweeper(replica.cache, replica.writer, replica.authority, grace_s=0)
     fake_api.fail_next("create", "pods", subresource="binding", status=403)
     updates = 0
@@ -395,9 +379,7 @@ async def test_the_fence_cleans_a_crash_between_the_finalizer_and_the_allocation
 
 async def test_the_sweeper_leaves_claims_a_bind_is_writing(
         fake_api: FakeApiServer, client: KubeClient) -> None:
-    seed(fake_api)
-    replica = Replica(fake_api, client)
-    await replica.fence.run()
+    replica = await started(fake_api, client)
     sweeper = HalfWrittenSweeper(replica.cache, replica.writer, replica.authority, grace_s=0)
     late = LateWrites(fake_api, status_write_of("c0"))
     bind = asyncio.ensure_future(replica.bind("p0", "node-0"))
@@ -417,9 +399,7 @@ async def test_an_unsettled_hold_ends_when_the_write_is_fenced_off(fake_api: Fak
     """The status write goes unanswered and the API server stays unreachable for the whole budget: the
     devices stay held. Once the API server answers, the sweeper writes the claim at that version, and
     the hold ends at once (not after a fixed time)."""
-    seed(fake_api)
-    replica = Replica(fake_api, client, budget_s=0.3)
-    await replica.fence.run()
+    replica = await started(fake_api, client, budget_s=0.3)
     sweeper = HalfWrittenSweeper(replica.cache, replica.writer, replica.authority, grace_s=0)
     fake_api.fail_next("update", "resourceclaims", subresource="status", status=504)
     fake_api.fail_next("get", "resourceclaims", status=503, count=1000)
@@ -436,9 +416,7 @@ async def test_an_unsettled_hold_ends_when_the_write_is_fenced_off(fake_api: Fak
 
 
 async def test_a_refused_write_never_holds_devices(fake_api: FakeApiServer, client: KubeClient) -> None:
-    seed(fake_api)
-    replica = Replica(fake_api, client)
-    await replica.fence.run()
+    replica = await started(fake_api, client)
     fake_api.fail_next("update", "resourceclaims", subresource="status", status=422, message="invalid")
     with pytest.raises(BindFailed, match="422"):
         await replica.bind("p0", "node-0")
@@ -451,9 +429,7 @@ async def test_a_refused_write_never_holds_devices(fake_api: FakeApiServer, clie
 
 async def test_a_bind_whose_term_ended_writes_nothing_more(
         fake_api: FakeApiServer, client: KubeClient) -> None:
-    seed(fake_api)
-    replica = Replica(fake_api, client)
-    await replica.fence.run()
+    replica = await started(fake_api, client)
 
     def lose_the_lease(request: ApiRequest) -> None:
         if request.verb == "update" and request.subresource is None:

@@ -16,6 +16,7 @@ from extender.controllers import ControllerOptions
 from extender.flags import serve_options
 from extender.kube.objects_io import load_objects
 from extender.options import (
+    LeaderOptions,
     NetworkOptions,
     OptionsError,
     SchedulerOptions,
@@ -24,7 +25,7 @@ from extender.options import (
     WebhookOptions,
 )
 from extender.state.cache import ClusterCache
-from extender.wiring import Cluster, build_scheduler
+from extender.wiring import Cluster, build_scheduler, lease_namespace
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
 
@@ -55,7 +56,9 @@ def test_every_serve_flag_lands_in_its_options_field() -> None:
         "--reserved-for-limit", "7",
         "--controllers", "taint-eviction,driver-loss", "--taint-eviction-workers", "8",
         "--driver-loss-grace-period", "9s", "--evict-on-driver-loss", "--leader-elect",
-        "--leader-elect-namespace", "ns", "--leader-elect-lease-name", "lease",
+        "--leader-elect-namespace", "ns", "--leader-elect-lease-name", "lease", "--no-leader-elect-verbs",
+        "--leader-elect-lease-duration", "30s", "--leader-elect-renew-deadline", "20",
+        "--leader-elect-retry-period", "3s",
     )
     assert options == ServeOptions(
         source=SourceOptions(kubeconfig="kc", context="ctx",
@@ -72,8 +75,9 @@ def test_every_serve_flag_lands_in_its_options_field() -> None:
                                reserved_for_limit=7),
         controllers=ControllerOptions(names=("taint-eviction", "driver-loss"), workers=8,
                                       driver_loss_grace_period=9.0, evict_on_driver_loss=True,
-                                      leader_elect=True, lease_namespace="ns", lease_name="lease",
-                                      workload_claims=True),
+                                      leader_elect=True, workload_claims=True),
+        leader=LeaderOptions(enabled=True, verbs=False, namespace="ns", name="lease", lease_duration_s=30.0,
+                             renew_deadline_s=20.0, retry_period_s=3.0),
     )
 
 
@@ -95,11 +99,26 @@ def test_every_serve_flag_lands_in_its_options_field() -> None:
         (lambda: SchedulerOptions(hold_timeout_s=float("nan")), "--hold-timeout"),
         (lambda: SchedulerOptions(reasons="verbose"), "--reasons"),
         (lambda: SchedulerOptions(requeue_claim="no-namespace"), "--requeue-claim: expected NAMESPACE/NAME"),
+        (lambda: LeaderOptions(renew_deadline_s=20.0), "--leader-elect-lease-duration > --leader-elect-"),
+        (lambda: LeaderOptions(retry_period_s=10.0), "--leader-elect-lease-duration > --leader-elect-"),
+        (lambda: LeaderOptions(name=""), "--leader-elect-lease-name"),
     ],
 )
 def test_options_refuse_what_cannot_run_naming_the_flags(make: object, message: str) -> None:
     with pytest.raises(OptionsError, match=message):
         make()  # type: ignore[operator]
+
+
+def test_the_lease_namespace_is_the_pods_own_or_serve_refuses(tmp_path: Path) -> None:
+    account = tmp_path / "namespace"
+    elect = LeaderOptions(enabled=True)
+    assert lease_namespace(LeaderOptions(enabled=True, namespace="given"), {}, str(account)) == "given"
+    assert lease_namespace(elect, {"POD_NAMESPACE": "from-downward-api"}, str(account)) == "from-downward-api"
+    account.write_text("from-service-account\n")
+    assert lease_namespace(elect, {}, str(account)) == "from-service-account"
+    account.unlink()
+    with pytest.raises(OptionsError, match="--leader-elect: no --leader-elect-namespace, and not in a pod"):
+        lease_namespace(elect, {}, str(account))
 
 
 def test_options_are_frozen() -> None:

@@ -11,16 +11,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 
 {{- define "dra-extender.replicas" -}}
 {{- if not (kindIs "invalid" .Values.replicas) }}{{ .Values.replicas }}
-{{- else if include "dra-extender.secondScheduler" . }}2
-{{- else }}1{{ end }}
+{{- else }}2{{ end }}
 {{- end }}
 
 {{/* Combinations that cannot work refuse to render, naming what is wrong (values.schema.json has already
 refused unknown keys, wrong types and unknown modes or sources). */}}
 {{- define "dra-extender.validate" -}}
 {{- $replicas := include "dra-extender.replicas" . | int }}
-{{- if and (eq .Values.mode "scheduler-config") (gt $replicas 1) }}
-{{- fail "mode scheduler-config runs exactly 1 replica: two active extenders would not see each other's in-flight allocations (use mode second-scheduler for HA)" }}
+{{- if lt $replicas 1 }}
+{{- fail "replicas must be at least 1" }}
 {{- end }}
 {{- if and .Values.controllers.enabled (gt $replicas 1) (not .Values.controllers.leaderElection) }}
 {{- fail "controllers.leaderElection must be true with more than one replica, or every replica would evict pods" }}
