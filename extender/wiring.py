@@ -160,6 +160,8 @@ def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER, *,
         filter_deadline_s=options.filter_timeout_s,
         filter_cache=FilterCache(cluster.cache, assume) if options.filter_cache else None,
         reasons=Words(options.reasons),
+        binding_timeout_s=options.binding_timeout_s,
+        bind_wait_s=options.bind_wait_s,
     )
 
 
@@ -251,6 +253,7 @@ class App:
             recorder.start()
             stack.push_async_callback(recorder.stop)
             self.scheduler.explanations = Explanations(recorder)
+            self.scheduler.events = recorder
             if options.scheduler.requeue_claim:
                 namespace, name = parse_claim_ref(options.scheduler.requeue_claim)
                 nudge = RequeueNudge(self.cluster.client, namespace, name)
@@ -342,7 +345,9 @@ class App:
 
     async def _start_stewardship(self, stack: AsyncExitStack, events: EventRecorder) -> None:
         """The fence, the sweeper of half-written claims and the repair of pods bound without their
-        devices (extender/plugin/fence.py, repair.py), which records its events with `events`."""
+        devices (extender/plugin/fence.py, repair.py) and of claims whose device binding failed
+        (bindingconditions.py), which record their events with `events`."""
+        from extender.plugin.bindingconditions import BindingSweeper
         from extender.plugin.claimwriter import ClaimWriter
         from extender.plugin.fence import ClaimFence, HalfWrittenSweeper, Stewardship
         from extender.plugin.repair import BoundPodRepair
@@ -352,11 +357,17 @@ class App:
         cache, authority = self.cluster.cache, self.scheduler.authority
         fence = ClaimFence(cache, writer, authority)
         sweeper = HalfWrittenSweeper(cache, writer, authority)
-        repair = BoundPodRepair(self.scheduler, report=lambda pod, reason, message: events.record(
-            pod, reason, message, event_type="Warning"))
-        self.stewardship = Stewardship(cache, fence, [sweeper.sweep_once, repair.repair_due])
+
+        def warn(pod: dict, reason: str, message: str) -> None:
+            events.record(pod, reason, message, event_type="Warning")
+
+        repair = BoundPodRepair(self.scheduler, report=warn)
+        bindings = BindingSweeper(cache, writer, self.scheduler.binding, authority, report=warn)
+        self.stewardship = Stewardship(cache, fence, [sweeper.sweep_once, repair.repair_due,
+                                                      bindings.sweep_once])
         self.server.add_state("fence", lambda: {**fence.describe(), **sweeper.describe()})
         self.server.add_state("repair", repair.describe)
+        self.server.add_state("bindingSweeper", bindings.describe)
         self.server.add_gauges(lambda: {"pods_without_devices": len(repair.unrepairable)})
         stack.push_async_callback(self.stewardship.end, "stopping")
 

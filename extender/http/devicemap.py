@@ -1,9 +1,10 @@
 """`GET /debug/ui` on the debug port: a read-only device map for "where are my GPUs".
 
 Every pool and device, grouped by node, coloured by state: free, allocated (with the claim and the
-pods or PodGroups it is reserved for), in flight (chosen by the extender, not yet seen written by the
-watch) or tainted (a NoSchedule/NoExecute taint of its own or of a DeviceTaintRule), and the pending pods that
-have claims, each linked to its explanation (/debug/explain).
+pods or PodGroups it is reserved for, and the device binding conditions still awaited), in flight
+(chosen by the extender, not yet seen written by the watch) or tainted (a NoSchedule/NoExecute taint of
+its own or of a DeviceTaintRule), and the pending pods that have claims, each linked to its explanation
+(/debug/explain), with what a pod waiting for device binding conditions waits for.
 
 One server-rendered HTML page: no scripts, no external assets (it works in an air-gapped cluster; the
 Content-Security-Policy forbids loading anything), every value from the cluster escaped. Large
@@ -27,6 +28,7 @@ from allocator import DeviceTaintRule, ResourceSlice
 from common.claimrefs import is_group_reference, pod_key
 from common.objects import metadata_of
 from extender.http import wire
+from extender.plugin.bindingconditions import BindingPolicy, ClaimBinding, State, claim_binding
 from extender.plugin.podclaims import ClaimsNotReady, InvalidPodError, claim_name_for, claim_references
 
 if TYPE_CHECKING:
@@ -50,6 +52,7 @@ class DeviceView:
     pods: list[str] = field(default_factory=list)
     pod_groups: list[str] = field(default_factory=list)  # PodGroups a workload claim is reserved for
     taints: list[str] = field(default_factory=list)
+    binding: str = ""  # the device binding conditions its claim still waits for, failed or timed out
 
 
 @dataclass
@@ -82,6 +85,7 @@ class DeviceMap:
     held: dict[str, tuple[list[str], list[str], list[str]]]
     flying: dict[str, list[str]]
     taint_rules: list[DeviceTaintRule]
+    binding: dict[str, str] = field(default_factory=dict)  # device id -> DeviceView.binding
 
     def _taints(self, pool: PoolView, device: Any) -> list[Mapping[str, Any]]:
         taints = list(device.taints)
@@ -118,6 +122,7 @@ class DeviceMap:
                                   taints=[_taint_text(t) for t in taints])
                 if view.state == "allocated":
                     view.claims, view.pods, view.pod_groups = self.held[ident]
+                    view.binding = self.binding.get(ident, "")
                 elif view.state == "in flight":
                     view.claims = self.flying[ident]
                 views.append(view)
@@ -135,9 +140,13 @@ class ClusterView:
     in_flight: list[dict[str, Any]]
     taint_rules: list[DeviceTaintRule]
     pod_names_by_uid: dict[str, str]
+    # Device binding conditions: the binding timeout (None with the feature gates off) and the time.
+    binding_timeout_s: float | None = None
+    now: float = 0.0
 
 
-def take_view(cache: ClusterCache, in_flight: list[dict[str, Any]]) -> ClusterView:
+def take_view(cache: ClusterCache, in_flight: list[dict[str, Any]],
+              binding: BindingPolicy | None = None) -> ClusterView:
     """What the map shows, taken from the cache and the allocations in flight at one moment."""
     pods = cache.valid_objects("Pod")
     wanted = {entry.get("podUID") for entry in in_flight}
@@ -146,8 +155,11 @@ def take_view(cache: ClusterCache, in_flight: list[dict[str, Any]]) -> ClusterVi
         uid = metadata_of(pod).get("uid")
         if uid in wanted and isinstance(uid, str):
             names[uid] = pod_key(pod)
+    enabled = binding is not None and binding.enabled
     return ClusterView(list(cache.inventory.slices()), cache.valid_objects("ResourceClaim"), pods, in_flight,
-                       cache.taint_rules(), names)
+                       cache.taint_rules(), names,
+                       binding.timeout_s if binding is not None and enabled else None,
+                       binding.wall_clock() if binding is not None and enabled else 0.0)
 
 
 def _newest_pools(slices: Iterable[ResourceSlice]) -> dict[tuple[str, str], list[ResourceSlice]]:
@@ -186,7 +198,32 @@ def _holders(claims: Iterable[Mapping[str, Any]]) -> dict[str, tuple[list[str], 
     return held
 
 
-def _pending(pods: Iterable[Mapping[str, Any]]) -> list[PendingPod]:
+def _bindings(view: ClusterView) -> dict[str, ClaimBinding]:
+    """Claim key -> the binding state of the allocated claims whose devices have binding conditions and
+    are not all ready."""
+    if view.binding_timeout_s is None:
+        return {}
+    found = {}
+    for claim in view.claims:
+        state = claim_binding(claim, timeout_s=view.binding_timeout_s, now=view.now)
+        if state is not None and state.state != State.READY:
+            found[state.key] = state
+    return found
+
+
+def _device_binding(bindings: Mapping[str, ClaimBinding]) -> dict[str, str]:
+    notes = {}
+    for state in bindings.values():
+        for device in state.devices:
+            if device.failed:
+                notes[device.device] = "binding failed: " + ", ".join(f.type for f in device.failed)
+            elif device.pending:
+                notes[device.device] = (f"binding: {', '.join(device.pending)} "
+                                        + ("timed out" if state.state == State.TIMED_OUT else "pending"))
+    return notes
+
+
+def _pending(pods: Iterable[Mapping[str, Any]], bindings: Mapping[str, ClaimBinding]) -> list[PendingPod]:
     pending = []
     for pod in pods:
         spec = pod.get("spec") or {}
@@ -210,7 +247,8 @@ def _pending(pods: Iterable[Mapping[str, Any]]) -> list[PendingPod]:
                 continue
             if name:
                 claims.append(f"{namespace}/{name}")
-        pending.append(PendingPod(pod_key(pod), claims, note))
+        waiting = [bindings[key].describe() for key in claims if key in bindings]
+        pending.append(PendingPod(pod_key(pod), claims, "; ".join(waiting) if waiting else note))
     return sorted(pending, key=lambda p: p.key)
 
 
@@ -224,8 +262,9 @@ def build_map(view: ClusterView) -> DeviceMap:
     for (driver, pool), members in sorted(_newest_pools(view.slices).items()):
         node = members[0].node_name or SHARED_POOLS
         groups.setdefault(node, []).append(PoolView(driver, pool, members[0].pool_generation, members))
-    device_map = DeviceMap(groups, _pending(view.pods), Counter(), _holders(view.claims), flying,
-                           view.taint_rules)
+    bindings = _bindings(view)
+    device_map = DeviceMap(groups, _pending(view.pods, bindings), Counter(), _holders(view.claims), flying,
+                           view.taint_rules, _device_binding(bindings))
     device_map.count()
     return device_map
 
@@ -259,6 +298,8 @@ def _device_html(device: DeviceView) -> str:
         details.append("podgroups " + ", ".join(device.pod_groups))
     if device.taints:
         details.append("taints " + ", ".join(device.taints))
+    if device.binding:
+        details.append(device.binding)
     css = device.state.replace(" ", "") + (" taint" if device.taints else "")
     text = _e(device.name)
     if device.claims:

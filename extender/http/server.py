@@ -147,7 +147,8 @@ class ExtenderServer:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics_endpoint)
-        devicemap.register(app, lambda: devicemap.take_view(self.cache, self.scheduler.in_flight()))
+        devicemap.register(app, lambda: devicemap.take_view(self.cache, self.scheduler.in_flight(),
+                                                            self.scheduler.binding))
         return app
 
     async def start(self, host: str, extender_port: int, debug_port: int,

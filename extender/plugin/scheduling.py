@@ -34,6 +34,7 @@ from extender.plugin.authority import Authority
 from extender.plugin.bindingconditions import (
     DEFAULT_BIND_WAIT_S,
     DEFAULT_BINDING_TIMEOUT_S,
+    EVENT_FAILED,
     EVENT_PENDING,
     SETTLED_BADLY,
     BindingPolicy,
@@ -392,7 +393,12 @@ class Scheduler:
                 parts.append(f"{text}; the claim is not deallocated: {why_not}")
         if not in_use:
             parts.append("the pod is scheduled again")
-        return "; ".join(parts), in_use
+        message = "; ".join(parts)
+        if self.events is not None:
+            # kube-scheduler's FailedScheduling events of a pod form one series that keeps its first
+            # message (the wait's): this one says what became of it.
+            self.events.record(pod, EVENT_FAILED, message, event_type="Warning")
+        return message, in_use
 
     async def _await_claims(self, pod: dict, plan: PodPlan, *, deadline: float) -> tuple[dict, PodPlan]:
         """Wait up to `claim_wait_s` (and at most half of what is left of the filter's budget) until
