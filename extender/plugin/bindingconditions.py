@@ -25,15 +25,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from allocator import ResourceClaim
 from common.claimrefs import group_name_of, is_group_reference, pod_key, pod_uid
 from common.objects import metadata_of
 from extender.plugin.authority import Authority
-
-if TYPE_CHECKING:
-    from extender.state.cache import ClusterCache
+from extender.state.cache import ClaimWatch, ClusterCache
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +198,12 @@ def claim_binding(raw: Mapping[str, Any], *, timeout_s: float, now: float) -> Cl
                         tuple(devices), allocated_at, timeout_s)
 
 
+def has_binding_conditions(raw: Mapping[str, Any]) -> bool:
+    """Is the claim allocated with a device that has binding conditions?"""
+    results = (((raw.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
+    return any(isinstance(result, dict) and result.get("bindingConditions") for result in results or ())
+
+
 class BindingPolicy:
     """The binding timeout and the clock, and whether the feature gates are on (as upstream: both
     DRADeviceBindingConditions and DRAResourceClaimDeviceStatus)."""
@@ -285,25 +289,10 @@ class BindingSweeper:
         self._clock = clock
         self.grace_s = grace_s
         self.report = report
-        self._watched: dict[str, str] = {}  # claim UID -> key: allocated with binding conditions
+        # Claim UID -> (key, since): allocated with binding conditions.
+        self._watched = ClaimWatch(cache, has_binding_conditions, clock=clock).claims
         self._bad_since: dict[str, float] = {}  # claim UID -> first seen failed or timed out
         self.freed = 0
-        for raw in cache.valid_objects("ResourceClaim"):
-            self._on_change("ResourceClaim", "ADDED", raw, None)
-        cache.subscribe(self._on_change)
-
-    def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
-        if kind != "ResourceClaim":
-            return
-        meta = metadata_of(new)
-        uid = str(meta.get("uid") or "")
-        results = (((new.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
-        if event_type != "DELETED" and any(isinstance(r, dict) and r.get("bindingConditions")
-                                           for r in results or ()):
-            self._watched[uid] = f"{meta.get('namespace')}/{meta.get('name')}"
-        else:
-            self._watched.pop(uid, None)
-            self._bad_since.pop(uid, None)
 
     def _waiting_pods(self, raw: Mapping[str, Any]) -> list[dict] | None:
         """The unbound pods the claim is reserved for; None when anything else uses it (a bound pod, a
@@ -325,7 +314,9 @@ class BindingSweeper:
             return 0
         now = self._clock()
         freed = 0
-        for uid, key in list(self._watched.items()):
+        for uid in set(self._bad_since) - set(self._watched):
+            del self._bad_since[uid]  # deallocated or deleted meanwhile
+        for uid, (key, _) in list(self._watched.items()):
             raw = self.cache.raw("ResourceClaim", key)
             state = self.policy.of(raw) if raw is not None and metadata_of(raw).get("uid") == uid else None
             if state is None or state.state not in SETTLED_BADLY:

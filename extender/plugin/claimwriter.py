@@ -342,6 +342,12 @@ class _Written:
     # The in-memory special claim's UID when this bind created the claim (undo deletes it).
     created_from: str | None = None
 
+    @classmethod
+    def of(cls, raw: Mapping) -> _Written:
+        """A record of nothing written yet, for the claim `raw`."""
+        meta = metadata_of(raw)
+        return cls(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""))
+
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -677,6 +683,15 @@ class ClaimWriter:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RESOLVE_MAX_DELAY_S)
 
+    async def _read_again(self, record: _Written) -> dict | None:
+        """After a conflict: a short pause, then the claim as the API server has it; None once it is gone
+        (deleted, or replaced by another of the same name)."""
+        await asyncio.sleep(self._retry_delay)
+        try:
+            return await self._fresh_claim(record)
+        except BindError:
+            return None
+
     async def _fresh_claim(self, record: _Written) -> dict:
         try:
             obj = await self._store.get_claim(record.namespace, record.name)
@@ -751,20 +766,18 @@ class ClaimWriter:
         that an allocation write sent at that version can never apply. True once the claim is settled
         (the finalizer removed, or the claim allocated, changed for good or gone); False when that could
         not be done now (API errors), and it must be tried again."""
-        meta = metadata_of(raw)
-        record = _Written(str(meta.get("namespace") or ""), str(meta.get("name") or ""),
-                          str(meta.get("uid") or ""))
+        record = _Written.of(raw)
         obj = raw
         for attempt in range(MAX_ATTEMPTS):
             if attempt:
-                await asyncio.sleep(self._retry_delay)
                 try:
-                    obj = await self._fresh_claim(record)
-                except BindError:
-                    return True  # gone
+                    fresh = await self._read_again(record)
                 except _CALL_ERRORS as err:
                     log.warning("ResourceClaim %s: reading it to fence it: %s", record.key, _describe(err))
                     return False
+                if fresh is None:
+                    return True  # gone
+                obj = fresh
             if not half_written(obj):
                 return True
             try:
@@ -797,18 +810,15 @@ class ClaimWriter:
         that reason. Raises BindError when the API server refuses or cannot be reached, or this
         replica's term is over. A finalizer that cannot be removed is left to the sweeper of half-written
         claims (extender/plugin/fence.py)."""
-        meta = metadata_of(raw)
-        record = _Written(str(meta.get("namespace") or ""), str(meta.get("name") or ""),
-                          str(meta.get("uid") or ""))
+        record = _Written.of(raw)
         obj, read_again = raw, False
         try:
             for _attempt in range(MAX_ATTEMPTS):
                 if read_again:
-                    await asyncio.sleep(self._retry_delay)
-                    try:
-                        obj = await self._fresh_claim(record)
-                    except BindError:
+                    fresh = await self._read_again(record)
+                    if fresh is None:
                         return "it was deleted"
+                    obj = fresh
                 read_again = True
                 why_not = still(obj)
                 if why_not is not None:

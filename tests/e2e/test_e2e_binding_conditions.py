@@ -11,8 +11,10 @@ status.devices as a DRA driver attaching a network device would.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from e2e_api import Api, ApiStatusError, wait_for
 from e2e_cluster import BINDING_TIMEOUT_S
 from e2e_objects import (
@@ -134,90 +136,88 @@ def start_pod(api: Api, namespace: str, driver: Driver, pod: str) -> dict[str, A
     return claim
 
 
-def test_the_pod_is_bound_once_the_driver_reports_the_device_attached(api: Api, namespace: str) -> None:
-    driver = create_driver(api, nodes=1, devices=1)
-    [node] = driver.node_names
+@pytest.fixture
+def driver(api: Api) -> Iterator[Driver]:
+    """A driver with one node, whose one device needs the driver's attach."""
+    created = create_driver(api, nodes=1, devices=1)
     try:
-        with_binding_conditions(driver, node)
-        claim = start_pod(api, namespace, driver, "waiter")
-        wait_for("the pod's condition naming what it waits for",
-                 lambda: "waiting for device binding conditions" in pod_condition(api, namespace, "waiter"),
-                 timeout_s=30)
-        assert f"claim {namespace}/{claim['metadata']['name']}, device {driver.name}/{node}/dev-0" in \
-            pod_condition(api, namespace, "waiter")
-        # Within the binding timeout, which the first bind call's wait (--bind-wait, 3 s) has begun to use.
-        assert not node_of(api, namespace, "waiter"), "bound before its device is attached"
-        report(api, claim, condition(ATTACHED, "False"))
-        time.sleep(1)
-        assert not node_of(api, namespace, "waiter"), "bound while its device is not attached"
-        reported = time.monotonic()
-        report(api, claim, condition(ATTACHED))
-        wait_for("the pod bound", lambda: node_of(api, namespace, "waiter"), timeout_s=30, interval_s=0.1)
-        print(f"bound {time.monotonic() - reported:.2f} s after the device was reported attached")
-        assert node_of(api, namespace, "waiter") == node
-        assert events(api, namespace, "waiter", "BindingConditionsPending")
-        final = api.get(claim_path(claim))
-        assert final["status"]["allocation"] == claim["status"]["allocation"], "one allocation throughout"
+        with_binding_conditions(created, created.node_names[0])
+        yield created
     finally:
-        driver.cleanup()
+        remove_plain_pool(created, created.node_names[0])
+        created.cleanup()
 
 
-def test_a_failure_condition_reschedules_the_pod_elsewhere(api: Api, namespace: str) -> None:
-    driver = create_driver(api, nodes=1, devices=1)
+def test_the_pod_is_bound_once_the_driver_reports_the_device_attached(api: Api, namespace: str,
+                                                                      driver: Driver) -> None:
     [node] = driver.node_names
-    try:
-        with_binding_conditions(driver, node)
-        claim = start_pod(api, namespace, driver, "moved")
-        # The attach fails: the driver taints the device and says so; another node has a device.
-        driver.set_taints(node, {"dev-0": [{"key": "e2e.example.com/attach-failed", "value": "true",
-                                            "effect": "NoSchedule"}]})
-        other = add_plain_node(driver)
-        report(api, claim, condition(ATTACHED, "False"), condition(FAILED))
-        wait_for("the pod bound elsewhere", lambda: node_of(api, namespace, "moved"), timeout_s=30)
-        assert node_of(api, namespace, "moved") == other
-        final = api.get(claim_path(claim))
-        assert allocated_devices(final) == [(driver.name, other, "dev-0")]
-        assert not final["status"].get("devices"), "the failed device's conditions were cleared with it"
-        [event] = events(api, namespace, "moved", "BindingConditionsFailed")
-        assert event["type"] == "Warning"
-        assert (f"device binding failed: claim {namespace}/{claim['metadata']['name']}, device "
-                f"{driver.name}/{node}/dev-0: binding failure condition failed is True (E2E: the test driver "
-                "says failed); the claim was deallocated; the pod is scheduled again") == event["message"]
-    finally:
-        driver.cleanup()
+    claim = start_pod(api, namespace, driver, "waiter")
+    wait_for("the pod's condition naming what it waits for",
+             lambda: "waiting for device binding conditions" in pod_condition(api, namespace, "waiter"),
+             timeout_s=30)
+    assert f"claim {namespace}/{claim['metadata']['name']}, device {driver.name}/{node}/dev-0" in \
+        pod_condition(api, namespace, "waiter")
+    # Within the binding timeout, which the first bind call's wait (--bind-wait, 3 s) has begun to use.
+    assert not node_of(api, namespace, "waiter"), "bound before its device is attached"
+    report(api, claim, condition(ATTACHED, "False"))
+    time.sleep(1)
+    assert not node_of(api, namespace, "waiter"), "bound while its device is not attached"
+    reported = time.monotonic()
+    report(api, claim, condition(ATTACHED))
+    wait_for("the pod bound", lambda: node_of(api, namespace, "waiter"), timeout_s=30, interval_s=0.1)
+    print(f"bound {time.monotonic() - reported:.2f} s after the device was reported attached")
+    assert node_of(api, namespace, "waiter") == node
+    assert events(api, namespace, "waiter", "BindingConditionsPending")
+    final = api.get(claim_path(claim))
+    assert final["status"]["allocation"] == claim["status"]["allocation"], "one allocation throughout"
 
 
-def test_the_binding_timeout_reschedules_the_pod(api: Api, namespace: str) -> None:
+def test_a_failure_condition_reschedules_the_pod_elsewhere(api: Api, namespace: str, driver: Driver) -> None:
+    [node] = driver.node_names
+    claim = start_pod(api, namespace, driver, "moved")
+    # The attach fails: the driver taints the device and says so; another node has a device.
+    driver.set_taints(node, {"dev-0": [{"key": "e2e.example.com/attach-failed", "value": "true",
+                                        "effect": "NoSchedule"}]})
+    other = add_plain_node(driver)
+    report(api, claim, condition(ATTACHED, "False"), condition(FAILED))
+    wait_for("the pod bound elsewhere", lambda: node_of(api, namespace, "moved"), timeout_s=30)
+    assert node_of(api, namespace, "moved") == other
+    final = api.get(claim_path(claim))
+    assert allocated_devices(final) == [(driver.name, other, "dev-0")]
+    assert not final["status"].get("devices"), "the failed device's conditions were cleared with it"
+    [event] = events(api, namespace, "moved", "BindingConditionsFailed")
+    assert event["type"] == "Warning"
+    assert (f"device binding failed: claim {namespace}/{claim['metadata']['name']}, device "
+            f"{driver.name}/{node}/dev-0: binding failure condition failed is True (E2E: the test driver "
+            "says failed); the claim was deallocated; the pod is scheduled again") == event["message"]
+
+
+def test_the_binding_timeout_reschedules_the_pod(api: Api, namespace: str, driver: Driver) -> None:
     """As upstream's TimeoutRecover: a device needing no attach appears on the same node while the pod
     waits; once the timeout frees the claim, the pod gets that one (a node's pools with binding
     conditions come last)."""
-    driver = create_driver(api, nodes=1, devices=1)
     [node] = driver.node_names
-    try:
-        with_binding_conditions(driver, node)
-        claim = start_pod(api, namespace, driver, "patient")
-        allocated_at = time.monotonic()
-        add_plain_pool(driver, node)
-        # The pod's condition carries the latest attempt's message (its FailedScheduling events are one
-        # series that keeps the first): polled as upstream's TimeoutReached does.
-        def timed_out() -> str:
-            said = pod_condition(api, namespace, "patient")
-            return said if "binding timeout" in said else ""
+    claim = start_pod(api, namespace, driver, "patient")
+    allocated_at = time.monotonic()
+    add_plain_pool(driver, node)
 
-        said = wait_for("the pod's condition saying binding timeout", timed_out,
-                        timeout_s=BINDING_TIMEOUT_S + 30, interval_s=0.1)
-        elapsed = time.monotonic() - allocated_at
-        print(f"binding timeout reported {elapsed:.1f} s after the allocation (--binding-timeout "
-              f"{BINDING_TIMEOUT_S:g} s)")
-        assert BINDING_TIMEOUT_S - 1 <= elapsed <= BINDING_TIMEOUT_S + 10
-        assert (f"device binding timeout: claim {namespace}/{claim['metadata']['name']}, device "
-                f"{driver.name}/{node}/dev-0: attached not True {BINDING_TIMEOUT_S:g}s after its "
-                "allocation") in said
-        wait_for("the pod bound", lambda: node_of(api, namespace, "patient"), timeout_s=30)
-        final = api.get(claim_path(claim))
-        assert allocated_devices(final) == [(driver.name, f"{node}-plain", "dev-0")]
-        [event] = events(api, namespace, "patient", "BindingConditionsFailed")
-        assert event["message"].startswith("device binding timeout: ")
-    finally:
-        remove_plain_pool(driver, node)
-        driver.cleanup()
+    # The pod's condition carries the latest attempt's message (its FailedScheduling events are one
+    # series that keeps the first): polled as upstream's TimeoutReached does.
+    def timed_out() -> str:
+        said = pod_condition(api, namespace, "patient")
+        return said if "binding timeout" in said else ""
+
+    said = wait_for("the pod's condition saying binding timeout", timed_out,
+                    timeout_s=BINDING_TIMEOUT_S + 30, interval_s=0.1)
+    elapsed = time.monotonic() - allocated_at
+    print(f"binding timeout reported {elapsed:.1f} s after the allocation (--binding-timeout "
+          f"{BINDING_TIMEOUT_S:g} s)")
+    assert BINDING_TIMEOUT_S - 1 <= elapsed <= BINDING_TIMEOUT_S + 10
+    assert (f"device binding timeout: claim {namespace}/{claim['metadata']['name']}, device "
+            f"{driver.name}/{node}/dev-0: attached not True {BINDING_TIMEOUT_S:g}s after its "
+            "allocation") in said
+    wait_for("the pod bound", lambda: node_of(api, namespace, "patient"), timeout_s=30)
+    final = api.get(claim_path(claim))
+    assert allocated_devices(final) == [(driver.name, f"{node}-plain", "dev-0")]
+    [event] = events(api, namespace, "patient", "BindingConditionsFailed")
+    assert event["message"].startswith("device binding timeout: ")
