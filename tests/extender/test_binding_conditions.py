@@ -524,3 +524,45 @@ async def test_the_sweeper_leaves_a_claim_a_bound_pod_uses(
     now[0] = 5.0
     assert await sweeper.sweep_once() == 0
     assert stored(fake_api, "ResourceClaim", "c0")["status"]["allocation"]
+
+
+async def test_the_special_claim_of_extended_resources_is_kept_while_it_waits() -> None:
+    """A pod asking for `example.com/gpu: 1` gets its claim created at bind. While its devices wait for
+    their binding conditions, kube-scheduler's retries keep that claim (a claim of an earlier attempt is
+    otherwise removed); once the binding fails, it is deleted, as upstream does."""
+    from test_extended_resources import extended_class, gpu_pod, special_claims
+    from test_scheduling import make, pod_of
+
+    objs = cluster()
+    objs[0] = extended_class()
+    objs = [obj for obj in objs if obj["kind"] not in ("ResourceClaim", "Pod")]
+    objs.append(o.allocate(o.claim("other"), "node-1", ["gpu-0"]))
+    scheduler = make([*objs, gpu_pod("p", count=1)], bind_wait_s=0.05)
+    pod = pod_of(scheduler, "p")
+
+    async def attempt() -> tuple[list[str], str]:
+        result = await scheduler.filter(pod_of(scheduler, "p"), ["node-0", "node-1"], brief=True)
+        if not result.passed:
+            return [], result.error
+        try:
+            await scheduler.bind("default", "p", uid=pod["metadata"]["uid"], node_name=result.passed[0])
+        except BindFailed as failed:
+            return result.passed, str(failed)
+        return result.passed, ""
+
+    passed, said = await attempt()
+    assert passed == ["node-0"] and "waiting for device binding conditions" in said
+    [special] = special_claims(scheduler)
+    passed, said = await attempt()
+    assert passed == ["node-0"] and "waiting for device binding conditions" in said
+    assert special_claims(scheduler) == [special], "the retry keeps the claim it waits on"
+    failed = copy.deepcopy(special)
+    failed["status"]["devices"] = [{"driver": o.DRIVER, "pool": "node-0", "device": "gpu-0",
+                                    "conditions": [condition(FAILED)]}]
+    failed["metadata"]["resourceVersion"] = str(int(failed["metadata"]["resourceVersion"]) + 1)
+    scheduler.cache.apply("ResourceClaim", "MODIFIED", failed)
+    passed, said = await attempt()
+    assert passed == []
+    assert said.startswith(f"device binding failed: claim default/{special['metadata']['name']}")
+    assert "the claim was deleted" in said
+    assert special_claims(scheduler) == []
