@@ -87,9 +87,11 @@ class BindError(Exception):
     devices must stay counted until the claim shows another version.
     """
 
-    def __init__(self, message: str, *, unsettled: Mapping[str, str] | None = None) -> None:
+    def __init__(self, message: str, *, unsettled: Mapping[str, str] | None = None,
+                 kept: bool = False) -> None:
         super().__init__(message)
         self.unsettled: Mapping[str, str] = unsettled or {}
+        self.kept = kept  # the bind's before_binding step stopped it (KeepClaims): nothing failed
 
 
 class KeepClaims(Exception):
@@ -469,7 +471,7 @@ class ClaimWriter:
             raise BindError(f"{where}: this replica is no longer the leader",
                             unsettled=_pending(written)) from None
         except KeepClaims as keep:
-            raise BindError(f"{where}: {keep}") from None
+            raise BindError(f"{where}: {keep}", kept=True) from None
         except _BindingUnknown as unknown:
             raise BindError(f"{where}: creating the Binding: {unknown}; whether it was applied is not known, "
                             "so the claims stay allocated and reserved for the pod") from None

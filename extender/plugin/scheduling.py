@@ -533,7 +533,8 @@ class Scheduler:
                     self.assume.reserve(claim, allocation, f"unsettled:{uid}", pending_at=pending_at)
             if not isinstance(error, BindError):
                 raise
-            self.metrics.bind_failures.labels(stage="write").inc()
+            if not error.kept:  # waiting for binding conditions, or freed after they failed: counted there
+                self.metrics.bind_failures.labels(stage="write").inc()
             raise BindFailed(str(error)) from None
         finally:
             self._binding.discard(uid)

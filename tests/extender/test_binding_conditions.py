@@ -291,6 +291,7 @@ async def test_the_pod_is_bound_once_every_binding_condition_is_true(
     metrics = extender.scheduler.metrics.render().decode()
     assert 'dra_extender_binding_conditions_total{outcome="ready"} 1.0' in metrics
     assert 'dra_extender_binding_conditions_total{outcome="waiting"} 1.0' in metrics
+    assert 'dra_extender_bind_failures_total{stage="write"}' not in metrics, "waiting is not failing"
 
 
 async def test_a_failure_condition_frees_the_claim_and_the_pod_goes_elsewhere(
