@@ -178,10 +178,11 @@ def test_self_signed_certificate_is_kept_until_due_then_renewed_and_the_pod_roll
     helm.ok(*INSTALL, "--set", "mode=scheduler-config", "--set", "certificates.source=self-signed")
     secret, first = _tls(api), _deployment(api)
     assert _ca_bundles(api) == {secret["data"]["ca.crt"]}
-    [pod] = wait_for("the pod", lambda: _current_pods(api, 1))
+    # Two replicas, one active (--leader-elect), as in the second-scheduler mode.
+    pods = wait_for("the pods", lambda: _current_pods(api, 2))
     # system-cluster-critical outside kube-system: admitted, and resolved to its priority.
-    assert pod["spec"]["priorityClassName"] == "system-cluster-critical"
-    assert pod["spec"]["priority"] == 2000000000
+    assert {(pod["spec"]["priorityClassName"], pod["spec"]["priority"]) for pod in pods} == {
+        ("system-cluster-critical", 2000000000)}
 
     helm.ok(*UPGRADE, "--set", "nodeSelector.pool=system")
     kept, second = _tls(api), _deployment(api)
