@@ -270,7 +270,7 @@ def expand(rules: Iterable[dict]) -> set[Permission]:
     return granted
 
 
-def _calls_of(role: str) -> set[Permission]:
+def calls_of(role: str) -> set[Permission]:
     controllers = role == "controllers"
     return {p for module, p in API_CALLS if module.startswith(CONTROLLERS_PREFIX) == controllers}
 
@@ -360,14 +360,14 @@ def test_permission_for_paths(method: str, path: str, expected: Permission) -> N
 def test_base_roles_are_exactly_what_the_extender_calls() -> None:
     docs = load_docs(BASE_RBAC)
     granted = expand(find(docs, "ClusterRole", "dra-extender")["rules"])
-    needed = {p for p in _calls_of("base") if p.resource != "leases"}
+    needed = {p for p in calls_of("base") if p.resource != "leases"}
     assert not needed - granted, f"calls without a rule: {sorted(map(str, needed - granted))}"
     assert not granted - needed, f"rules no call uses: {sorted(map(str, granted - needed))}"
     _binds_service_account(find(docs, "ClusterRoleBinding", "dra-extender"), "ClusterRole", "dra-extender")
     # The Lease is in the release namespace: a Role, not cluster-wide.
     lease_role = find(docs, "Role", LEADER_ROLE)
     assert lease_role["metadata"]["namespace"] == NAMESPACE
-    leases = {p for p in _calls_of("base") if p.resource == "leases"}
+    leases = {p for p in calls_of("base") if p.resource == "leases"}
     assert expand(lease_role["rules"]) == leases
     _binds_service_account(find(docs, "RoleBinding", LEADER_ROLE), "Role", LEADER_ROLE)
 
@@ -375,7 +375,7 @@ def test_base_roles_are_exactly_what_the_extender_calls() -> None:
 def test_eviction_controller_role_is_exactly_what_the_controllers_call() -> None:
     docs = load_docs(CONTROLLERS_DIR / "rbac.yaml")
     granted = expand(find(docs, "ClusterRole", "dra-extender-controllers")["rules"])
-    needed = _calls_of("controllers")
+    needed = calls_of("controllers")
     assert not needed - granted, f"calls without a rule: {sorted(map(str, needed - granted))}"
     assert not granted - needed, f"rules no call uses: {sorted(map(str, granted - needed))}"
     assert [d["kind"] for d in docs] == ["ClusterRole", "ClusterRoleBinding"]
