@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import TYPE_CHECKING
 
 from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
@@ -26,10 +25,7 @@ from extender.controllers import (
     check_names,
 )
 from extender.http.server import DEFAULT_PREFIX
-from extender.plugin.verdicts import REASONS_CHOICES
-
-if TYPE_CHECKING:
-    pass
+from extender.kube.client import DEFAULT_REQUEST_TIMEOUT_S
 from extender.options import (
     CONTROLLERS,
     LEADER,
@@ -45,15 +41,35 @@ from extender.options import (
     WebhookOptions,
     parse_features,
 )
+from extender.plugin.verdicts import REASONS_CHOICES
+
+SNAPSHOT_HELP = ("read the cluster from a directory or file of YAML/JSON objects (examples/cluster, the "
+                 "output of GET /debug/snapshot) instead of an API server")
+
+
+def add_snapshot_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
+                          required: bool = False) -> None:
+    parser.add_argument("--snapshot", metavar="DIR", required=required, help=SNAPSHOT_HELP)
+
+
+def request_timeout(text: str) -> float | None:
+    """kubectl's --request-timeout: a duration, or 0 for no limit."""
+    seconds = parse_duration(text)
+    return seconds or None
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("cluster source (in-cluster credentials by default)")
-    group.add_argument("--kubeconfig", help="kubeconfig file to use instead of in-cluster credentials")
-    group.add_argument("--context", help="kubeconfig context to use")
+    group = parser.add_argument_group("cluster source (in a pod its service account, else the kubeconfig)")
+    group.add_argument("--kubeconfig", metavar="FILE",
+                       help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config when not in a pod)")
+    group.add_argument("--context", metavar="NAME",
+                       help="kubeconfig context to use (default: its current context)")
     group.add_argument(
-        "--snapshot", metavar="DIR", help="read the cluster from YAML/JSON files instead of an API server"
+        "--request-timeout", type=request_timeout, default=DEFAULT_REQUEST_TIMEOUT_S, metavar="DURATION",
+        help="longest wait for one API server answer, e.g. 10s, 1m; 0 waits as long as it takes "
+        f"(default {DEFAULT_REQUEST_TIMEOUT_S:g}s)",
     )
+    add_snapshot_argument(group)
     add_feature_gates_argument(group)
 
 
@@ -61,7 +77,8 @@ def add_feature_gates_argument(parser: argparse.ArgumentParser | argparse._Argum
     parser.add_argument(
         "--feature-gates",
         default="",
-        help="comma-separated Name=true|false overrides of the Kubernetes 1.37 defaults",
+        metavar="NAME=true|false,...",
+        help="overrides of the Kubernetes 1.37 feature-gate defaults, as kube-scheduler has them",
     )
 
 
@@ -74,7 +91,8 @@ def features_of(args: argparse.Namespace) -> FeatureGates:
 
 def source_options(args: argparse.Namespace) -> SourceOptions:
     """Refuses the combination of sources before reading --feature-gates."""
-    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot)
+    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot,
+                           request_timeout_s=args.request_timeout)
     return dataclasses.replace(source, features=features_of(args))
 
 
@@ -114,6 +132,16 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "without it such a pod waits for an unrelated event or up to podMaxInUnschedulablePodsDuration "
         "(5 minutes). Needs create and update of resourceclaims there (deploy/ sets "
         "dra-extender/dra-extender-requeue; default: off)",
+    )
+    sched.add_argument(
+        "--scheduler-names",
+        type=scheduler_names,
+        default=SCHEDULER.scheduler_names,
+        metavar="NAMES",
+        help="comma-separated schedulerName values of the pods bind takes: the profiles of the "
+        "kube-scheduler that calls this extender (its extenders serve every profile). bind refuses a pod "
+        f"of any other scheduler (default {','.join(SCHEDULER.scheduler_names)}; a pod that names none "
+        "has it)",
     )
     sched.add_argument(
         "--hold-timeout",
@@ -177,6 +205,23 @@ def add_reasons_argument(parser: argparse.ArgumentParser | argparse._ArgumentGro
     )
 
 
+def scheduler_names(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"an empty name in {text!r}")
+    return names
+
+
+def add_headroom_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("headroom")
+    group.add_argument(
+        "--headroom", action="append", default=[], metavar="SHAPE",
+        help="a pod shape whose headroom /metrics serves (dra_extender_headroom_pods{shape}) and the device "
+        "map shows: CLASS[:COUNT] (COUNT devices of a DeviceClass) or template:[NAMESPACE/]NAME (a "
+        "ResourceClaimTemplate); repeatable",
+    )
+
+
 def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
     return SchedulerOptions(
         reasons=args.reasons,
@@ -187,6 +232,7 @@ def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
         node_timeout_s=args.node_timeout,
         filter_timeout_s=args.filter_timeout,
         filter_cache=args.filter_cache,
+        scheduler_names=args.scheduler_names,
         binding_timeout_s=args.binding_timeout,
         bind_wait_s=args.bind_wait,
     )
@@ -218,7 +264,22 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument(
         "--bind-address",
         default=NETWORK.bind_address,
-        help=f"address all ports listen on (default {NETWORK.bind_address}; use 0.0.0.0 in a cluster)",
+        help="address the debug and webhook ports listen on (default "
+        f"{NETWORK.bind_address}; use 0.0.0.0 in a cluster)",
+    )
+    net.add_argument(
+        "--extender-bind-address",
+        default=NETWORK.extender_bind_address,
+        help="address the extender verbs listen on, whatever --bind-address says (default "
+        f"{NETWORK.extender_bind_address}: a kube-scheduler in the same pod). Another address needs "
+        "--extender-client-ca-file, or serve refuses to start: bind writes with dra-extender's rights",
+    )
+    net.add_argument(
+        "--extender-allow-unauthenticated",
+        action="store_true",
+        help="start even though the verbs listen on a non-loopback address without "
+        "--extender-client-ca-file: anyone who reaches the port can then bind any pending pod to any "
+        "node. Logged as a warning at start and exported as dra_extender_verbs_unauthenticated 1",
     )
     net.add_argument(
         "--extender-port",
@@ -282,6 +343,8 @@ def http_limits(args: argparse.Namespace) -> HttpLimits:
 def network_options(args: argparse.Namespace) -> NetworkOptions:
     return NetworkOptions(
         bind_address=args.bind_address,
+        extender_bind_address=args.extender_bind_address,
+        extender_allow_unauthenticated=args.extender_allow_unauthenticated,
         extender_port=args.extender_port,
         debug_port=args.debug_port,
         extender_tls_cert_file=args.extender_tls_cert_file,
@@ -433,7 +496,8 @@ def leader_options(args: argparse.Namespace) -> LeaderOptions:
 def serve_options(args: argparse.Namespace) -> ServeOptions:
     """Every component's options from serve's flags; raises OptionsError naming the flags of a
     combination that cannot run (sources, then TLS, then feature gates, then the rest)."""
-    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot)
+    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot,
+                           request_timeout_s=args.request_timeout)
     network = network_options(args)
     webhook = webhook_options(args)
     features = features_of(args)
@@ -443,5 +507,6 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         scheduler=scheduler_options(args),
         webhook=webhook,
         controllers=controller_options(args, features),
+        headroom=tuple(args.headroom),
         leader=leader_options(args),
     )

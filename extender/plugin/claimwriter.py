@@ -55,7 +55,7 @@ from typing import Protocol
 import aiohttp
 
 from allocator import ResourceClaim
-from common.objects import metadata_of
+from common.objects import list_metadata_of, metadata_of
 from common.rules import RESERVED_FOR_MAX
 from extender.kube.client import ApiError, KubeClient
 from extender.plugin.authority import Authority
@@ -192,12 +192,12 @@ class _ApiStore:
         """Every claim, read from the API server (a quorum read: the first page has no resourceVersion,
         the next ones continue that same snapshot)."""
         items: list[dict] = []
-        token = ""
+        token = None
         while True:
             more: dict[str, str] = {"continue": token} if token else {}
             page = await self.client.list(ALL_CLAIMS, limit=LIST_PAGE, **more)
             items += page.get("items") or []
-            token = str(metadata_of(page).get("continue") or "")
+            token = list_metadata_of(page).get("continue")
             if not token:
                 return items
 

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, NamedTuple, Protocol
 
@@ -31,6 +31,7 @@ from common.claimrefs import WORKLOAD_CLAIMS, group_name_of, known_claim_names, 
 from common.objects import metadata_of
 from common.rules import DEFAULT_SCORING_POLICY
 from extender.plugin.authority import Authority
+from extender.plugin.bindchecks import DEFAULT_SCHEDULER, BindChecks, Refusal
 from extender.plugin.bindingconditions import (
     DEFAULT_BIND_WAIT_S,
     DEFAULT_BINDING_TIMEOUT_S,
@@ -142,10 +143,11 @@ class Scheduler:
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         filter_cache: FilterCache | None = None,
-        authority: Authority | None = None,
         reasons: Words = Words.UPSTREAM,
         explanations: Explanations | None = None,
         requeue: RequeueNudge | None = None,
+        scheduler_names: Collection[str] = (DEFAULT_SCHEDULER,),
+        authority: Authority | None = None,
         binding_timeout_s: float = DEFAULT_BINDING_TIMEOUT_S,
         bind_wait_s: float = DEFAULT_BIND_WAIT_S,
         wall_clock: Callable[[], float] = time.time,
@@ -179,6 +181,7 @@ class Scheduler:
         self.scorer = NodeScorer(cache, self.planner, evaluation=evaluation, default_policy=scoring)
         self.holds = FilterHolds(assume, planner=self.planner, checker=self.checker, scorer=self.scorer,
                                  ttl_s=hold_ttl_s)
+        self.bind_checks = BindChecks(cache, scheduler_names)
         # Pods whose bind is writing. Their in-flight entries belong to that bind: nothing else may
         # replace or release them (the devices would look free while the write may still land).
         self._binding: set[str] = set()
@@ -468,14 +471,12 @@ class Scheduler:
     async def bind(self, namespace: str, name: str, *, uid: str, node_name: str) -> None:
         """Allocate (re-checked against current state), reserve and bind. Raises BindFailed."""
         pod = self.cache.pod(namespace, name) or await self._await_pod(namespace, name, uid=uid)
-        if pod is None:
-            raise BindFailed(f"pod {namespace}/{name} is not known to dra-extender")
-        if uid and pod_uid(pod) and pod_uid(pod) != uid:
-            raise BindFailed(f"pod {namespace}/{name} has UID {pod_uid(pod)}, not {uid}")
+        # Waits before the checks below: from them to `_binding.add` nothing may await, or a retried
+        # request for the same pod would pass them too and bind it a second time.
+        if pod is not None and await self._await_group_writes(pod):
+            pod = self.cache.pod(namespace, name)
+        pod = self._admitted(pod, namespace, name, uid=uid, node_name=node_name)
         uid = pod_uid(pod)
-        # Waits before the check below: from that check to `_binding.add` nothing may await, or a
-        # retried request for the same pod would pass the check too and bind it a second time.
-        await self._await_group_writes(pod)
         if uid in self._binding:
             # kube-scheduler gave up on the earlier bind and retried; that bind still writes.
             raise BindFailed(f"pod {pod_key(pod)} is already being bound by an earlier request")
@@ -549,6 +550,19 @@ class Scheduler:
             # in-memory claim's entry, under a UID no watch event will ever confirm, has done its job.
             self.assume.release(extended.claim.uid)
 
+    def _admitted(self, pod: dict | None, namespace: str, name: str, *, uid: str, node_name: str) -> dict:
+        """`pod`, when kube-scheduler could have asked to bind it to `node_name`; otherwise BindFailed,
+        counted by reason (extender.plugin.bindchecks)."""
+        if pod is None:
+            refusal = Refusal("unknown-pod", f"pod {namespace}/{name} is not known to dra-extender")
+        else:
+            found = self.bind_checks.refusal(pod, uid=uid, node_name=node_name)
+            if found is None:
+                return pod
+            refusal = found
+        self.metrics.bind_refusals.labels(reason=refusal.reason).inc()
+        raise BindFailed(refusal.message)
+
     async def _await_pod(self, namespace: str, name: str, *, uid: str) -> dict | None:
         """The pod from the cache, polled for up to BIND_POD_WAIT_S: kube-scheduler may bind a pod that
         our watch has not delivered yet. A pod with claims rarely gets here (filter waited for its
@@ -561,13 +575,16 @@ class Scheduler:
                 return pod
         return None
 
-    async def _await_group_writes(self, pod: dict) -> None:
-        """Wait while another bind writes the shared claims of this pod's PodGroup."""
+    async def _await_group_writes(self, pod: dict) -> bool:
+        """Wait while another bind writes the shared claims of this pod's PodGroup; whether it waited."""
         if not self.cache.features.enabled(WORKLOAD_CLAIMS) or group_name_of(pod) is None:
-            return
+            return False
         key = f"{(pod.get('metadata') or {}).get('namespace')}/{group_name_of(pod)}"
+        waited = False
         while key in self._group_writes:
+            waited = True
             await asyncio.shield(self._group_writes[key])
+        return waited
 
     def _start_group_write(self, pod: dict) -> str:
         key = f"{(pod.get('metadata') or {}).get('namespace')}/{group_name_of(pod)}"

@@ -34,6 +34,9 @@ CLIENT_MODULE = "extender/kube/client.py"
 CLIENT_METHODS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 CLIENT_NAMES = {"client", "_client"}
 CONTROLLERS_PREFIX = "extender/controllers/"
+# Modules under CONTROLLERS_PREFIX whose calls every replica makes, controllers or not: their rules are
+# in the base ClusterRole.
+BASE_MODULES = frozenset({"extender/kube/events.py"})
 
 
 @dataclass(frozen=True, order=True)
@@ -74,18 +77,26 @@ API_CALLS: set[tuple[str, Permission]] = {
     # --requeue-claim: our own claim, updated (created when missing) to have kube-scheduler retry pods
     ("extender/plugin/requeue.py", P("update", "resource.k8s.io", "resourceclaims")),
     ("extender/plugin/requeue.py", P("create", "resource.k8s.io", "resourceclaims")),
-    # pod Events: the scheduler's DRAExplanation, the repair's pod bound without its devices, the
-    # controllers' evictions and driver loss
+    # pod Events: the scheduler's DRAExplanation, the controllers' evictions and driver loss
     ("extender/kube/events.py", P("create", "", "events")),
     # eviction: re-read, DisruptionTarget condition, delete with UID precondition
     ("extender/controllers/evictor.py", P("get", "", "pods")),
     ("extender/controllers/evictor.py", P("patch", "", "pods/status")),
     ("extender/controllers/evictor.py", P("delete", "", "pods")),
     ("extender/controllers/taint_eviction.py", P("patch", "resource.k8s.io", "devicetaintrules/status")),
+    # events: the eviction controllers', and the repair's of a pod bound without its devices (base)
+    ("extender/kube/events.py", P("create", "", "events")),
     # --leader-elect: the Lease (a namespaced Role of the base)
     ("extender/kube/leader.py", P("get", "coordination.k8s.io", "leases")),
     ("extender/kube/leader.py", P("create", "coordination.k8s.io", "leases")),
     ("extender/kube/leader.py", P("update", "coordination.k8s.io", "leases")),
+    *(USER_CALLS := {
+        # Made only by the commands a person runs (explain, headroom) with their own credentials, never by
+        # serve: the access check (every authenticated user may create SelfSubjectAccessReviews, through
+        # system:basic-user) and explain's read of the one pod it explains.
+        ("extender/kube/access.py", P("create", "authorization.k8s.io", "selfsubjectaccessreviews")),
+        ("extender/wiring.py", P("get", "", "pods")),
+    }),
 }
 
 
@@ -270,9 +281,13 @@ def expand(rules: Iterable[dict]) -> set[Permission]:
     return granted
 
 
+def _role_of(module: str) -> str:
+    return "controllers" if module.startswith(CONTROLLERS_PREFIX) and module not in BASE_MODULES else "base"
+
+
 def calls_of(role: str) -> set[Permission]:
-    controllers = role == "controllers"
-    return {p for module, p in API_CALLS if module.startswith(CONTROLLERS_PREFIX) == controllers}
+    """The calls serve makes with the permissions of `role` ("base" or "controllers")."""
+    return {p for module, p in API_CALLS - USER_CALLS if _role_of(module) == role}
 
 
 BASE_RBAC = DEPLOY / "base" / "rbac.yaml"

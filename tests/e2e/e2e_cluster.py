@@ -45,6 +45,8 @@ EXTENDER_IDENTITY_SOURCES = ("base", "components/eviction-controller")
 IDENTITY_KINDS = frozenset(
     {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 )
+# The Service name `dra-extender certs --service` is given in docs/operations.md, and its namespace.
+EXTENDER_SERVICE, EXTENDER_NAMESPACE = "dra-extender-webhook", "dra-extender"
 # Longer than any run; a TokenRequest is not renewed by the fixture.
 EXTENDER_TOKEN_SECONDS = 48 * 3600
 
@@ -198,12 +200,32 @@ class ControlPlane:
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
             ),
         )
+        self._write_extender_pki()
         self.admin = self._credentials("admin", "admin", ("system:masters",))
         self.scheduler_creds = self._credentials("scheduler", "system:kube-scheduler")
         # The controller manager runs as an admin: its own RBAC is not what these tests are about.
         self.controller_creds = self._credentials(
             "controller-manager", "system:kube-controller-manager", ("system:masters",)
         )
+
+    def _write_extender_pki(self) -> None:
+        """The extender port's mutual TLS, made as docs/operations.md tells an operator without
+        cert-manager: `dra-extender certs` writes the CA and the serving certificate, `certs --client`
+        kube-scheduler's client certificate from that CA."""
+        self.extender_pki = self.pki / "extender"
+        for args in (["--service", EXTENDER_SERVICE, "--namespace", EXTENDER_NAMESPACE],
+                     ["--client", "--name", "kube-scheduler"]):
+            subprocess.run([str(DRA_EXTENDER), "certs", *args, "--out", str(self.extender_pki)],
+                           check=True, capture_output=True, timeout=60)
+
+    def extender_client_files(self) -> tuple[str, str]:
+        """kube-scheduler's client certificate and key for the extender port."""
+        return str(self.extender_pki / "client.crt"), str(self.extender_pki / "client.key")
+
+    @property
+    def extender_server_name(self) -> str:
+        """The name the extender's serving certificate is valid for (tlsConfig.serverName)."""
+        return f"{EXTENDER_SERVICE}.{EXTENDER_NAMESPACE}.svc"
 
     def _credentials(self, name: str, user: str, groups: tuple[str, ...] = ()) -> Credentials:
         pair = client_cert(self.ca, user, groups)
@@ -374,7 +396,14 @@ class ControlPlane:
                     "weight": 1,
                     "bindVerb": "bind",
                     "enableHTTPS": True,
-                    "tlsConfig": {"caFile": str(self.ca_file)},
+                    # As deploy/components/scheduler-config/kube-scheduler-config.yaml: the extender's
+                    # CA, the name its certificate is issued for, and kube-scheduler's client pair.
+                    "tlsConfig": {
+                        "caFile": str(self.extender_pki / "ca.crt"),
+                        "serverName": self.extender_server_name,
+                        "certFile": self.extender_client_files()[0],
+                        "keyFile": self.extender_client_files()[1],
+                    },
                     "nodeCacheCapable": True,
                     "httpTimeout": "10s",
                     "ignorable": False,
@@ -391,7 +420,7 @@ class ControlPlane:
         )
 
     def start_extender(self, extra_flags: list[str] | None = None) -> None:
-        """(Re)start `dra-extender serve`: extender on HTTPS, webhook, debug port; wait until ready."""
+        """(Re)start `dra-extender serve`: extender on mutual TLS, webhook, debug port; wait until ready."""
         if extra_flags is not None:
             self.extender_flags = extra_flags
         self.start_replica("dra-extender", (self.extender_port, self.debug_port, self.webhook_port),
@@ -412,8 +441,9 @@ class ControlPlane:
                 f"--extender-port={extender_port}",
                 f"--debug-port={debug_port}",
                 f"--webhook-port={webhook_port}",
-                f"--extender-tls-cert-file={self.serving_cert}",
-                f"--extender-tls-private-key-file={self.serving_key}",
+                f"--extender-tls-cert-file={self.extender_pki / 'tls.crt'}",
+                f"--extender-tls-private-key-file={self.extender_pki / 'tls.key'}",
+                f"--extender-client-ca-file={self.extender_pki / 'ca.crt'}",
                 f"--tls-cert-file={self.serving_cert}",
                 f"--tls-private-key-file={self.serving_key}",
                 "--log-level=info",

@@ -204,10 +204,15 @@ async def test_write_with_unknown_outcome_ends_when_the_claim_shows_another_vers
 
 async def test_a_definite_failure_releases_at_once() -> None:
     objs = [*o.cluster(1, 1), o.claim("c"), o.pod("p", ["c"]), o.claim("d"), o.pod("q", ["d"])]
-    scheduler, _, _ = make(objs)
-    pod_of(scheduler, "p")["spec"]["nodeName"] = "elsewhere"  # the Binding is refused after the writes
+    scheduler, writer, _ = make(objs)
+    writer.gates["p"] = asyncio.Event()
+    bind = asyncio.create_task(scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0"))
+    await asyncio.sleep(0)
+    # Bound by someone else after bind's own checks: the Binding is refused after the claim writes.
+    pod_of(scheduler, "p")["spec"]["nodeName"] = "elsewhere"
+    writer.gates["p"].set()
     with pytest.raises(BindFailed, match="already assigned"):
-        await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
+        await bind
     assert len(scheduler.assume) == 0
     await scheduler.bind("default", "q", uid=uid(scheduler, "q"), node_name="node-0")
 

@@ -477,7 +477,7 @@ async def test_explain_and_the_device_map_show_a_pod_waiting(
     text = render_text(report_)
     assert (f"  waiting for device binding conditions: claim default/c0, device {DEVICE}: attached not True "
             "yet (until ") in text
-    page = render_page(build_map(take_view(extender.cache, [], extender.scheduler.binding)), page=1,
+    page = render_page(build_map(take_view(extender.cache, [], binding=extender.scheduler.binding)), page=1,
                        per_page=50, node_filter="")
     assert "waiting for device binding conditions: claim default/c0" in page
     assert 'data-state="allocated"' in page and "binding: attached pending" in page
