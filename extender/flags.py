@@ -170,6 +170,25 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "in-tree plugin's 'node NAME: timed out trying to allocate devices') and kube-scheduler retries the "
         f"pod after its backoff (default {SCHEDULER.filter_timeout_s:g})",
     )
+    sched.add_argument(
+        "--binding-timeout",
+        type=parse_positive_duration,
+        default=SCHEDULER.binding_timeout_s,
+        help="how long a pod may wait for the binding conditions of its devices "
+        "(DRADeviceBindingConditions), counted from the claim's allocationTimestamp, as the in-tree "
+        "plugin's bindingTimeout: then the claim is deallocated and the pod scheduled again, as when a "
+        f"binding failure condition turns True (default {SCHEDULER.binding_timeout_s:g})",
+    )
+    sched.add_argument(
+        "--bind-wait",
+        type=parse_positive_duration,
+        default=SCHEDULER.bind_wait_s,
+        help="how long one bind call waits for device binding conditions before it answers kube-scheduler "
+        "with an error naming what is awaited; kube-scheduler retries the pod after its backoff while the "
+        "claims stay allocated and reserved for it. Keep it below kube-scheduler's extender httpTimeout "
+        f"(5 s unless set; deploy/ sets 10 s) minus a few seconds for bind's writes (default "
+        f"{SCHEDULER.bind_wait_s:g})",
+    )
 
 
 def add_reasons_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -214,6 +233,8 @@ def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
         filter_timeout_s=args.filter_timeout,
         filter_cache=args.filter_cache,
         scheduler_names=args.scheduler_names,
+        binding_timeout_s=args.binding_timeout,
+        bind_wait_s=args.bind_wait,
     )
 
 

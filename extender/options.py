@@ -24,6 +24,7 @@ from extender.controllers import (
 from extender.kube.client import DEFAULT_REQUEST_TIMEOUT_S
 from extender.kube.leader import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S
 from extender.plugin.bindchecks import DEFAULT_SCHEDULER
+from extender.plugin.bindingconditions import DEFAULT_BIND_WAIT_S, DEFAULT_BINDING_TIMEOUT_S
 from extender.plugin.headroom import parse_shape_flag
 from extender.plugin.requeue import parse_claim_ref
 from extender.plugin.scheduling import (
@@ -71,6 +72,8 @@ class SchedulerOptions:
     filter_cache: bool = True
     reasons: str = Words.UPSTREAM.value  # --reasons: the words of failed nodes in filter's answer
     requeue_claim: str = ""  # --requeue-claim NAMESPACE/NAME ("": no nudge)
+    binding_timeout_s: float = DEFAULT_BINDING_TIMEOUT_S  # device binding conditions: the plugin's arg
+    bind_wait_s: float = DEFAULT_BIND_WAIT_S  # ... and how long one bind call waits for them
     # The schedulerName of the pods bind takes: kube-scheduler's profiles that call us.
     scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER,)
 
@@ -88,7 +91,8 @@ class SchedulerOptions:
             except ValueError as error:
                 raise OptionsError(f"--requeue-claim: {error}") from None
         timeouts = (("--hold-timeout", self.hold_timeout_s), ("--node-timeout", self.node_timeout_s),
-                    ("--filter-timeout", self.filter_timeout_s))
+                    ("--filter-timeout", self.filter_timeout_s),
+                    ("--binding-timeout", self.binding_timeout_s), ("--bind-wait", self.bind_wait_s))
         for flag, seconds in timeouts:
             if not seconds > 0:
                 raise OptionsError(f"{flag}: must be positive, got {seconds}")

@@ -270,6 +270,8 @@ def build_scheduler(cluster: Cluster, options: SchedulerOptions = SCHEDULER, *,
         filter_cache=FilterCache(cluster.cache, assume) if options.filter_cache else None,
         reasons=Words(options.reasons),
         scheduler_names=options.scheduler_names,
+        binding_timeout_s=options.binding_timeout_s,
+        bind_wait_s=options.bind_wait_s,
     )
 
 
@@ -360,6 +362,7 @@ class App:
             recorder.start()
             stack.push_async_callback(recorder.stop)
             self.scheduler.explanations = Explanations(recorder)
+            self.scheduler.events = recorder
             if options.scheduler.requeue_claim:
                 namespace, name = parse_claim_ref(options.scheduler.requeue_claim)
                 nudge = RequeueNudge(self.cluster.client, namespace, name)
@@ -464,10 +467,12 @@ class App:
                 f"{elector.lease}: {elector.last_error}")
 
     async def _start_stewardship(self, stack: AsyncExitStack) -> None:
-        """The fence, the sweeper of half-written claims and the repair of pods bound without their
-        devices (extender/plugin/fence.py, repair.py), and the events the repair records."""
+        """The fence, the sweeper of half-written claims, the repair of pods bound without their devices
+        (extender/plugin/fence.py, repair.py), the sweeper of claims whose device binding failed
+        (bindingconditions.py), and the events the repair and that sweeper record."""
         from extender.controllers.clock import RealClock
         from extender.kube.events import EventRecorder
+        from extender.plugin.bindingconditions import BindingSweeper
         from extender.plugin.claimwriter import ClaimWriter
         from extender.plugin.fence import ClaimFence, HalfWrittenSweeper, Stewardship
         from extender.plugin.repair import BoundPodRepair
@@ -482,11 +487,16 @@ class App:
         stack.push_async_callback(events.stop)
         fence = ClaimFence(cache, writer, authority)
         sweeper = HalfWrittenSweeper(cache, writer, authority)
-        repair = BoundPodRepair(self.scheduler, report=lambda pod, reason, message: events.record(
-            pod, reason, message, event_type="Warning"))
-        self.stewardship = Stewardship(cache, fence, [sweeper.sweep_once, repair.repair_due])
+        def warn(pod: dict, reason: str, message: str) -> None:
+            events.record(pod, reason, message, event_type="Warning")
+
+        repair = BoundPodRepair(self.scheduler, report=warn)
+        bindings = BindingSweeper(cache, writer, self.scheduler.binding, authority, report=warn)
+        self.stewardship = Stewardship(cache, fence, [sweeper.sweep_once, repair.repair_due,
+                                                      bindings.sweep_once])
         self.server.add_state("fence", lambda: {**fence.describe(), **sweeper.describe()})
         self.server.add_state("repair", repair.describe)
+        self.server.add_state("bindingSweeper", bindings.describe)
         self.server.add_gauges(lambda: {"pods_without_devices": len(repair.unrepairable)})
         stack.push_async_callback(self.stewardship.end, "stopping")
 

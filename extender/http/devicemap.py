@@ -1,13 +1,14 @@
 """`GET /debug/ui` on the debug port: a read-only device map for "where are my GPUs".
 
 Every pool and device, grouped by node, coloured by state: free, allocated (with the claim and the
-pods or PodGroups it is reserved for), in flight (chosen by the extender, not yet seen written by the
-watch), tainted (a NoSchedule/NoExecute taint of its own or of a DeviceTaintRule) or counters used up
-(free, but the shared counters it draws on are taken by other devices: the halves of a whole GPU in
-use). Partitions show under the counter set they draw on, with what is consumed of it; each node
-lists per DeviceClass how many of its devices are used and free. The pending pods that use devices
-(claims, or extended resources a DeviceClass maps) are listed, each linked to its explanation
-(/debug/explain), and a headroom panel says how many more pods of a shape fit and where
+pods or PodGroups it is reserved for, and the device binding conditions still awaited), in flight
+(chosen by the extender, not yet seen written by the watch), tainted (a NoSchedule/NoExecute taint of
+its own or of a DeviceTaintRule) or counters used up (free, but the shared counters it draws on are
+taken by other devices: the halves of a whole GPU in use). Partitions show under the counter set they
+draw on, with what is consumed of it; each node lists per DeviceClass how many of its devices are used
+and free. The pending pods that use devices (claims, or extended resources a DeviceClass maps) are
+listed, each linked to its explanation (/debug/explain) and saying what a pod waiting for device
+binding conditions waits for, and a headroom panel says how many more pods of a shape fit and where
 (`?headroom=CLASS[:COUNT]`, or the shapes serve was given with --headroom), with the devices left
 stranded for it outlined. The page says when its picture was taken.
 
@@ -35,6 +36,7 @@ from allocator import DeviceClass, DeviceTaintRule, Quantity, ResourceSlice, cel
 from common.claimrefs import is_group_reference, pod_key
 from common.objects import metadata_of
 from extender.http import wire
+from extender.plugin.bindingconditions import BindingPolicy, ClaimBinding, State, claim_binding
 from extender.plugin.extendedresources import requested_names
 from extender.plugin.podclaims import ClaimsNotReady, InvalidPodError, claim_name_for, claim_references
 
@@ -65,6 +67,7 @@ class DeviceView:
     taints: list[str] = field(default_factory=list)
     counter_set: str = ""  # the first counter set it draws on: partitions show under it
     stranded: str = ""     # why the first headroom shape cannot use it, when it is free for it
+    binding: str = ""  # the device binding conditions its claim still waits for, failed or timed out
 
 
 @dataclass
@@ -100,6 +103,7 @@ class DeviceMap:
     counters: dict[tuple[str, str], tuple[Counters, Counters]] = field(default_factory=dict)  # (total, used)
     classes: list[DeviceClass] = field(default_factory=list)
     taken_at: float = 0.0
+    binding: dict[str, str] = field(default_factory=dict)  # device id -> DeviceView.binding
 
     def _taints(self, pool: PoolView, device: Any) -> list[Mapping[str, Any]]:
         taints = list(device.taints)
@@ -191,6 +195,7 @@ class DeviceMap:
                                                if device.consumes_counters else ""))
                 if view.state == "allocated":
                     view.claims, view.pods, view.pod_groups = self.held[ident]
+                    view.binding = self.binding.get(ident, "")
                 elif view.state == "in flight":
                     view.claims = self.flying[ident]
                 views.append(view)
@@ -212,12 +217,17 @@ class ClusterView:
     # pod key -> the extended resources backed by DRA it asks for (pods without claims that use devices)
     extended: dict[str, list[str]] = field(default_factory=dict)
     taken_at: float = 0.0
+    # Device binding conditions: the binding timeout (None with the feature gates off) and the time.
+    binding_timeout_s: float | None = None
+    binding_now: float = 0.0
 
 
 def take_view(cache: ClusterCache, in_flight: list[dict[str, Any]],
-              maps_extended: Callable[[str], bool] | None = None) -> ClusterView:
+              maps_extended: Callable[[str], bool] | None = None,
+              binding: BindingPolicy | None = None) -> ClusterView:
     """What the map shows, taken from the cache and the allocations in flight at one moment;
-    `maps_extended(name)` says whether a DeviceClass maps that extended resource."""
+    `maps_extended(name)` says whether a DeviceClass maps that extended resource; `binding`, how long
+    devices may wait for their binding conditions."""
     pods = cache.valid_objects("Pod")
     wanted = {entry.get("podUID") for entry in in_flight}
     names: dict[str, str] = {}
@@ -232,8 +242,11 @@ def take_view(cache: ClusterCache, in_flight: list[dict[str, Any]],
                 extended[pod_key(pod)] = mapped
     classes = [found for raw in cache.valid_objects("DeviceClass")
                if (found := cache.device_class(metadata_of(raw).get("name", ""))) is not None]
+    waits = binding is not None and binding.enabled
     return ClusterView(list(cache.inventory.slices()), cache.valid_objects("ResourceClaim"), pods, in_flight,
-                       cache.taint_rules(), names, classes, extended, time.time())
+                       cache.taint_rules(), names, classes, extended, time.time(),
+                       binding.timeout_s if binding is not None and waits else None,
+                       binding.wall_clock() if binding is not None and waits else 0.0)
 
 
 def _newest_pools(slices: Iterable[ResourceSlice]) -> dict[tuple[str, str], list[ResourceSlice]]:
@@ -272,7 +285,33 @@ def _holders(claims: Iterable[Mapping[str, Any]]) -> dict[str, tuple[list[str], 
     return held
 
 
-def _pending(pods: Iterable[Mapping[str, Any]], extended: Mapping[str, list[str]]) -> list[PendingPod]:
+def _bindings(view: ClusterView) -> dict[str, ClaimBinding]:
+    """Claim key -> the binding state of the allocated claims whose devices have binding conditions and
+    are not all ready."""
+    if view.binding_timeout_s is None:
+        return {}
+    found = {}
+    for claim in view.claims:
+        state = claim_binding(claim, timeout_s=view.binding_timeout_s, now=view.binding_now)
+        if state is not None and state.state != State.READY:
+            found[state.key] = state
+    return found
+
+
+def _device_binding(bindings: Mapping[str, ClaimBinding]) -> dict[str, str]:
+    notes = {}
+    for state in bindings.values():
+        for device in state.devices:
+            if device.failed:
+                notes[device.device] = "binding failed: " + ", ".join(f.type for f in device.failed)
+            elif device.pending:
+                notes[device.device] = (f"binding: {', '.join(device.pending)} "
+                                        + ("timed out" if state.state == State.TIMED_OUT else "pending"))
+    return notes
+
+
+def _pending(pods: Iterable[Mapping[str, Any]], extended: Mapping[str, list[str]],
+             bindings: Mapping[str, ClaimBinding]) -> list[PendingPod]:
     pending = []
     for pod in pods:
         spec = pod.get("spec") or {}
@@ -299,7 +338,8 @@ def _pending(pods: Iterable[Mapping[str, Any]], extended: Mapping[str, list[str]
                 continue
             if name:
                 claims.append(f"{namespace}/{name}")
-        pending.append(PendingPod(pod_key(pod), claims, note))
+        waiting = [bindings[key].describe() for key in claims if key in bindings]
+        pending.append(PendingPod(pod_key(pod), claims, "; ".join(waiting) if waiting else note))
     return sorted(pending, key=lambda p: p.key)
 
 
@@ -313,8 +353,10 @@ def build_map(view: ClusterView) -> DeviceMap:
     for (driver, pool), members in sorted(_newest_pools(view.slices).items()):
         node = members[0].node_name or SHARED_POOLS
         groups.setdefault(node, []).append(PoolView(driver, pool, members[0].pool_generation, members))
-    device_map = DeviceMap(groups, _pending(view.pods, view.extended), Counter(), _holders(view.claims),
-                           flying, view.taint_rules, classes=view.classes, taken_at=view.taken_at)
+    bindings = _bindings(view)
+    device_map = DeviceMap(groups, _pending(view.pods, view.extended, bindings), Counter(),
+                           _holders(view.claims), flying, view.taint_rules, classes=view.classes,
+                           taken_at=view.taken_at, binding=_device_binding(bindings))
     device_map.count()
     return device_map
 
@@ -376,6 +418,8 @@ def _device_html(device: DeviceView) -> str:
         details.append("podgroups " + ", ".join(device.pod_groups))
     if device.taints:
         details.append("taints " + ", ".join(device.taints))
+    if device.binding:
+        details.append(device.binding)
     css = device.state.replace(" ", "") + (" taint" if device.taints else "") + (
         " stranded" if device.stranded else "")
     text = _e(device.name)

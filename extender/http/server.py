@@ -174,7 +174,7 @@ class ExtenderServer:
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics_endpoint)
         devicemap.register(app, lambda: devicemap.take_view(self.cache, self.scheduler.in_flight(),
-                                                            self._maps_extended),
+                                                            self._maps_extended, self.scheduler.binding),
                            self._headroom_reports)
         return app
 

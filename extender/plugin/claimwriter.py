@@ -87,9 +87,16 @@ class BindError(Exception):
     devices must stay counted until the claim shows another version.
     """
 
-    def __init__(self, message: str, *, unsettled: Mapping[str, str] | None = None) -> None:
+    def __init__(self, message: str, *, unsettled: Mapping[str, str] | None = None,
+                 kept: bool = False) -> None:
         super().__init__(message)
         self.unsettled: Mapping[str, str] = unsettled or {}
+        self.kept = kept  # the bind's before_binding step stopped it (KeepClaims): nothing failed
+
+
+class KeepClaims(Exception):
+    """Raised by a bind's `before_binding` step: the pod is not bound now, and what the bind wrote
+    stays (no undo). The message goes to kube-scheduler."""
 
 
 class _Moved(Exception):
@@ -337,6 +344,12 @@ class _Written:
     # The in-memory special claim's UID when this bind created the claim (undo deletes it).
     created_from: str | None = None
 
+    @classmethod
+    def of(cls, raw: Mapping) -> _Written:
+        """A record of nothing written yet, for the claim `raw`."""
+        meta = metadata_of(raw)
+        return cls(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""))
+
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -392,7 +405,8 @@ class ClaimWriter:
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
                    consumers: Mapping[str, dict] | None = None, *, extended: Variant | None = None,
                    node_allocatable: Sequence[dict] = (), term: int | None = None,
-                   binding: bool = True) -> None:
+                   binding: bool = True,
+                   before_binding: Callable[[Sequence[str]], Awaitable[None]] | None = None) -> None:
         """Write allocations and reservations for `pod`'s claims, then bind it to `node`.
 
         `claims`: each claim with the allocation to write, or None when it is already allocated and
@@ -401,7 +415,10 @@ class ClaimWriter:
         `claims`, is created first. `node_allocatable`: the pod's nodeAllocatableResourceClaimStatuses to
         write before the Binding. `term`: the term of this replica the bind began in (the current one if
         not given); nothing is written once it is over. `binding=False` writes the claims of a pod that
-        is bound already (a repair). Raises BindError; on a definite error nothing this call wrote
+        is bound already (a repair). `before_binding`, awaited with the keys of the claims written once
+        they and the pod's status are written and before the Binding, may raise KeepClaims: then the pod
+        is not bound and nothing is undone (the device binding conditions it waits for are not met yet,
+        or it freed the claims itself). Raises BindError; on a definite error nothing this call wrote
         remains, except a PodGroup's reservation on a claim this bind did not allocate (other pods of the
         group may already count on it, as upstream's Unreserve keeps it too). When the Binding's outcome
         stays unknown, the claims are kept: a pod bound without its devices never starts.
@@ -414,7 +431,7 @@ class ClaimWriter:
             term = self.authority.term
         where = f"binding pod {namespace}/{name} to node {node}"
         written: list[_Written] = []
-        status_written = binding_sent = False
+        status_written = binding_sent = waiting = False
         marked = [claim.uid for claim, _ in claims]
         self._mark(marked)
         try:
@@ -434,11 +451,17 @@ class ClaimWriter:
             if node_allocatable:
                 status_written = True  # before the call: an answer lost in transit must still be undone
                 await self._write_pod_status(namespace, name, STATUS_FIELD, list(node_allocatable), term)
+            if binding and before_binding is not None:
+                waiting = True
+                await before_binding([record.key for record in written])
+                waiting = False
             if binding:
                 binding_sent = True
                 await self._bind_pod(namespace, name, uid=uid, node=node, term=term)
         except asyncio.CancelledError:
-            if not binding_sent and self.authority.holds(term):
+            # Cancelled while waiting for binding conditions: the claims are complete and stay, as after
+            # KeepClaims (the pod's next bind finds them).
+            if not binding_sent and not waiting and self.authority.holds(term):
                 await asyncio.shield(self._undo(written, pod_uid=uid, namespace=namespace, name=name,
                                                 status_written=status_written, term=term))
             raise
@@ -447,6 +470,8 @@ class ClaimWriter:
                         "leader's fence", where)
             raise BindError(f"{where}: this replica is no longer the leader",
                             unsettled=_pending(written)) from None
+        except KeepClaims as keep:
+            raise BindError(f"{where}: {keep}", kept=True) from None
         except _BindingUnknown as unknown:
             raise BindError(f"{where}: creating the Binding: {unknown}; whether it was applied is not known, "
                             "so the claims stay allocated and reserved for the pod") from None
@@ -660,6 +685,15 @@ class ClaimWriter:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RESOLVE_MAX_DELAY_S)
 
+    async def _read_again(self, record: _Written) -> dict | None:
+        """After a conflict: a short pause, then the claim as the API server has it; None once it is gone
+        (deleted, or replaced by another of the same name)."""
+        await asyncio.sleep(self._retry_delay)
+        try:
+            return await self._fresh_claim(record)
+        except BindError:
+            return None
+
     async def _fresh_claim(self, record: _Written) -> dict:
         try:
             obj = await self._store.get_claim(record.namespace, record.name)
@@ -734,20 +768,18 @@ class ClaimWriter:
         that an allocation write sent at that version can never apply. True once the claim is settled
         (the finalizer removed, or the claim allocated, changed for good or gone); False when that could
         not be done now (API errors), and it must be tried again."""
-        meta = metadata_of(raw)
-        record = _Written(str(meta.get("namespace") or ""), str(meta.get("name") or ""),
-                          str(meta.get("uid") or ""))
+        record = _Written.of(raw)
         obj = raw
         for attempt in range(MAX_ATTEMPTS):
             if attempt:
-                await asyncio.sleep(self._retry_delay)
                 try:
-                    obj = await self._fresh_claim(record)
-                except BindError:
-                    return True  # gone
+                    fresh = await self._read_again(record)
                 except _CALL_ERRORS as err:
                     log.warning("ResourceClaim %s: reading it to fence it: %s", record.key, _describe(err))
                     return False
+                if fresh is None:
+                    return True  # gone
+                obj = fresh
             if not half_written(obj):
                 return True
             try:
@@ -766,6 +798,62 @@ class ClaimWriter:
             except _TRANSPORT_ERRORS as err:
                 log.warning("ResourceClaim %s: removing a stale finalizer: %s", record.key, _describe(err))
         return False
+
+    # ---- deallocation ---------------------------------------------------------------------------
+
+    async def deallocate(self, raw: dict, *, still: Callable[[dict], str | None],
+                         term: int | None) -> str | None:
+        """Deallocate the claim `raw` as upstream's plugin does to reschedule a pod whose device binding
+        failed or timed out: one status write at the version `raw` shows that clears the allocation, the
+        reservations and the device statuses, then (as the resourceclaim controller does) our finalizer.
+
+        `still(claim)` says why it must not be done any more (None: go on); it is asked of `raw` and of
+        every fresh copy read after a conflict or a lost answer. Returns None once deallocated, else
+        that reason. Raises BindError when the API server refuses or cannot be reached, or this
+        replica's term is over. A finalizer that cannot be removed is left to the sweeper of half-written
+        claims (extender/plugin/fence.py)."""
+        record = _Written.of(raw)
+        obj, read_again = raw, False
+        try:
+            for _attempt in range(MAX_ATTEMPTS):
+                if read_again:
+                    fresh = await self._read_again(record)
+                    if fresh is None:
+                        return "it was deleted"
+                    obj = fresh
+                read_again = True
+                why_not = still(obj)
+                if why_not is not None:
+                    return why_not
+                status = {key: value for key, value in (obj.get("status") or {}).items()
+                          if key not in ("allocation", "reservedFor", "devices")}
+                try:
+                    obj = await self._send(record, obj, term, self._store.update_claim_status,
+                                           {**obj, "status": status})
+                except ApiError as err:
+                    if err.conflict:
+                        self.conflicts += 1
+                        continue
+                    raise BindError(f"ResourceClaim {record.key}: deallocating: {_describe(err)}") from err
+                except _Moved as moved:
+                    obj, read_again = moved.fresh, False
+                    continue
+                except _Unsettled as unsettled:
+                    raise BindError(f"ResourceClaim {record.key}: deallocating: {unsettled}") from None
+                if half_written(obj):
+                    try:
+                        await self._send(record, obj, term, self._store.update_claim, _without_finalizer(obj))
+                    except (ApiError, _Moved, _Unsettled) as err:
+                        log.warning("ResourceClaim %s: deallocated, but its finalizer stays for now: %s",
+                                    record.key, err)
+                return None
+        except _LostAuthority:
+            raise BindError(f"ResourceClaim {record.key}: not deallocated: this replica is no longer the "
+                            "leader") from None
+        except _CALL_ERRORS as err:
+            raise BindError(f"ResourceClaim {record.key}: deallocating: {_describe(err)}") from err
+        raise BindError(f"ResourceClaim {record.key}: deallocating: still conflicting after {MAX_ATTEMPTS} "
+                        "attempts")
 
     # ---- undo -----------------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from typing import Any
 from common.objects import metadata_of
 from extender.plugin.authority import Authority
 from extender.plugin.claimwriter import ClaimWriter, half_written
-from extender.state.cache import ClusterCache
+from extender.state.cache import ClaimWatch, ClusterCache
 
 log = logging.getLogger(__name__)
 
@@ -134,21 +134,8 @@ class HalfWrittenSweeper:
         self.authority = authority
         self._clock = clock
         self.grace_s = grace_s
-        self._candidates: dict[str, tuple[str, float]] = {}  # claim UID -> (key, half-written since)
+        self._candidates = ClaimWatch(cache, half_written, clock=clock).claims  # UID -> (key, since)
         self.swept = 0
-        for raw in cache.valid_objects("ResourceClaim"):
-            self._on_change("ResourceClaim", "ADDED", raw, None)
-        cache.subscribe(self._on_change)
-
-    def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
-        if kind != "ResourceClaim":
-            return
-        meta = metadata_of(new)
-        uid = str(meta.get("uid") or "")
-        if event_type != "DELETED" and half_written(new):
-            self._candidates.setdefault(uid, (f"{meta.get('namespace')}/{meta.get('name')}", self._clock()))
-        else:
-            self._candidates.pop(uid, None)
 
     async def sweep_once(self) -> int:
         """Write the claims that stayed half-written past the grace period; returns how many were settled."""

@@ -92,6 +92,11 @@ class Metrics(MetricSet):
         self.bind_failures = Counter("dra_extender_bind_failures",
                                      "Failed binds (kube-scheduler retries the pod) by stage.", ["stage"],
                                      registry=self.registry)
+        self.binding_conditions = Counter(
+            "dra_extender_binding_conditions",
+            "Bind calls for pods whose devices have binding conditions, by outcome: ready (bound), waiting "
+            "(answered with an error, kube-scheduler retries), failed or timed out (claim deallocated).",
+            ["outcome"], registry=self.registry)
         # extender.plugin.bindchecks: a bind kube-scheduler could not have asked for, refused before
         # anything is reserved or written. Any of them is worth a look: a scheduler name missing from
         # --scheduler-names, or a caller that is not kube-scheduler.

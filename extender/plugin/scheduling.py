@@ -19,10 +19,11 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, NamedTuple, Protocol
 
+from cachetools import LRUCache
 from prometheus_client import CollectorRegistry
 
 from allocator import AllocationError, AllocationTimeout, Allocator, NodeAllocationError, ResourceClaim
@@ -31,10 +32,21 @@ from common.objects import metadata_of
 from common.rules import DEFAULT_SCORING_POLICY
 from extender.plugin.authority import Authority
 from extender.plugin.bindchecks import DEFAULT_SCHEDULER, BindChecks, Refusal
-from extender.plugin.claimwriter import BindError
+from extender.plugin.bindingconditions import (
+    DEFAULT_BIND_WAIT_S,
+    DEFAULT_BINDING_TIMEOUT_S,
+    EVENT_FAILED,
+    EVENT_PENDING,
+    SETTLED_BADLY,
+    BindingPolicy,
+    ClaimBinding,
+    State,
+    release_blocker,
+)
+from extender.plugin.claimwriter import BindError, KeepClaims
 from extender.plugin.evaluation import SEARCH
-from extender.plugin.explanation import Explanations
-from extender.plugin.extendedresources import Variant
+from extender.plugin.explanation import EventSink, Explanations
+from extender.plugin.extendedresources import Variant, special_claim_owner
 from extender.plugin.filtercache import CachedEvaluation, FilterCache
 from extender.plugin.holds import FilterHolds
 from extender.plugin.metrics import Metrics
@@ -44,7 +56,7 @@ from extender.plugin.placement import NodeScorer
 from extender.plugin.planning import Planner, PodPlan, SchedulingError
 from extender.plugin.podgroups import OWNER_PREFIX, reserved_for_pod
 from extender.plugin.requeue import RequeueNudge
-from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, Words, answer
+from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, Words, answer, blocked
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
 
@@ -80,6 +92,16 @@ class _ClaimWaiter(NamedTuple):
     changed: asyncio.Event
 
 
+class _BindWork(NamedTuple):
+    """What bind writes, worked out synchronously (Scheduler._reserve_for_bind)."""
+
+    writes: list[ClaimWrite]
+    consumers: dict[str, dict]         # by claim UID, the PodGroup to reserve a shared claim for
+    extended: Variant | None           # the special claim to create (extended resources)
+    footprint: NodeFit | None          # DRANodeAllocatableResources: what the devices add to the pod
+    allocated: list[str]               # keys of the pod's claims that are allocated already
+
+
 # A claim to write at bind: with the allocation to write, or None for one allocated already (only the
 # reservation is added).
 ClaimWrite = tuple[ResourceClaim, dict | None]
@@ -96,9 +118,13 @@ class BindWriter(Protocol):
 
     async def bind(self, pod: dict, node: str, claims: list[ClaimWrite], consumers: Mapping[str, dict], *,
                    extended: Variant | None = None, node_allocatable: Sequence[dict] = (),
-                   term: int | None = None, binding: bool = True) -> None: ...
+                   term: int | None = None, binding: bool = True,
+                   before_binding: Callable[[Sequence[str]], Awaitable[None]] | None = None) -> None: ...
 
     async def remove_claim(self, namespace: str, name: str, uid: str) -> None: ...
+
+    async def deallocate(self, raw: dict, *, still: Callable[[dict], str | None],
+                         term: int | None) -> str | None: ...
 
 
 class Scheduler:
@@ -122,6 +148,10 @@ class Scheduler:
         requeue: RequeueNudge | None = None,
         scheduler_names: Collection[str] = (DEFAULT_SCHEDULER,),
         authority: Authority | None = None,
+        binding_timeout_s: float = DEFAULT_BINDING_TIMEOUT_S,
+        bind_wait_s: float = DEFAULT_BIND_WAIT_S,
+        wall_clock: Callable[[], float] = time.time,
+        events: EventSink | None = None,
     ) -> None:
         self.cache = cache
         # Whether this replica may allocate now (extender/plugin/authority.py): always, unless wiring
@@ -139,8 +169,13 @@ class Scheduler:
         self.reasons = reasons  # the words of the answers to kube-scheduler (serve's --reasons)
         self.explanations = explanations  # the pod Events of filters that found no node (None: none)
         self.requeue = requeue  # has kube-scheduler retry the pods we rejected when devices appear
+        # Device binding conditions: how long a pod may wait for them (--binding-timeout, counted from the
+        # claim's allocationTimestamp) and how long one bind call waits (--bind-wait).
+        self.binding = BindingPolicy(cache, timeout_s=binding_timeout_s, wall_clock=wall_clock)
+        self.bind_wait_s = bind_wait_s
+        self.events = events  # pod Events of our own (BindingConditionsPending); None: none
         evaluation = CachedEvaluation(filter_cache) if filter_cache is not None else SEARCH
-        self.planner = Planner(cache, assume, node_deadline_s=node_deadline_s)
+        self.planner = Planner(cache, assume, node_deadline_s=node_deadline_s, binding=self.binding)
         self.checker = NodeChecker(cache, self.planner, evaluation=evaluation,
                                    node_deadline_s=node_deadline_s, clock=clock)
         self.scorer = NodeScorer(cache, self.planner, evaluation=evaluation, default_policy=scoring)
@@ -155,6 +190,13 @@ class Scheduler:
         self._group_writes: dict[str, asyncio.Future[None]] = {}
         # Filters waiting for a pod's claims to be created (_await_claims), woken by cache changes.
         self._claim_waiters: dict[str, _ClaimWaiter] = {}
+        # Binds waiting for device binding conditions: claim key -> the events that wake them, and by pod
+        # UID what each waits for (/debug/state).
+        self._binding_waiters: dict[str, set[asyncio.Event]] = {}
+        self.waiting_binds: dict[str, dict[str, Any]] = {}
+        # pod UID -> the allocations it was last announced waiting for (one BindingConditionsPending
+        # event per pod and allocation, not per bind call).
+        self._announced: LRUCache[str, tuple[tuple[str, str], ...]] = LRUCache(maxsize=10_000)
         cache.subscribe(self._on_change)
         self.bind_attempts = 0
         self.bind_conflicts = 0
@@ -175,6 +217,10 @@ class Scheduler:
             "requeue": ({"claim": f"{self.requeue.namespace}/{self.requeue.name}",
                          "waitingPods": self.requeue.waiting, "writes": self.requeue.writes,
                          "failures": self.requeue.failures} if self.requeue is not None else None),
+            "bindingConditions": {"enabled": self.binding.enabled, "timeoutSeconds": self.binding.timeout_s,
+                                  "bindWaitSeconds": self.bind_wait_s,
+                                  "bindsWaiting": sorted(self.waiting_binds.values(),
+                                                         key=lambda entry: str(entry["pod"]))},
         }
 
     def in_flight(self) -> list[dict[str, Any]]:
@@ -195,6 +241,10 @@ class Scheduler:
             self.metrics.count_filter_outcome(reason, count)
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+        if self._binding_waiters and kind == "ResourceClaim":
+            meta = metadata_of(new)
+            for changed in self._binding_waiters.get(f"{meta.get('namespace')}/{meta.get('name')}", ()):
+                changed.set()
         if self._claim_waiters and kind in ("Pod", "ResourceClaim"):
             namespace = metadata_of(new).get("namespace")
             for waiter in self._claim_waiters.values():
@@ -229,6 +279,11 @@ class Scheduler:
             plan = self.planner.plan(pod)
             if plan.claims_missing:
                 pod, plan = await self._await_claims(pod, plan, deadline=deadline)
+            if plan.bindings:
+                settled = await self._settle_bindings(pod, plan)
+                if settled is not None:
+                    self._count_outcome(Reason.BINDING_FAILED, len(node_names))
+                    return settled
             verdicts = await self.checker.check_all(plan, node_names, node_objects=node_objects,
                                                     use_cache=True, deadline=deadline)
             if self._claims_changed(plan):
@@ -270,12 +325,83 @@ class Scheduler:
         stale = self.planner.extended.stale_claim(pod)
         if stale is None or pod_uid(pod) in self._binding or (pod.get("spec") or {}).get("nodeName"):
             return
+        if self.planner.awaits_binding(stale, pod):
+            return  # its devices' binding conditions decide (_settle_bindings)
         log.info("removing extended resource claim %s of an earlier attempt for pod %s", stale.key,
                  pod_key(pod))
         try:
             await self.writer.remove_claim(stale.namespace, stale.name, stale.uid)
         except BindError as error:
             log.warning("could not remove extended resource claim %s: %s", stale.key, error)
+
+    async def _settle_bindings(self, pod: dict, plan: PodPlan) -> FilterResult | None:
+        """Upstream's PostFilter for the pod's allocated claims whose device binding failed or timed out
+        (found here when it happened while kube-scheduler held the pod in its backoff): free them and
+        answer with an Error naming claim, device and condition, so the pod's condition says why and
+        kube-scheduler tries it again after its backoff, on devices allocated afresh. A claim that others
+        use cannot be freed: then the pod fits no node ("resourceclaim not available on the node", as
+        upstream). None when there is nothing to settle."""
+        bad = [binding for binding in plan.bindings if binding.state in SETTLED_BADLY]
+        if not bad:
+            return None
+        message, in_use = await self._free_failed_bindings(pod, bad, self.authority.term)
+        if in_use:
+            plan.blocked = blocked(message, Reason.BINDING_FAILED)
+            return None
+        self.metrics.binding_conditions.labels(outcome=str(bad[0].state)).inc()
+        return FilterResult([], {}, {}, message)
+
+    async def _free_failed_bindings(self, pod: dict, bad: Sequence[ClaimBinding],
+                                    term: int | None) -> tuple[str, bool]:
+        """Deallocate (the pod's special claim: delete) each claim whose binding failed or timed out, as
+        upstream does to reschedule the pod. Returns what happened, for kube-scheduler, and whether a
+        claim could not be freed because others use it."""
+        parts, in_use = [], False
+        workload_claims = self.cache.features.enabled(WORKLOAD_CLAIMS)
+        for binding in bad:
+            text = binding.describe()
+            claim = self.cache.claim_by_uid(binding.uid)
+            if claim is None:
+                parts.append(f"{text}; the claim is gone")
+                continue
+            if special_claim_owner(claim.raw) == pod_uid(pod):
+                try:
+                    await self.writer.remove_claim(claim.namespace, claim.name, claim.uid)
+                except BindError as error:
+                    parts.append(f"{text}; deleting the claim failed: {error}")
+                else:
+                    parts.append(f"{text}; the claim was deleted")
+                continue
+            blocker = release_blocker(claim.raw, pod, self.cache, workload_claims=workload_claims)
+            if blocker is not None:
+                parts.append(f"{text}; the claim is not deallocated: {blocker}")
+                in_use = True
+                continue
+
+            def still(fresh: dict) -> str | None:
+                again = self.binding.of(fresh)
+                if again is None or again.state not in SETTLED_BADLY:
+                    return "its binding conditions changed meanwhile"
+                return release_blocker(fresh, pod, self.cache, workload_claims=workload_claims)
+
+            try:
+                why_not = await self.writer.deallocate(claim.raw, still=still, term=term)
+            except BindError as error:
+                parts.append(f"{text}; deallocating the claim failed: {error}")
+                continue
+            if why_not is None:
+                log.info("pod %s: %s: deallocated the claim to schedule the pod again", pod_key(pod), text)
+                parts.append(f"{text}; the claim was deallocated")
+            else:
+                parts.append(f"{text}; the claim is not deallocated: {why_not}")
+        if not in_use:
+            parts.append("the pod is scheduled again")
+        message = "; ".join(parts)
+        if self.events is not None:
+            # kube-scheduler's FailedScheduling events of a pod form one series that keeps its first
+            # message (the wait's): this one says what became of it.
+            self.events.record(pod, EVENT_FAILED, message, event_type="Warning")
+        return message, in_use
 
     async def _await_claims(self, pod: dict, plan: PodPlan, *, deadline: float) -> tuple[dict, PodPlan]:
         """Wait up to `claim_wait_s` (and at most half of what is left of the filter's budget) until
@@ -376,15 +502,21 @@ class Scheduler:
     async def _write(self, pod: dict, node_name: str, *, term: int, binding: bool) -> None:
         """Reserve in the assume cache and write (with the Binding when `binding`)."""
         uid = pod_uid(pod)
-        writes, consumers, extended, footprint = (
-            self._reserve_for_bind(pod, node_name) if self.planner.needs_dra(pod) else ([], {}, None, None))
+        work = (self._reserve_for_bind(pod, node_name) if self.planner.needs_dra(pod)
+                else _BindWork([], {}, None, None, []))
+        writes, consumers, extended, footprint = work.writes, work.consumers, work.extended, work.footprint
         self.holds.handed_to_bind(uid)
         self._binding.add(uid)
         group_write = self._start_group_write(pod) if consumers else None
+
+        async def binding_conditions(written: Sequence[str]) -> None:
+            await self._await_binding_conditions(pod, node_name, [*work.allocated, *written], term=term)
+
         try:
             await self.writer.bind(pod, node_name, writes, consumers, extended=extended,
                                    node_allocatable=footprint.statuses if footprint is not None else (),
-                                   term=term, binding=binding)
+                                   term=term, binding=binding,
+                                   before_binding=binding_conditions if self.binding.enabled else None)
         except BaseException as error:
             unsettled = error.unsettled if isinstance(error, BindError) else {}
             for claim, allocation in writes:
@@ -402,7 +534,8 @@ class Scheduler:
                     self.assume.reserve(claim, allocation, f"unsettled:{uid}", pending_at=pending_at)
             if not isinstance(error, BindError):
                 raise
-            self.metrics.bind_failures.labels(stage="write").inc()
+            if not error.kept:  # waiting for binding conditions, or freed after they failed: counted there
+                self.metrics.bind_failures.labels(stage="write").inc()
             raise BindFailed(str(error)) from None
         finally:
             self._binding.discard(uid)
@@ -459,13 +592,8 @@ class Scheduler:
         self._group_writes[key] = done
         return key
 
-    def _reserve_for_bind(self, pod: dict, node_name: str
-                          ) -> tuple[list[ClaimWrite], dict[str, dict], Variant | None, NodeFit | None]:
-        """Synchronous: re-check and reserve with no await in between (atomic on the event loop).
-
-        Returns the claims to write, by claim UID the PodGroup to reserve a shared claim for, the
-        special claim to create (extended resources), if the pod gets one, and (DRANodeAllocatableResources)
-        the node allocatable footprint of its devices."""
+    def _reserve_for_bind(self, pod: dict, node_name: str) -> _BindWork:
+        """Synchronous: re-check and reserve with no await in between (atomic on the event loop)."""
         uid = pod_uid(pod)
         held_on = self.holds.node_of(uid)
         if held_on is not None and held_on != node_name:
@@ -502,8 +630,76 @@ class Scheduler:
         extended = plan.extended_variant
         node = self.cache.node(node_name)
         footprint = self.checker.node_fit(plan, node, verdict) if node is not None else None
-        return (writes, consumers, extended if extended is not None and extended.claim is not None else None,
-                footprint)
+        return _BindWork(writes, consumers,
+                         extended if extended is not None and extended.claim is not None else None,
+                         footprint, [claim.key for claim in plan.allocated])
+
+    async def _await_binding_conditions(self, pod: dict, node_name: str, keys: Sequence[str], *,
+                                        term: int) -> None:
+        """Upstream's PreBind wait for device binding conditions, for at most `bind_wait_s` of this call.
+
+        Every condition True: return (the pod is bound). A failure condition True, or the binding
+        timeout passed: the claims are freed and KeepClaims says so. Otherwise, once this call's wait is
+        over, KeepClaims says what is still awaited: kube-scheduler records it in the pod's condition
+        and retries the pod after its backoff, while the claims stay allocated and reserved for it; a
+        later call (of this process or another, after a restart or a change of leader) decides again
+        from the claims alone. Wakes on every change of one of the claims and at the binding timeout."""
+        keys = list(dict.fromkeys(keys))
+        until = self.clock() + self.bind_wait_s
+        uid = pod_uid(pod)
+        changed = asyncio.Event()
+        for key in keys:
+            self._binding_waiters.setdefault(key, set()).add(changed)
+        try:
+            while True:
+                changed.clear()
+                claims = [claim for key in keys
+                          if (claim := self.cache.claim(*key.split("/", 1))) is not None]
+                bindings = self.binding.of_all(claims)
+                if all(binding.state == State.READY for binding in bindings):
+                    if bindings:
+                        self.metrics.binding_conditions.labels(outcome=str(State.READY)).inc()
+                    return
+                bad = [binding for binding in bindings if binding.state in SETTLED_BADLY]
+                if bad:
+                    self.metrics.binding_conditions.labels(outcome=str(bad[0].state)).inc()
+                    message, _ = await self._free_failed_bindings(pod, bad, term)
+                    raise KeepClaims(message)
+                pending = [binding for binding in bindings if binding.state == State.PENDING]
+                self.waiting_binds[uid] = {"pod": pod_key(pod), "node": node_name,
+                                           "claims": [binding.to_dict() for binding in pending]}
+                self._announce_waiting(pod, node_name, pending)
+                left = until - self.clock()
+                if left <= 0 or not self.authority.holds(term):
+                    self.metrics.binding_conditions.labels(outcome="waiting").inc()
+                    raise KeepClaims(
+                        "; ".join(binding.describe() for binding in pending)
+                        + "; the claims stay allocated and reserved for the pod, kube-scheduler tries again")
+                deadlines = [binding.deadline for binding in pending if binding.deadline is not None]
+                if deadlines:  # wake just after the earliest binding timeout
+                    left = min(left, max(0.0, min(deadlines) - self.binding.wall_clock()) + 0.05)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await changed.wait()
+        finally:
+            self.waiting_binds.pop(uid, None)
+            for key in keys:
+                waiters = self._binding_waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(changed)
+                    if not waiters:
+                        del self._binding_waiters[key]
+
+    def _announce_waiting(self, pod: dict, node_name: str, pending: Sequence[ClaimBinding]) -> None:
+        """Upstream's Normal event BindingConditionsPending, once per pod and allocation (not per call)."""
+        signature = tuple((binding.uid, str(binding.allocated_at)) for binding in pending)
+        uid = pod_uid(pod)
+        if self.events is None or self._announced.get(uid) == signature:
+            return
+        self._announced[uid] = signature
+        self.events.record(pod, EVENT_PENDING,
+                           f"waiting for binding conditions for device on node {node_name}: "
+                           + "; ".join(binding.describe() for binding in pending))
 
     # ---- preempt ------------------------------------------------------------------------------
 

@@ -56,6 +56,10 @@ UNSCHEDULABLE_RETRY = "5s"
 # The tests that read why a pod is pending in kube-scheduler's FailedScheduling events want our per-node
 # words there (the default, upstream's, are checked by test_e2e_requeue.py).
 DETAILED_REASONS = "--reasons=detailed"
+# The shared plane's --binding-timeout: short, so test_e2e_binding_conditions.py sees it pass (no other
+# test publishes devices with binding conditions).
+BINDING_TIMEOUT_S = 10.0
+BINDING_TIMEOUT = f"--binding-timeout={BINDING_TIMEOUT_S:g}"
 # Written into the extenders' logs around a kube-apiserver restart (see ControlPlane.restart_apiserver).
 RBAC_LOADING = "===== kube-apiserver restarting, RBAC loading:"
 RBAC_LOADED = "===== kube-apiserver ready, RBAC loaded:"

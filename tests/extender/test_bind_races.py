@@ -4,7 +4,7 @@ outcome is unknown, shared claims. No device may ever end up in two claims."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import dra_objects as o
@@ -36,12 +36,13 @@ class GatedWriter(ClaimWriter):
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
                    consumers: Mapping[str, dict] | None = None, *, extended: Variant | None = None,
                    node_allocatable: Sequence[dict] = (), term: int | None = None,
-                   binding: bool = True) -> None:
+                   binding: bool = True,
+                   before_binding: Callable[[Sequence[str]], Awaitable[None]] | None = None) -> None:
         gate = self.gates.get(pod["metadata"]["name"])
         if gate is not None:
             await gate.wait()
         await super().bind(pod, node, claims, consumers, extended=extended, node_allocatable=node_allocatable,
-                           term=term, binding=binding)
+                           term=term, binding=binding, before_binding=before_binding)
 
 
 def make(objs: list[dict[str, Any]], **options: Any) -> tuple[Scheduler, GatedWriter, Clock]:

@@ -3,7 +3,8 @@
 Faithful where our code depends on it: resourceVersions from one global counter, 409 on a stale
 resourceVersion, status subresources (the main resource ignores status, /status ignores the rest),
 finalizers and deletionTimestamp, pods/binding, ResourceClaim status validation (reservedFor limit,
-immutable allocation), list + watch with ADDED/MODIFIED/DELETED/BOOKMARK and 410 Gone for versions
+immutable allocation, status.devices only of allocated devices, dropped with their allocation), list +
+watch with ADDED/MODIFIED/DELETED/BOOKMARK and 410 Gone for versions
 older than the kept history, and metav1.Status error bodies. Not implemented: label/field selectors,
 pagination, strategic-merge patch semantics (treated as JSON merge patch), admission, RBAC.
 
@@ -508,6 +509,7 @@ class FakeApiServer:
             else:
                 updated["metadata"].pop("resourceVersion", None)
             if resource.plural == "resourceclaims":
+                updated = self._drop_deallocated_devices(current, updated)
                 self._validate_claim_status(key[1], current, updated)
             return self._store_update(resource, key, updated, keep_status=False)
         obj = {**body, "metadata": dict(meta)}
@@ -547,6 +549,26 @@ class FakeApiServer:
         return obj
 
     @staticmethod
+    def _device_ids(allocation: dict | None) -> set[tuple]:
+        results = ((allocation or {}).get("devices") or {}).get("results") or ()
+        return {(r.get("driver"), r.get("pool"), r.get("device"), r.get("shareID")) for r in results}
+
+    def _drop_deallocated_devices(self, current: dict, updated: dict) -> dict:
+        """The status strategy's dropDeallocatedStatusDevices: status.devices entries of devices the update
+        takes out of the allocation are removed."""
+        status = updated.get("status") or {}
+        gone = (self._device_ids((current.get("status") or {}).get("allocation"))
+                - self._device_ids(status.get("allocation")))
+        devices = status.get("devices")
+        if not gone or not devices:
+            return updated
+        kept = [d for d in devices
+                if (d.get("driver"), d.get("pool"), d.get("device"), d.get("shareID")) not in gone]
+        new_status = ({**status, "devices": kept} if kept
+                      else {k: v for k, v in status.items() if k != "devices"})
+        return {**updated, "status": new_status}
+
+    @staticmethod
     def _validate_claim_status(name: str, current: dict, updated: dict) -> None:
         status = updated.get("status") or {}
         old_allocation = (current.get("status") or {}).get("allocation")
@@ -566,6 +588,13 @@ class FakeApiServer:
             raise StatusError(422, f"{prefix}: status.reservedFor: Duplicate value: uids must be unique")
         if old_allocation is not None and allocation is not None and allocation != old_allocation:
             raise StatusError(422, f"{prefix}: status.allocation: Invalid value: field is immutable")
+        allocated = FakeApiServer._device_ids(allocation)
+        for index, device in enumerate(status.get("devices") or ()):
+            ident = (device.get("driver"), device.get("pool"), device.get("device"), device.get("shareID"))
+            if ident not in allocated:
+                named = "/".join(str(part) for part in ident[:3])
+                raise StatusError(422, f"{prefix}: status.devices[{index}]: Invalid value: \"{named}\": "
+                                       "must be an allocated device in the claim")
 
     def _delete(self, resource: Resource, key: tuple[str, str], options: Any) -> dict:
         current = self._existing(resource, key)
