@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +264,8 @@ class PackageRun:
     # Non-leaf tests that failed while none of their sub-tests did (their own error, e.g. in cleanup).
     own_failures: dict[str, Result]
     package_output: list[str]
+    # CPU time of the test binary and everything it started (etcd, API server, our servers).
+    cpu_seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -410,11 +413,25 @@ def run_package(
     started = time.monotonic()
     with events.open("wb") as sink, _process_group(command, cwd=logs, env=env, stdout=sink,
                                                   stderr=subprocess.STDOUT) as process:
-        exit_code = process.wait()
+        # wait4: the usage of test2json with what it waited for, the test binary and its children.
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = exit_code = os.waitstatus_to_exitcode(status)
     seconds = time.monotonic() - started
     with events.open("rb") as source:
         leaves, own_failures, package_output = parse_events(source)
-    return PackageRun(package, scheduler, seconds, exit_code, leaves, own_failures, package_output)
+    return PackageRun(package, scheduler, seconds, exit_code, leaves, own_failures, package_output,
+                      usage.ru_utime + usage.ru_stime)
+
+
+def run_packages(binaries: dict[str, Path], work: Path, *, concurrent: bool = False,
+                 **options: Any) -> list[PackageRun]:
+    """run_package for each package, one after the other or all at once."""
+    if not concurrent:
+        return [run_package(package, binary, work, **options) for package, binary in binaries.items()]
+    with ThreadPoolExecutor(max_workers=len(binaries)) as pool:
+        futures = [pool.submit(run_package, package, binary, work, **options)
+                   for package, binary in binaries.items()]
+        return [future.result() for future in futures]
 
 
 # ----- expectations -----
@@ -465,6 +482,25 @@ def read_expectations(path: Path = EXPECTATIONS) -> dict[str, str]:
     return expected
 
 
+# Where a failure's report starts in a test's output, and the lines of gomega's dumps worth showing.
+FAILURE_START = re.compile(r"FATAL ERROR|ERROR:|Error Trace:|panic:")
+FAILURE_DETAIL = re.compile(
+    r"^\s*(message:|Substr:|Expected: <string>|s: \"Expected)|to have length|should|expected"
+)
+
+
+def failure_excerpt(result: Result, lines: int = 20) -> str:
+    """The start of a test's failure report and the lines of it that say what was expected."""
+    output = result.output
+    start = next((i for i, line in enumerate(output) if FAILURE_START.search(line)), None)
+    if start is None:
+        picked = output[-lines:]
+    else:
+        picked = output[start:start + 4]
+        picked += [line for line in output[start + 4:] if FAILURE_DETAIL.search(line) and line not in picked]
+    return "\n    ".join(line.strip()[:400] for line in picked[:lines])
+
+
 def compare(run: PackageRun, in_tree: dict[str, str], expected: dict[str, str]) -> list[str]:
     """What is wrong with a run with DRA Extender, as messages (none: as expected)."""
     problems = []
@@ -475,10 +511,10 @@ def compare(run: PackageRun, in_tree: dict[str, str], expected: dict[str, str]) 
         if name in expected and status == "pass":
             problems.append(f"{name} now passes: remove it from {EXPECTATIONS.name} ({expected[name]})")
         elif name not in expected and status != "pass":
-            tail = "\n    ".join(result.output[-25:]) if result else ""
+            tail = failure_excerpt(result) if result else ""
             problems.append(f"{name}: {status} (passes in-tree, not in {EXPECTATIONS.name})\n    {tail}")
     for name, result in sorted(run.own_failures.items()):
-        tail = "\n    ".join(result.output[-25:])
+        tail = failure_excerpt(result)
         problems.append(f"{name} failed on its own (no sub-test failed)\n    {tail}")
     if run.exit_code != 0 and not any(r.status in ("fail", "none") for r in run.leaves.values()) \
             and not run.own_failures:
@@ -537,6 +573,7 @@ def main() -> int:
     run.add_argument("--packages", default=",".join(PACKAGES), help="comma-separated (default: all four)")
     run.add_argument("--scheduler", choices=SCHEDULERS, default="extender")
     run.add_argument("--parallel", type=int, default=4, help="-test.parallel (default 4)")
+    run.add_argument("--concurrent", action="store_true", help="run the packages at the same time")
     run.add_argument("--run", help="-test.run pattern")
     run.add_argument("--work", type=Path, help="folder for events and logs (default: a new temporary one)")
     run.add_argument("--json", type=Path, help="write the results here")
@@ -556,16 +593,18 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="upstream-integration-"))
     work.mkdir(parents=True, exist_ok=True)
     _log(f"events and logs in {work}")
-    runs = []
-    for package in packages:
-        _log(f"running {package} ({args.scheduler})...")
-        result = run_package(package, binaries[package], work, scheduler=args.scheduler,
-                             parallel=args.parallel, run=args.run, extra_flags=args.extender_flag)
+    how = "at once" if args.concurrent else "in turn"
+    _log(f"running {', '.join(packages)} ({args.scheduler}, {how})...")
+    started = time.monotonic()
+    runs = run_packages(binaries, work, concurrent=args.concurrent, scheduler=args.scheduler,
+                        parallel=args.parallel, run=args.run, extra_flags=args.extender_flag)
+    for result in runs:
         statuses: dict[str, int] = {}
         for leaf in result.leaves.values():
             statuses[leaf.status] = statuses.get(leaf.status, 0) + 1
-        _log(f"{package}: {result.seconds:.0f}s, exit {result.exit_code}, leaves {statuses}")
-        runs.append(result)
+        _log(f"{result.package}: {result.seconds:.0f}s ({result.cpu_seconds:.0f}s CPU), "
+             f"exit {result.exit_code}, leaves {statuses}")
+    _log(f"all done in {time.monotonic() - started:.0f}s")
     if args.json:
         _save(runs, args.json)
     if args.record_in_tree:
