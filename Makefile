@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test dist e2e-control-plane conformance-upstream browser
+.PHONY: run test dist e2e-control-plane conformance-upstream browser upstream-integration
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ browser:
 # where docker, podman or buildah works (else skipped, saying why). See release/dist.py.
 dist: $(STAMP)
 	$(BIN)/python release/dist.py $(if $(TAG),--tag $(TAG))
+
+# Only upstream's test/integration/dra with DRA Extender as the scheduler's DRA (tests/upstream_integration,
+# also part of `make test`); UPSTREAM_PACKAGES picks some of its four packages, e.g. default,ga.
+UPSTREAM_PACKAGES ?= default,ga,all,api
+upstream-integration: $(STAMP) e2e-control-plane
+	DRA_UPSTREAM_PACKAGES=$(UPSTREAM_PACKAGES) $(BIN)/python -m pytest tests/upstream_integration -q
 
 test: $(STAMP) e2e-control-plane conformance-upstream browser
 	$(BIN)/ruff check .

@@ -552,7 +552,7 @@ def summary_table(ours: list[PackageRun], in_tree: list[PackageRun]) -> str:
         base_time = f"{base.seconds / 60:.1f} min" if base else "-"
         rows.append(f"| {run.package} | " + " | ".join(map(str, counts))
                     + f" | {base_time} | {run.seconds / 60:.1f} min |")
-    rows.append("| all | " + " | ".join(map(str, totals)) + " | | |")
+    rows.append("| total | " + " | ".join(map(str, totals)) + " | | |")
     return "\n".join(rows)
 
 
