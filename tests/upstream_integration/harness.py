@@ -54,6 +54,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 import build_control_plane  # noqa: E402
 from build_control_plane import BuildUnavailable, cache_root, find_go  # noqa: E402
 from e2e_cluster import DEPLOY, DRA_EXTENDER, extender_supports  # noqa: E402
+from test_e2e_requeue import deployed_requeue_flag  # noqa: E402
 
 from allocator.features import DEFAULT_GATES  # noqa: E402
 from webhook.certs import generate_ca, generate_serving_cert, write_pem  # noqa: E402
@@ -344,6 +345,9 @@ def extender_settings(work: Path, extra_flags: list[str]) -> dict[str, Any]:
     write_pem(cert_file, serving.certificate_pem())
     write_pem(key_file, serving.key_pem(), private=True)
     extender["tlsConfig"] = {"caFile": str(ca_file), "serverName": server_name}
+    # As deploy/ runs it: the requeue claim in a namespace the hook creates (the test has none of ours).
+    requeue = deployed_requeue_flag()
+    requeue_namespace = requeue.split("=", 1)[1].split("/", 1)[0]
     return {
         "binary": str(DRA_EXTENDER),
         "workDir": str(work),
@@ -353,7 +357,8 @@ def extender_settings(work: Path, extra_flags: list[str]) -> dict[str, Any]:
         "extender": extender,
         "featureGates": sorted(DEFAULT_GATES),
         "argFlags": {arg: flag for arg, flag in ARG_FLAGS.items() if extender_supports(flag)},
-        "extraFlags": extra_flags,
+        "extraFlags": [requeue, *extra_flags],
+        "namespaces": [requeue_namespace],
     }
 
 

@@ -8,6 +8,10 @@ from pathlib import Path
 import harness
 import orjson
 import pytest
+from build_control_plane import find_go
+from cryptography import x509
+
+from allocator.features import DEFAULT_GATES
 
 PACKAGE = "default"
 
@@ -192,7 +196,7 @@ def test_a_patch_whose_anchor_moved_stops_the_build() -> None:
 
 
 def test_patches_apply_to_upstream_dra_go() -> None:
-    go = harness.find_go()
+    go = find_go()
     if go is None:
         pytest.skip("no Go toolchain: upstream's sources are not in a module cache")
     dra_go = harness.upstream_source(go) / "dra.go"
@@ -204,3 +208,27 @@ def test_patches_apply_to_upstream_dra_go() -> None:
     assert "startDRAExtender" in ours and "startDRAExtender" not in in_tree
     assert ours.count(harness.SCHEDULER_MARKER) == in_tree.count(harness.SCHEDULER_MARKER) == 1
     assert len(ours) == len(original) + sum(len(p.text) for p in harness.PATCHES)
+
+
+def test_settings_configure_the_extender_as_deploy_does(tmp_path: Path) -> None:
+    settings = harness.extender_settings(tmp_path, ["--scoring=spread"])
+    extender = settings["extender"]
+    assert {key: extender[key] for key in ("filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb")} == {
+        "filterVerb": "filter", "prioritizeVerb": "prioritize", "preemptVerb": "preempt", "bindVerb": "bind"
+    }
+    assert extender["nodeCacheCapable"] is True
+    assert extender["ignorable"] is False
+    assert extender["managedResources"] == []
+    assert settings["plugins"] == {"multiPoint": {"disabled": [{"name": "DynamicResources"}]}}
+    # The serving certificate is for the name kube-scheduler checks, signed by the CA it trusts.
+    ca = x509.load_pem_x509_certificate(Path(extender["tlsConfig"]["caFile"]).read_bytes())
+    serving = x509.load_pem_x509_certificate(Path(settings["certFile"]).read_bytes())
+    serving.verify_directly_issued_by(ca)
+    names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert extender["tlsConfig"]["serverName"] in names.get_values_for_type(x509.DNSName)
+    assert Path(settings["keyFile"]).stat().st_mode & 0o077 == 0
+    requeue = next(flag for flag in settings["extraFlags"] if flag.startswith("--requeue-claim="))
+    assert settings["namespaces"] == [requeue.split("=")[1].split("/")[0]]
+    assert settings["extraFlags"][-1] == "--scoring=spread"
+    assert set(settings["featureGates"]) == set(DEFAULT_GATES)
+    assert settings["argFlags"]["filterTimeout"] == "--node-timeout"

@@ -23,6 +23,9 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientcmd "k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -52,6 +55,8 @@ type draExtenderSettings struct {
 	// DynamicResources plugin arg -> the serve flag taking the same value in seconds.
 	ArgFlags   map[string]string `json:"argFlags"`
 	ExtraFlags []string          `json:"extraFlags"`
+	// Created before the server starts when missing (where deploy/ keeps objects of ours).
+	Namespaces []string `json:"namespaces"`
 }
 
 type draExtenderProcess struct {
@@ -74,6 +79,12 @@ func startDRAExtender(tCtx ktesting.TContext, schedulerConfig string) (*draExten
 		return nil, schedulerConfig
 	}
 	settings := loadDRAExtenderSettings(tCtx)
+	for _, name := range settings.Namespaces {
+		_, err := tCtx.Client().CoreV1().Namespaces().Create(tCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			tCtx.ExpectNoError(err, "create namespace %s for dra-extender", name)
+		}
+	}
 
 	flags := []string{"--feature-gates=" + draExtenderFeatureGates(settings.FeatureGates)}
 	flags = append(flags, draExtenderArgFlags(tCtx, schedulerConfig, settings.ArgFlags)...)
