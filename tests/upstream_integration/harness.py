@@ -27,6 +27,7 @@ scheduler, i.e. upstream's own set-up: its passing sub-tests are the ones that c
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import hashlib
@@ -424,8 +425,12 @@ def run_package(
     seconds = time.monotonic() - started
     with events.open("rb") as source:
         leaves, own_failures, package_output = parse_events(source)
-    return PackageRun(package, scheduler, seconds, exit_code, leaves, own_failures, package_output,
-                      usage.ru_utime + usage.ru_stime)
+    result = PackageRun(package, scheduler, seconds, exit_code, leaves, own_failures, package_output,
+                        usage.ru_utime + usage.ru_stime)
+    statuses = collections.Counter(leaf.status for leaf in leaves.values())
+    _log(f"{package} ({scheduler}): {seconds:.0f}s ({result.cpu_seconds:.0f}s CPU), exit {exit_code}, "
+         f"leaf sub-tests {dict(statuses)}")
+    return result
 
 
 def run_packages(binaries: dict[str, Path], work: Path, *, concurrent: bool = False,
@@ -603,12 +608,6 @@ def main() -> int:
     started = time.monotonic()
     runs = run_packages(binaries, work, concurrent=args.concurrent, scheduler=args.scheduler,
                         parallel=args.parallel, run=args.run, extra_flags=args.extender_flag)
-    for result in runs:
-        statuses: dict[str, int] = {}
-        for leaf in result.leaves.values():
-            statuses[leaf.status] = statuses.get(leaf.status, 0) + 1
-        _log(f"{result.package}: {result.seconds:.0f}s ({result.cpu_seconds:.0f}s CPU), "
-             f"exit {result.exit_code}, leaves {statuses}")
     _log(f"all done in {time.monotonic() - started:.0f}s")
     if args.json:
         _save(runs, args.json)
