@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test dist e2e-control-plane conformance-upstream browser upstream-integration
+.PHONY: run test dist completion e2e-control-plane conformance-upstream browser upstream-integration
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ e2e-control-plane: $(STAMP)
 # tests/conformance, built once per machine into the same cache (about two minutes), then reused.
 conformance-upstream: $(STAMP)
 	$(BIN)/python tests/conformance/upstream_runner.py
+
+# bash and zsh completion generated from the CLI's parser (shtab, a build-time dependency only) into
+# dist/completion/{bash/dra-extender,zsh/_dra-extender}.
+completion: $(STAMP)
+	$(BIN)/python release/completion.py dist/completion
 
 # Debian's chromium for the device map's browser test: installed when missing and this user may
 # (root with apt-get, as on CI); otherwise that test skips and says how to install it.

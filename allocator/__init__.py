@@ -24,9 +24,12 @@ that claim against the released Go code. Deliberate differences, each commented 
   cannot represent): bounds only look as far as the first request that could hit one.
 
 Open CEL differences from cel-go found by the differential campaigns (cost estimates of stored
-selectors, milli sums and asInteger, opaque == in cel-expr, cel-go's typing of an empty list's
-filter and sortBy, cel-expr's UTC string() of a timestamp written with an offset) are listed one by
-one, with the reason, in tests/conformance/differential.py (KNOWN_CEL_DIFFERENCES). Every CEL library
+selectors, milli sums and asInteger, opaque == in cel-expr, cel-expr's UTC string() of a timestamp
+written with an offset, cel-expr's ordering of a NaN and string() of an infinite or NaN double behind
+dyn()) are listed one by one, with the reason, in tests/conformance/differential.py
+(KNOWN_CEL_DIFFERENCES). As cel-go when the program is created, conversions of constants and
+constant regular expressions are computed at compile time, so their errors are compile errors
+(allocator.cel.folding). Every CEL library
 of upstream's environment is implemented. The Kubernetes format library (allocator.cel.formatlib)
 copies upstream's quirks: a *Prefix format replaces the last two bytes of a name ending in '-' by
 "a", ``datetime`` looks only at the text up to a second 't'.
@@ -42,6 +45,7 @@ counters rollback #140436, list intersection restored on backtracking #140326).
 from allocator.derived import claim_problems, has_derived_attributes
 from allocator.errors import AllocationError, AllocationTimeout, InvalidObjectError, NodeAllocationError
 from allocator.features import DEFAULT_GATES, FeatureGates
+from allocator.headroom import NodeHeadroom, Stranded, fill, local_likeness
 from allocator.inventory import Inventory
 from allocator.likeness import Likeness, declared_features, devices_in_use, likeness, moved_to
 from allocator.model import (
@@ -90,18 +94,22 @@ __all__ = [
     "Node",
     "NodeAllocatableResource",
     "NodeAllocationError",
+    "NodeHeadroom",
     "NodePools",
     "Quantity",
     "Reason",
     "Rejection",
     "ResourceClaim",
     "ResourceSlice",
+    "Stranded",
     "allocation_skips_node_operations",
     "claim_problems",
     "declared_features",
     "devices_in_use",
+    "fill",
     "has_derived_attributes",
     "likeness",
+    "local_likeness",
     "moved_to",
     "node_matches_selector",
     "parse_object",

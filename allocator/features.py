@@ -30,6 +30,10 @@ DEFAULT_GATES: Mapping[str, bool] = {
     # allocatable footprint of a pod's devices, checked at filter and written to the pod at bind); the
     # allocator only parses and validates the devices' nodeAllocatableResources.
     "DRANodeAllocatableResources": False,
+    # Alpha 1.35, off by default: tolerations with operator Lt/Gt compare a taint's value as an integer.
+    # Read by the servers only (extender.plugin.bindchecks, the node taints bind checks); off, such a
+    # toleration tolerates nothing, as in kube-scheduler.
+    "TaintTolerationComparisonOperators": False,
 }
 
 # The gates that make upstream pick its experimental allocator.

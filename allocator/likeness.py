@@ -18,7 +18,7 @@ from typing import Any
 
 from allocator.model import Node
 from allocator.outcome import AllocationOutcome
-from allocator.pools import COMPLETE, NodePools
+from allocator.pools import COMPLETE, NodePools, Pool
 from allocator.state import AllocatedState
 
 Likeness = tuple[object, ...]
@@ -41,16 +41,25 @@ def likeness(node_name: str, pools: NodePools) -> Likeness | None:
     for pool in pools.pools:
         if pool.status != COMPLETE or pool.devices_not_targeting or pool.counter_sets:
             return None
-        devices: list[tuple[str, object, str | None, tuple[str, ...]]] = []
-        for entry in pool.entries:
-            device = entry.device
-            if entry.slice.node_name != node_name or device.allow_multiple_allocations:
-                return None
-            added = None if entry.taints is device.taints else repr(entry.taints)
-            # skipNodeOperations is slice-wide, so not in the device's signature.
-            devices.append((device.name, device.signature, added, tuple(entry.slice.skip_node_operations)))
-        parts.append((pool.driver, pool.has_binding_conditions, tuple(devices)))
+        devices = node_devices(node_name, pool)
+        if devices is None:
+            return None
+        parts.append((pool.driver, pool.has_binding_conditions, devices))
     return tuple(parts)
+
+
+def node_devices(node_name: str, pool: Pool) -> tuple[object, ...] | None:
+    """What a search reads of the pool's devices, without pool or node names; None when one of them is
+    not the node's alone (published for another node, or allowing multiple allocations)."""
+    devices: list[tuple[str, object, str | None, tuple[str, ...]]] = []
+    for entry in pool.entries:
+        device = entry.device
+        if entry.slice.node_name != node_name or device.allow_multiple_allocations:
+            return None
+        added = None if entry.taints is device.taints else repr(entry.taints)
+        # skipNodeOperations is slice-wide, so not in the device's signature.
+        devices.append((device.name, device.signature, added, tuple(entry.slice.skip_node_operations)))
+    return tuple(devices)
 
 
 def declared_features(node: Node) -> tuple[str, ...]:

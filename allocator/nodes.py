@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,13 +13,27 @@ class NodeSelectorError(ValueError):
     """A node selector that cannot be evaluated (unknown operator, bad Gt/Lt value, unsupported field)."""
 
 
+# What Go's strconv.ParseInt(text, 10, 64) takes: ASCII digits with an optional sign, nothing else
+# (Python's int() also takes spaces, underscores and other scripts' digits).
+_GO_DECIMAL = re.compile(r"[+-]?[0-9]+")
+_INT64 = range(-(2**63), 2**63)
+
+
+def go_int64(text: str) -> int | None:
+    """`text` as Go's strconv.ParseInt(text, 10, 64) reads it; None where that fails."""
+    if not _GO_DECIMAL.fullmatch(text):
+        return None
+    number = int(text)
+    return number if number in _INT64 else None
+
+
 def _integer_operand(values: list[str], operator: str) -> int:
     if len(values) != 1:
         raise NodeSelectorError(f"operator {operator} needs exactly one value, got {len(values)}")
-    try:
-        return int(values[0])
-    except ValueError:
-        raise NodeSelectorError(f"operator {operator} needs an integer value, got {values[0]!r}") from None
+    number = go_int64(str(values[0]))
+    if number is None:
+        raise NodeSelectorError(f"operator {operator} needs an integer value, got {values[0]!r}")
+    return number
 
 
 def _requirement_matches(requirement: Mapping[str, Any], values_by_key: Mapping[str, str]) -> bool:
@@ -43,15 +58,16 @@ def _requirement_matches(requirement: Mapping[str, Any], values_by_key: Mapping[
         bound = _integer_operand(values, operator)
         if not present:
             return False
-        try:
-            number = int(actual or "")
-        except ValueError:
+        number = go_int64(actual or "")
+        if number is None:
             return False
         return number > bound if operator == "Gt" else number < bound
     raise NodeSelectorError(f"key {key}: unknown operator {operator!r}")
 
 
-def _term_matches(term: Mapping[str, Any], node: Node) -> bool:
+def term_matches(term: Mapping[str, Any], node: Node) -> bool:
+    """One NodeSelectorTerm: its requirements ANDed; an empty term matches no node. Raises
+    NodeSelectorError for a term that cannot be evaluated."""
     expressions = term.get("matchExpressions") or []
     fields = term.get("matchFields") or []
     if not expressions and not fields:
@@ -72,8 +88,9 @@ def _term_matches(term: Mapping[str, Any], node: Node) -> bool:
 
 
 def node_matches_selector(node: Node, node_selector: Mapping[str, Any]) -> bool:
-    """True if any term matches (terms are ORed, requirements inside a term ANDed)."""
-    return any(_term_matches(term, node) for term in node_selector.get("nodeSelectorTerms") or [])
+    """True if any term matches (terms are ORed, requirements inside a term ANDed). A term that cannot be
+    evaluated fails the whole selector (NodeSelectorError), as for ResourceSlices upstream."""
+    return any(term_matches(term, node) for term in node_selector.get("nodeSelectorTerms") or [])
 
 
 def node_matches(

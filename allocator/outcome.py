@@ -132,6 +132,11 @@ class AllocationOutcome:
         return self._allocations
 
     @property
+    def explanation(self) -> object | None:
+        """What a failure's reasons are worked out from (allocator.reasons.Explanation), until they are."""
+        return self._explain
+
+    @property
     def reasons(self) -> list[Reason]:
         if self._reasons is None:
             assert self._explain is not None

@@ -225,6 +225,15 @@ class AllocatedState:
             copy._add(uid, _claim_use(claim.key, allocation, []))
         return copy
 
+    def copy(self) -> AllocatedState:
+        """A state of its own with everything this one (or this view) holds, to change freely."""
+        copy = AllocatedState()
+        copy._claims = _flat(self._claims)
+        copy.devices = _flat(self.devices)
+        copy._shares = _flat(self._shares)
+        copy.capacity = _flat(self.capacity)
+        return copy
+
     def without(self, uids: Iterable[str]) -> AllocatedState:
         """A copy in which the claims recorded under `uids` hold no devices (what evicting their users
         would free); this state is not changed."""

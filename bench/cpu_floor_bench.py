@@ -12,11 +12,16 @@ uvloop, orjson, Python's ssl):
 - bind writes and watch events: `client_cpu_bench.py`'s figures (the real ClaimWriter and cache over
   plain HTTP, so TLS is not even counted there).
 
+With `--mutual-tls` the server also requires a client certificate of its CA and the client presents
+one, as deploy/'s scheduler-config mode and kube-scheduler do (`--extender-client-ca-file`): the
+difference of `server_us_per_new_tls_connection` with and without it is what mutual TLS costs.
+
 `floor_ms_per_pod` adds them up with `--connections-per-pod` new connections per pod (kube-scheduler
 opened 0.67-0.80 in the side-by-side runs: its extender transport keeps 2 idle connections). Every
 figure is the minimum over --repeats runs.
 
     python bench/cpu_floor_bench.py --json
+    python bench/cpu_floor_bench.py --json --mutual-tls
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from extender.eventloop import run as run_loop  # noqa: E402
 from webhook import certs  # noqa: E402
 
 HOST = "127.0.0.1"
+# Written next to the serving files with --mutual-tls: the child then requires client certificates.
+CLIENT_CERT, CLIENT_KEY = "client.crt", "client.key"
 PAYLOADS = ROOT / "tests" / "extender" / "payloads"
 
 
@@ -82,7 +89,9 @@ async def serve_null(cert_dir: str) -> None:
     app.router.add_get("/cpu", _cpu)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    context = build_context(str(Path(cert_dir) / certs.CERT_FILE), str(Path(cert_dir) / certs.KEY_FILE))
+    client_ca = Path(cert_dir) / certs.CA_CERT_FILE
+    context = build_context(str(Path(cert_dir) / certs.CERT_FILE), str(Path(cert_dir) / certs.KEY_FILE),
+                            str(client_ca) if (Path(cert_dir) / CLIENT_CERT).exists() else None)
     site = web.TCPSite(runner, HOST, 0, ssl_context=context)
     await site.start()
     print(runner.addresses[0][1], flush=True)
@@ -103,6 +112,9 @@ async def _drive(port: int, ca_file: str, *, pods: int, names: int, new_connecti
                  concurrency: int) -> float:
     """Server CPU seconds per pod for `pods` pods' three calls."""
     context = ssl.create_default_context(cafile=ca_file)
+    client_cert = Path(ca_file).with_name(CLIENT_CERT)
+    if client_cert.exists():
+        context.load_cert_chain(client_cert, client_cert.with_name(CLIENT_KEY))
     base = f"https://{HOST}:{port}"
     filter_body, prioritize_body, bind_body = _bodies(names)
     headers = {"Content-Type": "application/json"}
@@ -134,10 +146,15 @@ async def _drive(port: int, ca_file: str, *, pods: int, names: int, new_connecti
         return (await server_cpu() - before) / pods
 
 
-def server_floor(*, pods: int, names: int, concurrency: int, repeats: int) -> dict[str, Any]:
+def server_floor(*, pods: int, names: int, concurrency: int, repeats: int,
+                 mutual_tls: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as cert_dir:
         ca = certs.generate_ca()
         certs.write_serving_files(Path(cert_dir), ca, certs.generate_serving_cert(ca, ["localhost"], [HOST]))
+        if mutual_tls:
+            client = certs.generate_client_cert(ca, "kube-scheduler")
+            certs.write_pem(Path(cert_dir) / CLIENT_KEY, client.key_pem(), private=True)
+            certs.write_pem(Path(cert_dir) / CLIENT_CERT, client.certificate_pem())
         ca_file = str(Path(cert_dir) / certs.CA_CERT_FILE)
         child = subprocess.Popen([sys.executable, __file__, "--serve-null", cert_dir], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)
@@ -168,13 +185,15 @@ def main() -> int:
     parser.add_argument("--connections-per-pod", type=float, default=0.75)
     parser.add_argument("--concurrency", type=int, default=4, help="calls in flight")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--mutual-tls", action="store_true",
+                        help="the server requires, and the client presents, a client certificate")
     parser.add_argument("--serve-null", metavar="CERT_DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_null:
         run_loop(serve_null(args.serve_null))
         return 0
     server = server_floor(pods=args.pods, names=args.names, concurrency=args.concurrency,
-                          repeats=args.repeats)
+                          repeats=args.repeats, mutual_tls=args.mutual_tls)
     writes = client_cpu_bench.bind_cpu(1000, 200, 8, args.repeats)
     watch = client_cpu_bench.watch_cpu(1000, 200, args.repeats)
     parts_us = {
@@ -183,7 +202,8 @@ def main() -> int:
         "bind_writes_client": writes["cpu_us_per_bind"],
         "watch_events": watch["cpu_us_per_watch_event"] * watch["watch_events_per_pod"],
     }
-    result = {**server, **writes, **watch, "connections_per_pod": args.connections_per_pod,
+    result = {**server, **writes, **watch, "mutual_tls": args.mutual_tls,
+              "connections_per_pod": args.connections_per_pod,
               "names": args.names, "floor_parts_us_per_pod": {k: round(v, 1) for k, v in parts_us.items()},
               "floor_ms_per_pod": round(sum(parts_us.values()) / 1000, 3)}
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))

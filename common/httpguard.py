@@ -188,6 +188,12 @@ class GuardedListener:
         sockets = self._listener.sockets
         return int(sockets[0].getsockname()[1]) if sockets else port
 
+    @property
+    def addresses(self) -> list[str]:
+        """The addresses the listening sockets are bound to (none before start)."""
+        sockets = self._listener.sockets if self._listener is not None else ()
+        return [str(sock.getsockname()[0]) for sock in sockets]
+
     async def stop(self) -> None:
         """Stop accepting, then close the connections and the application."""
         if self._listener is not None:

@@ -13,8 +13,10 @@ SUBCOMMAND_MODULES = (
     "extender.commands.allocate",
     "extender.commands.serve",
     "extender.commands.explain",
+    "extender.commands.headroom",
     "extender.commands.simulate",
     "extender.commands.certs",
+    "extender.commands.version",
 )
 
 
@@ -31,7 +33,8 @@ def build_parser(prog: str = "dra-extender") -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--version", action="store_true", help="print the version, CEL backend and event loop, then exit"
+        "--version", action="store_true",
+        help="print the version, CEL backend and event loop, then exit (as the version command)"
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
@@ -40,16 +43,9 @@ def build_parser(prog: str = "dra-extender") -> argparse.ArgumentParser:
 
 
 def version_text() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from extender.commands import version
 
-    try:
-        own = version("dra-extender")
-    except PackageNotFoundError:
-        own = "unknown"
-    from allocator import cel
-    from extender import eventloop
-
-    return f"dra-extender {own} (CEL backend: {cel.default_engine().name}, event loop: {eventloop.name()})"
+    return version.text(version.document())
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "dra-extender") -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import TYPE_CHECKING
 
 from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
@@ -26,15 +25,14 @@ from extender.controllers import (
     check_names,
 )
 from extender.http.server import DEFAULT_PREFIX
-from extender.plugin.verdicts import REASONS_CHOICES
-
-if TYPE_CHECKING:
-    pass
+from extender.kube.client import DEFAULT_REQUEST_TIMEOUT_S
 from extender.options import (
     CONTROLLERS,
+    LEADER,
     NETWORK,
     SCHEDULER,
     WEBHOOK,
+    LeaderOptions,
     NetworkOptions,
     OptionsError,
     SchedulerOptions,
@@ -43,15 +41,35 @@ from extender.options import (
     WebhookOptions,
     parse_features,
 )
+from extender.plugin.verdicts import REASONS_CHOICES
+
+SNAPSHOT_HELP = ("read the cluster from a directory or file of YAML/JSON objects (examples/cluster, the "
+                 "output of GET /debug/snapshot) instead of an API server")
+
+
+def add_snapshot_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *,
+                          required: bool = False) -> None:
+    parser.add_argument("--snapshot", metavar="DIR", required=required, help=SNAPSHOT_HELP)
+
+
+def request_timeout(text: str) -> float | None:
+    """kubectl's --request-timeout: a duration, or 0 for no limit."""
+    seconds = parse_duration(text)
+    return seconds or None
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("cluster source (in-cluster credentials by default)")
-    group.add_argument("--kubeconfig", help="kubeconfig file to use instead of in-cluster credentials")
-    group.add_argument("--context", help="kubeconfig context to use")
+    group = parser.add_argument_group("cluster source (in a pod its service account, else the kubeconfig)")
+    group.add_argument("--kubeconfig", metavar="FILE",
+                       help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config when not in a pod)")
+    group.add_argument("--context", metavar="NAME",
+                       help="kubeconfig context to use (default: its current context)")
     group.add_argument(
-        "--snapshot", metavar="DIR", help="read the cluster from YAML/JSON files instead of an API server"
+        "--request-timeout", type=request_timeout, default=DEFAULT_REQUEST_TIMEOUT_S, metavar="DURATION",
+        help="longest wait for one API server answer, e.g. 10s, 1m; 0 waits as long as it takes "
+        f"(default {DEFAULT_REQUEST_TIMEOUT_S:g}s)",
     )
+    add_snapshot_argument(group)
     add_feature_gates_argument(group)
 
 
@@ -59,7 +77,8 @@ def add_feature_gates_argument(parser: argparse.ArgumentParser | argparse._Argum
     parser.add_argument(
         "--feature-gates",
         default="",
-        help="comma-separated Name=true|false overrides of the Kubernetes 1.37 defaults",
+        metavar="NAME=true|false,...",
+        help="overrides of the Kubernetes 1.37 feature-gate defaults, as kube-scheduler has them",
     )
 
 
@@ -72,7 +91,8 @@ def features_of(args: argparse.Namespace) -> FeatureGates:
 
 def source_options(args: argparse.Namespace) -> SourceOptions:
     """Refuses the combination of sources before reading --feature-gates."""
-    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot)
+    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot,
+                           request_timeout_s=args.request_timeout)
     return dataclasses.replace(source, features=features_of(args))
 
 
@@ -114,6 +134,16 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "dra-extender/dra-extender-requeue; default: off)",
     )
     sched.add_argument(
+        "--scheduler-names",
+        type=scheduler_names,
+        default=SCHEDULER.scheduler_names,
+        metavar="NAMES",
+        help="comma-separated schedulerName values of the pods bind takes: the profiles of the "
+        "kube-scheduler that calls this extender (its extenders serve every profile). bind refuses a pod "
+        f"of any other scheduler (default {','.join(SCHEDULER.scheduler_names)}; a pod that names none "
+        "has it)",
+    )
+    sched.add_argument(
         "--hold-timeout",
         type=parse_positive_duration,
         default=SCHEDULER.hold_timeout_s,
@@ -140,6 +170,25 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
         "in-tree plugin's 'node NAME: timed out trying to allocate devices') and kube-scheduler retries the "
         f"pod after its backoff (default {SCHEDULER.filter_timeout_s:g})",
     )
+    sched.add_argument(
+        "--binding-timeout",
+        type=parse_positive_duration,
+        default=SCHEDULER.binding_timeout_s,
+        help="how long a pod may wait for the binding conditions of its devices "
+        "(DRADeviceBindingConditions), counted from the claim's allocationTimestamp, as the in-tree "
+        "plugin's bindingTimeout: then the claim is deallocated and the pod scheduled again, as when a "
+        f"binding failure condition turns True (default {SCHEDULER.binding_timeout_s:g})",
+    )
+    sched.add_argument(
+        "--bind-wait",
+        type=parse_positive_duration,
+        default=SCHEDULER.bind_wait_s,
+        help="how long one bind call waits for device binding conditions before it answers kube-scheduler "
+        "with an error naming what is awaited; kube-scheduler retries the pod after its backoff while the "
+        "claims stay allocated and reserved for it. Keep it below kube-scheduler's extender httpTimeout "
+        f"(5 s unless set; deploy/ sets 10 s) minus a few seconds for bind's writes (default "
+        f"{SCHEDULER.bind_wait_s:g})",
+    )
 
 
 def add_reasons_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -156,6 +205,23 @@ def add_reasons_argument(parser: argparse.ArgumentParser | argparse._ArgumentGro
     )
 
 
+def scheduler_names(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"an empty name in {text!r}")
+    return names
+
+
+def add_headroom_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("headroom")
+    group.add_argument(
+        "--headroom", action="append", default=[], metavar="SHAPE",
+        help="a pod shape whose headroom /metrics serves (dra_extender_headroom_pods{shape}) and the device "
+        "map shows: CLASS[:COUNT] (COUNT devices of a DeviceClass) or template:[NAMESPACE/]NAME (a "
+        "ResourceClaimTemplate); repeatable",
+    )
+
+
 def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
     return SchedulerOptions(
         reasons=args.reasons,
@@ -166,6 +232,9 @@ def scheduler_options(args: argparse.Namespace) -> SchedulerOptions:
         node_timeout_s=args.node_timeout,
         filter_timeout_s=args.filter_timeout,
         filter_cache=args.filter_cache,
+        scheduler_names=args.scheduler_names,
+        binding_timeout_s=args.binding_timeout,
+        bind_wait_s=args.bind_wait,
     )
 
 
@@ -195,7 +264,22 @@ def add_network_arguments(parser: argparse.ArgumentParser) -> None:
     net.add_argument(
         "--bind-address",
         default=NETWORK.bind_address,
-        help=f"address all ports listen on (default {NETWORK.bind_address}; use 0.0.0.0 in a cluster)",
+        help="address the debug and webhook ports listen on (default "
+        f"{NETWORK.bind_address}; use 0.0.0.0 in a cluster)",
+    )
+    net.add_argument(
+        "--extender-bind-address",
+        default=NETWORK.extender_bind_address,
+        help="address the extender verbs listen on, whatever --bind-address says (default "
+        f"{NETWORK.extender_bind_address}: a kube-scheduler in the same pod). Another address needs "
+        "--extender-client-ca-file, or serve refuses to start: bind writes with dra-extender's rights",
+    )
+    net.add_argument(
+        "--extender-allow-unauthenticated",
+        action="store_true",
+        help="start even though the verbs listen on a non-loopback address without "
+        "--extender-client-ca-file: anyone who reaches the port can then bind any pending pod to any "
+        "node. Logged as a warning at start and exported as dra_extender_verbs_unauthenticated 1",
     )
     net.add_argument(
         "--extender-port",
@@ -259,6 +343,8 @@ def http_limits(args: argparse.Namespace) -> HttpLimits:
 def network_options(args: argparse.Namespace) -> NetworkOptions:
     return NetworkOptions(
         bind_address=args.bind_address,
+        extender_bind_address=args.extender_bind_address,
+        extender_allow_unauthenticated=args.extender_allow_unauthenticated,
         extender_port=args.extender_port,
         debug_port=args.debug_port,
         extender_tls_cert_file=args.extender_tls_cert_file,
@@ -345,13 +431,40 @@ def add_controller_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="evict pods whose devices' driver stayed gone past the grace period",
     )
+    add_leader_arguments(parser)
+
+
+def add_leader_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("leader election (several replicas, one active)")
     group.add_argument(
         "--leader-elect",
         action="store_true",
-        help="run the controllers only while holding a coordination.k8s.io Lease",
+        help="answer the extender verbs and run the controllers only while holding a coordination.k8s.io "
+        "Lease; the other replicas are standbys (not ready, caches warm, webhook served)",
     )
-    group.add_argument("--leader-elect-namespace", default=CONTROLLERS.lease_namespace, metavar="NS")
-    group.add_argument("--leader-elect-lease-name", default=CONTROLLERS.lease_name, metavar="NAME")
+    group.add_argument(
+        "--leader-elect-verbs",
+        action=argparse.BooleanOptionalAction,
+        default=LEADER.verbs,
+        help="with --leader-elect, whether the extender verbs wait for the Lease too: "
+        "--no-leader-elect-verbs in second-scheduler mode, where each kube-scheduler sidecar, itself "
+        "elected, calls only its own extender (default: they do)",
+    )
+    group.add_argument(
+        "--leader-elect-namespace", default=LEADER.namespace, metavar="NS",
+        help="namespace of the Lease (default: the pod's own, from $POD_NAMESPACE or the service account; "
+        "serve refuses to start with --leader-elect when there is none)")
+    group.add_argument("--leader-elect-lease-name", default=LEADER.name, metavar="NAME",
+                       help=f"name of the Lease (default {LEADER.name})")
+    for flag, default, what in (
+            ("--leader-elect-lease-duration", LEADER.lease_duration_s,
+             "how long a standby waits after the Lease last changed before it takes over"),
+            ("--leader-elect-renew-deadline", LEADER.renew_deadline_s,
+             "how long the leader keeps acting without renewing; it stops writing at once after"),
+            ("--leader-elect-retry-period", LEADER.retry_period_s,
+             "how often every replica tries the Lease")):
+        group.add_argument(flag, type=parse_positive_duration, default=default, metavar="DURATION",
+                           help=f"{what} (client-go's default, {default:g} s)")
 
 
 def controller_options(args: argparse.Namespace, features: FeatureGates) -> ControllerOptions:
@@ -362,18 +475,29 @@ def controller_options(args: argparse.Namespace, features: FeatureGates) -> Cont
             driver_loss_grace_period=args.driver_loss_grace_period,
             evict_on_driver_loss=args.evict_on_driver_loss,
             leader_elect=args.leader_elect,
-            lease_namespace=args.leader_elect_namespace,
-            lease_name=args.leader_elect_lease_name,
             workload_claims=features.enabled(WORKLOAD_CLAIMS),
         )
     except ValueError as error:
         raise OptionsError(str(error)) from None
 
 
+def leader_options(args: argparse.Namespace) -> LeaderOptions:
+    return LeaderOptions(
+        enabled=args.leader_elect,
+        verbs=args.leader_elect_verbs,
+        namespace=args.leader_elect_namespace,
+        name=args.leader_elect_lease_name,
+        lease_duration_s=args.leader_elect_lease_duration,
+        renew_deadline_s=args.leader_elect_renew_deadline,
+        retry_period_s=args.leader_elect_retry_period,
+    )
+
+
 def serve_options(args: argparse.Namespace) -> ServeOptions:
     """Every component's options from serve's flags; raises OptionsError naming the flags of a
     combination that cannot run (sources, then TLS, then feature gates, then the rest)."""
-    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot)
+    source = SourceOptions(kubeconfig=args.kubeconfig, context=args.context, snapshot=args.snapshot,
+                           request_timeout_s=args.request_timeout)
     network = network_options(args)
     webhook = webhook_options(args)
     features = features_of(args)
@@ -383,4 +507,6 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
         scheduler=scheduler_options(args),
         webhook=webhook,
         controllers=controller_options(args, features),
+        headroom=tuple(args.headroom),
+        leader=leader_options(args),
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from allocator import FeatureGates
+from common.addresses import is_loopback
 from common.httpguard import HttpLimits
 from common.rules import (
     DEFAULT_SCORING_POLICY,
@@ -20,6 +21,11 @@ from common.rules import (
 from extender.controllers import (
     ControllerOptions,
 )
+from extender.kube.client import DEFAULT_REQUEST_TIMEOUT_S
+from extender.kube.leader import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIOD_S
+from extender.plugin.bindchecks import DEFAULT_SCHEDULER
+from extender.plugin.bindingconditions import DEFAULT_BIND_WAIT_S, DEFAULT_BINDING_TIMEOUT_S
+from extender.plugin.headroom import parse_shape_flag
 from extender.plugin.requeue import parse_claim_ref
 from extender.plugin.scheduling import (
     DEFAULT_FILTER_TIMEOUT_S,
@@ -46,10 +52,14 @@ class SourceOptions:
     context: str | None = None
     snapshot: str | None = None  # a directory or file of objects instead of an API server
     features: FeatureGates = field(default_factory=FeatureGates)
+    request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S  # per API request; None: no limit
 
     def __post_init__(self) -> None:
         if self.snapshot and (self.kubeconfig or self.context):
             raise OptionsError("--snapshot cannot be combined with --kubeconfig or --context")
+        if self.request_timeout_s is not None and not self.request_timeout_s > 0:
+            raise OptionsError("--request-timeout: must be positive or 0 (no limit), "
+                               f"got {self.request_timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -62,8 +72,15 @@ class SchedulerOptions:
     filter_cache: bool = True
     reasons: str = Words.UPSTREAM.value  # --reasons: the words of failed nodes in filter's answer
     requeue_claim: str = ""  # --requeue-claim NAMESPACE/NAME ("": no nudge)
+    binding_timeout_s: float = DEFAULT_BINDING_TIMEOUT_S  # device binding conditions: the plugin's arg
+    bind_wait_s: float = DEFAULT_BIND_WAIT_S  # ... and how long one bind call waits for them
+    # The schedulerName of the pods bind takes: kube-scheduler's profiles that call us.
+    scheduler_names: tuple[str, ...] = (DEFAULT_SCHEDULER,)
 
     def __post_init__(self) -> None:
+        if not self.scheduler_names or not all(name.strip() for name in self.scheduler_names):
+            raise OptionsError(f"--scheduler-names: needs at least one name and no empty ones, got "
+                               f"{','.join(self.scheduler_names)!r}")
         if self.scoring not in SCORING_POLICIES:
             raise OptionsError(f"--scoring: {self.scoring!r} is not one of {', '.join(SCORING_POLICIES)}")
         if self.reasons not in REASONS_CHOICES:
@@ -74,7 +91,8 @@ class SchedulerOptions:
             except ValueError as error:
                 raise OptionsError(f"--requeue-claim: {error}") from None
         timeouts = (("--hold-timeout", self.hold_timeout_s), ("--node-timeout", self.node_timeout_s),
-                    ("--filter-timeout", self.filter_timeout_s))
+                    ("--filter-timeout", self.filter_timeout_s),
+                    ("--binding-timeout", self.binding_timeout_s), ("--bind-wait", self.bind_wait_s))
         for flag, seconds in timeouts:
             if not seconds > 0:
                 raise OptionsError(f"{flag}: must be positive, got {seconds}")
@@ -85,7 +103,10 @@ SCHEDULER = SchedulerOptions()
 
 @dataclass(frozen=True)
 class NetworkOptions:
-    bind_address: str = "127.0.0.1"
+    bind_address: str = "127.0.0.1"  # the debug and webhook ports
+    # The verbs, on loopback unless asked: only a kube-scheduler in the same pod needs them there.
+    extender_bind_address: str = "127.0.0.1"
+    extender_allow_unauthenticated: bool = False
     extender_port: int = 8888
     debug_port: int = 8889
     extender_tls_cert_file: str | None = None
@@ -103,6 +124,18 @@ class NetworkOptions:
                 "--extender-client-ca-file needs --extender-tls-cert-file and "
                 "--extender-tls-private-key-file: client certificates are only checked over HTTPS, "
                 "and the extender would otherwise serve plain HTTP to anyone")
+        if self.verbs_unauthenticated and not self.extender_allow_unauthenticated:
+            raise OptionsError(
+                f"--extender-bind-address {self.extender_bind_address} is not a loopback address and "
+                "--extender-client-ca-file is not set: anyone who reaches the port could call bind, which "
+                "writes with dra-extender's rights. Require kube-scheduler's client certificate with "
+                "--extender-client-ca-file (and --extender-tls-cert-file, --extender-tls-private-key-file), "
+                "listen on 127.0.0.1, or accept the exposure with --extender-allow-unauthenticated")
+
+    @property
+    def verbs_unauthenticated(self) -> bool:
+        """Whether the verbs answer clients from the network that present no client certificate."""
+        return not is_loopback(self.extender_bind_address) and not self.extender_client_ca_file
 
 
 NETWORK = NetworkOptions()
@@ -137,9 +170,47 @@ CONTROLLERS = ControllerOptions()
 
 
 @dataclass(frozen=True)
+class LeaderOptions:
+    """--leader-elect: this replica allocates (answers the extender verbs) and runs the controllers only
+    while it holds a coordination.k8s.io Lease, with client-go's default timings."""
+
+    enabled: bool = False
+    # With the Lease, the extender verbs too; without (second-scheduler mode, whose kube-scheduler
+    # sidecars elect their own leader and each calls only its own extender), only the controllers.
+    verbs: bool = True
+    namespace: str = ""  # "": the pod's own namespace
+    name: str = "dra-extender"
+    lease_duration_s: float = LEASE_DURATION_S
+    renew_deadline_s: float = RENEW_DEADLINE_S
+    retry_period_s: float = RETRY_PERIOD_S
+    identity: str = ""  # of this replica in the Lease; "": hostname_random
+
+    def __post_init__(self) -> None:
+        if not self.lease_duration_s > self.renew_deadline_s > self.retry_period_s > 0:
+            raise OptionsError(
+                "--leader-elect-lease-duration > --leader-elect-renew-deadline > "
+                f"--leader-elect-retry-period > 0 must hold, got {self.lease_duration_s:g}, "
+                f"{self.renew_deadline_s:g}, {self.retry_period_s:g}")
+        if not self.name:
+            raise OptionsError("--leader-elect-lease-name: must not be empty")
+
+
+LEADER = LeaderOptions()
+
+
+@dataclass(frozen=True)
 class ServeOptions:
     source: SourceOptions = field(default_factory=SourceOptions)
     network: NetworkOptions = field(default_factory=NetworkOptions)
     scheduler: SchedulerOptions = field(default_factory=SchedulerOptions)
     webhook: WebhookOptions = field(default_factory=WebhookOptions)
     controllers: ControllerOptions = field(default_factory=ControllerOptions)
+    leader: LeaderOptions = field(default_factory=LeaderOptions)
+    headroom: tuple[str, ...] = ()  # --headroom shapes for the gauge and the device map
+
+    def __post_init__(self) -> None:
+        for text in self.headroom:
+            try:
+                parse_shape_flag(text)
+            except ValueError as error:
+                raise OptionsError(str(error)) from None

@@ -11,6 +11,8 @@ the same). dist/ is emptied first. Nothing is pushed.
 - dra-extender-image-<v>.tar: the Dockerfile built with VERSION=<v> by docker, podman or buildah where
   one works; its `dra-extender --version` (docker, podman) or version label (buildah) must say <v>.
   Without a working builder this step is skipped, saying why.
+- completion/bash/dra-extender and completion/zsh/_dra-extender: shell completion generated from the
+  CLI's parser (release/completion.py); the bash script must parse (`bash -n`).
 - .github/workflows/release.yml passes actionlint.
 - SHA256SUMS of the artifacts.
 
@@ -48,7 +50,7 @@ INSTALL_TIMEOUT_S = 900
 IMAGE_TIMEOUT_S = 1800
 
 # The Go tools (helm, krew, actionlint) come from the tests' builder, into the tests' cache.
-sys.path[:0] = [str(REPO / "tests" / "deploy"), str(REPO / "tests" / "e2e")]
+sys.path[:0] = [str(REPO / "tests" / "deploy"), str(REPO / "tests" / "e2e"), str(REPO / "release")]
 from build_control_plane import BuildUnavailable  # noqa: E402
 from go_tools import ACTIONLINT, HELM, KREW  # noqa: E402
 
@@ -237,6 +239,15 @@ def build_image(version: str) -> Path | None:
 # ---- the release workflow -------------------------------------------------------------------------
 
 
+def write_completion() -> None:
+    import completion
+
+    log("shell completion for bash and zsh")
+    bash, _zsh = completion.write(DIST / "completion")
+    if shutil.which("bash"):
+        run(["bash", "-n", bash])
+
+
 def lint_workflow() -> None:
     actionlint = ACTIONLINT.ensure_built()
     log(f"actionlint {WORKFLOW.relative_to(REPO)}")
@@ -258,6 +269,7 @@ def main(argv: list[str]) -> int:
         wheel, sdist = build_python()
         for artifact in (wheel, sdist):
             check_python_package(artifact, version)
+        write_completion()
         package_chart(HELM.ensure_built(), version)
         archive = krew_archive(wheel, tag)
         manifest = DIST / "krew" / "dra.yaml"

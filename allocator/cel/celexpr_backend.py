@@ -28,7 +28,7 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
-from allocator.cel import celexpr_format, celexpr_net, celexpr_time
+from allocator.cel import celexpr_conversions, celexpr_format, celexpr_net, celexpr_time, folding
 from allocator.cel import celexpr_library as library
 from allocator.cel.backend import (
     AttributeValue,
@@ -41,7 +41,18 @@ from allocator.cel.backend import (
 )
 from allocator.cel.celexpr_typing import QUANTITY, SEMVER, static_type, walk
 from allocator.cel.celexpr_typing import check as check_opaque_types
-from allocator.cel.celpy_check import CIDR, DURATION, DYN, IP, STRING, TIMESTAMP, Checker, Type, type_name
+from allocator.cel.celpy_check import (
+    CIDR,
+    DOUBLE,
+    DURATION,
+    DYN,
+    IP,
+    STRING,
+    TIMESTAMP,
+    Checker,
+    Type,
+    type_name,
+)
 from allocator.cel.parser import (
     Call,
     Comprehension,
@@ -81,6 +92,34 @@ _CHECKER_GAPS = re.compile(
     r"'\((?:int|uint|double), (?:int|uint|double)\)'"
     r"|cannot be the range of a comprehension"
 )
+_APPLIED_TYPES = re.compile(r"found no matching overload for '[^']*' applied to '\((.*)\)'")
+_NUMERIC_KIND = re.compile(r"\b(?:int|uint|double)\b")
+
+
+def _numeric_kinds_only(problem: str) -> bool:
+    """A consequence of the same gap: without cel-go's cross-type comparisons cel-cpp binds a free
+    type another way (``[].filter(x, x >= 0.5)`` is a list(double) there, a list(int) in cel-go), so an
+    overload then finds arguments that differ only in their numeric kinds, and the checker's later
+    errors are about the *error* type. The shared checker, which runs after, judges such an
+    expression by cel-go's rules."""
+    if "*error*" in problem:
+        return True
+    applied = _APPLIED_TYPES.search(problem)
+    if applied is None:
+        return False
+    arguments, depth, start = [], 0, 0
+    text = applied.group(1)
+    for i, char in enumerate(text + ","):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            arguments.append(_NUMERIC_KIND.sub("number", text[start:i].strip()))
+            start = i + 1
+    return len(arguments) > 1 and len(set(arguments)) == 1
+
+
 # compile() tokenizes the same text at several stages; the token lists are only read
 tokenize = functools.lru_cache(maxsize=256)(_tokenize_uncached)
 
@@ -129,6 +168,7 @@ class CelExprBackend:
         checker = _NetStrings(expression, options, optional_map_entries=True)
         checker.check(tree)  # compile() checks the result
         check_opaque_types(expression, tree)
+        folding.check(tree, expression)
         with self._lock:
             result_type = compiled.return_type()
             # the renames keep every length, so the tree's positions hold until a macro is expanded
@@ -141,7 +181,7 @@ class CelExprBackend:
             executable = _with_time_wrappers(_with_canonical_time_literals(executable))
             if executable != checked_text:
                 compiled = self._env.compile(executable, disable_check=unchecked)
-        return CelExprProgram(compiled, _selects_optionally(tokens)), result_type, tree
+        return CelExprProgram(compiled, _selects_optionally(tokens), unchecked), result_type, tree
 
     def _compile_checked(self, text: str, expression: str) -> tuple[Any, bool]:
         """``text`` (the user's ``expression`` after same-length rewrites) compiled, and whether the
@@ -151,7 +191,7 @@ class CelExprBackend:
         except RuntimeError as err:
             message = str(err)
             problems = _CHECKER_ERROR.findall(message)
-            if problems and all(_CHECKER_GAPS.search(p) for p in problems):
+            if problems and all(_CHECKER_GAPS.search(p) or _numeric_kinds_only(p) for p in problems):
                 return self._env.compile(text, disable_check=True), True
             raise CELCompileError(_user_message(message), expression) from None
 
@@ -165,7 +205,10 @@ class CelExprBackend:
         })
 
 
-_RENAMED_CALLS = {"string", "int", "getMilliseconds", "duration", "timestamp"}
+_RENAMED_CALLS = {"string", "int", "uint", "double", "bool", "getMilliseconds", "duration", "timestamp"}
+# conversions whose literal arguments are rewritten instead (_with_canonical_time_literals)
+_LITERALS_REWRITTEN = {"duration", "timestamp"}
+_WRAPPERS = {**celexpr_time.WRAPPERS, **celexpr_conversions.WRAPPERS}
 
 
 class _NetStrings(Checker):
@@ -181,6 +224,11 @@ class _NetStrings(Checker):
         # a string only known at run time (literals are canonicalised instead)
         ("duration", STRING): celexpr_time.PARSE_DURATION, ("duration", DYN): celexpr_time.PARSE_DURATION,
         ("timestamp", STRING): celexpr_time.PARSE_TIMESTAMP, ("timestamp", DYN): celexpr_time.PARSE_TIMESTAMP,
+        # Go's rules for strings (celexpr_conversions)
+        **{(name, kind): renamed for kind in (STRING, DYN) for name, renamed in (
+            ("int", celexpr_conversions.INT), ("uint", celexpr_conversions.UINT),
+            ("double", celexpr_conversions.DOUBLE), ("bool", celexpr_conversions.BOOL))},
+        ("string", DOUBLE): celexpr_conversions.STRING_OF_DOUBLE,
     }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -200,10 +248,10 @@ class _NetStrings(Checker):
     def call(self, node: Call) -> Type:
         subject = node.target if node.function == "getMilliseconds" else (
             node.args[0] if node.target is None and len(node.args) == 1 else None)
-        if isinstance(subject, Literal):
+        if isinstance(subject, Literal) and node.function in _LITERALS_REWRITTEN:
             subject = None
         if node.function in _RENAMED_CALLS and subject is not None:
-            new = self._RENAMES.get((node.function, self.check(subject)))  # type: ignore[arg-type]
+            new = self._RENAMES.get((node.function, self.resolve(self.check(subject))))  # type: ignore[arg-type]
             if new is not None:
                 self.found.append((node.pos, node.function, new))
         return super().call(node)
@@ -221,16 +269,23 @@ class _NetStrings(Checker):
 
 # What cel-expr-python says of a Python function's result it cannot convert to a CEL value.
 _CANNOT_CARRY = "Non-CEL value type"
+# What cel-cpp says of `device` in a program compiled without its checker.
+_UNRESOLVED_DEVICE = 'No value with name "device" found in Activation'
+# cel-cpp fails a map literal that repeats a key, where cel-go keeps the last entry: celpy does that.
+_REPEATED_KEY = "duplicate key in map"
 
 
 class CelExprProgram:
-    __slots__ = ("_compiled", "_optional_selection")
+    __slots__ = ("_compiled", "_optional_selection", "_unchecked")
 
-    def __init__(self, compiled: Any, optional_selection: bool = False) -> None:
+    def __init__(self, compiled: Any, optional_selection: bool = False, unchecked: bool = False) -> None:
         self._compiled = compiled
         # The user's expression selects with .? or [?: cel-cpp fails that on a value that is no
         # container where cel-go gives an empty optional, so an error is checked by celpy.
         self._optional_selection = optional_selection
+        # Compiled without cel-cpp's checker (_CHECKER_GAPS): the device's fields, declared as qualified
+        # names, are not resolved then, so an evaluation that reaches one is celpy's.
+        self._unchecked = unchecked
 
     def evaluate(self, activation: object) -> bool:
         result = self._run(activation)
@@ -249,7 +304,7 @@ class CelExprProgram:
         return attribute_result(_native(value, result.type()), _kind_of, _plain)
 
     def _error(self, message: str) -> Exception:
-        if self._optional_selection:
+        if self._optional_selection or (self._unchecked and _UNRESOLVED_DEVICE in message):
             return DeferToOtherEngine(message)
         return CELRuntimeError(_runtime_message(message))
 
@@ -257,7 +312,7 @@ class CelExprProgram:
         try:
             return self._compiled.eval(activation)
         except RuntimeError as err:  # cel-expr-python's own failures, not CEL errors
-            if _CANNOT_CARRY in str(err) or self._optional_selection:
+            if _CANNOT_CARRY in str(err) or _REPEATED_KEY in str(err) or self._optional_selection:
                 raise DeferToOtherEngine(str(err)) from None
             raise CELRuntimeError(f"cel-expr: {err}") from None
 
@@ -294,13 +349,14 @@ def _plain(value: object) -> object:
 def _result_type_name(result_type: Any, tree: Node, expression: str, options: CompileOptions) -> str:
     """cel-go's name for a static result type. Quantities and versions are both bytes to cel-cpp, and
     its checker leaves more results dyn than cel-go's: there our own static check (the celpy
-    backend's) tells what it can; else "dyn" (the value decides at run time)."""
-    if result_type in (T.BYTES, T.DYN):
+    backend's) tells what it can; else "dyn" (the value decides at run time). A list(dyn) too: cel-go
+    types a call that several overloads fit as dyn (``[attr, attr].sort()``), cel-cpp as list(dyn)."""
+    if result_type in (T.BYTES, T.DYN, T.List(T.DYN)):
         known = static_type(tree)
         if known in (QUANTITY, SEMVER, "bytes"):
             return known
         try:
-            return type_name(Checker(expression, options).check(tree))
+            return type_name(Checker(expression, options).result_type(tree))
         except CELCompileError:  # something only cel-cpp accepts: no opinion
             return DYN
     for element in (T.BOOL, T.INT, T.STRING, T.DYN):
@@ -500,7 +556,7 @@ def _with_time_wrappers(text: str) -> str:
     tokens = tokenize(text)
     edits = []
     for i, token in enumerate(tokens[:-1]):
-        wrapper = celexpr_time.WRAPPERS.get(token.text) if token.kind == "ident" else None
+        wrapper = _WRAPPERS.get(token.text) if token.kind == "ident" else None
         close = _matching_close(tokens, i + 1) if wrapper and _is(tokens[i + 1], "(") else None
         if wrapper is not None and close is not None:
             edits.append((token.pos, tokens[i + 1].pos + 1, wrapper))

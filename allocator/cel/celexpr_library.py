@@ -30,7 +30,15 @@ from typing import Any, cast
 import re2
 from cel_expr_python import cel
 
-from allocator.cel import celexpr_format, celexpr_net, celexpr_time, lists_ext
+from allocator.cel import (
+    celexpr_conversions,
+    celexpr_format,
+    celexpr_net,
+    celexpr_time,
+    lists_ext,
+    strings_ext,
+)
+from allocator.cel.celpy_check import QUIET_RE2, regexp_error
 from allocator.quantity import INT64_MAX, INT64_MIN, NANO, Quantity
 from allocator.semver import Semver
 
@@ -300,13 +308,7 @@ def _last_index_of(target: str | list[Any], item: object, offset: int | None = N
 def _string_index_of(text: str, sub: object, offset: int | None, last: bool) -> int:
     if not isinstance(sub, str):
         raise NoSuchOverload("lastIndexOf" if last else "indexOf", text, sub)
-    if offset is None:
-        return text.rfind(sub) if last else text.find(sub)
-    if not 0 <= offset <= len(text) or (last and offset >= len(text) and text):
-        raise IndexError(f"index out of range: {offset}")
-    if last:
-        return text.rfind(sub, 0, offset + len(sub))
-    return text.find(sub, offset)
+    return (strings_ext.last_index_of if last else strings_ext.index_of)(text, sub, offset)
 
 
 def _includes(target: object, item: object) -> bool:
@@ -317,10 +319,10 @@ def _includes(target: object, item: object) -> bool:
 
 @functools.lru_cache(maxsize=512)
 def _regex(pattern: str) -> Any:
-    try:
-        return re2.compile(pattern)
-    except re2.error as err:
-        raise ValueError(f"invalid regular expression {pattern!r}: {err}") from None
+    problem = regexp_error(pattern)
+    if problem is not None:
+        raise ValueError(problem)
+    return re2.compile(pattern, QUIET_RE2)
 
 
 def _find(text: str, pattern: str) -> str:
@@ -498,6 +500,6 @@ def function_declarations() -> list[Any]:
         **_lists_declarations(),
         **celexpr_format.function_declarations(),
     }
-    for name, overloads in celexpr_time.overloads().items():
+    for name, overloads in (*celexpr_time.overloads().items(), *celexpr_conversions.overloads().items()):
         decls[name] = decls.get(name, []) + overloads
     return [cel.FunctionDecl(name, overloads) for name, overloads in decls.items()]

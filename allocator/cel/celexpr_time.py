@@ -77,16 +77,16 @@ def overloads() -> dict[str, list[Any]]:
 
 def _duration_text(text: str) -> str:
     try:
-        return f"{timelib.parse_duration(text).nanos}ns"
-    except timelib.TimeError:
-        raise ValueError("type conversion error from 'string' to 'google.protobuf.Duration'") from None
+        return f"{timelib.duration_of(text).nanos}ns"
+    except timelib.TimeError as err:
+        raise ValueError(str(err)) from None
 
 
 def _timestamp_text(text: str) -> str:
     try:
-        moment = timelib.parse_timestamp(text)
-    except timelib.TimeError:
-        raise ValueError("type conversion error from 'string' to 'google.protobuf.Timestamp'") from None
+        moment = timelib.timestamp_of(text)
+    except timelib.TimeError as err:
+        raise ValueError(str(err)) from None
     return str(timelib.Timestamp(moment.seconds, moment.nanos))
 
 

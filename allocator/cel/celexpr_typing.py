@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import re2
-
 from allocator.cel.backend import CELCompileError
+from allocator.cel.celpy_check import regexp_error
 from allocator.cel.parser import (
     Call,
     Comprehension,
@@ -121,11 +120,10 @@ def _check_call(expression: str, call: Call) -> None:
     if call.function in _REGEX_FUNCTIONS:
         pattern = call.args[0] if call.target is not None else call.args[1] if len(call.args) > 1 else None
         if isinstance(pattern, Literal) and pattern.kind == "string":
-            try:
-                re2.compile(pattern.value)
-            except re2.error as err:
-                message = f"invalid regular expression {pattern.value!r}: {err}"
-                raise _fail(expression, pattern, message) from None
+            problem = regexp_error(str(pattern.value))
+            if problem is not None:
+                message = f"invalid regular expression {pattern.value!r}: {problem}"
+                raise _fail(expression, pattern, message)
     operands = [call.target, *call.args] if call.target is not None else list(call.args)
     types = [static_type(operand) for operand in operands]
     opaque = [t for t in types if t in _METHODS]

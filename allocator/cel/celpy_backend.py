@@ -27,6 +27,7 @@ import lark
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError, Evaluator
 
+from allocator.cel import folding
 from allocator.cel.backend import (
     AttributeValue,
     CELCompileError,
@@ -210,7 +211,7 @@ def _emit_call(node: Call) -> tuple[str, int]:
     if namespace in NAMESPACES:
         return f"__{namespace}_{name}({', '.join(args)})", _MEMBER
     if node.target is None:
-        # int and string are also type values (type(1) == int): the conversions are called by another name
+        # the conversions are also type values (type(1) == int): they are called by another name
         name = _CONVERSIONS.get(name, name)
         return f"{name}({', '.join(args)})", _MEMBER
     if name in _LAZY_OPTIONAL and len(args) == 1:
@@ -221,7 +222,7 @@ def _emit_call(node: Call) -> tuple[str, int]:
     return f"__m_{name}({', '.join([emit(node.target), *args])})", _MEMBER
 
 
-_CONVERSIONS = {"int": "__to_int", "string": "__to_string"}
+_CONVERSIONS = {name: f"__to_{name}" for name in ("int", "uint", "double", "bool", "string")}
 _LAZY_OPTIONAL = {"or": "__opt", "orValue": "__m_value(__opt)"}
 
 
@@ -323,6 +324,18 @@ class _BudgetedEvaluator(Evaluator):
             if not isinstance(value, CELEvalError):
                 tree.cel_value = value  # type: ignore[attr-defined]
         return value
+
+    def mapinits(self, tree: lark.Tree[Any]) -> Any:
+        # cel-go builds a map literal entry by entry, a repeated key taking the later value (celpy
+        # fails); the first error among the keys and values is the result.
+        parts = [self._visit_tree(child) for child in tree.children]
+        error = next((part for part in parts if isinstance(part, CELEvalError)), None)
+        if error is not None:
+            return error
+        built = ct.MapType()
+        for key, value in zip(parts[0::2], parts[1::2], strict=True):
+            built[key] = value
+        return built
 
     def _apply(self, tree: lark.Tree[Any], name: str, left: Any, right: Any) -> Any:
         try:
@@ -555,7 +568,7 @@ class CelpyBackend:
         return self._compile(expression, options, lambda checker, tree: checker.check_selector(tree))[0]
 
     def compile_value(self, expression: str, options: CompileOptions) -> tuple[CelpyProgram, str]:
-        program, result = self._compile(expression, options, lambda checker, tree: checker.check(tree))
+        program, result = self._compile(expression, options, lambda checker, tree: checker.result_type(tree))
         assert result is not None  # check() always gives a type
         return program, type_name(result)
 
@@ -564,6 +577,7 @@ class CelpyBackend:
         tree = parse(expression)
         try:
             result = check(Checker(expression, options), tree)
+            folding.check(tree, expression, evaluate_constant)
             ast = _compact(self.environment.compile(emit(tree)))
         except RecursionError:
             message = "expression is nested too deeply for the celpy backend"
@@ -576,4 +590,17 @@ class CelpyBackend:
 
     def activation(self, device: CELDevice) -> dict[str, Any]:
         return {"device": device_to_cel(device)}
+
+
+_constants: list[CelpyBackend] = []
+
+
+def evaluate_constant(node: Node) -> Any:
+    """The value of a checked subexpression that reads no variable (allocator.cel.folding); raises
+    CELRuntimeError when its evaluation fails."""
+    if not _constants:
+        _constants.append(CelpyBackend())
+    environment = _constants[0].environment
+    runner = environment.program(_compact(environment.compile(emit(node))), functions=FUNCTIONS)
+    return CelpyProgram(runner, emit(node))._run({})
 

@@ -13,6 +13,7 @@ evaluation time (attribute values are `dyn`) is left to the runtime, as in cel-g
 
 from __future__ import annotations
 
+import re
 from typing import TypeAlias
 
 import re2
@@ -66,6 +67,23 @@ ANY_OPTIONAL: Type = ("optional_type", DYN)
 FREE = "@free"
 STRING_LIST: Type = ("list", STRING)
 
+
+class TypeVar(str):
+    """A free type with an identity: the element type of an empty list literal (key and value types of
+    an empty map literal), or a type parameter of an overload while it is tried. cel-go's checker binds
+    it to the types it meets (see Checker.bind), so ``[].filter(x, x > 0)`` is a list(int) there. Unbound
+    it equals FREE, and every rule about free types applies; bindings live in the Checker, keyed by
+    ``id()`` (all TypeVars are equal as strings)."""
+
+    __slots__ = ()
+
+    def __new__(cls) -> TypeVar:
+        return super().__new__(cls, FREE)
+
+    def __repr__(self) -> str:
+        return f"TypeVar@{id(self):x}"
+
+
 NUMERIC = {INT, UINT, DOUBLE}
 ORDERED = {INT, UINT, DOUBLE, STRING, BYTES, BOOL, TIMESTAMP, DURATION}
 TIMES = {TIMESTAMP, DURATION}
@@ -81,6 +99,7 @@ INNER = "@inner"  # result placeholder: the receiver optional's value type
 WRAPPED = "@wrapped"  # result placeholder: an optional of the argument's type
 SAME = "@same"  # result placeholder: the receiver list's own type
 FLAT = "@flat"  # result placeholder: the element type of a list of lists
+EITHER = "@either"  # result placeholder: an optional of the receiver's or the argument's value type
 
 TIME_GETTERS = ("getFullYear", "getMonth", "getDayOfYear", "getDayOfMonth", "getDate", "getDayOfWeek",
                 "getHours", "getMinutes", "getSeconds", "getMilliseconds")
@@ -146,7 +165,7 @@ OVERLOADS: dict[str, list[Overload]] = {
     "hasValue": [(ANY_OPTIONAL, (), BOOL)],
     "value": [(ANY_OPTIONAL, (), INNER)],
     "orValue": [(ANY_OPTIONAL, (DYN,), INNER)],
-    "or": [(ANY_OPTIONAL, (ANY_OPTIONAL,), ANY_OPTIONAL)],
+    "or": [(ANY_OPTIONAL, (ANY_OPTIONAL,), EITHER)],
     "includes": [(DYN, (DYN,), BOOL)],
     "ip": [(None, (STRING,), IP), (CIDR, (), IP)],
     "isIP": [(None, (STRING,), BOOL)],
@@ -181,10 +200,133 @@ NAMESPACES = ("sets", "strings", "optional", "ip", "lists", "format")
 TYPE_NAMES = {"bool", "int", "uint", "double", "string", "bytes", "list", "map", "null_type", "type"}
 QUIET_RE2 = re2.Options()
 QUIET_RE2.log_errors = False  # invalid patterns are reported as CEL errors, not logged to stderr
+# RE2's names for what is wrong with a pattern, as Go's regexp/syntax names them
+_GO_REGEXP_CODES = {
+    "missing )": "missing closing )", "missing ]": "missing closing ]",
+    "bad repetition operator": "invalid nested repetition operator",
+    "no argument for repetition operator": "missing argument to repetition operator",
+    "invalid repetition size": "invalid repeat count",
+    "invalid perl operator": "invalid or unsupported Perl syntax",
+    "invalid named capture group": "invalid named capture",
+}
+_ANY_BYTE = re.compile(r"(?<!\\)(?:\\\\)*\\C")  # RE2's \C, which Go's syntax does not have
+
+
+def regexp_error(pattern: str) -> str | None:
+    """Why Go's regexp.Compile refuses ``pattern``, in Go's words, or None when it compiles. Go and
+    RE2 share the syntax but for RE2's \\C."""
+    if _ANY_BYTE.search(pattern):
+        return "error parsing regexp: invalid escape sequence: `\\C`"
+    try:
+        re2.compile(pattern, QUIET_RE2)
+    except re2.error as err:
+        raw = err.args[0] if err.args else str(err)
+        text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        if text == "trailing \\":
+            return "error parsing regexp: trailing backslash at end of expression: ``"
+        code, _, fragment = text.partition(": ")
+        return f"error parsing regexp: {_GO_REGEXP_CODES.get(code, code)}: `{fragment}`"
+    return None
+
+
 OPERATORS = {"_&&_", "_||_", "!_", "_?_:_", "-_", "@in", "_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_",
              *ARITHMETIC}
 # Like cel-go's ValidateRegexLiterals (in the Kubernetes base environment since 1.29): only matches().
 REGEX_FUNCTIONS = {"matches"}
+
+# cel-go's overloads in the order it declares them, as parameter types (a member's receiver first), where
+# that order binds a free type differently from OVERLOADS (or OVERLOADS has no entry: the operators). cel-go
+# tries every overload in turn, and each that fits binds what is still free, so the first one that fits
+# decides: `x > 0` makes x an int, `-x` a double, `size(x)` bytes. "@A" and "@B" are type parameters.
+_A, _B = "@A", "@B"
+_ORDERED_PAIRS: list[tuple[Type, ...]] = [
+    (BOOL, BOOL), (INT, INT), (INT, DOUBLE), (INT, UINT), (UINT, UINT), (UINT, DOUBLE), (UINT, INT),
+    (DOUBLE, DOUBLE), (DOUBLE, INT), (DOUBLE, UINT), (STRING, STRING), (BYTES, BYTES), (TIMESTAMP, TIMESTAMP),
+    (DURATION, DURATION)]
+CEL_GO_ORDER: dict[str, list[tuple[Type, ...]]] = {
+    "_==_": [(_A, _A)], "_!=_": [(_A, _A)],
+    "@in": [(_A, ("list", _A)), (_A, ("map", _A, _B))],
+    "_?_:_": [(BOOL, _A, _A)],
+    "!_": [(BOOL,)], "_&&_": [(BOOL, BOOL)], "_||_": [(BOOL, BOOL)],
+    "-_": [(DOUBLE,), (INT,)],
+    "_+_": [(BYTES, BYTES), (DOUBLE, DOUBLE), (DURATION, DURATION), (DURATION, TIMESTAMP),
+            (TIMESTAMP, DURATION), (INT, INT), (("list", _A), ("list", _A)), (STRING, STRING), (UINT, UINT)],
+    "_-_": [(DOUBLE, DOUBLE), (DURATION, DURATION), (INT, INT), (TIMESTAMP, DURATION), (TIMESTAMP, TIMESTAMP),
+            (UINT, UINT)],
+    "_*_": [(DOUBLE, DOUBLE), (INT, INT), (UINT, UINT)],
+    "_/_": [(DOUBLE, DOUBLE), (INT, INT), (UINT, UINT)],
+    "_%_": [(INT, INT), (UINT, UINT)],
+    **dict.fromkeys(("_<_", "_<=_", "_>_", "_>=_"), _ORDERED_PAIRS),
+    "size": [(BYTES,), (("list", _A),), (("map", _A, _B),), (STRING,)],
+    "bool": [(BOOL,), (STRING,)],
+    "bytes": [(BYTES,), (STRING,)],
+    "double": [(DOUBLE,), (INT,), (STRING,), (UINT,)],
+    "duration": [(DURATION,), (STRING,)],
+    "dyn": [(_A,)],
+    "type": [(_A,)],
+    "int": [(INT,), (DOUBLE,), (DURATION,), (STRING,), (TIMESTAMP,), (UINT,)],
+    "string": [(STRING,), (BOOL,), (BYTES,), (DOUBLE,), (DURATION,), (INT,), (TIMESTAMP,), (UINT,),
+               (IP,), (CIDR,)],
+    "timestamp": [(TIMESTAMP,), (INT,), (STRING,)],
+    "uint": [(UINT,), (DOUBLE,), (INT,), (STRING,)],
+}
+
+
+# Member functions whose arguments must agree with their receiver through a type parameter, which
+# OVERLOADS writes as dyn: cel-go refuses optional.of(1).orValue(1.5) and [1].indexOf("a").
+_AGREEING: dict[str, list[tuple[Type, ...]]] = {
+    "orValue": [(("optional_type", _A), _A)],
+    "or": [(("optional_type", _A), ("optional_type", _A))],
+    **{name: [(STRING, STRING), (STRING, STRING, INT), (("list", _A), _A)]
+       for name in ("indexOf", "lastIndexOf")},
+}
+
+
+def _signatures(name: str, member: bool) -> list[tuple[Type, ...]]:
+    if name in CEL_GO_ORDER:
+        return CEL_GO_ORDER[name]
+    return [((receiver,) if receiver is not None else ()) + params
+            for receiver, params, _ in OVERLOADS.get(name, ()) if (receiver is not None) == member]
+
+
+def _instantiate(t: Type, parameters: dict[str, TypeVar], fresh: list[TypeVar]) -> Type:
+    """A signature's type with new TypeVars for its type parameters (and for dyn, which OVERLOADS
+    writes where cel-go declares a type parameter)."""
+    if isinstance(t, tuple):
+        return (t[0], *(_instantiate(p, parameters, fresh) for p in t[1:]))
+    if t in (_A, _B):
+        if t not in parameters:
+            parameters[t] = TypeVar()
+            fresh.append(parameters[t])
+        return parameters[t]
+    if t == DYN and not isinstance(t, _AnyType):
+        fresh.append(TypeVar())
+        return fresh[-1]
+    return t
+
+
+def _less_specific(a: Type, b: Type) -> bool:
+    """cel-go's "equal or less specific": dyn and free types are less specific than anything."""
+    if a in (DYN, FREE):
+        return True
+    if b in (DYN, FREE):
+        return False
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return (a[0] == b[0] and len(a) == len(b)
+                and all(_less_specific(x, y) for x, y in zip(a[1:], b[1:], strict=True)))
+    return a == b
+
+
+def _most_general(a: Type, b: Type) -> Type:
+    """The type cel-go gives a type parameter that two unifying types bind: the first unless the
+    second is less specific (``[1] + [dyn(2)]`` is a list(dyn))."""
+    return a if _less_specific(a, b) else b
+
+
+def _has_type_var(t: Type) -> bool:
+    if isinstance(t, tuple):
+        return any(_has_type_var(p) for p in t[1:])
+    return isinstance(t, TypeVar)
 
 
 def type_name(t: Type) -> str:
@@ -262,16 +404,131 @@ class Checker:
         self.scopes: list[dict[str, Type]] = []
         # Inside format(): cel-go's string-format validator exempts its literals from the homogeneity check.
         self.in_format = 0
+        # What each TypeVar is bound to, by id(); every TypeVar made is kept, so ids stay unique.
+        self.bindings: dict[int, Type] = {}
+        self.type_vars: list[TypeVar] = []
 
     def fail(self, node: Node, message: str) -> CELCompileError:
         line, column = line_column(self.text, node.pos)
         return CELCompileError(f"compile error at {line}:{column}: {message}", self.text)
 
     def check_selector(self, node: Node) -> None:
-        result = self.check(node)
+        result = self.result_type(node)
         if not unifies(result, BOOL):
             message = f"selector must evaluate to bool or the unknown type, not {type_name(result)}"
             raise CELCompileError(message, self.text)
+
+    def result_type(self, node: Node) -> Type:
+        """The type of the whole expression, with what its checking bound filled in."""
+        return self.resolve(self.check(node))
+
+    # -- free types (TypeVar) and their bindings, as cel-go's checker makes them
+
+    def new_type_var(self) -> TypeVar:
+        self.type_vars.append(TypeVar())
+        return self.type_vars[-1]
+
+    def resolve(self, t: Type) -> Type:
+        """``t`` with its bound TypeVars replaced by what they are bound to."""
+        while isinstance(t, TypeVar):
+            bound = self.bindings.get(id(t))
+            if bound is None:
+                return t
+            t = bound
+        if isinstance(t, tuple):
+            return (t[0], *(self.resolve(p) for p in t[1:]))
+        return t
+
+    def bind(self, name: str, types: list[Type], *, member: bool = False) -> list[Type]:
+        """``types`` (the receiver's first) resolved, after binding their TypeVars the way cel-go's
+        overload resolution of ``name`` does: every overload that fits, tried in cel-go's order,
+        binds what is still free (and widens a bound one that meets dyn to dyn)."""
+        if not any(_has_type_var(t) for t in types):
+            return types
+        for signature in _signatures(name, member):
+            if len(signature) != len(types):
+                continue
+            trial = dict(self.bindings)
+            parameters: dict[str, TypeVar] = {}
+            params = [_instantiate(p, parameters, self.type_vars) for p in signature]
+            if all(self.assignable(trial, t, p) for t, p in zip(types, params, strict=True)):
+                self.bindings = trial
+        return [self.resolve(t) for t in types]
+
+    def fits(self, signatures: list[tuple[Type, ...]], types: list[Type]) -> bool:
+        """Whether ``types`` fit one of ``signatures`` (binding nothing)."""
+        for signature in signatures:
+            parameters: dict[str, TypeVar] = {}
+            params = [_instantiate(p, parameters, self.type_vars) for p in signature]
+            trial = dict(self.bindings)
+            if len(params) == len(types) and all(
+                    self.assignable(trial, t, p) for t, p in zip(types, params, strict=True)):
+                return True
+        return False
+
+    def bind_to(self, var: TypeVar, t: Type) -> None:
+        self.bindings[id(var)] = t
+
+    def assignable(self, bindings: dict[int, Type], t1: Type, t2: Type) -> bool:
+        """Whether a value of type ``t1`` can be passed where ``t2`` is expected, binding free types
+        in ``bindings`` (cel-go's assignability with type substitutions)."""
+        if t1 is t2:
+            return True
+        if isinstance(t2, TypeVar):
+            fits, was_bound = self._substitution(bindings, t1, t2)
+            if fits or was_bound:
+                return fits
+        if isinstance(t1, TypeVar):
+            return self._substitution(bindings, t2, t1)[0]
+        if t1 in (DYN, FREE) or t2 in (DYN, FREE):
+            return True
+        if isinstance(t1, tuple) and isinstance(t2, tuple):
+            return (t1[0] == t2[0] and len(t1) == len(t2)
+                    and all(self.assignable(bindings, a, b) for a, b in zip(t1[1:], t2[1:], strict=True)))
+        return not isinstance(t1, tuple) and not isinstance(t2, tuple) and t1 == t2
+
+    def _substitution(self, bindings: dict[int, Type], t: Type, var: TypeVar) -> tuple[bool, bool]:
+        """Whether ``t`` may stand for ``var`` (then bound to it, or to the more general of it and what
+        ``var`` was bound to), and whether ``var`` was bound already."""
+        if t is var:
+            return True, True
+        bound = bindings.get(id(var))
+        if bound is None:
+            if self._occurs(bindings, var, t):
+                return False, False
+            bindings[id(var)] = t
+            return True, False
+        if bound is t:
+            return True, True
+        if not self.assignable(bindings, t, bound):
+            return False, True
+        general = t if _less_specific(t, bound) else bound
+        if not self._occurs(bindings, var, general):
+            bindings[id(var)] = general
+        return True, True
+
+    def _occurs(self, bindings: dict[int, Type], var: TypeVar, t: Type) -> bool:
+        if t is var:
+            return True
+        if isinstance(t, TypeVar):
+            bound = bindings.get(id(t))
+            return bound is not None and self._occurs(bindings, var, bound)
+        return isinstance(t, tuple) and any(self._occurs(bindings, var, p) for p in t[1:])
+
+    def joined(self, types: list[Type]) -> list[Type]:
+        """The element types of a literal, resolved after binding their TypeVars to the others as cel-go
+        joins them (``[x, 1]`` binds x to int)."""
+        if any(_has_type_var(t) for t in types):
+            previous: Type | None = None
+            for t in types:
+                trial = dict(self.bindings)
+                if previous is not None and self.assignable(trial, previous, t):
+                    self.bindings = trial
+                    previous = previous if _less_specific(self.resolve(previous), self.resolve(t)) else t
+                elif previous is None:
+                    previous = t
+            types = [self.resolve(t) for t in types]
+        return types
 
     def check(self, node: Node) -> Type:
         if isinstance(node, Literal):
@@ -317,6 +574,7 @@ class Checker:
         element_type = self.check(element)
         if position not in node.optional_indices:
             return element_type
+        element_type = self.resolve(element_type)
         if not unifies(element_type, ANY_OPTIONAL):
             found = type_name(element_type)
             raise self.fail(element, f"optional list element must be an optional, not {found}")
@@ -326,7 +584,8 @@ class Checker:
         """The element type of a literal (free when it is empty); every element must have the first
         one's type (HomogeneousAggregateLiterals)."""
         if not types:
-            return FREE
+            return self.new_type_var()
+        types = self.joined(types)
         result = types[0]
         for t in types[1:]:
             if not self.in_format and not equivalent(types[0], t):
@@ -336,6 +595,10 @@ class Checker:
 
     def qualify(self, node: Node, operand: Type, field: str | None, index: Type | None, *,
                 optional: bool) -> Type:
+        operand = self.resolve(operand)
+        if isinstance(operand, TypeVar):
+            self.bind_to(operand, DYN)  # as cel-go: a free operand of a selection or index is dyn
+            operand = DYN
         was_optional = isinstance(operand, tuple) and operand[0] == "optional_type"
         target = operand[1] if was_optional else operand
         if field is None and target == DYN:
@@ -377,7 +640,14 @@ class Checker:
                               f"'({type_name(target)}, {type_name(index)})'")  # type: ignore[arg-type]
 
     def comprehension(self, node: Comprehension) -> Type:
-        target = self.check(node.target)
+        # as cel-go records it: with what the body bound filled in, later bindings do not change it
+        return self.resolve(self._comprehension(node))
+
+    def _comprehension(self, node: Comprehension) -> Type:
+        target = self.resolve(self.check(node.target))
+        if isinstance(target, TypeVar) and node.macro != "bind":
+            self.bind_to(target, DYN)  # as cel-go: a free range is dyn
+            target = DYN
         if node.macro == "bind":
             self.scopes.append({node.var: target})
             result = self.check(node.args[0])
@@ -390,8 +660,9 @@ class Checker:
             variable: Type = DYN
             second: Type = DYN
         elif isinstance(target, tuple) and target[0] in ("list", "map"):
-            variable = _known(target[1])
-            second = _known(target[2] if target[0] == "map" else target[1])
+            # an empty literal's element type stays free in the body, to be bound there
+            variable, second = (t if isinstance(t, TypeVar) else _known(t)
+                                for t in (target[1], target[2] if target[0] == "map" else target[1]))
         else:
             raise self.fail(node, f"expression of type '{type_name(target)}' cannot be the range of a "
                                   "comprehension (must be list, map, or dynamic)")
@@ -403,7 +674,7 @@ class Checker:
         results = [self.check(arg) for arg in node.args]
         self.scopes.pop()
         if node.macro == "sortBy":
-            return self.sort_by(node, target, results[0])
+            return self.sort_by(node, self.resolve(target), self.resolve(results[0]))
         has_predicate = node.macro not in ("map", *TRANSFORMS) or len(results) == 2
         if has_predicate and not unifies(results[0], BOOL):
             found = type_name(results[0])
@@ -428,7 +699,7 @@ class Checker:
         """``list.sortBy(e, key)``: cel-go expands it to ``@sortByAssociatedKeys`` of the list and
         the list of its keys, declared for lists whose keys have an orderable type."""
         is_list = target == DYN or (isinstance(target, tuple) and target[0] == "list")
-        if not is_list or not (key == DYN or key in ORDERED):
+        if not is_list or not (key in (DYN, FREE) or key in ORDERED):
             raise self.fail(node, "found no matching overload for '@sortByAssociatedKeys' applied to "
                                   f"'{type_name(target)}.(list({type_name(key)}))'")
         if target == DYN:
@@ -437,6 +708,8 @@ class Checker:
         if target[1] == FREE and (key == FREE or by_element):
             # an empty literal sorted by its elements: cel-go binds their type to the first
             # overload's key type, int
+            if isinstance(target[1], TypeVar):
+                self.bind_to(target[1], INT)
             return ("list", INT)
         return ("list", target[1])
 
@@ -457,8 +730,15 @@ class Checker:
         overloads = OVERLOADS.get(name)
         if overloads is None or (name == "includes" and not self.options.list_type_attributes):
             raise self.fail(node, f"undeclared reference to '{name}'")
+        if receiver is None:
+            args = self.bind(name, args)
+        else:
+            receiver, *args = self.bind(name, [receiver, *args], member=True)
         results = [self.result(result, receiver, args) for r, params, result in overloads
                    if _applies(r, params, receiver, args)]
+        if results and receiver is not None and name in _AGREEING and not self.fits(_AGREEING[name],
+                                                                                     [receiver, *args]):
+            results = []
         if not results:
             applied = ", ".join(type_name(a) for a in args)
             shown = f"{name}({applied})" if receiver is None else f"{type_name(receiver)}.{name}({applied})"
@@ -474,8 +754,7 @@ class Checker:
             return results[0]  # cel-go binds an empty literal's element type to the first overload's
         return results[0] if all(r == results[0] for r in results) else DYN
 
-    @staticmethod
-    def result(result: Type, receiver: Type | None, args: list[Type]) -> Type:
+    def result(self, result: Type, receiver: Type | None, args: list[Type]) -> Type:
         if result == INNER and not isinstance(receiver, tuple) and args:
             # orValue(x) on a dynamic receiver: the value type is free and takes the default's type.
             return args[0]
@@ -483,25 +762,36 @@ class Checker:
             inner = receiver[1] if isinstance(receiver, tuple) else DYN
             if inner == FREE:
                 # sum/min/max of an empty literal: cel-go settles on the first overload, list(int)
-                return INT if result == ELEMENT else args[0] if args else DYN
-            return inner
+                return INT if result == ELEMENT else args[0] if args else self.freed(inner)
+            # orValue(x): the type parameter is bound by the value and by x, and takes the less specific
+            return _most_general(inner, args[0]) if result == INNER and args else inner
+        if result == EITHER:
+            values = [t[1] if isinstance(t, tuple) else DYN for t in (receiver, *args)]
+            known = [t for t in values if t != FREE]
+            return ("optional_type", _most_general(known[0], known[-1]) if known else self.freed(values[0]))
         if result == WRAPPED:
             return ("optional_type", args[0])
         if result in (SAME, FLAT):
-            # list(T) of a dynamic receiver (or of dynamic elements, for flatten) leaves T free:
-            # cel-go's checker then takes the list for one of any element type
+            # list(T) of a dynamic receiver (or of dynamic elements, for flatten) leaves T free, to be
+            # bound where the list is used (dyn.reverse().filter(s, size(s) > 1) is a list(bytes))
             inner = receiver[1] if isinstance(receiver, tuple) else FREE
             if result == FLAT and inner != FREE:
                 inner = inner[1] if isinstance(inner, tuple) else FREE
-            return ("list", inner)
-        return result
+            return ("list", self.freed(inner))
+        return self.freed(result)
+
+    def freed(self, t: Type) -> Type:
+        """``t`` with a new TypeVar for each plain free type in it (optional.none()'s value type, a list
+        function's element type of a dynamic list), so that its uses can bind it as cel-go's do."""
+        if isinstance(t, tuple):
+            return (t[0], *(self.freed(p) for p in t[1:]))
+        return self.new_type_var() if t == FREE and not isinstance(t, TypeVar) else t
 
     def check_regex(self, pattern: Node) -> None:
         if isinstance(pattern, Literal) and pattern.kind == "string":
-            try:
-                re2.compile(str(pattern.value), QUIET_RE2)
-            except re2.error as err:
-                raise self.fail(pattern, f"invalid regular expression {pattern.value!r}: {err}") from None
+            problem = regexp_error(str(pattern.value))
+            if problem is not None:
+                raise self.fail(pattern, f"invalid regular expression {pattern.value!r}: {problem}")
 
     def check_time_literal(self, node: Call, name: str) -> None:
         """cel-go's ValidateDurationLiterals / ValidateTimestampLiterals: a literal argument must convert."""
@@ -521,6 +811,7 @@ class Checker:
 
     def operator(self, node: Call, types: list[Type]) -> Type:
         name = node.function
+        types = self.bind(name, types)
         mismatch = self.fail(node, f"found no matching overload for '{name}' applied to "
                                    f"'({', '.join(type_name(t) for t in types)})'")
         if name in ("_&&_", "_||_", "!_"):
@@ -532,7 +823,7 @@ class Checker:
                 raise mismatch
             if DYN in (types[1], types[2]):
                 return DYN  # as cel-go: a dynamic branch makes the whole conditional dynamic
-            return _join(types[1], types[2])
+            return _most_general(types[1], types[2])
         if name == "-_":
             if types[0] not in (DYN, INT, DOUBLE):  # cel-go negates no duration
                 raise mismatch
@@ -561,7 +852,7 @@ class Checker:
                 return DYN if result == DYN else result  # any + any is dyn
             raise mismatch
         if name == "_+_" and isinstance(left, tuple) and left[0] == "list" and unifies(left, right):
-            return _join(left, right)
+            return _most_general(left, right)
         if left == right and left in ARITHMETIC[name]:
             return left
         if name == "_+_" and left in TIMES and right in TIMES and (left, right) != (TIMESTAMP, TIMESTAMP):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import operator
 import re
 from collections.abc import Callable
@@ -23,8 +24,8 @@ import celpy.celtypes as ct
 import re2
 from celpy.evaluation import CELEvalError, base_functions
 
-from allocator.cel import formatlib, lists_ext, netlib, timelib
-from allocator.cel.celpy_check import QUIET_RE2, TIME_GETTERS
+from allocator.cel import conversions, formatlib, lists_ext, netlib, strings_ext, timelib
+from allocator.cel.celpy_check import QUIET_RE2, TIME_GETTERS, regexp_error
 from allocator.quantity import Quantity
 from allocator.semver import Semver
 
@@ -230,6 +231,8 @@ def _relation(function: str, compare: Callable[[Any, Any], bool]) -> Callable[[A
         if isinstance(b, CELEvalError):
             return b
         x, y = _ordered(function, a, b)
+        if (isinstance(x, float) and math.isnan(x)) or (isinstance(y, float) and math.isnan(y)):
+            raise LibraryError("NaN values cannot be ordered")  # cel-go's Compare; == is simply false
         return ct.BoolType(compare(x, y))
 
     implementation.__name__ = function
@@ -537,17 +540,18 @@ def _char_at(text: str, index: Any) -> Any:
     return ct.StringType(text[index : index + 1])
 
 
-def _index_of(text: str, sub: Any, offset: Any = 0) -> Any:
-    if not 0 <= offset <= len(text):
-        raise LibraryError(f"index out of range: {offset}")
-    return ct.IntType(text.find(str(sub), int(offset)))
+def _index_of(text: str, sub: Any, offset: Any = None) -> Any:
+    try:
+        return ct.IntType(strings_ext.index_of(text, str(sub), None if offset is None else int(offset)))
+    except IndexError as err:
+        raise LibraryError(str(err)) from None
 
 
 def _last_index_of(text: str, sub: Any, offset: Any = None) -> Any:
-    end = len(text) if offset is None else int(offset)
-    if not 0 <= end <= len(text):
-        raise LibraryError(f"index out of range: {end}")
-    return ct.IntType(text.rfind(str(sub), 0, end + len(sub)))
+    try:
+        return ct.IntType(strings_ext.last_index_of(text, str(sub), None if offset is None else int(offset)))
+    except IndexError as err:
+        raise LibraryError(str(err)) from None
 
 
 def _ascii_case(upper: bool) -> Callable[[str], Any]:
@@ -718,11 +722,31 @@ def _string(value: Any) -> Any:
         return ct.StringType(str(value))
     if isinstance(value, (Quantity, Semver, netlib.URLValue, formatlib.NamedFormat)):
         raise _no_overload("string", value)
+    if isinstance(value, ct.DoubleType):
+        return ct.StringType(conversions.format_double(float(value)))
     return _CELPY_STRING(value)
 
 
 _CELPY_STRING = base_functions["string"]
 _CELPY_INT = base_functions["int"]
+
+
+def _conversion(function: str, from_string: Callable[[str], Any], kind: Callable[[Any], Any],
+                from_double: Callable[[float], Any] | None = None) -> Callable[[Any], Any]:
+    """A conversion that reads strings (and doubles) by cel-go's rules and leaves the rest to celpy's."""
+    celpy_conversion = base_functions[function]
+
+    def implementation(value: Any) -> Any:
+        try:
+            if isinstance(value, str):
+                return kind(from_string(str(value)))
+            if from_double is not None and isinstance(value, ct.DoubleType):
+                return kind(from_double(float(value)))
+        except conversions.ConversionError as err:
+            raise LibraryError(str(err)) from None
+        return celpy_conversion(value)
+
+    return implementation
 
 
 def _time_error(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -740,7 +764,7 @@ def _duration(value: Any) -> Any:
     if isinstance(value, timelib.Duration):
         return value
     _require(value, str, "duration")
-    return timelib.parse_duration(str(value))
+    return timelib.duration_of(str(value))
 
 
 @_time_error
@@ -750,7 +774,7 @@ def _timestamp(value: Any) -> Any:
     if isinstance(value, ct.IntType) and not isinstance(value, ct.BoolType):
         return timelib.from_unix(int(value))
     _require(value, str, "timestamp")
-    return timelib.parse_timestamp(str(value))
+    return timelib.timestamp_of(str(value))
 
 
 def _int(value: Any) -> Any:
@@ -758,7 +782,10 @@ def _int(value: Any) -> Any:
         return ct.IntType(value.nanos)
     if isinstance(value, timelib.Timestamp):
         return ct.IntType(value.seconds)
-    return _CELPY_INT(value)
+    return _CELPY_INT_FROM_STRING(value)
+
+
+_CELPY_INT_FROM_STRING = _conversion("int", conversions.parse_int, ct.IntType)
 
 
 _DURATION_UNITS = {"getHours": "h", "getMinutes": "m", "getSeconds": "s", "getMilliseconds": "ms"}
@@ -788,6 +815,9 @@ def _string_getter(function: str, method: Callable[[netlib.URLValue], str]) -> C
 _NET_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "__to_string": _string,
     "__to_int": _int,
+    "__to_uint": _conversion("uint", conversions.parse_uint, ct.UintType, conversions.double_to_uint),
+    "__to_double": _conversion("double", conversions.parse_double, ct.DoubleType),
+    "__to_bool": _conversion("bool", conversions.parse_bool, ct.BoolType),
     "duration": _duration,
     "timestamp": _timestamp,
     **{f"__m_{name}": _time_getter(name) for name in TIME_GETTERS},
@@ -877,7 +907,8 @@ def _extreme(function: str, pick_less: bool) -> Callable[[list[Any]], Any]:
             raise LibraryError(f"{function} called on empty list")
         best = values[0]
         for value in values[1:]:
-            if _less(value, best) == pick_less and not cel_equals(value, best):
+            # strictly beyond the best so far: NaN, which orders neither way, is kept or passed over
+            if _less(value, best) if pick_less else _less(best, value):
                 best = value
         return best
 
@@ -950,10 +981,10 @@ def _last_index_of_any(value: Any, *args: Any) -> Any:
 @functools.lru_cache(maxsize=512)
 def _compiled_regex(pattern: str) -> Any:
     # Patterns are nearly always literals: compile each once, not on every evaluation.
-    try:
-        return re2.compile(pattern, QUIET_RE2)
-    except re2.error as err:
-        raise LibraryError(f"invalid regular expression {pattern!r}: {err}") from None
+    problem = regexp_error(pattern)
+    if problem is not None:
+        raise LibraryError(problem)
+    return re2.compile(pattern, QUIET_RE2)
 
 
 def _matches(text: Any, pattern: Any) -> Any:

@@ -131,7 +131,14 @@ class Timestamp:
 
     def get(self, function: str, zone_name: str | None = None) -> int:
         """The timestamp getters, in UTC or in ``zone_name`` (an IANA name or [+-]HH:MM)."""
-        moment = self.local(zone=time_zone(zone_name)) if zone_name is not None else self.local(0)
+        zone = time_zone(zone_name) if zone_name is not None else 0
+        if isinstance(zone, int):  # seconds east of UTC, of any size (Go's time.FixedZone)
+            try:
+                moment = EPOCH + datetime.timedelta(seconds=self.seconds + zone)
+            except OverflowError:
+                raise TimeError(f"time zone offset out of range: {zone_name}") from None
+        else:
+            moment = self.local(zone=zone)
         if function == "getFullYear":
             return moment.year
         if function == "getMonth":
@@ -160,8 +167,9 @@ def _go_atoi(text: str) -> int:
     return int(text)
 
 
-def time_zone(name: str) -> datetime.tzinfo:
-    """cel-go's time zone argument: a location name, or an offset "[+-]HH:MM"."""
+def time_zone(name: str) -> datetime.tzinfo | int:
+    """cel-go's time zone argument: a location name, or an offset "[+-]H:M" (as seconds east of UTC;
+    cel-go reads both parts with strconv.Atoi and checks neither's range)."""
     colon = name.find(":")
     if colon < 0:
         if name in ("", "UTC"):
@@ -171,13 +179,8 @@ def time_zone(name: str) -> datetime.tzinfo:
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
             raise TimeError(f"unknown time zone {name}") from None
     hours, minutes = _go_atoi(name[:colon]), _go_atoi(name[colon + 1:])
-    if not 0 <= minutes <= 59:
-        raise TimeError(f"timezone offset minutes out of range [0, 59]: {name}")
     offset = hours * 60 - minutes if name[0] == "-" else hours * 60 + minutes
-    try:
-        return datetime.timezone(datetime.timedelta(minutes=offset))
-    except ValueError:  # Python limits fixed offsets to less than a day
-        raise TimeError(f"time zone offset out of range: {name}") from None
+    return offset * 60
 
 
 def _leading_int(text: str) -> tuple[int, str]:
@@ -304,6 +307,25 @@ def _parse_rfc3339(text: str) -> Timestamp:
     days = (datetime.date(year, month, day) - datetime.date(1970, 1, 1)).days
     seconds = days * 86400 + hour * 3600 + minute * 60 + second - offset
     return Timestamp(seconds, nanos, offset)
+
+
+def duration_of(text: str) -> Duration:
+    """``duration(text)`` as cel-go converts it: Go's parser, and cel-go's error where it fails."""
+    try:
+        return parse_duration(text)
+    except TimeError:
+        raise TimeError("type conversion error from 'string' to 'google.protobuf.Duration'") from None
+
+
+def timestamp_of(text: str) -> Timestamp:
+    """``timestamp(text)`` as cel-go converts it: an instant out of CEL's range is an overflow, any
+    other failure cel-go's conversion error."""
+    try:
+        return _parse_rfc3339(text)
+    except TimeError as err:
+        if str(err) == "timestamp overflow":
+            raise
+        raise TimeError("type conversion error from 'string' to 'google.protobuf.Timestamp'") from None
 
 
 def from_unix(seconds: int) -> Timestamp:

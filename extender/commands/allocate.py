@@ -22,6 +22,7 @@ from allocator import (
     Reason,
 )
 from extender.commands import output
+from extender.flags import add_feature_gates_argument, add_snapshot_argument
 from extender.http.names import split_ref
 from extender.kube.objects_io import ObjectLoadError, Snapshot, load_snapshot
 
@@ -37,20 +38,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=output.examples(
-            "dra-extender allocate -f examples/cluster --node node-1 --claim a100-80gb",
-            "dra-extender allocate -f objects.yaml --node n3 --claim team-a/big --claim team-a/small -o yaml",
+            "dra-extender allocate --snapshot examples/cluster --node node-1 --claim a100-80gb",
+            "dra-extender allocate --snapshot snap/ -f my-claims.yaml --node n3 --claim team-a/big -o yaml",
             "kubectl get resourceslices,deviceclasses,resourceclaims -A -o yaml | "
             "dra-extender allocate -f - --node n1 --claim x -n team-a",
         ),
     )
+    add_snapshot_argument(parser)
     parser.add_argument(
         "-f",
         "--filename",
         dest="files",
         action="append",
-        required=True,
+        default=[],
         metavar="FILE",
-        help="YAML/JSON file or directory of objects (repeatable; '-' reads stdin)",
+        help="YAML/JSON file or directory of more objects, such as the claims (repeatable; '-' reads "
+        "stdin); read together with --snapshot",
     )
     parser.add_argument("--node", required=True, metavar="NAME", help="the Node to allocate for")
     parser.add_argument(
@@ -61,20 +64,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="[NAMESPACE/]NAME",
         help="a ResourceClaim to allocate (repeatable; allocated together, in this order)",
     )
-    output.add_namespace_argument(parser, "claim")
-    parser.add_argument(
-        "--feature-gates",
-        default="",
-        metavar="NAME=true|false,...",
-        help="override the Kubernetes 1.37 feature-gate defaults",
-    )
+    output.add_namespace_argument(parser, "claim", default="default")
+    add_feature_gates_argument(parser)
     output.add_output_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    files = [*([args.snapshot] if args.snapshot else []), *args.files]
+    if not files:
+        return output.error("name the objects with --snapshot DIR and/or -f FILE")
     try:
-        code, document = allocate(args.files, args.node, args.claims, args.feature_gates, args.namespace)
+        code, document = allocate(files, args.node, args.claims, args.feature_gates, args.namespace)
     except (ObjectLoadError, UsageError, ValueError, AllocationError) as exc:
         code, document = output.EXIT_ERROR, {"error": str(exc)}
     write(document, args.output)

@@ -37,17 +37,22 @@ def register(subparsers: Any) -> None:
             "dra-extender certs --service dra-extender-webhook -n dra-extender --out certs/ -o json",
         ),
     )
-    parser.add_argument("--service", help="name of the Service in front of the webhook (serving certificate)")
-    parser.add_argument("-n", "--namespace", help="namespace of that Service")
-    parser.add_argument("--out", required=True, type=Path, help="directory to write the PEM files to")
+    parser.add_argument("--service", metavar="NAME",
+                        help="name of the Service in front of the webhook (serving certificate)")
+    parser.add_argument("-n", "--namespace", metavar="NAMESPACE", help="namespace of that Service")
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR",
+                        help="directory to write the PEM files to")
     parser.add_argument(
-        "--ip", action="append", default=[], help="also valid for this IP address (repeatable)"
+        "--ip", action="append", default=[], metavar="ADDRESS",
+        help="also valid for this IP address (repeatable)"
     )
     parser.add_argument(
         "--client", action="store_true", help="issue a clientAuth certificate instead"
     )
-    parser.add_argument("--name", default="kube-scheduler", help="common name of the --client certificate")
-    parser.add_argument("--days", type=int, default=365, help="certificate validity (default 365)")
+    parser.add_argument("--name", default="kube-scheduler",
+                        help="common name of the --client certificate (default kube-scheduler)")
+    parser.add_argument("--days", type=int, default=365, metavar="N",
+                        help="days the certificates are valid (default 365)")
     parser.add_argument("--force", action="store_true", help="overwrite existing files in --out")
     output.add_output_argument(parser)
     parser.set_defaults(func=run)

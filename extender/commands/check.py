@@ -1,4 +1,4 @@
-"""`dra-extender check DIR`: lint a snapshot of DRA objects.
+"""`dra-extender check -f DIR`: lint a snapshot of DRA objects.
 
 Loads every object, reports the invalid ones, compiles every CEL selector and prints, per DeviceClass
 and per claim request, which devices match. Users keep it to test selectors against a snapshot of
@@ -89,11 +89,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=output.examples(
-            "dra-extender check examples/cluster",
-            "dra-extender check my-claims.yaml snapshot/ -o json",
+            "dra-extender check -f examples/cluster",
+            "dra-extender check -f my-claims.yaml -f snapshot/ -o json",
+            "kubectl get resourceslices,deviceclasses -o yaml | dra-extender check -f -",
         ) + "\n  (1: invalid objects, selectors that do not compile or fail at run time)",
     )
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="YAML/JSON files or directories of objects")
+    parser.add_argument(
+        "-f", "--filename", dest="files", action="append", default=[], metavar="FILE",
+        help="YAML/JSON file or directory of objects (repeatable; '-' reads stdin)",
+    )
+    parser.add_argument("paths", nargs="*", metavar="PATH",
+                        help="more files or directories, as -f (the older spelling)")
     output.add_output_argument(parser)
     parser.add_argument(
         "--list-type-attributes",
@@ -110,8 +116,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    paths = [*args.files, *args.paths]
+    if not paths:
+        return output.error("name the objects to check with -f FILE (or a directory)")
     try:
-        raw_objects = load_objects(args.paths)
+        raw_objects = load_objects(paths)
     except ObjectLoadError as exc:
         return output.error(str(exc))
     try:

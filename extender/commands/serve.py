@@ -22,6 +22,7 @@ from extender import eventloop
 from extender.commands.output import EXIT_ERROR, add_logging_arguments, configure_logging, examples
 from extender.flags import (
     add_controller_arguments,
+    add_headroom_arguments,
     add_network_arguments,
     add_scheduler_arguments,
     add_source_arguments,
@@ -36,12 +37,19 @@ from extender.wiring import App, Cluster, ClusterUnreadable
 
 log = logging.getLogger("dra-extender")
 
+DESCRIPTION = """Run DRA Extender: the scheduler extender kube-scheduler calls (filter, prioritize, bind,
+preempt) on --extender-port, the read-only debug port (/debug/ui device map, /debug/explain,
+/debug/state, /metrics, /livez, /readyz) and, given a serving certificate, the admission webhook.
+
+The cluster is read from the pod's service account, a kubeconfig (--kubeconfig, --context), or a
+snapshot of objects (--snapshot DIR, where binds change only the copy in memory)."""
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="run the scheduler extender (filter, prioritize, bind, preempt) and its debug endpoints",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=examples(
             "dra-extender serve --snapshot examples/cluster --extender-port 9000 --debug-port 9001",
@@ -55,6 +63,7 @@ def register(subparsers: Any) -> None:
     add_logging_arguments(parser)
     add_webhook_arguments(parser)
     add_controller_arguments(parser)
+    add_headroom_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -89,7 +98,7 @@ def usage_banner(server: ExtenderServer, cache: ClusterCache, *, kubectl_templat
         f"dra-extender: extender verbs at {extender}/{{filter,prioritize,bind,preempt}}",
         f"dra-extender: device map at {debug}/debug/ui",
         f"dra-extender: debug at {debug}/debug/explain?pod=NS/NAME, {debug}/debug/state, "
-        f"{debug}/debug/snapshot, {debug}/metrics, {debug}/healthz, {debug}/readyz",
+        f"{debug}/debug/snapshot, {debug}/metrics, {debug}/livez, {debug}/readyz",
     ]
     post = f"curl -s {insecure}-X POST -H 'Content-Type: application/json' {extender}/filter"
     pod = example_pod(cache)
@@ -125,10 +134,21 @@ def _double_quoted(text: str) -> str:
     return text
 
 
+# After the sync, how long the banner waits for the fence (extender/plugin/fence.py) before it prints
+# anyway (a standby of a leader election never gets a term).
+BANNER_FENCE_WAIT_S = 5.0
+
+
 async def print_banner_when_synced(server: ExtenderServer, cluster: Cluster) -> None:
-    """The banner, once the cache holds the cluster (its example pod and node names come from it)."""
+    """The banner, once the cache holds the cluster (its example pod and node names come from it) and
+    this replica may allocate (or is a standby)."""
     if cluster.watcher is not None:
         await cluster.watcher.wait_ready()
+    authority = server.scheduler.authority
+    loop = asyncio.get_running_loop()
+    until = loop.time() + BANNER_FENCE_WAIT_S
+    while authority.term is None and loop.time() < until:
+        await asyncio.sleep(0.02)
     print(usage_banner(server, cluster.cache, kubectl_template=cluster.client is not None), flush=True)
 
 

@@ -1,4 +1,4 @@
-"""`dra-extender simulate -f DIR --pod FILE`: run filter and prioritize for a pod against a snapshot.
+"""`dra-extender simulate --snapshot DIR -f FILE`: filter and prioritize a pod against a snapshot.
 
 FILE holds the pod and, optionally, the claims it uses (they replace same-named objects of the
 snapshot). Prints one row per node: fits or not, the prioritize score and the reason.
@@ -13,7 +13,12 @@ from typing import Any
 from allocator import FeatureGates
 from common.objects import metadata_of
 from extender.commands import output
-from extender.flags import add_feature_gates_argument, add_scoring_argument, features_of
+from extender.flags import (
+    add_feature_gates_argument,
+    add_scoring_argument,
+    add_snapshot_argument,
+    features_of,
+)
 from extender.options import SchedulerOptions
 
 
@@ -24,24 +29,24 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=output.examples(
-            "dra-extender simulate -f examples/cluster --pod my-pod.yaml",
-            "dra-extender simulate -f snapshot.yaml --pod pod-and-claims.yaml --scoring spread -o json",
+            "dra-extender simulate --snapshot examples/cluster -f my-pod.yaml",
+            "dra-extender simulate --snapshot snapshot.yaml -f pod-and-claims.yaml --scoring spread -o json",
+            "dra-extender simulate --snapshot examples/cluster -f my-pod.yaml -o name   # the nodes that fit",
         ) + "\n  (0: fits at least one node, 1: fits none, 2: bad input)",
     )
+    add_snapshot_argument(parser)
     parser.add_argument(
-        "-f",
-        "--snapshot",
-        metavar="DIR",
-        required=True,
-        help="snapshot directory or file (YAML/JSON, e.g. from GET /debug/snapshot)",
+        "-f", "--filename", "--pod", dest="filenames", action="append", metavar="FILE",
+        help="YAML/JSON file with the pod and, optionally, the claims it uses ('-' reads stdin; "
+        "--pod is the older spelling)",
     )
-    parser.add_argument("--pod", metavar="FILE", required=True, help="the pod (and optionally its claims)")
-    parser.add_argument("--node", action="append", default=None, help="only this node (repeatable)")
+    parser.add_argument("--node", action="append", default=None, metavar="NAME",
+                        help="only this node (repeatable; default: every node)")
     add_scoring_argument(parser)
     add_feature_gates_argument(parser)
-    output.add_output_argument(parser)
-    output.add_logging_arguments(parser)
-    parser.set_defaults(func=run, log_level="warning")
+    output.add_output_argument(parser, (*output.FORMATS, "name"))
+    output.add_logging_arguments(parser, default_level="warning")
+    parser.set_defaults(func=run)
 
 
 def _key(raw: dict) -> tuple[str, str, str]:
@@ -53,15 +58,19 @@ def run(args: argparse.Namespace) -> int:
     from extender.kube.objects_io import ObjectLoadError, load_objects
 
     output.configure_logging(args.log_level, args.log_format)
+    if not args.snapshot or not args.filenames:
+        # Before -f/--filename named the pod's file, `simulate -f DIR --pod FILE` named the snapshot.
+        return output.error("simulate needs the cluster (--snapshot DIR) and the pod (-f FILE), e.g. "
+                            "simulate --snapshot examples/cluster -f my-pod.yaml")
     try:
         features = features_of(args)
         snapshot = load_objects([args.snapshot])
-        extra = load_objects([args.pod])
+        extra = load_objects(args.filenames)
     except (ObjectLoadError, ValueError) as error:  # OptionsError is a ValueError
         return output.error(str(error))
     pods = [raw for raw in extra if raw.get("kind") == "Pod"]
     if len(pods) != 1:
-        return output.error(f"{args.pod} must contain exactly one Pod, found {len(pods)}")
+        return output.error(f"{', '.join(args.filenames)} must contain exactly one Pod, found {len(pods)}")
     replaced = {_key(raw) for raw in extra}
     objects = [raw for raw in snapshot if _key(raw) not in replaced] + extra
     return asyncio.run(_simulate(args, features, objects, pods[0]))
@@ -96,7 +105,8 @@ async def _simulate(args: argparse.Namespace, features: FeatureGates, objects: l
             }
         )
     rows.sort(key=lambda row: (not row["fits"], -(row["score"] or 0), row["node"]))
-    output.write({"pod": f"{namespace}/{name}", "nodes": rows}, args.output, render_table)
+    output.write({"pod": f"{namespace}/{name}", "nodes": rows}, args.output, render_table,
+                 names=lambda doc: [f"node/{row['node']}" for row in doc["nodes"] if row["fits"]])
     return output.EXIT_OK if result.passed else output.EXIT_PROBLEMS
 
 

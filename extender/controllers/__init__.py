@@ -6,7 +6,8 @@ Entry point (extender.wiring maps serve's flags onto ControllerOptions and calls
     await handle.stop()
 
 Everything runs on the event loop that calls start; cache events must be applied on that loop.
-With leader election only the Lease holder acts; the others keep nothing but their candidacy.
+With leader election (`leader_elect`) they act only between `lead()` and `stand_down()`, which the
+composition root calls as this replica gains and loses the Lease (extender/kube/leader.py).
 
 Imports plugin/, state/, kube/, allocator/ and common/; never http/ or the composition root.
 """
@@ -14,8 +15,6 @@ Imports plugin/, state/, kube/, allocator/ and common/; never http/ or the compo
 from __future__ import annotations
 
 import logging
-import socket
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -27,7 +26,6 @@ from extender.controllers.claims import ClaimIndex
 from extender.controllers.clock import Clock, RealClock
 from extender.controllers.driver_loss import DEFAULT_GRACE_PERIOD_S, DriverLossTracker
 from extender.controllers.evictor import PodEvictor, PodRef
-from extender.controllers.leader import LeaderElector
 from extender.controllers.metrics import ControllerMetrics
 from extender.controllers.pools import PoolIndex
 from extender.controllers.taint_eviction import RuleRef, TaintEvictionController
@@ -67,10 +65,7 @@ class ControllerOptions:
     workers: int = 10
     driver_loss_grace_period: float = DEFAULT_GRACE_PERIOD_S
     evict_on_driver_loss: bool = False
-    leader_elect: bool = False
-    lease_namespace: str = "kube-system"
-    lease_name: str = "dra-extender-controllers"
-    identity: str = ""  # of this replica in the Lease; "" picks hostname_random
+    leader_elect: bool = False  # run only between lead() and stand_down() (the Lease's holder)
     workload_claims: bool = False  # gate DRAWorkloadResourceClaims: claims reserved for PodGroups
 
     def __post_init__(self) -> None:
@@ -205,7 +200,6 @@ class Controllers:
         self._clock = clock
         self.metrics = ControllerMetrics.on(registry)
         self._term: _Term | None = None
-        self._elector: LeaderElector | None = None
         self.metrics.watch_queue(
             lambda: self._term.queue.depth() if self._term else 0,
             lambda: self._term.queue.in_flight() if self._term else 0,
@@ -255,10 +249,8 @@ class Controllers:
         state: dict[str, Any] = {
             "controllers": list(self.options.names),
             "active": term is not None,
-            "leader_election": self._elector is not None,
+            "leader_election": self.options.leader_elect,
         }
-        if self._elector is not None:
-            state["identity"] = self._elector.identity
         if term is None:
             return state
         state["queue"] = {"depth": term.queue.depth(), "in_flight": term.queue.in_flight()}
@@ -280,32 +272,21 @@ class Controllers:
         return state
 
     async def start(self) -> None:
-        """Run at once, or (--leader-elect) whenever this replica holds the Lease."""
-        if not self.options.names or self._elector is not None or self._term is not None:
-            return
-        if not self.options.leader_elect:
+        """Run at once; with leader election, wait for lead()."""
+        if self.options.names and not self.options.leader_elect:
             await self._start_term()
-            return
-        self._elector = LeaderElector(
-            self._client,
-            self._clock,
-            identity=self.options.identity or default_identity(),
-            namespace=self.options.lease_namespace,
-            name=self.options.lease_name,
-            on_started=self._start_term,
-            on_stopped=self._stop_term,
-        )
-        self._elector.start()
 
-    async def stop(self) -> None:
-        """Stop acting; with leader election, release the Lease so another replica takes over at once."""
-        if self._elector is not None:
-            await self._elector.stop()
+    async def lead(self) -> None:
+        """This replica holds the Lease: act."""
+        if self.options.names:
+            await self._start_term()
+
+    async def stand_down(self) -> None:
+        """This replica lost (or gives up) the Lease: stop acting."""
         await self._stop_term()
 
-
-def default_identity() -> str:
-    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    async def stop(self) -> None:
+        await self._stop_term()
 
 
 async def start_controllers(

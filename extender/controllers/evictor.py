@@ -188,6 +188,7 @@ class PodEvictor:
             ref.uid,
             latency,
             ", ".join(map(str, eviction.reasons)),
+            extra={"pod": f"{ref.namespace}/{ref.name}", "duration": round(latency, 3)},
         )
         self._metrics.pod_deletions.inc()
         self._metrics.pod_deletion_latency.observe(latency)

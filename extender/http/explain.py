@@ -92,6 +92,8 @@ async def explain_pod(
                     "podGroup": group.key,
                     "pods": len(scheduler.cache.pods_in_group(group.namespace, group.name)),
                 }
+        if plan.bindings:
+            report["bindingConditions"] = [binding.to_dict() for binding in plan.bindings]
         if plan.blocked is not None:
             report["blocked"] = plan.blocked.message
         variant = plan.extended_variant
@@ -173,6 +175,8 @@ def render_text(report: dict[str, Any]) -> str:
         if shared:
             state += f", claim shared by PodGroup {shared['podGroup']}, {shared['pods']} pods"
         lines.append(f"  claim {claim['podClaimName']} -> {claim['claim']} ({state})")
+    for binding in report.get("bindingConditions", []):
+        lines.append(f"  {binding['message']}")
     for entry in report.get("extendedResources", []):
         lines.append(f"  extended resource {entry['resource']} of container {entry['container']} -> request "
                      f"{entry['request']} (device class {entry['deviceClass']})")

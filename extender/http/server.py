@@ -6,15 +6,14 @@ answered 200 with the problem in `Error` (which kube-scheduler logs); prioritize
 such field and get HTTP 400 with a message. A scheduling problem is an answer, not an HTTP error.
 Body sizes, slow and idle connections are bounded (common.httpguard).
 Debug port: `/debug/explain`, `/debug/state`, `/debug/snapshot`, `/debug/ui` (extender/http/devicemap.py),
-`/healthz`, `/readyz`, `/metrics`. The `/debug/` pages describe the cluster's pods and claims: unless
-`debug_from_anywhere`, they answer only connections from loopback (`kubectl port-forward` arrives
+`/healthz`, `/livez`, `/readyz`, `/metrics`. The `/debug/` pages describe the cluster's pods and claims:
+unless `debug_from_anywhere`, they answer only connections from loopback (`kubectl port-forward` arrives
 there); kubelet's probes and Prometheus reach the rest from the pod network.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import ssl
 import time
@@ -25,12 +24,16 @@ import orjson
 import yaml
 from aiohttp import web
 
+from common.addresses import is_loopback
+from common.claimrefs import pod_key
 from common.httpguard import BodyReader, GuardedListener, HttpLimits, RequestRefused, expect_handler
 from extender.http import devicemap, wire
 from extender.http.explain import ExplainError, explain_pod, render_text
 from extender.http.names import split_ref
 from extender.plugin.extendedresources import requested_names
-from extender.plugin.metrics import CONTENT_TYPE
+from extender.plugin.headroom import Headroom, HeadroomGauges, parse_shape_flag
+from extender.plugin.headroom import report as headroom_report
+from extender.plugin.metrics import CONTENT_TYPE, ProcessMetrics
 from extender.plugin.podclaims import has_claims
 from extender.plugin.scheduling import BindFailed, Scheduler
 
@@ -51,13 +54,8 @@ def _json(body: bytes, status: int = 200) -> web.Response:
 
 
 def _from_loopback(request: web.Request) -> bool:
-    try:
-        address = ipaddress.ip_address((request.remote or "").split("%", 1)[0])
-    except ValueError:  # a unix socket or no peer address: not a network client
-        return request.remote is None
-    # Listening on "::", an IPv4 peer arrives as ::ffff:a.b.c.d (not is_loopback before Python 3.13).
-    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
-    return (mapped or address).is_loopback
+    # No peer address: a unix socket, not a network client.
+    return request.remote is None or is_loopback(request.remote)
 
 
 def _debug_gate(from_anywhere: bool) -> Any:
@@ -92,6 +90,16 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _json(orjson.dumps({"Error": f"internal error: {type(error).__name__}: {error}"}), status=500)
 
 
+def _probe(request: web.Request, name: str, checks: list[tuple[str, bool]]) -> web.Response:
+    """A probe's answer as kube components give it: `ok`, or with `?verbose` one line per check."""
+    passed = all(ok for _, ok in checks)
+    if "verbose" not in request.query:
+        return web.Response(status=200 if passed else 503, text="ok\n" if passed else f"{name} failed\n")
+    lines = [f"[{'+' if ok else '-'}]{check} {'ok' if ok else 'failed'}" for check, ok in checks]
+    lines.append(f"{name} check {'passed' if passed else 'failed'}")
+    return web.Response(status=200 if passed else 503, text="\n".join(lines) + "\n")
+
+
 class ExtenderServer:
     def __init__(
         self,
@@ -112,15 +120,39 @@ class ExtenderServer:
         self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
         self.watch_health = watch_health
         self.metrics.watch_state(self._gauges)
+        self.process_metrics = ProcessMetrics.on(self.metrics.registry)
         self._listeners: list[GuardedListener] = []
         self._extra_state: dict[str, Callable[[], Any]] = {}
+        self._extra_gauges: list[Callable[[], dict[str, Any]]] = []
         # The driver-loss controller's lost pools (None while it does not run) join explanations.
         self.driver_lost = driver_lost
         self.urls: dict[str, str] = {}
+        # Another reason not to be ready (a leader election that cannot reach its Lease), or "".
+        self.readiness: Callable[[], str] | None = None
+        self.addresses: dict[str, list[str]] = {}  # "extender", "debug" -> where their sockets listen
+        self.headroom_gauges: HeadroomGauges | None = None
+
+    def add_headroom(self, gauges: HeadroomGauges) -> None:
+        """Serve the headroom of serve's --headroom shapes on /metrics and the device map."""
+        self.headroom_gauges = gauges
+        self.metrics.registry.register(gauges)
+
+    def _headroom_reports(self, asked: str) -> list[tuple[str, dict[str, Any]]]:
+        if asked:
+            parse_shape_flag(asked)  # a ValueError naming what is wrong: the URL's fault
+            return [headroom_report(Headroom(self.cache, self.scheduler.assume), asked)]
+        return self.headroom_gauges.reports() if self.headroom_gauges is not None else []
+
+    def _maps_extended(self, resource: str) -> bool:
+        return self.scheduler.planner.extended.class_for(resource) is not None
 
     def add_state(self, name: str, provider: Callable[[], Any]) -> None:
         """Show `provider()` under `name` in /debug/state (e.g. the controllers)."""
         self._extra_state[name] = provider
+
+    def add_gauges(self, provider: Callable[[], dict[str, Any]]) -> None:
+        """Add `provider()`'s values to the gauges /metrics reads (see Metrics.watch_state)."""
+        self._extra_gauges.append(provider)
 
     # ---- apps ---------------------------------------------------------------------------------
 
@@ -138,22 +170,29 @@ class ExtenderServer:
         app.router.add_get("/debug/state", self.state)
         app.router.add_get("/debug/snapshot", self.snapshot)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/livez", self.livez)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/metrics", self.metrics_endpoint)
-        devicemap.register(app, lambda: devicemap.take_view(self.cache, self.scheduler.in_flight()))
+        devicemap.register(app, lambda: devicemap.take_view(self.cache, self.scheduler.in_flight(),
+                                                            self._maps_extended, self.scheduler.binding),
+                           self._headroom_reports)
         return app
 
     async def start(self, host: str, extender_port: int, debug_port: int,
-                    ssl_context: ssl.SSLContext | None = None) -> None:
-        for name, app, port, context in (("extender", self.extender_app(), extender_port, ssl_context),
-                                         ("debug", self.debug_app(), debug_port, None)):
+                    ssl_context: ssl.SSLContext | None = None, *, extender_host: str | None = None) -> None:
+        """Listen: the debug port on `host`, the verbs on `extender_host` (`host` unless given)."""
+        extender_host = host if extender_host is None else extender_host
+        for name, app, address, port, context in (
+                ("extender", self.extender_app(), extender_host, extender_port, ssl_context),
+                ("debug", self.debug_app(), host, debug_port, None)):
             counted = self.metrics.scheduler_connections.inc if name == "extender" else None
             listener = GuardedListener(app, self.limits, on_connection=counted)
-            bound = await listener.start(host, port, ssl_context=context)
+            bound = await listener.start(address, port, ssl_context=context)
             self._listeners.append(listener)
+            self.addresses[name] = listener.addresses
             scheme = "https" if context is not None else "http"
             # A wildcard address is not something to paste into curl: show loopback instead.
-            shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+            shown = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(address, address)
             shown = f"[{shown}]" if ":" in shown and not shown.startswith("[") else shown
             self.urls[name] = f"{scheme}://{shown}:{bound}" + (self.prefix if name == "extender" else "")
 
@@ -165,33 +204,48 @@ class ExtenderServer:
     # ---- extender verbs -----------------------------------------------------------------------
 
     # Until the initial lists are done, claims allocated in the cluster may be missing from the cache
-    # and their devices would look free. kube-scheduler does not consult /readyz (a sidecar is called
-    # on loopback), so every verb that depends on the cache refuses by itself.
+    # and their devices would look free; until the fence is done (extender/plugin/fence.py), a write of
+    # the previous process may still land; a standby must not answer at all. kube-scheduler does not
+    # consult /readyz (a sidecar is called on loopback, and a Service's endpoints lag), so every verb
+    # that depends on these refuses by itself.
     def _not_synced(self) -> str:
-        return "" if self.cache.ready else NOT_SYNCED
+        if not self.cache.ready:
+            return NOT_SYNCED
+        reason = self.scheduler.authority.reason if self.scheduler.authority.term is None else ""
+        return f"dra-extender is not ready: {reason}" if reason else ""
 
     async def filter(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         args = wire.parse_extender_args(await self.bodies.read(request), "filter")
         # Before the DeviceClasses are listed, any extended resource may turn out to be backed by DRA.
-        if self._not_synced() and (has_claims(args.pod) or requested_names(args.pod)):
-            body = wire.encode_filter_result(args, [], {}, {}, NOT_SYNCED)
+        not_ready = self._not_synced()
+        if not_ready and (has_claims(args.pod) or requested_names(args.pod)):
+            body = wire.encode_filter_result(args, [], {}, {}, not_ready)
             return _json(body)
         result = await self.scheduler.filter(args.pod, args.node_names, node_objects=args.node_objects,
                                              brief=True)
         body = wire.encode_filter_result(
             args, result.passed, result.failed, result.unresolvable, result.error
         )
-        self.metrics.filter_seconds.observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.metrics.filter_seconds.observe(took)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("filter: %d of %d node(s) fit", len(result.passed), len(args.node_names or ()),
+                      extra={"verb": "filter", "pod": pod_key(args.pod), "duration": round(took, 6)})
         return _json(body)
 
     async def prioritize(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         args = wire.parse_extender_args(await self.bodies.read(request), "prioritize")
-        if self._not_synced():
-            return web.Response(status=503, text=f"{NOT_SYNCED}\n")  # kube-scheduler ignores our scores
+        not_ready = self._not_synced()
+        if not_ready:
+            return web.Response(status=503, text=f"{not_ready}\n")  # kube-scheduler ignores our scores
         scores = await self.scheduler.prioritize(args.pod, args.node_names, node_objects=args.node_objects)
-        self.metrics.prioritize_seconds.observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.metrics.prioritize_seconds.observe(took)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("prioritize: %d node(s) scored", len(scores),
+                      extra={"verb": "prioritize", "pod": pod_key(args.pod), "duration": round(took, 6)})
         return _json(wire.encode_host_priorities(scores))
 
     async def bind(self, request: web.Request) -> web.Response:
@@ -204,14 +258,21 @@ class ExtenderServer:
                                           node_name=args.node)
         except BindFailed as failed:
             error = str(failed)
-            log.info("bind %s/%s to %s failed: %s", args.pod_namespace, args.pod_name, args.node, error)
-        self.metrics.bind_seconds.observe(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.metrics.bind_seconds.observe(took)
+        fields = {"verb": "bind", "pod": f"{args.pod_namespace}/{args.pod_name}", "node": args.node,
+                  "duration": round(took, 6)}
+        if error:
+            log.info("bind failed: %s", error, extra=fields)
+        elif log.isEnabledFor(logging.DEBUG):
+            log.debug("bound", extra=fields)
         return _json(wire.encode_binding_result(error))
 
     async def preempt(self, request: web.Request) -> web.Response:
         args = wire.parse_preemption_args(await self.bodies.read(request))
-        if self._not_synced():
-            return web.Response(status=503, text=f"{NOT_SYNCED}\n")
+        not_ready = self._not_synced()
+        if not_ready:
+            return web.Response(status=503, text=f"{not_ready}\n")
         return _json(wire.encode_preemption_result(await self.scheduler.preempt(args.pod, args.victims)))
 
     # ---- debug --------------------------------------------------------------------------------
@@ -255,10 +316,21 @@ class ExtenderServer:
     async def healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
+    async def livez(self, request: web.Request) -> web.Response:
+        # Answered by the event loop every verb runs on: an answer means the loop is not stuck. Nothing
+        # else is checked, so a cluster that is slow to list never gets the pod restarted.
+        return _probe(request, "livez", [("ping", True)])
+
     async def readyz(self, request: web.Request) -> web.Response:
-        if self.cache.ready:
-            return web.Response(text="ok\n")
-        return web.Response(status=503, text="cluster cache not synced yet\n")
+        problem = (self.readiness() if self.readiness is not None else "") or self._not_synced()
+        if "verbose" in request.query:
+            return _probe(request, "readyz", [("ping", True), ("informer-sync", self.cache.ready),
+                                              ("leader-election", not problem or not self.cache.ready)])
+        if not self.cache.ready:
+            return web.Response(status=503, text="cluster cache not synced yet\n")
+        if problem:
+            return web.Response(status=503, text=f"{problem}\n")
+        return web.Response(text="ok\n")
 
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
         response = web.Response(body=self.metrics.render())
@@ -272,8 +344,11 @@ class ExtenderServer:
             for kind, info in (health.get("kinds") or {}).items()
             if isinstance(info, dict) and "restarts" in info
         }
-        return {
+        gauges = {
             **self.scheduler.gauges(),
             "objects": self.cache.stats().get("objects", {}),
             "watch_restarts": restarts,
         }
+        for provider in self._extra_gauges:
+            gauges.update(provider())
+        return gauges

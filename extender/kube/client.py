@@ -9,6 +9,7 @@ user with an exec plugin or an auth-provider; its typed models are far too slow 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import re
 import ssl
@@ -19,6 +20,7 @@ from typing import Any
 import orjson
 from yarl import URL
 
+from common.objects import list_metadata_of
 from extender.kube import credentials
 from extender.kube.transport import MAX_HEADER_SETS, AiohttpStreams, PooledRequests, Requests, Streams
 
@@ -29,6 +31,8 @@ MERGE_PATCH = "application/merge-patch+json"
 # minute to watchers that allow them, so a healthy stream is never silent this long.
 WATCH_INACTIVITY_S = 180.0
 USER_AGENT = "dra-extender"
+# Longest wait for one request's answer (None: no limit, as kubectl's --request-timeout=0).
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
 # A path of only these characters needs no percent-encoding: object names are DNS labels and subdomains.
 _PLAIN_PATH = re.compile(r"/[A-Za-z0-9._~/-]*").fullmatch
 
@@ -95,9 +99,12 @@ class KubeClient:
         ssl_context: ssl.SSLContext | bool | None = None,
         auth: Callable[[], str | None] | None = None,
         server_hostname: str | None = None,
-        request_timeout_s: float = 30.0,
+        request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S,
+        namespace: str = "default",
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # The namespace of names given alone: the kubeconfig context's, or the pod's own in a cluster.
+        self.namespace = namespace
         base = URL(self.base_url)
         # Parsed once: parsing and encoding `base_url + path` with yarl on every request costs more
         # than the rest of building it.
@@ -122,7 +129,8 @@ class KubeClient:
         return cls(base_url, ssl_context=ssl, auth=(lambda: header) if header else None)
 
     @classmethod
-    async def connect(cls, *, kubeconfig: str | None = None, context: str | None = None) -> KubeClient:
+    async def connect(cls, *, kubeconfig: str | None = None, context: str | None = None,
+                      request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S) -> KubeClient:
         """A client for the in-cluster service account by default; a kubeconfig (explicit path, or
         $KUBECONFIG / ~/.kube/config when not running in a pod) when `kubeconfig` or `context` is given
         or no service account exists. See extender.kube.credentials; a kubeconfig user with an exec plugin or
@@ -130,7 +138,7 @@ class KubeClient:
         in_cluster_problem = None
         if kubeconfig is None and context is None:
             try:
-                return cls.from_credentials(credentials.in_cluster())
+                return cls.from_credentials(credentials.in_cluster(), request_timeout_s)
             except credentials.CredentialsError as err:
                 in_cluster_problem = str(err)
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
@@ -139,20 +147,22 @@ class KubeClient:
         try:
             found = await asyncio.to_thread(credentials.from_kubeconfig, kubeconfig, context)
         except credentials.NeedsKubernetesPackage:
-            return await cls._connect_with_kubernetes_package(kubeconfig, context, where)
+            return await cls._connect_with_kubernetes_package(kubeconfig, context, where, request_timeout_s)
         except credentials.CredentialsError as err:
             raise KubeConfigError(f"{tried}kubeconfig {where}{context_text}: {err}") from err
-        return cls.from_credentials(found)
+        return cls.from_credentials(found, request_timeout_s)
 
     @classmethod
-    def from_credentials(cls, found: credentials.Credentials) -> KubeClient:
+    def from_credentials(cls, found: credentials.Credentials,
+                         request_timeout_s: float | None = DEFAULT_REQUEST_TIMEOUT_S) -> KubeClient:
         return cls(found.host, ssl_context=found.ssl_context,
                    auth=ReusedAuth(found.authorization) if found.authorization else None,
-                   server_hostname=found.server_hostname)
+                   server_hostname=found.server_hostname, request_timeout_s=request_timeout_s,
+                   namespace=found.namespace)
 
     @classmethod
     async def _connect_with_kubernetes_package(cls, kubeconfig: str | None, context: str | None,
-                                               where: str) -> KubeClient:
+                                               where: str, request_timeout_s: float | None) -> KubeClient:
         """A kubeconfig whose user runs an exec plugin or an auth-provider: the `kubernetes` package
         loads it, and its refresh hook runs the plugin again when the credential expires."""
         from kubernetes import client, config
@@ -164,11 +174,20 @@ class KubeClient:
         except (config.ConfigException, OSError, ValueError) as err:
             context_text = f", context {context!r}" if context else ""
             raise KubeConfigError(f"kubeconfig {where}{context_text}: {err}") from err
+        try:
+            contexts, active = await asyncio.to_thread(config.list_kube_config_contexts,
+                                                       config_file=kubeconfig)
+        except (config.ConfigException, OSError, ValueError):
+            contexts, active = [], None
+        chosen = active if context is None else next((c for c in contexts if c.get("name") == context), None)
+        namespace = ((chosen or {}).get("context") or {}).get("namespace")
         return cls(
             cfg.host,
             ssl_context=ssl_context_from(cfg),
             auth=ReusedAuth(lambda: bearer_header(cfg)),
             server_hostname=getattr(cfg, "tls_server_name", None) or None,
+            request_timeout_s=request_timeout_s,
+            namespace=namespace if isinstance(namespace, str) and namespace else "default",
         )
 
     async def close(self) -> None:
@@ -191,6 +210,18 @@ class KubeClient:
     async def list(self, path: str, **params: Any) -> dict[str, Any]:
         """GET a collection. Keyword arguments become query parameters (labelSelector=..., limit=...)."""
         return await self._request("GET", path, params=params)
+
+    async def list_all(self, path: str, *, page_size: int = 500,
+                       **params: Any) -> builtins.list[dict[str, Any]]:
+        """Every item of a collection, read in pages of `page_size` (limit and continue)."""
+        items: builtins.list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            listing = await self.list(path, limit=page_size, **{"continue": token}, **params)
+            items.extend(item for item in listing.get("items") or () if isinstance(item, dict))
+            token = list_metadata_of(listing).get("continue") or None
+            if token is None:
+                return items
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._request("POST", path, body=body)

@@ -46,6 +46,8 @@ class Credentials:
     # The Authorization header value; called again now and then (tokens rotate), so read lazily.
     authorization: Callable[[], str | None] | None = None
     server_hostname: str | None = None
+    # The namespace of a NAME given alone, as kubectl takes it: the context's, or the pod's own.
+    namespace: str = "default"
 
 
 def in_cluster(environ: Mapping[str, str] = os.environ, account_dir: Path | None = None) -> Credentials:
@@ -62,8 +64,12 @@ def in_cluster(environ: Mapping[str, str] = os.environ, account_dir: Path | None
         raise CredentialsError(f"no cluster CA at {ca_file}")
     if ":" in host:   # an IPv6 address
         host = f"[{host}]"
+    namespace_file = account_dir / "namespace"
+    namespace = environ.get("POD_NAMESPACE") or (
+        namespace_file.read_text().strip() if namespace_file.is_file() else "")
     return Credentials(f"https://{host}:{port}", ssl.create_default_context(cafile=str(ca_file)),
-                       authorization=lambda: _bearer(token_file.read_text().strip()))
+                       authorization=lambda: _bearer(token_file.read_text().strip()),
+                       namespace=namespace or "default")
 
 
 def kubeconfig_paths(path: str | None, environ: Mapping[str, str] = os.environ) -> list[Path]:
@@ -103,8 +109,10 @@ def from_kubeconfig(path: str | None = None, context: str | None = None,
         raise CredentialsError("the user has a client certificate without a key, or a key without one")
     if certificate is not None and key is not None:
         _load_cert_chain(context_ssl, certificate, key)
+    namespace = selected.get("namespace")
     return Credentials(server.rstrip("/"), context_ssl, authorization=_user_authorization(user, user_base),
-                       server_hostname=cluster.get("tls-server-name") or None)
+                       server_hostname=cluster.get("tls-server-name") or None,
+                       namespace=namespace if isinstance(namespace, str) and namespace else "default")
 
 
 def _bearer(token: str) -> str | None:

@@ -176,8 +176,16 @@ class ClusterWatcher:
         backoff_initial_s: float = 0.5,
         backoff_max_s: float = 30.0,
         list_strategy: ListStrategy = ListStrategy(),
+        fail_fast: bool = False,
     ) -> None:
         self.client = client
+        # A command run by a person stops at the first refusal (401, 403) instead of retrying it: the
+        # refusal is kept in `failure` and wait_ready returns at once. A server retries (RBAC may be
+        # fixed while it runs).
+        self.fail_fast = fail_fast
+        self.failure: str | None = None
+        # Objects of each kind read by its list so far: progress of a long initial sync.
+        self.listed_items: dict[str, int] = {k.kind: 0 for k in kinds}
         self._list_strategy = list_strategy
         self.cache = cache
         self.kinds = kinds
@@ -188,6 +196,7 @@ class ClusterWatcher:
         }
         self._tasks: list[asyncio.Task[None]] = []
         self._ready = asyncio.Event()
+        self._settled = asyncio.Event()  # ready, or failed for good (fail_fast)
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -209,11 +218,13 @@ class ClusterWatcher:
         return self._ready.is_set()
 
     async def wait_ready(self, timeout_s: float | None = None) -> bool:
+        """Whether the initial lists are done within `timeout_s`; False at once on a refusal when
+        `fail_fast` (see `failure`)."""
         try:
-            await asyncio.wait_for(self._ready.wait(), timeout_s)
+            await asyncio.wait_for(self._settled.wait(), timeout_s)
         except TimeoutError:
             return False
-        return True
+        return self.ready
 
     def health(self) -> dict[str, Any]:
         now = time.time()
@@ -239,6 +250,10 @@ class ClusterWatcher:
             except ApiError as err:
                 if err.not_found and watched.optional:
                     self._unavailable(watched, health)
+                elif self.fail_fast and err.status in (401, 403):
+                    self.failure = f"{watched.kind}: {err.status} {err.reason}: {err.message}"
+                    self._settled.set()
+                    return
                 else:
                     self._failed(watched.kind, health, f"{err.status} {err.reason}: {err.message}")
             except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as err:
@@ -266,6 +281,7 @@ class ClusterWatcher:
         """The whole collection, in one response or in pages of `page_size` (limit and continue); each
         part goes to the cache as it arrives. Returns the list's resourceVersion."""
         replacement = self.cache.replacing(watched.kind)
+        self.listed_items[watched.kind] = 0
         limit = self._list_strategy.page_size if self._list_strategy.mode == "paged" else None
         token: str | None = None
         while True:
@@ -275,6 +291,7 @@ class ClusterWatcher:
             version = meta.get("resourceVersion")
             if not isinstance(items, list) or not isinstance(version, str):
                 raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
+            self.listed_items[watched.kind] += len(items)
             for raw in _handed_over(items):
                 replacement.add(raw)
             del listing, items
@@ -344,6 +361,7 @@ class ClusterWatcher:
             if all(h.listed for h in self._health.values()):
                 self.cache.ready = True
                 self._ready.set()
+                self._settled.set()
                 log.info("cluster cache ready: initial lists done")
 
     def _unavailable(self, watched: WatchedKind, health: KindHealth) -> None:
@@ -357,12 +375,12 @@ class ClusterWatcher:
 
     def _restarted(self, kind: str, health: KindHealth, why: str) -> None:
         health.restarts += 1
-        log.info("watch %s restarts: %s", kind, why)
+        log.info("watch %s restarts: %s", kind, why, extra={"kind": kind})
         if self._on_restart is not None:
             self._on_restart(kind)
 
     def _failed(self, kind: str, health: KindHealth, message: str) -> None:
         health.errors += 1
         health.last_error = message
-        log.warning("watch %s failed: %s", kind, message)
+        log.warning("watch %s failed: %s", kind, message, extra={"kind": kind})
         self._restarted(kind, health, message)

@@ -45,7 +45,7 @@ class Requests(Protocol):
 
 
 class Streams(Protocol):
-    def open(self, target: str, headers: Mapping[str, str], *, connect_timeout_s: float,
+    def open(self, target: str, headers: Mapping[str, str], *, connect_timeout_s: float | None,
              read_timeout_s: float) -> AbstractAsyncContextManager[StreamAnswer]:
         """A GET whose body is read as it arrives; no data for `read_timeout_s` raises
         aiohttp.ServerTimeoutError, a dropped connection aiohttp.ClientError."""
@@ -100,12 +100,12 @@ class AiohttpStreams:
         self._server_hostname = server_hostname
         self._session: aiohttp.ClientSession | None = None
 
-    def open(self, target: str, headers: Mapping[str, str], *, connect_timeout_s: float,
+    def open(self, target: str, headers: Mapping[str, str], *, connect_timeout_s: float | None,
              read_timeout_s: float) -> AbstractAsyncContextManager[StreamAnswer]:
         return self._open(target, headers, connect_timeout_s, read_timeout_s)
 
     @asynccontextmanager
-    async def _open(self, target: str, headers: Mapping[str, str], connect_timeout_s: float,
+    async def _open(self, target: str, headers: Mapping[str, str], connect_timeout_s: float | None,
                     read_timeout_s: float) -> AsyncIterator[StreamAnswer]:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
         url = URL(self._origin + target, encoded=True)

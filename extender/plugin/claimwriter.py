@@ -18,6 +18,25 @@ as upstream's Unreserve does.
 
 In snapshot mode (no client) the same steps run against the cache's objects, with the API server's
 rules that matter here (resourceVersion checks, status separation, reservedFor limit, binding once).
+
+What an API write can do: be refused, be applied with its answer lost, or still be in flight (in a
+proxy, in a queue of the API server) when we give up on it or crash. So:
+
+- Every claim write carries the resourceVersion it was decided from, and the allocation is only ever
+  written at a version that carries our finalizer. A write whose outcome is unknown (5xx, timeout, a
+  lost connection) is never read as a failure: the claim is read again, and a new version means that
+  copy can never apply any more (the caller decides again from the fresh claim), the same version
+  means it has not applied yet, so the same write is sent again (exactly one copy can apply). A
+  Binding is checked the same way through the pod and sent again; a lost Binding answer never undoes
+  the claims.
+- To abandon a write that may still land, its claim is written at the very version the write was sent
+  at (our finalizer removed): from then on the write can only fail with a conflict. The start-up and
+  new-leader fence (extender/plugin/fence.py) does the same to every claim a previous process may have
+  been writing, before the first allocation.
+- Just before an allocation is written, its devices are checked once more against the claims the cache
+  holds: a device another writer took while our earlier writes were awaited ends the bind.
+- A bind belongs to a term of this replica (extender/plugin/authority.py): once the term is over (the
+  Lease is lost) it writes nothing more, not even its undo, which is left to the next leader's fence.
 """
 
 from __future__ import annotations
@@ -27,17 +46,19 @@ import copy
 import datetime
 import logging
 import secrets
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
 
 from allocator import ResourceClaim
-from common.objects import metadata_of
+from common.objects import list_metadata_of, metadata_of
 from common.rules import RESERVED_FOR_MAX
 from extender.kube.client import ApiError, KubeClient
+from extender.plugin.authority import Authority
 from extender.plugin.extendedresources import Variant, creation_body
 from extender.plugin.nodeallocatable import STATUS_FIELD
 from extender.state.cache import ClusterCache
@@ -48,19 +69,55 @@ FINALIZER = "resource.kubernetes.io/delete-protection"
 MAX_ATTEMPTS = 5
 CLAIMS_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
 CLAIMS_COLLECTION = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
+ALL_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
+LIST_PAGE = 500
 POD_STATUS_PATH = "/api/v1/namespaces/{namespace}/pods/{name}/status"
+# How long one write whose answer was lost is worked on (read again, sent again) before the bind gives
+# up on it: with the other writes of a bind, within kube-scheduler's bind timeout (10 s in deploy/).
+RESOLVE_BUDGET_S = 4.0
+RESOLVE_FIRST_DELAY_S = 0.05
+RESOLVE_MAX_DELAY_S = 1.0
 
 
 class BindError(Exception):
-    """The bind did not happen; the message says why (and what could not be undone, if anything).
+    """The bind did not happen, or its outcome is not known yet; the message says which and why.
 
-    `unsettled`: UIDs of claims whose allocation written by this bind may still be stored by the API
-    server (the write's answer was lost or the undo failed), so their devices must stay counted.
+    `unsettled`: by claim UID, the resourceVersion at which an allocation status write of this bind was
+    sent and may still apply (its answer was lost and it could be neither confirmed nor fenced off): the
+    devices must stay counted until the claim shows another version.
     """
 
-    def __init__(self, message: str, *, unsettled: frozenset[str] = frozenset()) -> None:
+    def __init__(self, message: str, *, unsettled: Mapping[str, str] | None = None,
+                 kept: bool = False) -> None:
         super().__init__(message)
-        self.unsettled = unsettled
+        self.unsettled: Mapping[str, str] = unsettled or {}
+        self.kept = kept  # the bind's before_binding step stopped it (KeepClaims): nothing failed
+
+
+class KeepClaims(Exception):
+    """Raised by a bind's `before_binding` step: the pod is not bound now, and what the bind wrote
+    stays (no undo). The message goes to kube-scheduler."""
+
+
+class _Moved(Exception):
+    """The claim has a new version while a write of unknown outcome was being resolved: that write can
+    never apply any more. Carries the fresh claim."""
+
+    def __init__(self, fresh: dict) -> None:
+        super().__init__("the claim changed")
+        self.fresh = fresh
+
+
+class _Unsettled(Exception):
+    """A write's outcome stayed unknown for the whole resolve budget."""
+
+
+class _BindingUnknown(Exception):
+    """Whether the Binding was applied stayed unknown for the whole resolve budget."""
+
+
+class _LostAuthority(Exception):
+    """This replica's term ended (its Lease is lost): it must write nothing more."""
 
 
 class _Store(Protocol):
@@ -72,6 +129,7 @@ class _Store(Protocol):
     async def create_claim(self, claim: dict) -> dict: ...
     async def delete_claim(self, namespace: str, name: str, uid: str) -> None: ...
     async def patch_pod_status(self, namespace: str, name: str, status: dict) -> None: ...
+    async def list_claims(self) -> list[dict]: ...
 
 
 class _ApiStore:
@@ -129,6 +187,19 @@ class _ApiStore:
 
     async def patch_pod_status(self, namespace: str, name: str, status: dict) -> None:
         await self.client.patch(POD_STATUS_PATH.format(namespace=namespace, name=name), {"status": status})
+
+    async def list_claims(self) -> list[dict]:
+        """Every claim, read from the API server (a quorum read: the first page has no resourceVersion,
+        the next ones continue that same snapshot)."""
+        items: list[dict] = []
+        token = None
+        while True:
+            more: dict[str, str] = {"continue": token} if token else {}
+            page = await self.client.list(ALL_CLAIMS, limit=LIST_PAGE, **more)
+            items += page.get("items") or []
+            token = list_metadata_of(page).get("continue")
+            if not token:
+                return items
 
     def _remember(self, written: dict) -> None:
         # The next scheduling cycle must see this write before the watch delivers it; the cache
@@ -249,6 +320,9 @@ class _MemoryStore:
         written["metadata"]["resourceVersion"] = self._next_version(written)
         self.cache.apply("Pod", "MODIFIED", written)
 
+    async def list_claims(self) -> list[dict]:
+        return [copy.deepcopy(raw) for raw in self.cache.valid_objects("ResourceClaim")]
+
 
 @dataclass
 class _Written:
@@ -262,13 +336,19 @@ class _Written:
     allocation: dict | None = None     # the allocation this bind wrote
     finalizer_added: bool = False
     reserved: bool = False
-    # resourceVersion precondition of a status write whose outcome is unknown (timed out, connection
-    # lost, 5xx): the API server may still apply it for as long as the claim keeps that version.
+    # resourceVersion precondition of an allocation status write whose outcome is unknown: the API
+    # server may still apply it for as long as the claim keeps that version.
     pending_write_rv: str | None = None
     # The reservedFor entry this bind adds when it is not the pod (a PodGroup, extender.plugin.podgroups).
     consumer: dict | None = None
     # The in-memory special claim's UID when this bind created the claim (undo deletes it).
     created_from: str | None = None
+
+    @classmethod
+    def of(cls, raw: Mapping) -> _Written:
+        """A record of nothing written yet, for the claim `raw`."""
+        meta = metadata_of(raw)
+        return cls(str(meta.get("namespace") or ""), str(meta.get("name") or ""), str(meta.get("uid") or ""))
 
     @property
     def key(self) -> str:
@@ -281,37 +361,79 @@ class _Written:
 
 
 # Failures of a single API call; anything else is a bug and propagates.
-_CALL_ERRORS = (ApiError, aiohttp.ClientError, TimeoutError, OSError)
+_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+_CALL_ERRORS = (ApiError, *_TRANSPORT_ERRORS)
+
+
+def _unknown(err: BaseException) -> bool:
+    """Could the request that failed this way have been applied all the same?
+
+    An error status below 500 is the API server refusing the request (a 429 is refused before it is
+    handled); a 5xx may come after the write (a timeout, a proxy that lost the answer), and a transport
+    error may hit after the request was sent."""
+    if isinstance(err, ApiError):
+        return err.status >= 500 or err.status == 408
+    return isinstance(err, _TRANSPORT_ERRORS)
+
+
+def half_written(raw: Mapping) -> bool:
+    """A claim with our finalizer but no allocation: an allocation write at this version may be in flight,
+    or a bind stopped half-way (nothing reserves an unallocated claim)."""
+    meta = metadata_of(raw)
+    return FINALIZER in (meta.get("finalizers") or ()) and not (raw.get("status") or {}).get("allocation")
 
 
 class ClaimWriter:
     def __init__(self, client: KubeClient | None, cache: ClusterCache, *,
-                 retry_delay_s: float = 0.01) -> None:
+                 retry_delay_s: float = 0.01, resolve_budget_s: float = RESOLVE_BUDGET_S,
+                 authority: Authority | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.cache = cache
         self._store: _Store = _ApiStore(client, cache) if client is not None else _MemoryStore(cache)
         self._retry_delay = retry_delay_s
+        self._resolve_budget = resolve_budget_s
+        self._clock = clock
+        self.authority = authority if authority is not None else Authority.always()
+        self._writing: dict[str, int] = {}  # claim UID -> binds writing it now
         self.conflicts = 0     # 409s answered by a fresh read (for metrics)
         self.undone = 0        # binds whose partial writes were rolled back
+        self.unknown_outcomes = 0  # writes whose answer was lost (for metrics)
+
+    def writing(self, claim_uid: str) -> bool:
+        """Is a bind writing this claim now? (The fence and the sweeper leave such claims alone.)"""
+        return claim_uid in self._writing
 
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
                    consumers: Mapping[str, dict] | None = None, *, extended: Variant | None = None,
-                   node_allocatable: Sequence[dict] = ()) -> None:
+                   node_allocatable: Sequence[dict] = (), term: int | None = None,
+                   binding: bool = True,
+                   before_binding: Callable[[Sequence[str]], Awaitable[None]] | None = None) -> None:
         """Write allocations and reservations for `pod`'s claims, then bind it to `node`.
 
         `claims`: each claim with the allocation to write, or None when it is already allocated and
         only needs the reservation. `consumers`: by claim UID, the reservedFor entry to add instead of
         the pod (a PodGroup's). `extended`: the pod's special claim variant; its in-memory claim, one of
         `claims`, is created first. `node_allocatable`: the pod's nodeAllocatableResourceClaimStatuses to
-        write before the Binding. Raises BindError; on error nothing this call wrote remains, except a
-        PodGroup's reservation on a claim this bind did not allocate (other pods of the group may
-        already count on it, as upstream's Unreserve keeps it too).
+        write before the Binding. `term`: the term of this replica the bind began in (the current one if
+        not given); nothing is written once it is over. `binding=False` writes the claims of a pod that
+        is bound already (a repair). `before_binding`, awaited with the keys of the claims written once
+        they and the pod's status are written and before the Binding, may raise KeepClaims: then the pod
+        is not bound and nothing is undone (the device binding conditions it waits for are not met yet,
+        or it freed the claims itself). Raises BindError; on a definite error nothing this call wrote
+        remains, except a PodGroup's reservation on a claim this bind did not allocate (other pods of the
+        group may already count on it, as upstream's Unreserve keeps it too). When the Binding's outcome
+        stays unknown, the claims are kept: a pod bound without its devices never starts.
         """
         meta = metadata_of(pod)
         namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
         if not (isinstance(namespace, str) and isinstance(name, str) and isinstance(uid, str)):
             raise BindError("pod is missing metadata.namespace, metadata.name or metadata.uid")
+        if term is None:
+            term = self.authority.term
+        where = f"binding pod {namespace}/{name} to node {node}"
         written: list[_Written] = []
-        status_written = False
+        status_written = binding_sent = waiting = False
+        marked = [claim.uid for claim, _ in claims]
+        self._mark(marked)
         try:
             created_name = None
             for claim, allocation in claims:
@@ -319,32 +441,74 @@ class ClaimWriter:
                                   consumer=(consumers or {}).get(claim.uid))
                 written.append(record)
                 if extended is not None and claim is extended.claim:
-                    claim = await self._create(claim, record)
+                    claim = await self._create(claim, record, term)
                     created_name = claim.name
-                await self._reserve(claim, allocation, record, pod_name=name, pod_uid=uid)
+                    marked.append(claim.uid)
+                    self._mark([claim.uid])
+                await self._reserve(claim, allocation, record, pod_name=name, pod_uid=uid, term=term)
             if extended is not None and created_name is not None:
-                await self._write_extended_status(namespace, name, extended, created_name)
+                await self._write_extended_status(namespace, name, extended, created_name, term)
             if node_allocatable:
                 status_written = True  # before the call: an answer lost in transit must still be undone
-                await self._write_pod_status(namespace, name, STATUS_FIELD, list(node_allocatable))
-            await self._bind_pod(namespace, name, uid=uid, node=node)
+                await self._write_pod_status(namespace, name, STATUS_FIELD, list(node_allocatable), term)
+            if binding and before_binding is not None:
+                waiting = True
+                await before_binding([record.key for record in written])
+                waiting = False
+            if binding:
+                binding_sent = True
+                await self._bind_pod(namespace, name, uid=uid, node=node, term=term)
         except asyncio.CancelledError:
-            await asyncio.shield(self._undo(written, pod_uid=uid, namespace=namespace, name=name,
-                                            status_written=status_written))
+            # Cancelled while waiting for binding conditions: the claims are complete and stay, as after
+            # KeepClaims (the pod's next bind finds them).
+            if not binding_sent and not waiting and self.authority.holds(term):
+                await asyncio.shield(self._undo(written, pod_uid=uid, namespace=namespace, name=name,
+                                                status_written=status_written, term=term))
             raise
+        except _LostAuthority:
+            log.warning("%s: this replica is no longer the leader; its writes so far are left to the new "
+                        "leader's fence", where)
+            raise BindError(f"{where}: this replica is no longer the leader",
+                            unsettled=_pending(written)) from None
+        except KeepClaims as keep:
+            raise BindError(f"{where}: {keep}", kept=True) from None
+        except _BindingUnknown as unknown:
+            raise BindError(f"{where}: creating the Binding: {unknown}; whether it was applied is not known, "
+                            "so the claims stay allocated and reserved for the pod") from None
         except (BindError, *_CALL_ERRORS) as err:
             message = str(err) if isinstance(err, BindError) else _describe(err)
+            if not self.authority.holds(term):
+                raise BindError(f"{where}: {message}; not undone: this replica is no longer the leader",
+                                unsettled=_pending(written)) from err
             problems, unsettled = await self._undo(written, pod_uid=uid, namespace=namespace, name=name,
-                                                   status_written=status_written)
+                                                   status_written=status_written, term=term)
             if problems:
                 message += "; undo incomplete: " + "; ".join(problems)
-            raise BindError(f"binding pod {namespace}/{name} to node {node}: {message}",
-                            unsettled=unsettled) from err
+            raise BindError(f"{where}: {message}", unsettled=unsettled) from err
+        finally:
+            self._unmark(marked)
+
+    def _mark(self, uids: Sequence[str]) -> None:
+        for claim_uid in uids:
+            self._writing[claim_uid] = self._writing.get(claim_uid, 0) + 1
+
+    def _unmark(self, uids: Sequence[str]) -> None:
+        for claim_uid in uids:
+            left = self._writing.get(claim_uid, 0) - 1
+            if left > 0:
+                self._writing[claim_uid] = left
+            else:
+                self._writing.pop(claim_uid, None)
+
+    def _check_authority(self, term: int | None) -> None:
+        if not self.authority.holds(term):
+            raise _LostAuthority()
 
     # ---- forward --------------------------------------------------------------------------------
 
-    async def _create(self, claim: ResourceClaim, record: _Written) -> ResourceClaim:
+    async def _create(self, claim: ResourceClaim, record: _Written, term: int | None) -> ResourceClaim:
         record.created_from = claim.uid
+        self._check_authority(term)
         try:
             created = await self._store.create_claim(creation_body(claim, FINALIZER))
         except _CALL_ERRORS as err:
@@ -355,17 +519,29 @@ class ClaimWriter:
         return ResourceClaim.from_api(created)
 
     async def _write_extended_status(self, namespace: str, name: str, extended: Variant,
-                                     claim_name: str) -> None:
+                                     claim_name: str, term: int | None) -> None:
         """pod.status.extendedResourceClaimStatus: kubelet reads which devices each container gets
         from it, and the resourceclaim controller finds the claim to clean up through it."""
         await self._write_pod_status(namespace, name, "extendedResourceClaimStatus",
-                                     extended.extended_status(claim_name))
+                                     extended.extended_status(claim_name), term)
 
-    async def _write_pod_status(self, namespace: str, name: str, field: str, value: object) -> None:
-        try:
-            await self._store.patch_pod_status(namespace, name, {field: value})
-        except _CALL_ERRORS as err:
-            raise BindError(f"writing the pod's {field}: {_describe(err)}") from err
+    async def _write_pod_status(self, namespace: str, name: str, field: str, value: object,
+                                term: int | None) -> None:
+        """A merge patch of the pod's status, sent again while its outcome is unknown (the same patch
+        applied twice is applied once)."""
+        deadline = self._clock() + self._resolve_budget
+        delay = RESOLVE_FIRST_DELAY_S
+        while True:
+            self._check_authority(term)
+            try:
+                await self._store.patch_pod_status(namespace, name, {field: value})
+                return
+            except _CALL_ERRORS as err:
+                if not _unknown(err) or self._clock() + delay > deadline:
+                    raise BindError(f"writing the pod's {field}: {_describe(err)}") from err
+                self.unknown_outcomes += 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RESOLVE_MAX_DELAY_S)
 
     async def remove_claim(self, namespace: str, name: str, uid: str) -> None:
         """Delete a special claim (ours): its delete-protection finalizer first, as upstream does, so it
@@ -377,12 +553,14 @@ class ClaimWriter:
             raise BindError(f"ResourceClaim {record.key}: {_describe(err)}") from err
 
     async def _reserve(self, claim: ResourceClaim, allocation: dict | None, record: _Written, *,
-                       pod_name: str, pod_uid: str) -> None:
+                       pod_name: str, pod_uid: str, term: int | None) -> None:
         obj = claim.raw
-        for attempt in range(MAX_ATTEMPTS):
-            if attempt:
+        read_again = False
+        for _attempt in range(MAX_ATTEMPTS):
+            if read_again:
                 await asyncio.sleep(self._retry_delay)
-                obj = await self._fresh_claim(record)
+                obj = await self._read_back(record)
+            read_again = True
             meta = metadata_of(obj)
             status = obj.get("status") or {}
             if meta.get("deletionTimestamp"):
@@ -390,44 +568,131 @@ class ClaimWriter:
             reserved = list(status.get("reservedFor") or [])
             consumer = record.consumer or {"resource": "pods", "name": pod_name, "uid": pod_uid}
             already_reserved = any(entry.get("uid") == consumer["uid"] for entry in reserved)
+            current = status.get("allocation")
             new_status = dict(status)
             if allocation is not None:
-                if status.get("allocation") is not None:
+                if current is not None:
+                    if already_reserved and same_devices(current, record.allocation or allocation):
+                        record.reserved, record.pending_write_rv = True, None
+                        return  # an earlier copy of our write was applied; its answer was lost
                     raise BindError(f"ResourceClaim {record.key} got allocated elsewhere in the meantime")
                 if FINALIZER not in (meta.get("finalizers") or []):
                     # Recorded before the call: an answer lost in transit must still be undone.
                     record.finalizer_added = True
                     try:
-                        obj = await self._store.update_claim(_with_finalizer(obj))
+                        obj = await self._send(record, obj, term, self._store.update_claim,
+                                               _with_finalizer(obj))
                     except ApiError as err:
                         if err.conflict:
                             self.conflicts += 1
                             continue
                         problem = f"ResourceClaim {record.key}: adding finalizer: {_describe(err)}"
                         raise BindError(problem) from err
+                    except _Moved as moved:
+                        obj, read_again = moved.fresh, False
+                        continue
+                    except _Unsettled as unsettled:
+                        problem = f"ResourceClaim {record.key}: adding finalizer: {unsettled}"
+                        raise BindError(problem) from None
                 new_status["allocation"] = record.allocation = self._stamped(allocation)
-            elif status.get("allocation") is None:
+            elif current is None:
                 raise BindError(f"ResourceClaim {record.key} is not allocated any more")
             elif already_reserved:
                 return
             if not already_reserved:
                 new_status["reservedFor"] = [*reserved, consumer]
             record.reserved = True
-            base_rv = metadata_of(obj).get("resourceVersion")
+            if allocation is not None:
+                self._check_devices_free(record, allocation)
+                record.pending_write_rv = metadata_of(obj).get("resourceVersion")
             try:
-                await self._store.update_claim_status({**obj, "status": new_status})
+                await self._send(record, obj, term, self._store.update_claim_status,
+                                 {**obj, "status": new_status})
             except ApiError as err:
+                record.pending_write_rv = None  # refused: it will never apply
                 if err.conflict:
                     self.conflicts += 1
                     continue
-                if err.status >= 500:
-                    record.pending_write_rv = base_rv
                 raise BindError(f"ResourceClaim {record.key}: updating status: {_describe(err)}") from err
-            except (aiohttp.ClientError, TimeoutError, OSError):
-                record.pending_write_rv = base_rv
-                raise
+            except _Moved as moved:
+                record.pending_write_rv = None  # the claim moved on: that write can never apply
+                obj, read_again = moved.fresh, False
+                continue
+            except _Unsettled as unsettled:
+                raise BindError(f"ResourceClaim {record.key}: updating status: {unsettled}") from None
+            record.pending_write_rv = None
             return
         raise BindError(f"ResourceClaim {record.key}: still conflicting after {MAX_ATTEMPTS} attempts")
+
+    def _check_devices_free(self, record: _Written, allocation: dict) -> None:
+        """The devices must not be another claim's in the cache now: our earlier awaits may have let the
+        watch (or another bind's write) deliver an allocation that takes one of them."""
+        allocated = self.cache.allocated
+        for result in (allocation.get("devices") or {}).get("results") or ():
+            if result.get("adminAccess") or result.get("shareID"):
+                continue
+            owner = allocated.devices.get((result.get("driver"), result.get("pool"), result.get("device")))
+            if owner is not None and owner != record.key:
+                device = f"{result.get('driver')}/{result.get('pool')}/{result.get('device')}"
+                raise BindError(f"ResourceClaim {record.key}: device {device} was allocated to ResourceClaim "
+                                f"{owner} in the meantime")
+
+    async def _send(self, record: _Written, base: dict, term: int | None,
+                    write: Callable[[dict], Awaitable[dict]], body: dict) -> dict:
+        """`write(body)`, a write conditioned on the resourceVersion of `base`, the claim it was decided
+        from. When its outcome is unknown, the claim is read again: a new version raises _Moved (this
+        write can never apply now); the same version means it has not applied, so it is sent again.
+        _Unsettled when that stays unknown for the resolve budget; ApiError for a refusal."""
+        base_rv = metadata_of(base).get("resourceVersion")
+        deadline = self._clock() + self._resolve_budget
+        delay = RESOLVE_FIRST_DELAY_S
+        while True:
+            self._check_authority(term)
+            try:
+                return await write(body)
+            except _CALL_ERRORS as err:
+                if not _unknown(err):
+                    raise
+                last: BaseException = err
+            self.unknown_outcomes += 1
+            log.warning("ResourceClaim %s: the answer to a write was lost (%s); reading the claim again",
+                        record.key, _describe(last))
+            while True:
+                if self._clock() + delay > deadline:
+                    raise _Unsettled(f"outcome unknown: {_describe(last)}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RESOLVE_MAX_DELAY_S)
+                try:
+                    fresh = await self._fresh_claim(record)
+                except _CALL_ERRORS as err:
+                    last = err  # a failed read (even a refused one, a 429) tells nothing: read again
+                    continue
+                if metadata_of(fresh).get("resourceVersion") != base_rv:
+                    raise _Moved(fresh)
+                break
+
+    async def _read_back(self, record: _Written) -> dict:
+        """The claim as the API server has it, read again through failed reads (a read that fails, even
+        a refused one, tells nothing) for the resolve budget; BindError when it is gone."""
+        deadline = self._clock() + self._resolve_budget
+        delay = RESOLVE_FIRST_DELAY_S
+        while True:
+            try:
+                return await self._fresh_claim(record)
+            except _CALL_ERRORS:
+                if self._clock() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RESOLVE_MAX_DELAY_S)
+
+    async def _read_again(self, record: _Written) -> dict | None:
+        """After a conflict: a short pause, then the claim as the API server has it; None once it is gone
+        (deleted, or replaced by another of the same name)."""
+        await asyncio.sleep(self._retry_delay)
+        try:
+            return await self._fresh_claim(record)
+        except BindError:
+            return None
 
     async def _fresh_claim(self, record: _Written) -> dict:
         try:
@@ -449,36 +714,156 @@ class ClaimWriter:
             return {**allocation, "allocationTimestamp": now}
         return allocation
 
-    async def _bind_pod(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        try:
-            await self._store.bind_pod(namespace, name, uid, node)
-        except (ApiError, aiohttp.ClientError, TimeoutError, OSError) as err:
-            # A conflict may be a retried bind whose first answer was lost; a timeout or 5xx may
-            # have bound the pod all the same. Either way, if the pod is where we want it, the bind
-            # succeeded, and undoing the claims would leave a bound pod without its devices.
-            unknown = not isinstance(err, ApiError) or err.conflict or err.status >= 500
-            if unknown and await self._pod_is_on(namespace, name, uid=uid, node=node):
+    async def _bind_pod(self, namespace: str, name: str, *, uid: str, node: str, term: int | None) -> None:
+        """Create the Binding. A lost answer (a 5xx, a timeout, a conflict that may be our own earlier
+        copy) is settled by the pod: bound to `node`, done; bound elsewhere, replaced or gone, a
+        definite failure; not bound yet, the Binding is sent again (a second copy can only conflict).
+        _BindingUnknown when the resolve budget passes without an answer."""
+        deadline = self._clock() + self._resolve_budget
+        delay = RESOLVE_FIRST_DELAY_S
+        while True:
+            self._check_authority(term)
+            try:
+                await self._store.bind_pod(namespace, name, uid, node)
                 return
-            if isinstance(err, ApiError):
-                raise BindError(f"creating the Binding: {_describe(err)}") from err
-            raise
+            except _CALL_ERRORS as err:
+                if not (_unknown(err) or (isinstance(err, ApiError) and err.conflict)):
+                    raise BindError(f"creating the Binding: {_describe(err)}") from err
+                last: BaseException = err
+            if _unknown(last):
+                self.unknown_outcomes += 1
+            while True:
+                try:
+                    pod = await self._store.get_pod(namespace, name)
+                except _CALL_ERRORS as err:
+                    if isinstance(err, ApiError) and err.not_found:
+                        raise BindError(f"creating the Binding: {_describe(last)}; the pod is gone") from err
+                    # Any other failed read (a 429, a 403 too) tells nothing of the Binding: read again.
+                else:
+                    if metadata_of(pod).get("uid") != uid:
+                        raise BindError(f"creating the Binding: {_describe(last)}; the pod was replaced")
+                    bound_to = (pod.get("spec") or {}).get("nodeName")
+                    if bound_to == node:
+                        return
+                    if bound_to or (isinstance(last, ApiError) and last.conflict):
+                        raise BindError(f"creating the Binding: {_describe(last)}")
+                    break  # not bound (yet): send it again
+                if self._clock() + delay > deadline:
+                    raise _BindingUnknown(_describe(last))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RESOLVE_MAX_DELAY_S)
+            if self._clock() + delay > deadline:
+                raise _BindingUnknown(_describe(last))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RESOLVE_MAX_DELAY_S)
 
-    async def _pod_is_on(self, namespace: str, name: str, *, uid: str, node: str) -> bool:
+    # ---- fencing ----------------------------------------------------------------------------------
+
+    async def list_claims(self) -> list[dict]:
+        """Every claim as the API server has it now (a quorum read)."""
+        return await self._store.list_claims()
+
+    async def clear_half_written(self, raw: dict) -> bool:
+        """Remove our finalizer from a claim that has it and no allocation, at the version `raw` shows, so
+        that an allocation write sent at that version can never apply. True once the claim is settled
+        (the finalizer removed, or the claim allocated, changed for good or gone); False when that could
+        not be done now (API errors), and it must be tried again."""
+        record = _Written.of(raw)
+        obj = raw
+        for attempt in range(MAX_ATTEMPTS):
+            if attempt:
+                try:
+                    fresh = await self._read_again(record)
+                except _CALL_ERRORS as err:
+                    log.warning("ResourceClaim %s: reading it to fence it: %s", record.key, _describe(err))
+                    return False
+                if fresh is None:
+                    return True  # gone
+                obj = fresh
+            if not half_written(obj):
+                return True
+            try:
+                await self._store.update_claim(_without_finalizer(obj))
+                log.info("ResourceClaim %s: removed the finalizer of a bind that did not finish (version %s)",
+                         record.key, metadata_of(obj).get("resourceVersion"))
+                return True
+            except ApiError as err:
+                if err.not_found:
+                    return True
+                if not err.conflict:
+                    log.warning("ResourceClaim %s: removing a stale finalizer: %s", record.key,
+                                _describe(err))
+                    if not _unknown(err):
+                        return False
+            except _TRANSPORT_ERRORS as err:
+                log.warning("ResourceClaim %s: removing a stale finalizer: %s", record.key, _describe(err))
+        return False
+
+    # ---- deallocation ---------------------------------------------------------------------------
+
+    async def deallocate(self, raw: dict, *, still: Callable[[dict], str | None],
+                         term: int | None) -> str | None:
+        """Deallocate the claim `raw` as upstream's plugin does to reschedule a pod whose device binding
+        failed or timed out: one status write at the version `raw` shows that clears the allocation, the
+        reservations and the device statuses, then (as the resourceclaim controller does) our finalizer.
+
+        `still(claim)` says why it must not be done any more (None: go on); it is asked of `raw` and of
+        every fresh copy read after a conflict or a lost answer. Returns None once deallocated, else
+        that reason. Raises BindError when the API server refuses or cannot be reached, or this
+        replica's term is over. A finalizer that cannot be removed is left to the sweeper of half-written
+        claims (extender/plugin/fence.py)."""
+        record = _Written.of(raw)
+        obj, read_again = raw, False
         try:
-            pod = await self._store.get_pod(namespace, name)
-        except _CALL_ERRORS:
-            return False
-        return pod["metadata"].get("uid") == uid and (pod.get("spec") or {}).get("nodeName") == node
+            for _attempt in range(MAX_ATTEMPTS):
+                if read_again:
+                    fresh = await self._read_again(record)
+                    if fresh is None:
+                        return "it was deleted"
+                    obj = fresh
+                read_again = True
+                why_not = still(obj)
+                if why_not is not None:
+                    return why_not
+                status = {key: value for key, value in (obj.get("status") or {}).items()
+                          if key not in ("allocation", "reservedFor", "devices")}
+                try:
+                    obj = await self._send(record, obj, term, self._store.update_claim_status,
+                                           {**obj, "status": status})
+                except ApiError as err:
+                    if err.conflict:
+                        self.conflicts += 1
+                        continue
+                    raise BindError(f"ResourceClaim {record.key}: deallocating: {_describe(err)}") from err
+                except _Moved as moved:
+                    obj, read_again = moved.fresh, False
+                    continue
+                except _Unsettled as unsettled:
+                    raise BindError(f"ResourceClaim {record.key}: deallocating: {unsettled}") from None
+                if half_written(obj):
+                    try:
+                        await self._send(record, obj, term, self._store.update_claim, _without_finalizer(obj))
+                    except (ApiError, _Moved, _Unsettled) as err:
+                        log.warning("ResourceClaim %s: deallocated, but its finalizer stays for now: %s",
+                                    record.key, err)
+                return None
+        except _LostAuthority:
+            raise BindError(f"ResourceClaim {record.key}: not deallocated: this replica is no longer the "
+                            "leader") from None
+        except _CALL_ERRORS as err:
+            raise BindError(f"ResourceClaim {record.key}: deallocating: {_describe(err)}") from err
+        raise BindError(f"ResourceClaim {record.key}: deallocating: still conflicting after {MAX_ATTEMPTS} "
+                        "attempts")
 
     # ---- undo -----------------------------------------------------------------------------------
 
     async def _undo(self, written: list[_Written], *, pod_uid: str, namespace: str, name: str,
-                    status_written: bool) -> tuple[list[str], frozenset[str]]:
+                    status_written: bool, term: int | None) -> tuple[list[str], dict[str, str]]:
         """Remove this bind's reservations, allocations and finalizers, and the pod's
         nodeAllocatableResourceClaimStatuses when it wrote them (`status_written`).
 
-        Returns what could not be undone, and the UIDs of claims that may still hold an allocation
-        this bind wrote.
+        Returns what could not be undone, and by claim UID the version at which an allocation this bind
+        sent may still apply.
 
         Deliberately more than upstream: kube-scheduler's Unreserve only drops the pod from reservedFor
         and leaves an allocation it wrote for the resourceclaim controller or a later PostFilter to
@@ -486,28 +871,27 @@ class ClaimWriter:
         the retry that follows.
         """
         problems = []
-        unsettled = set()
+        unsettled: dict[str, str] = {}
         if status_written:
             try:
-                await self._write_pod_status(namespace, name, STATUS_FIELD, [])
-            except BindError as err:
-                problems.append(str(err))
+                await self._write_pod_status(namespace, name, STATUS_FIELD, [], term)
+            except (BindError, _LostAuthority) as err:
+                problems.append(str(err) or "no longer the leader")
                 log.error("could not clear %s of pod %s/%s: %s", STATUS_FIELD, namespace, name, err)
         touched = [record for record in written if record.anything]
         for record in reversed(touched):
             try:
-                settled = await self._undo_claim(record, pod_uid)
-            except (BindError, *_CALL_ERRORS) as err:
-                problems.append(f"ResourceClaim {record.key}: {_describe(err)}")
+                await self._undo_claim(record, pod_uid, term)
+            except (BindError, _LostAuthority, _Unsettled, *_CALL_ERRORS) as err:
+                problems.append(f"ResourceClaim {record.key}: {_describe(err) or 'no longer the leader'}")
                 log.error("could not undo bind writes on ResourceClaim %s: %s", record.key, err)
-                settled = False
-            if not settled and record.allocation is not None:
-                unsettled.add(record.uid)
+            if record.pending_write_rv is not None:
+                unsettled[record.uid] = record.pending_write_rv
                 if record.created_from is not None:
-                    unsettled.add(record.created_from)  # what the scheduler knows the claim by
+                    unsettled[record.created_from] = record.pending_write_rv  # the scheduler's name for it
         if touched or status_written:
             self.undone += 1
-        return problems, frozenset(unsettled)
+        return problems, unsettled
 
     async def _delete_created(self, record: _Written) -> None:
         """Delete a special claim, retrying on conflicts (the claim changed between read and write)."""
@@ -524,35 +908,46 @@ class ClaimWriter:
         try:
             obj = await self._fresh_claim(record)
         except BindError:
+            record.pending_write_rv = None
             return  # already gone
         if FINALIZER in (metadata_of(obj).get("finalizers") or []):
+            # Also fences off a status write of unknown outcome: the version it was sent at is gone.
             await self._store.update_claim(_without_finalizer(obj))
+            record.pending_write_rv = None
         try:
             await self._store.delete_claim(record.namespace, record.name, record.uid)
         except ApiError as err:
             if not err.not_found:
                 raise
+        record.pending_write_rv = None
 
-    async def _undo_claim(self, record: _Written, pod_uid: str) -> bool:
-        """Undo one claim; False when a status write of unknown outcome may still be applied."""
+    async def _undo_claim(self, record: _Written, pod_uid: str, term: int | None) -> None:
+        """Undo one claim. An allocation write of unknown outcome is fenced off first (see
+        `_fence_pending`); `record.pending_write_rv` stays set when that was not possible."""
         if record.created_from is not None:
             if record.uid == record.created_from:
-                return True  # the create failed: there is nothing to delete
+                return  # the create failed: there is nothing to delete
             await self._delete_created(record)
-            return True
+            return
         for attempt in range(MAX_ATTEMPTS):
             if attempt:
                 await asyncio.sleep(self._retry_delay)
             try:
-                obj = await self._fresh_claim(record)
+                obj = await self._read_back(record)
             except BindError:
-                return True   # deleted: nothing left to undo
+                record.pending_write_rv = None
+                return   # deleted: nothing left to undo
             status = obj.get("status") or {}
-            if (record.pending_write_rv is not None and status.get("allocation") != record.allocation
+            current = status.get("allocation")
+            ours = (current is not None and record.allocation is not None
+                    and same_devices(current, record.allocation))
+            if (record.pending_write_rv is not None and not ours
                     and metadata_of(obj).get("resourceVersion") == record.pending_write_rv):
-                # Unchanged since our write was sent: it may still land (the API server applies a
-                # request whose client gave up). Keep everything as is and let the watch tell.
-                return False
+                if not await self._fence_pending(record, obj, term):
+                    continue
+                return
+            # Applied, or the claim moved on without it: either way it can never apply (again).
+            record.pending_write_rv = None
             reserved = list(status.get("reservedFor") or [])
             remaining = [entry for entry in reserved if entry.get("uid") != _undone_consumer(record, pod_uid)]
             new_status = dict(status)
@@ -561,24 +956,54 @@ class ClaimWriter:
             else:
                 new_status.pop("reservedFor", None)
             # Only an allocation this bind made, and only if no other pod started using it meanwhile.
-            clear = (record.allocation is not None and not remaining
-                     and status.get("allocation") == record.allocation)
+            clear = record.allocation is not None and not remaining and ours
             if clear:
                 new_status.pop("allocation", None)
                 new_status.pop("devices", None)
             try:
                 if clear or len(remaining) != len(reserved):
-                    obj = await self._store.update_claim_status({**obj, "status": new_status})
-                finalizers = metadata_of(obj).get("finalizers") or []
-                if record.finalizer_added and FINALIZER in finalizers and not (obj.get("status") or {}).get(
-                        "allocation"):
-                    await self._store.update_claim(_without_finalizer(obj))
+                    obj = await self._send(record, obj, term, self._store.update_claim_status,
+                                           {**obj, "status": new_status})
+                if ((record.finalizer_added or clear) and half_written(obj)):
+                    await self._send(record, obj, term, self._store.update_claim, _without_finalizer(obj))
             except ApiError as err:
                 if err.conflict:
                     continue
                 raise
-            return True
+            except _Moved:
+                continue
+            return
         raise BindError(f"still conflicting after {MAX_ATTEMPTS} attempts")
+
+    async def _fence_pending(self, record: _Written, obj: dict, term: int | None) -> bool:
+        """The claim is still at the version our allocation write of unknown outcome was sent at: write
+        it at that version (our finalizer removed) so that write can never apply. False when the claim
+        changed meanwhile (decide again from a fresh read); raises _Unsettled when it cannot be done."""
+        try:
+            await self._send(record, obj, term, self._store.update_claim, _without_finalizer(obj))
+        except ApiError as err:
+            if err.conflict:
+                return False
+            raise
+        except _Moved:
+            return False
+        record.pending_write_rv = None
+        return True
+
+
+def _pending(written: Sequence[_Written]) -> dict[str, str]:
+    return {record.uid: record.pending_write_rv for record in written if record.pending_write_rv is not None}
+
+
+def same_devices(allocation: Mapping, other: Mapping) -> bool:
+    """Do two allocations name the same devices for the same requests? (The mutating webhook adds the
+    requests' tolerations to what we wrote, and a timestamp may differ: neither makes it another
+    allocation.)"""
+    def devices(value: Mapping) -> list[tuple]:
+        results = (value.get("devices") or {}).get("results") or ()
+        return sorted((str(r.get("request")), str(r.get("driver")), str(r.get("pool")), str(r.get("device")),
+                       str(r.get("shareID") or "")) for r in results if isinstance(r, Mapping))
+    return devices(allocation) == devices(other)
 
 
 def _undone_consumer(record: _Written, pod_uid: str) -> str | None:

@@ -6,8 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from common.metrics import MetricSet
@@ -23,7 +32,7 @@ class _StateCollector(Collector):
     def __init__(self, sources: Callable[[], dict[str, Any]]) -> None:
         self.sources = sources
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         state = self.sources()
         in_flight = GaugeMetricFamily("dra_extender_allocations_in_flight",
                                       "Claim allocations chosen at bind, status not written yet.")
@@ -34,15 +43,27 @@ class _StateCollector(Collector):
         for kind, count in sorted((state.get("objects") or {}).items()):
             objects.add_metric([kind], count)
         yield objects
-        restarts = GaugeMetricFamily("dra_extender_watch_restarts",
-                                     "Watch restarts (reconnects and re-lists) since start.", labels=["kind"])
+        # Counters read from running totals kept elsewhere (the watches', the claim writer's): they only
+        # grow while the process lives, which is all a counter promises, so rate() and increase() apply.
+        restarts = CounterMetricFamily("dra_extender_watch_restarts",
+                                       "Watch restarts (reconnects and re-lists).", labels=["kind"])
         for kind, count in sorted((state.get("watch_restarts") or {}).items()):
             restarts.add_metric([kind], count)
         yield restarts
-        conflicts = GaugeMetricFamily("dra_extender_bind_write_conflicts",
-                                      "Claim status writes answered with 409 Conflict and retried.")
+        conflicts = CounterMetricFamily("dra_extender_bind_write_conflicts",
+                                        "Claim status writes answered with 409 Conflict and retried.")
         conflicts.add_metric([], state.get("write_conflicts", 0))
         yield conflicts
+        lost = GaugeMetricFamily("dra_extender_bind_write_answers_lost",
+                                 "Bind writes whose answer was lost (5xx, timeout, cut connection) and whose "
+                                 "outcome was read back from the API server.")
+        lost.add_metric([], state.get("unknown_outcomes", 0))
+        yield lost
+        without = GaugeMetricFamily("dra_extender_bound_pods_without_devices",
+                                    "Bound pods whose claims are not allocated and reserved for them, and "
+                                    "that could not be repaired (see /debug/state, repair).")
+        without.add_metric([], state.get("pods_without_devices", 0))
+        yield without
 
 
 class Metrics(MetricSet):
@@ -71,6 +92,24 @@ class Metrics(MetricSet):
         self.bind_failures = Counter("dra_extender_bind_failures",
                                      "Failed binds (kube-scheduler retries the pod) by stage.", ["stage"],
                                      registry=self.registry)
+        self.binding_conditions = Counter(
+            "dra_extender_binding_conditions",
+            "Bind calls for pods whose devices have binding conditions, by outcome: ready (bound), waiting "
+            "(answered with an error, kube-scheduler retries), failed or timed out (claim deallocated).",
+            ["outcome"], registry=self.registry)
+        # extender.plugin.bindchecks: a bind kube-scheduler could not have asked for, refused before
+        # anything is reserved or written. Any of them is worth a look: a scheduler name missing from
+        # --scheduler-names, or a caller that is not kube-scheduler.
+        self.bind_refusals = Counter("dra_extender_bind_refusals",
+                                     "Binds refused before anything was written, by reason.", ["reason"],
+                                     registry=self.registry)
+        self.verbs_unauthenticated = Gauge(
+            "dra_extender_verbs_unauthenticated",
+            "1 while the extender verbs answer network clients without a client certificate "
+            "(--extender-allow-unauthenticated).", registry=self.registry)
+        self.repairs = Counter("dra_extender_bound_pod_repairs",
+                               "Attempts to allocate the claims of pods bound without them, by outcome.",
+                               ["outcome"], registry=self.registry)
 
     def count_filter_outcome(self, reason: str, count: int) -> None:
         child = self._outcomes.get(reason)
@@ -85,3 +124,29 @@ class Metrics(MetricSet):
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+
+BUILD_LABELS = ("version", "cel_backend", "event_loop")
+
+
+class ProcessMetrics(MetricSet, Collector):
+    """process_* (CPU, memory, file descriptors, start time), python_info, python_gc_* and
+    dra_extender_build_info{version,cel_backend,event_loop} on `registry` (the debug port's).
+
+    prometheus_client's process, platform and GC collectors describe the whole process, so one of each
+    serves every registry that asks, read through this collector."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.build_labels: dict[str, str] = {}
+        registry.register(self)
+
+    def collect(self) -> Iterator[Any]:
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            yield from collector.collect()
+        build = GaugeMetricFamily("dra_extender_build_info",
+                                  "Always 1: the version, CEL backend and event loop of this process.",
+                                  labels=list(BUILD_LABELS))
+        build.add_metric([self.build_labels.get(name, "") for name in BUILD_LABELS], 1)
+        yield build

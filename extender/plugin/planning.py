@@ -14,6 +14,7 @@ from typing import NamedTuple
 from allocator import AllocatedState, Allocator, InvalidObjectError, Node, ResourceClaim
 from common.claimrefs import WORKLOAD_CLAIMS, pod_key, pod_uid
 from common.rules import RESERVED_FOR_MAX
+from extender.plugin.bindingconditions import BindingPolicy, ClaimBinding
 from extender.plugin.extendedresources import ExtendedPlan, ExtendedResources, Variant
 from extender.plugin.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
 from extender.plugin.nodeallocatable import unshareable
@@ -79,6 +80,8 @@ class PodPlan:
     extended: ExtendedPlan | None = None
     extended_variant: Variant | None = None
     variant_plans: dict[tuple[str, ...], PodPlan] = field(default_factory=dict)
+    # The allocated claims whose devices have binding conditions, with their state (bindingconditions.py).
+    bindings: list[ClaimBinding] = field(default_factory=list)
 
     def group_owner(self, claim: ResourceClaim) -> str | None:
         """The in-flight owner of `claim` when it is the plan's PodGroup's shared claim."""
@@ -94,11 +97,13 @@ class PodPlan:
 
 
 class Planner:
-    def __init__(self, cache: ClusterCache, assume: AssumeCache, *, node_deadline_s: float) -> None:
+    def __init__(self, cache: ClusterCache, assume: AssumeCache, *, node_deadline_s: float,
+                 binding: BindingPolicy | None = None) -> None:
         self.cache = cache
         self.assume = assume
         self.node_deadline_s = node_deadline_s
         self.extended = ExtendedResources(cache)
+        self.binding = binding if binding is not None else BindingPolicy(cache)
 
     def claim(self, namespace: str, name: str) -> ResourceClaim | None:
         """The cached claim (the ClaimLookup of resolve_pod_claims); an invalid one is a SchedulingError."""
@@ -197,6 +202,8 @@ class Planner:
         self._plan_extended(plan)
         if plan.blocked is not None:
             return plan
+        if plan.allocated:
+            plan.bindings = self.binding.of_all(plan.allocated)
         if plan.to_allocate:
             plan.rebinding_uid = uid if rebinding else None
             plan.rebinding_group = plan.group.owner if rebinding and plan.group is not None else None
@@ -221,6 +228,11 @@ class Planner:
             if (plan.pod.get("spec") or {}).get("nodeName") and stale.allocation is not None:
                 plan.allocated.append(stale)  # a bound pod: its special claim is in place
                 return
+            if self.awaits_binding(stale, plan.pod):
+                # Kept from an earlier bind call that waits for its devices' binding conditions; bind and
+                # filter delete it once they failed or timed out (Scheduler._free_failed_bindings).
+                plan.allocated.append(stale)
+                return
             # Upstream's brute force too: a claim from an earlier attempt is removed (filter does it,
             # see Scheduler._remove_stale_claim), never re-checked; until then the pod waits.
             plan.blocked = blocked(f"extended resource claim {stale.key} of an earlier attempt is "
@@ -237,6 +249,12 @@ class Planner:
         plan.extended, plan.extended_variant = extended, variant
         if variant.claim is not None:
             plan.to_allocate.append(variant.claim)
+
+    def awaits_binding(self, claim: ResourceClaim, pod: dict) -> bool:
+        """Is `claim` allocated and reserved for `pod` with devices that have binding conditions, i.e.
+        left by a bind of the pod that waits for them?"""
+        return (claim.allocation is not None and self.binding.of(claim) is not None
+                and reserved_for_pod(claim.raw, pod, accept_group=False))
 
     def for_node(self, plan: PodPlan, node: Node) -> PodPlan | str:
         """The plan on `node`: the same one unless a device plugin on the node serves some of the

@@ -19,20 +19,34 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, NamedTuple, Protocol
 
+from cachetools import LRUCache
 from prometheus_client import CollectorRegistry
 
 from allocator import AllocationError, AllocationTimeout, Allocator, NodeAllocationError, ResourceClaim
 from common.claimrefs import WORKLOAD_CLAIMS, group_name_of, known_claim_names, pod_key, pod_uid
 from common.objects import metadata_of
 from common.rules import DEFAULT_SCORING_POLICY
-from extender.plugin.claimwriter import BindError
+from extender.plugin.authority import Authority
+from extender.plugin.bindchecks import DEFAULT_SCHEDULER, BindChecks, Refusal
+from extender.plugin.bindingconditions import (
+    DEFAULT_BIND_WAIT_S,
+    DEFAULT_BINDING_TIMEOUT_S,
+    EVENT_FAILED,
+    EVENT_PENDING,
+    SETTLED_BADLY,
+    BindingPolicy,
+    ClaimBinding,
+    State,
+    release_blocker,
+)
+from extender.plugin.claimwriter import BindError, KeepClaims
 from extender.plugin.evaluation import SEARCH
-from extender.plugin.explanation import Explanations
-from extender.plugin.extendedresources import Variant
+from extender.plugin.explanation import EventSink, Explanations
+from extender.plugin.extendedresources import Variant, special_claim_owner
 from extender.plugin.filtercache import CachedEvaluation, FilterCache
 from extender.plugin.holds import FilterHolds
 from extender.plugin.metrics import Metrics
@@ -42,17 +56,12 @@ from extender.plugin.placement import NodeScorer
 from extender.plugin.planning import Planner, PodPlan, SchedulingError
 from extender.plugin.podgroups import OWNER_PREFIX, reserved_for_pod
 from extender.plugin.requeue import RequeueNudge
-from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, Words, answer
+from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, Words, answer, blocked
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
 
 log = logging.getLogger(__name__)
 
-# How long devices stay in flight after a bind whose writes may have reached the API server but could
-# not be confirmed or undone: the watch normally shows the claim long before; this only bounds how
-# long devices stay blocked if the write never happened. Longer than the API server's own request
-# timeout (60 s by default), after which a late write can no longer be applied.
-UNSETTLED_TTL_S = 120.0
 _REASON_OF = attrgetter("reason")  # verdict -> its Reason, for counting thousands of verdicts per filter
 # How long one node's allocation search may run. Searches take well under a millisecond on typical
 # nodes; one that runs this long is a combinatorial corner case. A node's search never yields, so this
@@ -83,6 +92,16 @@ class _ClaimWaiter(NamedTuple):
     changed: asyncio.Event
 
 
+class _BindWork(NamedTuple):
+    """What bind writes, worked out synchronously (Scheduler._reserve_for_bind)."""
+
+    writes: list[ClaimWrite]
+    consumers: dict[str, dict]         # by claim UID, the PodGroup to reserve a shared claim for
+    extended: Variant | None           # the special claim to create (extended resources)
+    footprint: NodeFit | None          # DRANodeAllocatableResources: what the devices add to the pod
+    allocated: list[str]               # keys of the pod's claims that are allocated already
+
+
 # A claim to write at bind: with the allocation to write, or None for one allocated already (only the
 # reservation is added).
 ClaimWrite = tuple[ResourceClaim, dict | None]
@@ -98,9 +117,14 @@ class BindWriter(Protocol):
     conflicts: int  # write conflicts answered by a fresh read (a metric)
 
     async def bind(self, pod: dict, node: str, claims: list[ClaimWrite], consumers: Mapping[str, dict], *,
-                   extended: Variant | None = None, node_allocatable: Sequence[dict] = ()) -> None: ...
+                   extended: Variant | None = None, node_allocatable: Sequence[dict] = (),
+                   term: int | None = None, binding: bool = True,
+                   before_binding: Callable[[Sequence[str]], Awaitable[None]] | None = None) -> None: ...
 
     async def remove_claim(self, namespace: str, name: str, uid: str) -> None: ...
+
+    async def deallocate(self, raw: dict, *, still: Callable[[dict], str | None],
+                         term: int | None) -> str | None: ...
 
 
 class Scheduler:
@@ -122,8 +146,17 @@ class Scheduler:
         reasons: Words = Words.UPSTREAM,
         explanations: Explanations | None = None,
         requeue: RequeueNudge | None = None,
+        scheduler_names: Collection[str] = (DEFAULT_SCHEDULER,),
+        authority: Authority | None = None,
+        binding_timeout_s: float = DEFAULT_BINDING_TIMEOUT_S,
+        bind_wait_s: float = DEFAULT_BIND_WAIT_S,
+        wall_clock: Callable[[], float] = time.time,
+        events: EventSink | None = None,
     ) -> None:
         self.cache = cache
+        # Whether this replica may allocate now (extender/plugin/authority.py): always, unless wiring
+        # gives the one its fence and leader election drive.
+        self.authority = authority if authority is not None else Authority.always()
         self.assume = assume
         self.writer = writer
         self.hold_devices = hold_devices
@@ -136,13 +169,19 @@ class Scheduler:
         self.reasons = reasons  # the words of the answers to kube-scheduler (serve's --reasons)
         self.explanations = explanations  # the pod Events of filters that found no node (None: none)
         self.requeue = requeue  # has kube-scheduler retry the pods we rejected when devices appear
+        # Device binding conditions: how long a pod may wait for them (--binding-timeout, counted from the
+        # claim's allocationTimestamp) and how long one bind call waits (--bind-wait).
+        self.binding = BindingPolicy(cache, timeout_s=binding_timeout_s, wall_clock=wall_clock)
+        self.bind_wait_s = bind_wait_s
+        self.events = events  # pod Events of our own (BindingConditionsPending); None: none
         evaluation = CachedEvaluation(filter_cache) if filter_cache is not None else SEARCH
-        self.planner = Planner(cache, assume, node_deadline_s=node_deadline_s)
+        self.planner = Planner(cache, assume, node_deadline_s=node_deadline_s, binding=self.binding)
         self.checker = NodeChecker(cache, self.planner, evaluation=evaluation,
                                    node_deadline_s=node_deadline_s, clock=clock)
         self.scorer = NodeScorer(cache, self.planner, evaluation=evaluation, default_policy=scoring)
         self.holds = FilterHolds(assume, planner=self.planner, checker=self.checker, scorer=self.scorer,
                                  ttl_s=hold_ttl_s)
+        self.bind_checks = BindChecks(cache, scheduler_names)
         # Pods whose bind is writing. Their in-flight entries belong to that bind: nothing else may
         # replace or release them (the devices would look free while the write may still land).
         self._binding: set[str] = set()
@@ -151,6 +190,13 @@ class Scheduler:
         self._group_writes: dict[str, asyncio.Future[None]] = {}
         # Filters waiting for a pod's claims to be created (_await_claims), woken by cache changes.
         self._claim_waiters: dict[str, _ClaimWaiter] = {}
+        # Binds waiting for device binding conditions: claim key -> the events that wake them, and by pod
+        # UID what each waits for (/debug/state).
+        self._binding_waiters: dict[str, set[asyncio.Event]] = {}
+        self.waiting_binds: dict[str, dict[str, Any]] = {}
+        # pod UID -> the allocations it was last announced waiting for (one BindingConditionsPending
+        # event per pod and allocation, not per bind call).
+        self._announced: LRUCache[str, tuple[tuple[str, str], ...]] = LRUCache(maxsize=10_000)
         cache.subscribe(self._on_change)
         self.bind_attempts = 0
         self.bind_conflicts = 0
@@ -160,6 +206,7 @@ class Scheduler:
     def describe_state(self) -> dict[str, Any]:
         """The scheduler's part of /debug/state."""
         return {
+            "authority": {"term": self.authority.term, "waitingFor": self.authority.reason or None},
             "inFlight": self.assume.describe(),
             "binds": {"attempts": self.bind_attempts, "conflicts": self.bind_conflicts,
                       "conflictRate": self.bind_conflict_rate},
@@ -170,6 +217,10 @@ class Scheduler:
             "requeue": ({"claim": f"{self.requeue.namespace}/{self.requeue.name}",
                          "waitingPods": self.requeue.waiting, "writes": self.requeue.writes,
                          "failures": self.requeue.failures} if self.requeue is not None else None),
+            "bindingConditions": {"enabled": self.binding.enabled, "timeoutSeconds": self.binding.timeout_s,
+                                  "bindWaitSeconds": self.bind_wait_s,
+                                  "bindsWaiting": sorted(self.waiting_binds.values(),
+                                                         key=lambda entry: str(entry["pod"]))},
         }
 
     def in_flight(self) -> list[dict[str, Any]]:
@@ -178,7 +229,8 @@ class Scheduler:
 
     def gauges(self) -> dict[str, int]:
         """The scheduler's gauges for /metrics."""
-        return {"in_flight": len(self.assume), "write_conflicts": self.writer.conflicts}
+        return {"in_flight": len(self.assume), "write_conflicts": self.writer.conflicts,
+                "unknown_outcomes": getattr(self.writer, "unknown_outcomes", 0)}
 
     @property
     def bind_conflict_rate(self) -> float:
@@ -189,6 +241,10 @@ class Scheduler:
             self.metrics.count_filter_outcome(reason, count)
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+        if self._binding_waiters and kind == "ResourceClaim":
+            meta = metadata_of(new)
+            for changed in self._binding_waiters.get(f"{meta.get('namespace')}/{meta.get('name')}", ()):
+                changed.set()
         if self._claim_waiters and kind in ("Pod", "ResourceClaim"):
             namespace = metadata_of(new).get("namespace")
             for waiter in self._claim_waiters.values():
@@ -223,6 +279,11 @@ class Scheduler:
             plan = self.planner.plan(pod)
             if plan.claims_missing:
                 pod, plan = await self._await_claims(pod, plan, deadline=deadline)
+            if plan.bindings:
+                settled = await self._settle_bindings(pod, plan)
+                if settled is not None:
+                    self._count_outcome(Reason.BINDING_FAILED, len(node_names))
+                    return settled
             verdicts = await self.checker.check_all(plan, node_names, node_objects=node_objects,
                                                     use_cache=True, deadline=deadline)
             if self._claims_changed(plan):
@@ -264,12 +325,83 @@ class Scheduler:
         stale = self.planner.extended.stale_claim(pod)
         if stale is None or pod_uid(pod) in self._binding or (pod.get("spec") or {}).get("nodeName"):
             return
+        if self.planner.awaits_binding(stale, pod):
+            return  # its devices' binding conditions decide (_settle_bindings)
         log.info("removing extended resource claim %s of an earlier attempt for pod %s", stale.key,
                  pod_key(pod))
         try:
             await self.writer.remove_claim(stale.namespace, stale.name, stale.uid)
         except BindError as error:
             log.warning("could not remove extended resource claim %s: %s", stale.key, error)
+
+    async def _settle_bindings(self, pod: dict, plan: PodPlan) -> FilterResult | None:
+        """Upstream's PostFilter for the pod's allocated claims whose device binding failed or timed out
+        (found here when it happened while kube-scheduler held the pod in its backoff): free them and
+        answer with an Error naming claim, device and condition, so the pod's condition says why and
+        kube-scheduler tries it again after its backoff, on devices allocated afresh. A claim that others
+        use cannot be freed: then the pod fits no node ("resourceclaim not available on the node", as
+        upstream). None when there is nothing to settle."""
+        bad = [binding for binding in plan.bindings if binding.state in SETTLED_BADLY]
+        if not bad:
+            return None
+        message, in_use = await self._free_failed_bindings(pod, bad, self.authority.term)
+        if in_use:
+            plan.blocked = blocked(message, Reason.BINDING_FAILED)
+            return None
+        self.metrics.binding_conditions.labels(outcome=str(bad[0].state)).inc()
+        return FilterResult([], {}, {}, message)
+
+    async def _free_failed_bindings(self, pod: dict, bad: Sequence[ClaimBinding],
+                                    term: int | None) -> tuple[str, bool]:
+        """Deallocate (the pod's special claim: delete) each claim whose binding failed or timed out, as
+        upstream does to reschedule the pod. Returns what happened, for kube-scheduler, and whether a
+        claim could not be freed because others use it."""
+        parts, in_use = [], False
+        workload_claims = self.cache.features.enabled(WORKLOAD_CLAIMS)
+        for binding in bad:
+            text = binding.describe()
+            claim = self.cache.claim_by_uid(binding.uid)
+            if claim is None:
+                parts.append(f"{text}; the claim is gone")
+                continue
+            if special_claim_owner(claim.raw) == pod_uid(pod):
+                try:
+                    await self.writer.remove_claim(claim.namespace, claim.name, claim.uid)
+                except BindError as error:
+                    parts.append(f"{text}; deleting the claim failed: {error}")
+                else:
+                    parts.append(f"{text}; the claim was deleted")
+                continue
+            blocker = release_blocker(claim.raw, pod, self.cache, workload_claims=workload_claims)
+            if blocker is not None:
+                parts.append(f"{text}; the claim is not deallocated: {blocker}")
+                in_use = True
+                continue
+
+            def still(fresh: dict) -> str | None:
+                again = self.binding.of(fresh)
+                if again is None or again.state not in SETTLED_BADLY:
+                    return "its binding conditions changed meanwhile"
+                return release_blocker(fresh, pod, self.cache, workload_claims=workload_claims)
+
+            try:
+                why_not = await self.writer.deallocate(claim.raw, still=still, term=term)
+            except BindError as error:
+                parts.append(f"{text}; deallocating the claim failed: {error}")
+                continue
+            if why_not is None:
+                log.info("pod %s: %s: deallocated the claim to schedule the pod again", pod_key(pod), text)
+                parts.append(f"{text}; the claim was deallocated")
+            else:
+                parts.append(f"{text}; the claim is not deallocated: {why_not}")
+        if not in_use:
+            parts.append("the pod is scheduled again")
+        message = "; ".join(parts)
+        if self.events is not None:
+            # kube-scheduler's FailedScheduling events of a pod form one series that keeps its first
+            # message (the wait's): this one says what became of it.
+            self.events.record(pod, EVENT_FAILED, message, event_type="Warning")
+        return message, in_use
 
     async def _await_claims(self, pod: dict, plan: PodPlan, *, deadline: float) -> tuple[dict, PodPlan]:
         """Wait up to `claim_wait_s` (and at most half of what is left of the filter's budget) until
@@ -339,56 +471,97 @@ class Scheduler:
     async def bind(self, namespace: str, name: str, *, uid: str, node_name: str) -> None:
         """Allocate (re-checked against current state), reserve and bind. Raises BindFailed."""
         pod = self.cache.pod(namespace, name) or await self._await_pod(namespace, name, uid=uid)
-        if pod is None:
-            raise BindFailed(f"pod {namespace}/{name} is not known to dra-extender")
-        if uid and pod_uid(pod) and pod_uid(pod) != uid:
-            raise BindFailed(f"pod {namespace}/{name} has UID {pod_uid(pod)}, not {uid}")
+        # Waits before the checks below: from them to `_binding.add` nothing may await, or a retried
+        # request for the same pod would pass them too and bind it a second time.
+        if pod is not None and await self._await_group_writes(pod):
+            pod = self.cache.pod(namespace, name)
+        pod = self._admitted(pod, namespace, name, uid=uid, node_name=node_name)
         uid = pod_uid(pod)
-        # Waits before the check below: from that check to `_binding.add` nothing may await, or a
-        # retried request for the same pod would pass the check too and bind it a second time.
-        await self._await_group_writes(pod)
         if uid in self._binding:
             # kube-scheduler gave up on the earlier bind and retried; that bind still writes.
             raise BindFailed(f"pod {pod_key(pod)} is already being bound by an earlier request")
+        term = self.authority.term
+        if term is None:
+            raise BindFailed(f"pod {pod_key(pod)}: dra-extender may not bind now: {self.authority.reason}")
         self.bind_attempts += 1
-        writes, consumers, extended, footprint = (
-            self._reserve_for_bind(pod, node_name) if self.planner.needs_dra(pod) else ([], {}, None, None))
+        await self._write(pod, node_name, term=term, binding=True)
+
+    async def repair(self, pod: dict, *, term: int) -> None:
+        """Allocate and reserve, on the node it is bound to, the claims of a pod that is bound without
+        them (whoever bound it): the kubelet would never start it. Raises BindFailed when that cannot
+        be done (the devices are taken, the node is gone, ...)."""
+        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
+        uid = pod_uid(pod)
+        if not node_name or uid in self._binding:
+            raise BindFailed(f"pod {pod_key(pod)} is not bound, or is being bound now")
+        await self._await_group_writes(pod)
+        if uid in self._binding:
+            raise BindFailed(f"pod {pod_key(pod)} is being bound now")
+        await self._write(pod, node_name, term=term, binding=False)
+
+    async def _write(self, pod: dict, node_name: str, *, term: int, binding: bool) -> None:
+        """Reserve in the assume cache and write (with the Binding when `binding`)."""
+        uid = pod_uid(pod)
+        work = (self._reserve_for_bind(pod, node_name) if self.planner.needs_dra(pod)
+                else _BindWork([], {}, None, None, []))
+        writes, consumers, extended, footprint = work.writes, work.consumers, work.extended, work.footprint
         self.holds.handed_to_bind(uid)
         self._binding.add(uid)
         group_write = self._start_group_write(pod) if consumers else None
+
+        async def binding_conditions(written: Sequence[str]) -> None:
+            await self._await_binding_conditions(pod, node_name, [*work.allocated, *written], term=term)
+
         try:
             await self.writer.bind(pod, node_name, writes, consumers, extended=extended,
-                                   node_allocatable=footprint.statuses if footprint is not None else ())
+                                   node_allocatable=footprint.statuses if footprint is not None else (),
+                                   term=term, binding=binding,
+                                   before_binding=binding_conditions if self.binding.enabled else None)
         except BaseException as error:
-            unsettled = error.unsettled if isinstance(error, BindError) else frozenset()
+            unsettled = error.unsettled if isinstance(error, BindError) else {}
             for claim, allocation in writes:
                 if allocation is None:
                     continue
                 self.assume.release(claim.uid)
+                pending_at = unsettled.get(claim.uid)
                 cached = self.cache.claim_by_uid(claim.uid)
-                if claim.uid in unsettled and (cached is None or cached.allocation is None):
-                    # The API server may hold this allocation (the cache does not know yet): keep
-                    # counting its devices until the watch shows the claim allocated (which drops
-                    # the entry) or the TTL passes.
+                if pending_at is not None and _may_still_apply(cached, pending_at):
+                    # The API server may still apply this allocation (the cache does not know): keep
+                    # counting its devices until the cache shows the claim allocated, gone or at another
+                    # version (extender/plugin/fence.py fences it off if nothing else changes it).
                     # Owned by no pod, so no bind (not even this pod's retry) re-allocates the claim
                     # meanwhile: it is "in the process of being allocated".
-                    self.assume.reserve(claim, allocation, f"unsettled:{uid}", ttl_s=UNSETTLED_TTL_S)
+                    self.assume.reserve(claim, allocation, f"unsettled:{uid}", pending_at=pending_at)
             if not isinstance(error, BindError):
                 raise
-            self.metrics.bind_failures.labels(stage="write").inc()
+            if not error.kept:  # waiting for binding conditions, or freed after they failed: counted there
+                self.metrics.bind_failures.labels(stage="write").inc()
             raise BindFailed(str(error)) from None
         finally:
             self._binding.discard(uid)
             if group_write is not None:
                 self._group_writes.pop(group_write).set_result(None)
         usage = self.checker.node_usage
-        if usage is not None:  # kube-scheduler counts the pod on the node from now on: so do we
+        if usage is not None and binding:  # kube-scheduler counts the pod on the node from now on: so do we
             requests = footprint.requests if footprint is not None else as_fit_units(pod_requests(pod, ()))
             usage.assume(uid, node_name, requests)
         if extended is not None and extended.claim is not None:
             # The created claim, allocated, is in the cache now (the writer stores what it wrote): the
             # in-memory claim's entry, under a UID no watch event will ever confirm, has done its job.
             self.assume.release(extended.claim.uid)
+
+    def _admitted(self, pod: dict | None, namespace: str, name: str, *, uid: str, node_name: str) -> dict:
+        """`pod`, when kube-scheduler could have asked to bind it to `node_name`; otherwise BindFailed,
+        counted by reason (extender.plugin.bindchecks)."""
+        if pod is None:
+            refusal = Refusal("unknown-pod", f"pod {namespace}/{name} is not known to dra-extender")
+        else:
+            found = self.bind_checks.refusal(pod, uid=uid, node_name=node_name)
+            if found is None:
+                return pod
+            refusal = found
+        self.metrics.bind_refusals.labels(reason=refusal.reason).inc()
+        raise BindFailed(refusal.message)
 
     async def _await_pod(self, namespace: str, name: str, *, uid: str) -> dict | None:
         """The pod from the cache, polled for up to BIND_POD_WAIT_S: kube-scheduler may bind a pod that
@@ -402,13 +575,16 @@ class Scheduler:
                 return pod
         return None
 
-    async def _await_group_writes(self, pod: dict) -> None:
-        """Wait while another bind writes the shared claims of this pod's PodGroup."""
+    async def _await_group_writes(self, pod: dict) -> bool:
+        """Wait while another bind writes the shared claims of this pod's PodGroup; whether it waited."""
         if not self.cache.features.enabled(WORKLOAD_CLAIMS) or group_name_of(pod) is None:
-            return
+            return False
         key = f"{(pod.get('metadata') or {}).get('namespace')}/{group_name_of(pod)}"
+        waited = False
         while key in self._group_writes:
+            waited = True
             await asyncio.shield(self._group_writes[key])
+        return waited
 
     def _start_group_write(self, pod: dict) -> str:
         key = f"{(pod.get('metadata') or {}).get('namespace')}/{group_name_of(pod)}"
@@ -416,13 +592,8 @@ class Scheduler:
         self._group_writes[key] = done
         return key
 
-    def _reserve_for_bind(self, pod: dict, node_name: str
-                          ) -> tuple[list[ClaimWrite], dict[str, dict], Variant | None, NodeFit | None]:
-        """Synchronous: re-check and reserve with no await in between (atomic on the event loop).
-
-        Returns the claims to write, by claim UID the PodGroup to reserve a shared claim for, the
-        special claim to create (extended resources), if the pod gets one, and (DRANodeAllocatableResources)
-        the node allocatable footprint of its devices."""
+    def _reserve_for_bind(self, pod: dict, node_name: str) -> _BindWork:
+        """Synchronous: re-check and reserve with no await in between (atomic on the event loop)."""
         uid = pod_uid(pod)
         held_on = self.holds.node_of(uid)
         if held_on is not None and held_on != node_name:
@@ -459,8 +630,76 @@ class Scheduler:
         extended = plan.extended_variant
         node = self.cache.node(node_name)
         footprint = self.checker.node_fit(plan, node, verdict) if node is not None else None
-        return (writes, consumers, extended if extended is not None and extended.claim is not None else None,
-                footprint)
+        return _BindWork(writes, consumers,
+                         extended if extended is not None and extended.claim is not None else None,
+                         footprint, [claim.key for claim in plan.allocated])
+
+    async def _await_binding_conditions(self, pod: dict, node_name: str, keys: Sequence[str], *,
+                                        term: int) -> None:
+        """Upstream's PreBind wait for device binding conditions, for at most `bind_wait_s` of this call.
+
+        Every condition True: return (the pod is bound). A failure condition True, or the binding
+        timeout passed: the claims are freed and KeepClaims says so. Otherwise, once this call's wait is
+        over, KeepClaims says what is still awaited: kube-scheduler records it in the pod's condition
+        and retries the pod after its backoff, while the claims stay allocated and reserved for it; a
+        later call (of this process or another, after a restart or a change of leader) decides again
+        from the claims alone. Wakes on every change of one of the claims and at the binding timeout."""
+        keys = list(dict.fromkeys(keys))
+        until = self.clock() + self.bind_wait_s
+        uid = pod_uid(pod)
+        changed = asyncio.Event()
+        for key in keys:
+            self._binding_waiters.setdefault(key, set()).add(changed)
+        try:
+            while True:
+                changed.clear()
+                claims = [claim for key in keys
+                          if (claim := self.cache.claim(*key.split("/", 1))) is not None]
+                bindings = self.binding.of_all(claims)
+                if all(binding.state == State.READY for binding in bindings):
+                    if bindings:
+                        self.metrics.binding_conditions.labels(outcome=str(State.READY)).inc()
+                    return
+                bad = [binding for binding in bindings if binding.state in SETTLED_BADLY]
+                if bad:
+                    self.metrics.binding_conditions.labels(outcome=str(bad[0].state)).inc()
+                    message, _ = await self._free_failed_bindings(pod, bad, term)
+                    raise KeepClaims(message)
+                pending = [binding for binding in bindings if binding.state == State.PENDING]
+                self.waiting_binds[uid] = {"pod": pod_key(pod), "node": node_name,
+                                           "claims": [binding.to_dict() for binding in pending]}
+                self._announce_waiting(pod, node_name, pending)
+                left = until - self.clock()
+                if left <= 0 or not self.authority.holds(term):
+                    self.metrics.binding_conditions.labels(outcome="waiting").inc()
+                    raise KeepClaims(
+                        "; ".join(binding.describe() for binding in pending)
+                        + "; the claims stay allocated and reserved for the pod, kube-scheduler tries again")
+                deadlines = [binding.deadline for binding in pending if binding.deadline is not None]
+                if deadlines:  # wake just after the earliest binding timeout
+                    left = min(left, max(0.0, min(deadlines) - self.binding.wall_clock()) + 0.05)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await changed.wait()
+        finally:
+            self.waiting_binds.pop(uid, None)
+            for key in keys:
+                waiters = self._binding_waiters.get(key)
+                if waiters is not None:
+                    waiters.discard(changed)
+                    if not waiters:
+                        del self._binding_waiters[key]
+
+    def _announce_waiting(self, pod: dict, node_name: str, pending: Sequence[ClaimBinding]) -> None:
+        """Upstream's Normal event BindingConditionsPending, once per pod and allocation (not per call)."""
+        signature = tuple((binding.uid, str(binding.allocated_at)) for binding in pending)
+        uid = pod_uid(pod)
+        if self.events is None or self._announced.get(uid) == signature:
+            return
+        self._announced[uid] = signature
+        self.events.record(pod, EVENT_PENDING,
+                           f"waiting for binding conditions for device on node {node_name}: "
+                           + "; ".join(binding.describe() for binding in pending))
 
     # ---- preempt ------------------------------------------------------------------------------
 
@@ -534,3 +773,17 @@ class Scheduler:
                 if users <= victim_uids:
                     freed.add(claim.uid or claim.key)
         return freed
+
+
+def _may_still_apply(cached: ResourceClaim | None, pending_at: str) -> bool:
+    """Can a write sent at resourceVersion `pending_at` still apply, as far as the cache knows? Not once
+    the cache holds the claim allocated or at a later version (versions only grow)."""
+    if cached is None:
+        return True
+    if cached.allocation is not None:
+        return False
+    version = metadata_of(cached.raw).get("resourceVersion")
+    try:
+        return version is None or int(version) <= int(pending_at)
+    except (TypeError, ValueError):
+        return version == pending_at

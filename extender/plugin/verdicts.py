@@ -43,6 +43,7 @@ class Reason(StrEnum):
     CLASS_MISSING = "class missing"
     FEATURE_DISABLED = "feature disabled"
     STALE_EXTENDED_CLAIM = "stale extended claim"
+    BINDING_FAILED = "binding failed"  # a claim's device binding failed or timed out, and others use it
     ERROR = "error"  # a real error (SchedulingError): the whole filter failed
 
 
@@ -81,6 +82,7 @@ _UPSTREAM_WORDS: dict[str, str] = {
     Reason.TIMEOUT: TIMED_OUT_MESSAGE,
     Reason.EXTENDED_RESOURCE: "cannot fit resource",
     Reason.STALE_EXTENDED_CLAIM: "cannot schedule extended resource claim",
+    Reason.BINDING_FAILED: NOT_AVAILABLE,
 }
 # Every status of the in-tree plugin that rejects a node is UnschedulableAndUnresolvable, except
 # "Insufficient cpu" and the like when evicting pods could make room (NODE_ALLOCATABLE decides as

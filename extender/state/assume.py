@@ -8,8 +8,10 @@ calls `reserve()` for it with no `await` in between. The extender runs on one as
 so no other coroutine can allocate from the same view in that window, and every later view
 includes the reservation. The entry then lives until the cache shows the claim allocated (the
 ClaimWriter applies what it wrote; the watch confirms it later), until the caller releases it (the
-write certainly failed, the bind was refused), or until its TTL passes (filter-hold mode, and
-writes whose outcome is unknown: those stay counted until the watch shows the claim).
+write certainly failed, the bind was refused), or until its TTL passes (filter-hold mode). An entry
+for a write whose outcome is unknown ("unsettled") names the resourceVersion the write was sent at: it
+ends when the cache shows the claim allocated, deleted, or at another version (the write can then
+never apply), and has no TTL, since only the API server's objects can tell.
 
 The cache indexes a claim's allocation before it notifies subscribers, so when the watch confirms
 an allocation the devices are counted by the cache before the entry here is dropped.
@@ -37,6 +39,8 @@ class InFlight:
     allocation: dict
     pod_uid: str  # the owner: a pod's UID, or "podgroup:<uid>" for a PodGroup's shared claim
     expires_at: float | None
+    # Unsettled: the claim's resourceVersion at which a write of this allocation may still apply.
+    pending_at: str | None = None
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and self.expires_at <= now
@@ -48,7 +52,7 @@ class AssumeCache:
         self._entries: dict[str, InFlight] = {}
 
     def reserve(self, claim: ResourceClaim, allocation: dict, pod_uid: str, *,
-                ttl_s: float | None = None) -> None:
+                ttl_s: float | None = None, pending_at: str | None = None) -> None:
         """Count `allocation` as used for `claim` from now on.
 
         Reserving again for the same pod replaces the entry (e.g. a held filter result now bound on
@@ -59,7 +63,7 @@ class AssumeCache:
             raise AlreadyInFlight(f"resource claim {claim.key} is in the process of being allocated "
                                   f"(pod uid {current.pod_uid})")
         expires_at = self._clock() + ttl_s if ttl_s is not None else None
-        self._entries[claim.uid] = InFlight(claim, allocation, pod_uid, expires_at)
+        self._entries[claim.uid] = InFlight(claim, allocation, pod_uid, expires_at, pending_at)
 
     def release(self, claim_uid: str, *, allocation: dict | None = None) -> None:
         """Drop the claim's entry; with `allocation`, only if the entry still holds that very object
@@ -123,6 +127,7 @@ class AssumeCache:
                     for r in (entry.allocation.get("devices") or {}).get("results") or ()
                 ],
                 "expiresInSeconds": None if entry.expires_at is None else round(entry.expires_at - now, 3),
+                **({"unsettledAtResourceVersion": entry.pending_at} if entry.pending_at is not None else {}),
             }
             for uid, entry in self._entries.items()
         ]
@@ -140,8 +145,11 @@ class AssumeCache:
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if kind != "ResourceClaim":
             return
-        uid = metadata_of(new).get("uid")
-        if uid not in self._entries:
+        meta = metadata_of(new)
+        uid = str(meta.get("uid") or "")
+        entry = self._entries.get(uid)
+        if entry is None:
             return
-        if event_type == "DELETED" or (new.get("status") or {}).get("allocation") is not None:
+        if (event_type == "DELETED" or (new.get("status") or {}).get("allocation") is not None
+                or (entry.pending_at is not None and meta.get("resourceVersion") != entry.pending_at)):
             del self._entries[uid]

@@ -474,6 +474,30 @@ class ClusterCache:
                 del self._pods_by_group[f"{namespace}/{group}"]
 
 
+class ClaimWatch:
+    """The claims in the cache for which `wanted(raw)` holds, kept up to date from the cache's changes:
+    by UID, the claim's key and since when (by `clock`) it has been wanted without a break."""
+
+    def __init__(self, cache: ClusterCache, wanted: Callable[[dict], bool], *,
+                 clock: Callable[[], float]) -> None:
+        self._wanted = wanted
+        self._clock = clock
+        self.claims: dict[str, tuple[str, float]] = {}
+        for raw in cache.valid_objects("ResourceClaim"):
+            self._on_change("ResourceClaim", "ADDED", raw, None)
+        cache.subscribe(self._on_change)
+
+    def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+        if kind != "ResourceClaim":
+            return
+        meta = metadata_of(new)
+        uid = str(meta.get("uid") or "")
+        if event_type != "DELETED" and self._wanted(new):
+            self.claims.setdefault(uid, (f"{meta.get('namespace')}/{meta.get('name')}", self._clock()))
+        else:
+            self.claims.pop(uid, None)
+
+
 class Replacement:
     """The complete contents of one kind, applied object by object; `finish` deletes the rest."""
 

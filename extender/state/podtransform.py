@@ -12,9 +12,10 @@ Kept:
 - metadata: identity and versioning (name, namespace, uid, resourceVersion, generation, timestamps),
   labels, ownerReferences, finalizers, and only our own annotations (`dra-extender.io/...`);
 - spec: the scheduling fields (nodeName, schedulerName, resourceClaims, tolerations, priority and
-  preemption, nodeSelector, schedulingGates, schedulingGroup, overhead and pod-level resources) and,
-  per container and init container, its name, resources and restartPolicy (what extended resources
-  backed by DRA and sidecar accounting need);
+  preemption, nodeSelector, schedulingGates, schedulingGroup, overhead and pod-level resources), of
+  affinity only the required node affinity (bind's checks, extender.plugin.bindchecks) and, per
+  container and init container, its name, resources and restartPolicy (what extended resources backed
+  by DRA and sidecar accounting need);
 - status: phase, nominatedNodeName, resourceClaimStatuses, extendedResourceClaimStatus,
   nodeAllocatableResourceClaimStatuses (what a bound pod's claims add to its requests, read by
   extender.plugin.nodeallocatable).
@@ -40,6 +41,7 @@ SPEC_FIELDS = frozenset({
     "preemptionPolicy", "nodeSelector", "schedulingGates", "schedulingGroup", "overhead", "resources",
 })
 CONTAINER_FIELDS = frozenset({"name", "resources", "restartPolicy"})
+REQUIRED_NODE_AFFINITY = frozenset({"requiredDuringSchedulingIgnoredDuringExecution"})
 STATUS_FIELDS = frozenset({
     "phase", "nominatedNodeName", "resourceClaimStatuses", "extendedResourceClaimStatus",
     "nodeAllocatableResourceClaimStatuses",
@@ -58,6 +60,18 @@ def _containers(value: Any) -> Any:
     if not isinstance(value, list):
         return value
     return [_pick(container, CONTAINER_FIELDS) for container in value]
+
+
+def _required_node_affinity(affinity: Any) -> Any:
+    """Of `affinity`, only nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution (pod affinity
+    terms name other pods' labels, and preferences are kube-scheduler's scoring, not ours)."""
+    if not isinstance(affinity, dict):
+        return affinity  # malformed: kept, as _pick keeps it
+    node_affinity = affinity.get("nodeAffinity")
+    if not isinstance(node_affinity, dict):
+        return {} if node_affinity is None else {"nodeAffinity": node_affinity}
+    required = _pick(node_affinity, REQUIRED_NODE_AFFINITY)
+    return {"nodeAffinity": required} if required else {}
 
 
 def slim_pod(pod: dict) -> dict:
@@ -79,6 +93,10 @@ def slim_pod(pod: dict) -> dict:
             for key in ("containers", "initContainers"):
                 if key in spec:
                     slim["spec"][key] = _containers(spec[key])
+            if spec.get("affinity") is not None:
+                affinity = _required_node_affinity(spec["affinity"])
+                if affinity:
+                    slim["spec"]["affinity"] = affinity
     status = pod.get("status")
     if status is not None:
         slim["status"] = _pick(status, STATUS_FIELDS)

@@ -96,7 +96,12 @@ STRINGS = _cases("strings", [
     ('"hello".indexOf("l") == 2', True),
     ('"hello".indexOf("l", 3) == 3', True),
     ('"hello".indexOf("z") == -1', True),
-    ('"hello".indexOf("l", 10) == -1', "runtime_error"),
+    ('"hello".indexOf("l", 10) == -1', True),  # cel-go 0.29: past the end, not found
+    ('"hello".indexOf("", 10) == 5', True),
+    ('"hello".indexOf("l", -1) == -1', "runtime_error"),
+    ('"hello".lastIndexOf("l", 5) == -1', True),
+    ('"hello".lastIndexOf("", 10) == 5', True),
+    ('"hello".lastIndexOf("lo", 4) == 3', True),
     ('"hello".lastIndexOf("l") == 3', True),
     ('"hello".lastIndexOf("l", 2) == 2', True),
     ('"hello".lastIndexOf("h", 0) == 0', True),

@@ -47,6 +47,8 @@ TIMESTAMPS = _cases("timestamp", [
     (f'{T0}.getHours("+05:30") == 5 && {T0}.getMinutes("+05:30") == 30', True),
     (f'{T0}.getHours("America/New_York") == 19 && {T0}.getHours("-0:30") == 23', True),
     (f'{T0}.getHours("Nowhere/City") == 19', "runtime_error"),
+    # cel-go reads an offset's hours and minutes with strconv.Atoi and checks neither's range
+    (f'{T0}.getHours("+1:60") == 2 && {T0}.getHours("-0:90") == 22 && {T0}.getHours("+30:00") == 6', True),
     ('timestamp("2020-01-01T00:00:00.123Z").getMilliseconds() == 123', True),
     (f'timestamp("2020-01-01T00:00:00+01:00") < {T0}', True),
     (f'{T0} - timestamp("2019-12-31T00:00:00Z") == duration("24h")', True),

@@ -32,6 +32,11 @@ if importlib.util.find_spec("cases_lists_ext") is not None:
 
     TABLES.append(cases_lists_ext)
 
+if importlib.util.find_spec("cases_folding") is not None:
+    import cases_folding
+
+    TABLES.append(cases_folding)
+
 ALL_CASES: list[CelCase] = [case for table in TABLES for case in table.CASES]
 
 ENGINES = [

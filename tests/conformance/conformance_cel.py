@@ -374,13 +374,98 @@ def _map_transform_size(draw: st.DrawFn, depth: int) -> str:
     return draw(st.sampled_from([f"size({built})", f"{built}.transformList(k, v, k + v).sum()"]))
 
 
+# -- what cel-go computes when the program is created: conversions of constants (Go's strconv rules),
+# constant regular expressions, map literals of constants; a failure is a compile error wherever it sits
+
+INT_TEXTS = ["7", "-3", "+2", "0", " 1", "1 ", "1_0", "0x10", "9223372036854775807", "9223372036854775808",
+             "", "1.5"]
+DOUBLE_TEXTS = ["1.5", "-0.0", "1e6", "1_0.5", "0x1p-2", "inf", "-Infinity", "NaN", "+nan", "1e400", " 1",
+                "1__0", ".5", "5.", "1e", "0x1"]
+BOOL_TEXTS = ["true", "True", "TRUE", "t", "T", "1", "false", "F", "0", "yes", "tRUE", ""]
+DOUBLES = ["1.5", "-2.7", "1e19", "-9.3e18", "0.5", "1e6", "123456789.125", "-0.0", "1e-7", 'double("NaN")',
+           'double("inf")']
+PATTERNS = ['"a+"', '"^[a-z]+[0-9]*$"', '"("', '"[a-"', '"a**"', '"\\\\C"', '"x{2}{3}"', '""']
+
+
+def _pick(draw: st.DrawFn, choices: list[str]) -> str:
+    return draw(st.sampled_from(choices))
+
+
+def _constant(draw: st.DrawFn, kind: str, depth: int) -> str:
+    """A ``kind`` (int, string or bool) computed by conversions, mostly of constants."""
+    shape = draw(st.integers(0, 9))
+    if kind == "int":
+        if shape == 0:
+            return f"int(string({expr(draw, 'int', depth + 1)}))"
+        if shape == 1:
+            return f"int({D}.model)"
+        return _pick(draw, [
+            f'int("{_pick(draw, INT_TEXTS)}")', f"int({_pick(draw, DOUBLES)})",
+            f'int(uint("{_pick(draw, INT_TEXTS)}"))', f'int(dyn("{_pick(draw, INT_TEXTS)}"))',
+            f"int(dyn({_pick(draw, DOUBLES)}))", f'int(double("{_pick(draw, DOUBLE_TEXTS)}"))',
+            "int(dyn([1]))",
+            f"int(timestamp({_pick(draw, ['0', '253402300799', '-62135596800'])}))",
+        ])
+    if kind == "string":
+        if shape == 0:
+            return f"string(dyn({expr(draw, 'string', depth + 1)}))"
+        return _pick(draw, [
+            f"string({_pick(draw, DOUBLES)})", f"string(dyn({_pick(draw, DOUBLES)}))", 'string(bytes("é"))',
+            'string(b"\\xff")', f'string(bool("{_pick(draw, BOOL_TEXTS)}"))',
+            f'string(uint("{_pick(draw, INT_TEXTS)}"))', "string(dyn(int))", "string(type(1))",
+        ])
+    assert kind == "bool", kind
+    return _pick(draw, [
+        f'bool("{_pick(draw, BOOL_TEXTS)}")', f'bool(dyn("{_pick(draw, BOOL_TEXTS)}"))',
+        f'cel.bind(s, "{_pick(draw, BOOL_TEXTS)}", bool(s))',
+        f'double("{_pick(draw, DOUBLE_TEXTS)}") {_pick(draw, ["<", ">=", "!="])} 1.0',
+        f'cel.bind(s, "{_pick(draw, DOUBLE_TEXTS)}", double(s)) > 0.0',
+        f'uint("{_pick(draw, INT_TEXTS)}") > {_pick(draw, ["1u", "0u"])}',
+        f"uint({_pick(draw, DOUBLES)}) >= 0u", f'cel.bind(s, "{_pick(draw, INT_TEXTS)}", int(s)) > 1',
+    ])
+
+
+def _pattern_use(draw: st.DrawFn, depth: int) -> str:
+    """matches(), find() or findAll() with a pattern that is a literal, a constant conversion of one,
+    or known only at run time."""
+    pattern = _pick(draw, PATTERNS)
+    pattern = _pick(draw, [pattern, f"string({pattern})", f"dyn({pattern})", f"{D}.model",
+                           f'{D}.?model.orValue("(")'])
+    text = expr(draw, "string", depth + 1)
+    return _pick(draw, [
+        f"{text}.matches({pattern})", f'{text}.find({pattern}) == ""',
+        f"{text}.findAll({pattern}).size() > 0", f"{text}.findAll({pattern}, 1).size() == 1",
+        f"matches({text}, {pattern})",
+    ])
+
+
+def _repeated_keys(draw: st.DrawFn, depth: int) -> str:
+    """A map literal that repeats a key (the later entry wins), constant or not."""
+    key = _pick(draw, ["1", '"a"', f"{D}.?idx.orValue(1)"])
+    first, second = expr(draw, "int", depth + 1), expr(draw, "int", depth + 1)
+    built = f"{{{key}: {first}, {key}: {second}}}"
+    return _pick(draw, [f"{built}.size() == 1", f"{built}[{key}] == {second}", f"dyn({built}).size() == 1"])
+
+
+# Predicates of a filter over an int list: on an empty literal each binds its element type through
+# the first overload that fits (x > 0 an int, -x a double, size(x) bytes, x > dyn a bool), and the
+# result's type then decides what compiles around it.
+INT_PREDICATES = ["x > {int}", "x == {int}", "x >= 0.5", "-x < 0", "x % 2 == 0", "x in [1, 2]",
+                  f"x == {D}.idx", f"x > {D}.idx", "size(x) > 0", 'string(x) == "1"', "x == x",
+                  "[x, 1].size() > 1"]
+STRING_PREDICATES = ['s.startsWith("a")', 's == "b"', "size(s) > 1", 's > "a"', f"s == {D}.model",
+                     's.matches("^[ab]")']
+
+
 def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
     """A random expression of type ``kind``: int, string, bool, quantity, version, ints, strings."""
     leaf = depth >= MAX_DEPTH or draw(st.integers(0, 2)) == 0
     if kind == "int":
         if leaf:
             return draw(st.sampled_from(["0", "1", "2", "-1", "7", f"{D}.idx", f"{D}.?idx.orValue(3)"]))
-        shape = draw(st.integers(0, 12))
+        shape = draw(st.integers(0, 13))
+        if shape == 13:
+            return _constant(draw, "int", depth)
         if shape == 12:
             return _time_int(draw, depth)
         if shape == 11:
@@ -425,7 +510,9 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
                     ]
                 )
             )
-        shape = draw(st.integers(0, 9))
+        shape = draw(st.integers(0, 10))
+        if shape == 10:
+            return _constant(draw, "string", depth)
         if shape == 9:
             validated = f"{_format(draw)}.validate({_format_text(draw, depth)})"
             return f'{validated}.orValue(["ok"])[0]'
@@ -485,7 +572,8 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
         if shape == 4:
             return _list_extension(draw, "ints", depth)
         if shape == 0:
-            return f"{expr(draw, 'ints', depth + 1)}.filter(x, x > {expr(draw, 'int', depth + 1)})"
+            predicate = draw(st.sampled_from(INT_PREDICATES)).format(int=expr(draw, "int", depth + 1))
+            return f"{expr(draw, 'ints', depth + 1)}.filter(x, {predicate})"
         if shape == 1:
             return f"{expr(draw, 'ints', depth + 1)}.map(x, x * 2)"
         if shape == 2:
@@ -494,8 +582,11 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
     if kind == "strings":
         if leaf:
             return draw(st.sampled_from(['["a", "b"]', "[]", f"{D}.tags", '"a,b,c".split(",")']))
-        if draw(st.booleans()):
+        choice = draw(st.integers(0, 3))
+        if choice <= 1:
             return _list_extension(draw, "strings", depth)
+        if choice == 2:
+            return f"{expr(draw, 'strings', depth + 1)}.filter(s, {draw(st.sampled_from(STRING_PREDICATES))})"
         return f'{expr(draw, "string", depth + 1)}.split("-")'
     assert kind == "bool", kind
     if leaf:
@@ -513,7 +604,18 @@ def expr(draw: st.DrawFn, kind: str, depth: int = 0) -> str:
                 ]
             )
         )
-    shape = draw(st.integers(0, 18))
+    shape = draw(st.integers(0, 22))
+    if shape == 22:  # lists of lists: element types must agree (HomogeneousAggregateLiterals)
+        kind = draw(st.sampled_from(["ints", "strings"]))
+        first, second = expr(draw, kind, depth + 1), expr(draw, kind, depth + 1)
+        return _pick(draw, [f"[{first}, {second}].size() == 2", f"{first} in [{second}]",
+                            f"[{first}] == [{second}, {first}]", f"[[], {first}, {second}].size() > 1"])
+    if shape == 21:
+        return _repeated_keys(draw, depth)
+    if shape == 20:
+        return _pattern_use(draw, depth)
+    if shape == 19:
+        return _constant(draw, "bool", depth)
     if shape == 18:
         return _format_bool(draw, depth)
     if shape == 17:

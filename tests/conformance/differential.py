@@ -250,12 +250,13 @@ def _held_by_shares_only(world: Obj, device_id: tuple[str, str, str] | None) -> 
 
 
 def _upstream_tried_a_shared_device_for_all(world: Obj, ours: Verdict, theirs: Verdict) -> bool:
-    """The same, for one of an "all" request's devices: upstream tries it and stops with the error a
-    failing constraint is there; ours counts it as in use, so the request cannot have all of them."""
+    """The same, for an "all" request: upstream takes the device among all of them and stops with the
+    error a failing constraint gives, on that device or on one added after it (whose attribute then
+    disagrees with the shared device's); ours counts it as in use, so the request cannot have all."""
     found = _CONSTRAINT_ERROR.search(theirs.error) if ours.kind == "unschedulable" else None
     if found is None or theirs.kind != "error":
         return False
-    return _held_by_shares_only(world, _device_id(found.group(1)))
+    return any(_held_by_shares_only(world, device) for device in _held_by_shares(world))
 
 
 def _upstream_checked_a_shared_device(world: Obj, ours: Verdict, theirs: Verdict) -> bool:
@@ -395,6 +396,8 @@ def _cost_over_limit_on_one_side(engine: str, question: Obj, ours: str, answer: 
     return (our_cost > limit) != (upstream_cost(answer) > limit)
 
 
+_INFINITE_OR_NAN_BEHIND_DYN = re.compile(r'string\(dyn\([^()]*double\("(?:[+-]?inf|-?Infinity|NaN)"\)')
+
 KNOWN_CEL_DIFFERENCES: dict[str, Callable[[str, Obj, str, Obj], bool]] = {
     # Deliberate: we estimate the cost of every selector when compiling it, also in the allocator,
     # where upstream only stops a stored selector at run time. Such a selector cannot have passed the
@@ -434,18 +437,20 @@ KNOWN_CEL_DIFFERENCES: dict[str, Callable[[str, Obj, str, Obj], bool]] = {
         and re.search(r'timestamp\("[^"]*[+-]\d\d:\d\d"\)', q["expression"]) is not None
         and o != a["outcome"]
     ),
-    # cel-go types ``[].filter(x, p)`` (or ``([] + []).filter``) from its predicate when p compares x
-    # with a dynamic value (list(bool)), so a later use as a list of ints fails to compile there; the
-    # element type of an empty literal is free in our checker, so the list stays dynamic.
-    "filter of an empty list literal": lambda e, q, o, a: (
-        ("[].filter(" in q["expression"] or "[] + []).filter(" in q["expression"])
-        and a["outcome"] == "compile_error"
+    # cel-expr only: cel-go fails an ordering (<, <=, >, >=) with a NaN operand, cel-cpp answers false
+    # (celpy copies it). A NaN only comes from double("NaN") and from arithmetic on infinities; copying
+    # it would take every ordering of a double or dynamic value (attribute comparisons) through Python.
+    "ordering of NaN": lambda e, q, o, a: (
+        e == "cel-expr" and a["outcome"] == "runtime_error"
+        and a.get("error") == "NaN values cannot be ordered"
     ),
-    # The same for sortBy: cel-go binds the free element type of ``[]`` through the overloads of its
-    # key expression (``[].sortBy(x, -x)`` is a list(double) there, ``[].sortBy(x, x)`` a list(int),
-    # which we copy); ours stays free for any other key.
-    "sortBy of an empty list literal": lambda e, q, o, a: (
-        "[].sortBy(" in q["expression"] and a["outcome"] == "compile_error"
+    # cel-expr only: string() of a double prints an infinity or NaN as cel-go does ("+Inf", "NaN") where
+    # the checker knows the argument is a double (celexpr_conversions); behind a dyn(), cel-cpp's own
+    # "inf" and "nan" remain, since copying that would take every string() of an attribute through Python.
+    "string() of an infinite or NaN double behind dyn()": lambda e, q, o, a: (
+        e == "cel-expr"
+        and _INFINITE_OR_NAN_BEHIND_DYN.search(q["expression"]) is not None
+        and o != a["outcome"]
     ),
 }
 

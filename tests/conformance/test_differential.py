@@ -7,7 +7,8 @@ resource-allocation v0.37.1, built from tests/conformance/upstream once per mach
   also listed in allocator/__init__.py) or an open CEL difference (KNOWN_CEL_DIFFERENCES);
 - every case of our ported upstream table (tests/allocator/upstream_cases), replayed on upstream:
   they must agree (the cases pinning our old fixes of upstream bugs too: 1.37.1 has those fixes);
-- the counterexamples earlier campaigns found, kept as fixed worlds (regressions/*.json).
+- the counterexamples earlier campaigns found, kept as fixed worlds (regressions/*.json);
+- every case of the CEL tables (tests/cel/cases_*.py): its expectation must be upstream's answer.
 
 Without a Go toolchain the module is skipped with the reason.
 """
@@ -24,8 +25,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "allocator"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cel"))
 
 from campaign import engines, run_campaign
+from case import CelCase
 from differential import (
     KNOWN_DIFFERENCES,
     cel_engine,
@@ -37,10 +40,13 @@ from differential import (
     run_ours,
     run_upstream,
 )
+from test_conformance import ALL_CASES as CEL_TABLE
 from test_upstream_table import gates_for, with_uids
 from upstream_cases import all_cases
 from upstream_cases.builders import NODE_1, Case, node
 from upstream_runner import BuildUnavailable, Upstream
+
+from allocator import cel
 
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 CI_WORLDS = 300
@@ -127,6 +133,39 @@ def test_ported_table_case_matches_upstream(upstream: Upstream, case: Case) -> N
     problem = difference(ours, theirs)
     if problem is not None:
         assert known_difference(world, ours, theirs) is not None, problem
+
+
+def _cel_question(case: CelCase) -> dict[str, Any]:
+    """A case of the CEL tables as the upstream program's question: a new selector (the API server's
+    validation with the gated environment and the cost limit), or a stored one when the case
+    compiles without a cost limit."""
+    device = case.device
+    question_device = {"driver": device["driver"], "attributes": device.get("attributes") or {},
+                       "capacity": device.get("capacity") or {}}
+    if "allow_multiple_allocations" in device:
+        question_device["allowMultipleAllocations"] = device["allow_multiple_allocations"]
+    options = case.options
+    return {"expression": case.expression, "device": question_device,
+            "consumableCapacity": options.consumable_capacity,
+            "listTypeAttributes": options.list_type_attributes,
+            "newExpressions": options.cost_limit is not None}
+
+
+# Not questions for upstream's CEL: the API server refuses an expression over 10 KiB by its length
+# before compiling it, and the upstream program has no other cost limit than the default.
+CEL_TABLE_FOR_UPSTREAM = [
+    case for case in CEL_TABLE
+    if len(case.expression.encode()) <= cel.MAX_EXPRESSION_BYTES
+    and case.options.cost_limit in (None, cel.DEFAULT_COST_LIMIT)
+]
+
+
+@pytest.mark.parametrize("case", CEL_TABLE_FOR_UPSTREAM, ids=[case.name for case in CEL_TABLE_FOR_UPSTREAM])
+def test_cel_table_case_is_upstreams_answer(upstream: Upstream, case: CelCase) -> None:
+    # The tables' expectations run on both engines in tests/cel; here they are checked against upstream.
+    theirs, answer = cel_upstream(upstream.ask, _cel_question(case))
+    expected = case.expect if isinstance(case.expect, str) else str(case.expect).lower()
+    assert theirs == expected, (theirs, answer.get("error", ""))
 
 
 def _regressions() -> list[Path]:

@@ -5,7 +5,7 @@ import asyncio
 from ctrl_objects import claim, consumer, pod, resource_slice, taint
 from prometheus_client import CollectorRegistry
 
-from extender.controllers.leader import LeaderElector
+from extender.kube.leader import LeaderElector
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/controllers"
 
@@ -22,6 +22,7 @@ class Candidate:
             name="controllers",
             on_started=self._started,
             on_stopped=self._stopped,
+            wall=env.clock.now,
         )
 
     async def _started(self) -> None:
@@ -105,10 +106,17 @@ async def test_controllers_hand_over_between_two_instances(env) -> None:
             claim("c2", devices=["gpu-1"], reserved_for=[consumer(p2)]),
         ]
     )
-    first = await env.start(leader_elect=True, identity="first", lease_name="controllers")
-    second = await env.start(
-        leader_elect=True, identity="second", lease_name="controllers", registry=CollectorRegistry()
-    )
+    first = await env.start(leader_elect=True)
+    second = await env.start(leader_elect=True, registry=CollectorRegistry())
+    electors = {}
+    for name, controllers in (("first", first), ("second", second)):
+        electors[name] = LeaderElector(env.client, env.clock, identity=name, namespace="kube-system",
+                                       name="controllers", on_started=controllers.lead,
+                                       on_stopped=controllers.stand_down, wall=env.clock.now)
+    assert (first.active, second.active) == (False, False), "nothing acts before it leads"
+    assert await electors["first"].try_acquire_or_renew()
+    assert not await electors["second"].try_acquire_or_renew()
+    await env.settle()
     assert (first.active, second.active) == (True, False)
     env.server.put_object(resource_slice("s1", {"gpu-0": [taint("broken", added=now)], "gpu-1": []}))
     await env.settle()
@@ -116,12 +124,31 @@ async def test_controllers_hand_over_between_two_instances(env) -> None:
     assert [path for verb, path in env.client.calls if verb == "delete"] == [
         "/api/v1/namespaces/default/pods/p1"
     ]
-    await first.stop()
-    env.controllers.remove(first)
-    await env.advance(2)  # the second instance's next retry
+    await electors["first"].stop()  # releases the Lease
+    assert not first.active
+    assert await electors["second"].try_acquire_or_renew()
     assert second.active
-    assert second.state()["identity"] == "second"
     env.server.put_object(resource_slice("s1", {"gpu-0": [], "gpu-1": [taint("broken", added=now)]}))
     await env.settle()
     assert env.pod_names() == set()
     assert lease(env)["holderIdentity"] == "second"
+
+
+async def test_leading_ends_at_the_renew_deadline_before_the_loop_notices(env) -> None:
+    a = Candidate(env, "a")
+    assert await a.attempt()
+    assert a.elector.leading()
+    env.clock.advance(9.9)
+    assert a.elector.leading()
+    env.clock.advance(0.2)  # no attempt ran meanwhile (it may hang on a slow API server)
+    assert a.elector.is_leader and not a.elector.leading()
+
+
+async def test_failing_attempts_are_counted_for_readiness(env) -> None:
+    a = Candidate(env, "a")
+    env.server.fail_next("get", "leases", count=2, status=403, message="leases is forbidden")
+    assert not await a.attempt()
+    assert not await a.attempt()
+    assert a.elector.failures == 2 and "forbidden" in a.elector.last_error
+    assert await a.attempt()
+    assert a.elector.failures == 0 and a.elector.describe()["holder"] == "a"

@@ -1,13 +1,13 @@
 """Build the Go tools the chart and release checks run, as a user with only Go could: `go install` of
 pinned modules through the Go module proxy: helm (the chart tests, `make dist`), krew and its manifest
-validator, and actionlint (`make dist`).
+validator, actionlint (`make dist`), and promtool (the alert rules' test).
 
 Each goes to the same per-machine cache as the end-to-end control plane
 (``~/.cache/dra-extender/<tool>-<version>/bin/``) and is reused when present. Without a Go toolchain
 nothing is built and the script says so; the chart tests then skip with the same message.
 
-    python tests/deploy/go_tools.py [helm|krew|actionlint]          # build if needed, print the binaries
-    python tests/deploy/go_tools.py [helm|krew|actionlint] --print  # only print where they go
+    python tests/deploy/go_tools.py [helm|krew|actionlint|promtool]          # build if needed, print them
+    python tests/deploy/go_tools.py [helm|krew|actionlint|promtool] --print  # only print where they go
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ HELM = GoTool("helm", "v3.22.0", ("helm.sh/helm/v3/cmd/helm",))
 # v0.4.3 is the newest krew the module proxy serves.
 KREW = GoTool("krew", "v0.4.3", ("sigs.k8s.io/krew/cmd/krew", "sigs.k8s.io/krew/cmd/validate-krew-manifest"))
 ACTIONLINT = GoTool("actionlint", "v1.7.12", ("github.com/rhysd/actionlint/cmd/actionlint",))
-TOOLS = {tool.name: tool for tool in (HELM, KREW, ACTIONLINT)}
+# Prometheus's module is versioned v0.<minor>.<patch> for Prometheus 3.<minor>.<patch>.
+PROMTOOL = GoTool("promtool", "v0.316.0", ("github.com/prometheus/prometheus/cmd/promtool",))
+TOOLS = {tool.name: tool for tool in (HELM, KREW, ACTIONLINT, PROMTOOL)}
 
 
 def main(argv: list[str]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from typing import Any
 
 import pytest
 from deploy_manifests import DEPLOY
@@ -16,15 +17,21 @@ HELM_TIMEOUT_S = 120
 
 
 def helm_or_skip() -> str:
-    from build_control_plane import BuildUnavailable
     from go_tools import HELM
 
+    return tool_or_skip(HELM)
+
+
+def tool_or_skip(tool: Any) -> str:
+    """A Go tool of go_tools.py, built on first use, or a skip saying why there is none."""
+    from go_tools import BuildUnavailable
+
     try:
-        return str(HELM.ensure_built())
+        return str(tool.ensure_built())
     except BuildUnavailable as missing:
-        pytest.skip(f"helm is not available: {missing}")
+        pytest.skip(f"{tool.name} is not available: {missing}")
     except RuntimeError as failed:  # e.g. no network to the Go module proxy
-        pytest.skip(f"helm could not be built with `go install`: {str(failed)[:500]}")
+        pytest.skip(f"{tool.name} could not be built with `go install`: {str(failed)[:500]}")
 
 
 def run_helm(

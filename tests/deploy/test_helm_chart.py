@@ -239,7 +239,8 @@ def test_values_reach_the_objects(helm: str) -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (["mode=scheduler-config", "replicas=2"], "exactly 1 replica"),
+        (["mode=bogus"], "at '/mode': value must be one of"),
+        (["certificates.source=vault"], "at '/certificates/source': value must be one of"),
         (["certificates.source=provided"], "caBundle"),
         (["controllers.enabled=true", "controllers.leaderElection=false"], "leaderElection must be true"),
         (["podLabels.app\\.kubernetes\\.io/name=other"], "podLabels cannot set app.kubernetes.io/name"),

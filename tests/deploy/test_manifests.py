@@ -114,7 +114,8 @@ def test_namespaced_objects_live_in_the_extender_namespace() -> None:
 def test_overlays_combine_the_base_with_a_certificate_source_and_a_scheduling_mode() -> None:
     expected = {
         "cert-manager": ["../../components/cert-manager"],
-        "scheduler-config": ["../../components/cert-manager", "../../components/scheduler-config"],
+        "scheduler-config": ["../../components/cert-manager", "../../components/kube-scheduler-client-cert",
+                             "../../components/scheduler-config"],
         "second-scheduler": ["../../components/cert-manager", "../../components/second-scheduler"],
     }
     for overlay, components in expected.items():
@@ -153,17 +154,19 @@ def test_container_args_appear_in_serve_help() -> None:
         [str(Path(sys.executable).with_name("dra-extender")), "serve", "--help"],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout
-    all_args = EXTENDER["args"] + json_patch_args(SCHEDULER_CONFIG / "extender-https.yaml")
+    all_args = [*EXTENDER["args"], *json_patch_args(SCHEDULER_CONFIG / "extender-mtls.yaml"),
+                *json_patch_args(SECOND_SCHEDULER / "extender-args.yaml")]
     for arg in all_args:
         assert re.search(rf"(^|\s){re.escape(flag_name(arg))}(\s|$|\[|,)", help_text, re.MULTILINE), arg
 
 
 def test_overlay_args_parse_together_with_the_base_args() -> None:
-    https_args = json_patch_args(SCHEDULER_CONFIG / "extender-https.yaml")
-    parsed = serve_parser().parse_args(EXTENDER["args"] + https_args)
+    mtls_args = json_patch_args(SCHEDULER_CONFIG / "extender-mtls.yaml")
+    parsed = serve_parser().parse_args(EXTENDER["args"] + mtls_args)
     volume = _tls_mount_path()
     assert parsed.extender_tls_cert_file == f"{volume}/tls.crt"
     assert parsed.extender_tls_private_key_file == f"{volume}/tls.key"
+    assert parsed.extender_client_ca_file == f"{volume}/ca.crt"
 
 
 def test_eviction_component_args_match_the_controllers_flags() -> None:
@@ -219,7 +222,7 @@ def test_ports_agree_between_flags_container_and_services() -> None:
 
 def test_probes_use_the_debug_port_routes(extender_server: ExtenderServer) -> None:
     debug_routes = _routes(extender_server.debug_app())
-    assert EXTENDER["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "debug"}
+    assert EXTENDER["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "debug"}
     assert EXTENDER["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "debug"}
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert ("GET", EXTENDER[probe]["httpGet"]["path"]) in debug_routes

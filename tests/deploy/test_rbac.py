@@ -21,13 +21,12 @@ from deploy_manifests import (
     NAMESPACE,
     REPO_ROOT,
     SERVICE_ACCOUNT,
-    arg_value,
     find,
-    json_patch_args,
     load_docs,
 )
 
 from extender.kube.informer import DEFAULT_KINDS, POD_GROUPS
+from extender.options import LEADER
 
 SOURCE_PACKAGES = ("common", "extender", "webhook")
 # The client itself: its methods are the calls, not call sites.
@@ -35,6 +34,9 @@ CLIENT_MODULE = "extender/kube/client.py"
 CLIENT_METHODS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 CLIENT_NAMES = {"client", "_client"}
 CONTROLLERS_PREFIX = "extender/controllers/"
+# Modules under CONTROLLERS_PREFIX whose calls every replica makes, controllers or not: their rules are
+# in the base ClusterRole.
+BASE_MODULES = frozenset({"extender/kube/events.py"})
 
 
 @dataclass(frozen=True, order=True)
@@ -61,6 +63,8 @@ API_CALLS: set[tuple[str, Permission]] = {
                               ("scheduling.k8s.io", "podgroups"))},
     # bind: re-read on conflict, finalizer, allocation + reservation, Binding, pod check after a 409
     ("extender/plugin/claimwriter.py", P("get", "resource.k8s.io", "resourceclaims")),
+    # the fence before the first allocation: every claim, read from the API server
+    ("extender/plugin/claimwriter.py", P("list", "resource.k8s.io", "resourceclaims")),
     ("extender/plugin/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims")),
     ("extender/plugin/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims/status")),
     ("extender/plugin/claimwriter.py", P("update", "resource.k8s.io", "resourceclaims/binding")),
@@ -80,9 +84,19 @@ API_CALLS: set[tuple[str, Permission]] = {
     ("extender/controllers/evictor.py", P("patch", "", "pods/status")),
     ("extender/controllers/evictor.py", P("delete", "", "pods")),
     ("extender/controllers/taint_eviction.py", P("patch", "resource.k8s.io", "devicetaintrules/status")),
-    ("extender/controllers/leader.py", P("get", "coordination.k8s.io", "leases")),
-    ("extender/controllers/leader.py", P("create", "coordination.k8s.io", "leases")),
-    ("extender/controllers/leader.py", P("update", "coordination.k8s.io", "leases")),
+    # events: the eviction controllers', and the repair's of a pod bound without its devices (base)
+    ("extender/kube/events.py", P("create", "", "events")),
+    # --leader-elect: the Lease (a namespaced Role of the base)
+    ("extender/kube/leader.py", P("get", "coordination.k8s.io", "leases")),
+    ("extender/kube/leader.py", P("create", "coordination.k8s.io", "leases")),
+    ("extender/kube/leader.py", P("update", "coordination.k8s.io", "leases")),
+    *(USER_CALLS := {
+        # Made only by the commands a person runs (explain, headroom) with their own credentials, never by
+        # serve: the access check (every authenticated user may create SelfSubjectAccessReviews, through
+        # system:basic-user) and explain's read of the one pod it explains.
+        ("extender/kube/access.py", P("create", "authorization.k8s.io", "selfsubjectaccessreviews")),
+        ("extender/wiring.py", P("get", "", "pods")),
+    }),
 }
 
 
@@ -267,12 +281,17 @@ def expand(rules: Iterable[dict]) -> set[Permission]:
     return granted
 
 
-def _calls_of(role: str) -> set[Permission]:
-    controllers = role == "controllers"
-    return {p for module, p in API_CALLS if module.startswith(CONTROLLERS_PREFIX) == controllers}
+def _role_of(module: str) -> str:
+    return "controllers" if module.startswith(CONTROLLERS_PREFIX) and module not in BASE_MODULES else "base"
+
+
+def calls_of(role: str) -> set[Permission]:
+    """The calls serve makes with the permissions of `role` ("base" or "controllers")."""
+    return {p for module, p in API_CALLS - USER_CALLS if _role_of(module) == role}
 
 
 BASE_RBAC = DEPLOY / "base" / "rbac.yaml"
+LEADER_ROLE = "dra-extender-leader"
 CONTROLLERS_DIR = DEPLOY / "components" / "eviction-controller"
 
 
@@ -301,7 +320,7 @@ def test_the_scanner_sees_the_known_call_sites() -> None:
     sites = call_sites()
     modules = {site.module for site in sites}
     assert {"extender/kube/informer.py", "extender/plugin/claimwriter.py", "extender/controllers/evictor.py",
-            "extender/controllers/leader.py", "extender/kube/events.py",
+            "extender/kube/leader.py", "extender/kube/events.py",
             "extender/controllers/taint_eviction.py"} <= modules
     assert len(sites) >= 14
     assert not [s for s in sites if s.module.startswith("webhook/")], "the webhook reads only the cache"
@@ -353,40 +372,43 @@ def test_permission_for_paths(method: str, path: str, expected: Permission) -> N
     assert permission_for(method, path) == expected
 
 
-def test_base_cluster_role_is_exactly_what_the_extender_calls() -> None:
+def test_base_roles_are_exactly_what_the_extender_calls() -> None:
     docs = load_docs(BASE_RBAC)
     granted = expand(find(docs, "ClusterRole", "dra-extender")["rules"])
-    needed = _calls_of("base")
+    needed = {p for p in calls_of("base") if p.resource != "leases"}
     assert not needed - granted, f"calls without a rule: {sorted(map(str, needed - granted))}"
     assert not granted - needed, f"rules no call uses: {sorted(map(str, granted - needed))}"
     _binds_service_account(find(docs, "ClusterRoleBinding", "dra-extender"), "ClusterRole", "dra-extender")
+    # The Lease is in the release namespace: a Role, not cluster-wide.
+    lease_role = find(docs, "Role", LEADER_ROLE)
+    assert lease_role["metadata"]["namespace"] == NAMESPACE
+    leases = {p for p in calls_of("base") if p.resource == "leases"}
+    assert expand(lease_role["rules"]) == leases
+    _binds_service_account(find(docs, "RoleBinding", LEADER_ROLE), "Role", LEADER_ROLE)
 
 
-def test_eviction_controller_roles_are_exactly_what_the_controllers_call() -> None:
+def test_eviction_controller_role_is_exactly_what_the_controllers_call() -> None:
     docs = load_docs(CONTROLLERS_DIR / "rbac.yaml")
-    cluster_role = find(docs, "ClusterRole", "dra-extender-controllers")
-    lease_role = find(docs, "Role", "dra-extender-controllers-leader")
-    granted = expand(cluster_role["rules"]) | expand(lease_role["rules"])
-    needed = _calls_of("controllers")
+    granted = expand(find(docs, "ClusterRole", "dra-extender-controllers")["rules"])
+    needed = calls_of("controllers")
     assert not needed - granted, f"calls without a rule: {sorted(map(str, needed - granted))}"
     assert not granted - needed, f"rules no call uses: {sorted(map(str, granted - needed))}"
-    assert lease_role["metadata"]["namespace"] == NAMESPACE
+    assert [d["kind"] for d in docs] == ["ClusterRole", "ClusterRoleBinding"]
     _binds_service_account(find(docs, "ClusterRoleBinding", "dra-extender-controllers"), "ClusterRole",
                            "dra-extender-controllers")
-    _binds_service_account(find(docs, "RoleBinding", "dra-extender-controllers-leader"), "Role",
-                           "dra-extender-controllers-leader")
 
 
-def test_lease_rules_name_the_lease_the_controllers_are_told_to_use() -> None:
-    args = json_patch_args(CONTROLLERS_DIR / "args.yaml")
-    lease_role = find(load_docs(CONTROLLERS_DIR / "rbac.yaml"), "Role", "dra-extender-controllers-leader")
-    assert arg_value(args, "--leader-elect-namespace") == lease_role["metadata"]["namespace"]
+def test_lease_rules_name_the_lease_every_replica_uses() -> None:
+    lease_role = find(load_docs(BASE_RBAC), "Role", LEADER_ROLE)
     named = [rule for rule in lease_role["rules"] if rule.get("resourceNames")]
-    lease_name = arg_value(args, "--leader-elect-lease-name")
-    assert named and all(rule["resourceNames"] == [lease_name] for rule in named)
+    assert named and all(rule["resourceNames"] == [LEADER.name] for rule in named)
     # create cannot be limited by name: the only verb granted without resourceNames.
     unnamed = [rule for rule in lease_role["rules"] if not rule.get("resourceNames")]
     assert [rule["verbs"] for rule in unnamed] == [["create"]]
+    # No component moves the Lease elsewhere: its namespace is the pod's own, its name the default.
+    for patch in sorted(DEPLOY.glob("components/*/*.yaml")):
+        text = patch.read_text()
+        assert "--leader-elect-namespace" not in text and "--leader-elect-lease-name" not in text, patch
 
 
 def test_only_the_eviction_controller_may_delete_pods() -> None:

@@ -87,7 +87,7 @@ def test_rendered_config_map_volumes_exist(rendered: list[dict[str, Any]]) -> No
 def test_second_scheduler_has_no_extender_service_and_loopback_config() -> None:
     docs = _render(DEPLOY / "overlays" / "second-scheduler")
     services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
-    assert services == {"dra-extender-webhook", "dra-extender-metrics"}
+    assert services == {"dra-extender-webhook", "dra-extender-metrics", "dra-scheduler-metrics"}
     deployment = find(docs, "Deployment", "dra-extender")
     names = [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]]
     assert names == [EXTENDER_CONTAINER, "kube-scheduler"]
@@ -106,7 +106,7 @@ def test_eviction_controller_composes_with_every_overlay(tmp_path: Path, overlay
     args = _extender_args(docs)
     assert "--controllers=taint-eviction,driver-loss" in args
     find(docs, "ClusterRole", "dra-extender-controllers")
-    find(docs, "Role", "dra-extender-controllers-leader")
+    find(docs, "Role", "dra-extender-leader")
     if "--controllers" in option_strings(serve_parser()):
         serve_parser().parse_args(args)
 
@@ -159,12 +159,17 @@ def test_kube_scheduler_loads_the_configuration(tmp_path: Path, config: str) -> 
         "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
         "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
     )
-    ca_file = tmp_path / "ca.crt"
-    ca_file.write_bytes(certs.generate_ca("test CA").certificate_pem())
+    ca = certs.generate_ca("test CA")
+    client = certs.generate_client_cert(ca, "kube-scheduler")  # what `dra-extender certs --client` writes
+    files = {"caFile": ca.certificate_pem(), "certFile": client.certificate_pem(),
+             "keyFile": client.key_pem()}
     text = (DEPLOY / "components" / config).read_text()
-    # The node-local paths of the real configuration, pointed at test files.
+    # The node-local paths of the real configuration, pointed at test files (kube-scheduler reads the
+    # client certificate and key while it builds its extenders).
     text = re.sub(r"kubeconfig: .*", f"kubeconfig: {kubeconfig}", text)
-    text = re.sub(r"caFile: .*", f"caFile: {ca_file}", text)
+    for field, pem in files.items():
+        (tmp_path / field).write_bytes(pem)
+        text = re.sub(rf"{field}: .*", f"{field}: {tmp_path / field}", text)
     (tmp_path / "config.yaml").write_text(text)
     result = subprocess.run(
         [KUBE_SCHEDULER, f"--config={tmp_path / 'config.yaml'}", f"--write-config-to={tmp_path / 'out.yaml'}",
@@ -175,5 +180,7 @@ def test_kube_scheduler_loads_the_configuration(tmp_path: Path, config: str) -> 
     written = yaml.safe_load((tmp_path / "out.yaml").read_text())
     [extender] = written["extenders"]
     assert extender["nodeCacheCapable"] is True and extender["bindVerb"] == "bind"
+    if extender.get("enableHTTPS"):  # over the network: kube-scheduler presents its client certificate
+        assert {"caFile", "certFile", "keyFile"} <= set(extender["tlsConfig"])
     for profile in written["profiles"]:
         assert {"name": "DynamicResources", "weight": 0} in profile["plugins"]["multiPoint"]["disabled"]

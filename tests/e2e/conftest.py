@@ -12,7 +12,14 @@ from collections.abc import Iterator
 
 import pytest
 from e2e_api import Api, temporary_namespace
-from e2e_cluster import DETAILED_REASONS, ControlPlane, control_plane_binaries, extender_supports, running
+from e2e_cluster import (
+    BINDING_TIMEOUT,
+    DETAILED_REASONS,
+    ControlPlane,
+    control_plane_binaries,
+    extender_supports,
+    running,
+)
 
 CONTROLLERS_FLAG = "--controllers"
 
@@ -23,6 +30,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     plane = ControlPlane(control_plane_binaries(), work)
     flags = [f"{CONTROLLERS_FLAG}=taint-eviction"] if extender_supports(CONTROLLERS_FLAG) else []
     flags += [DETAILED_REASONS] if extender_supports("--reasons") else []
+    flags += [BINDING_TIMEOUT] if extender_supports("--binding-timeout") else []
     with running(plane, flags):
         yield plane
 

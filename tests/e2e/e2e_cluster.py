@@ -45,6 +45,8 @@ EXTENDER_IDENTITY_SOURCES = ("base", "components/eviction-controller")
 IDENTITY_KINDS = frozenset(
     {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 )
+# The Service name `dra-extender certs --service` is given in docs/operations.md, and its namespace.
+EXTENDER_SERVICE, EXTENDER_NAMESPACE = "dra-extender-webhook", "dra-extender"
 # Longer than any run; a TokenRequest is not renewed by the fixture.
 EXTENDER_TOKEN_SECONDS = 48 * 3600
 
@@ -54,6 +56,13 @@ UNSCHEDULABLE_RETRY = "5s"
 # The tests that read why a pod is pending in kube-scheduler's FailedScheduling events want our per-node
 # words there (the default, upstream's, are checked by test_e2e_requeue.py).
 DETAILED_REASONS = "--reasons=detailed"
+# The shared plane's --binding-timeout: short, so test_e2e_binding_conditions.py sees it pass (no other
+# test publishes devices with binding conditions).
+BINDING_TIMEOUT_S = 10.0
+BINDING_TIMEOUT = f"--binding-timeout={BINDING_TIMEOUT_S:g}"
+# Written into the extenders' logs around a kube-apiserver restart (see ControlPlane.restart_apiserver).
+RBAC_LOADING = "===== kube-apiserver restarting, RBAC loading:"
+RBAC_LOADED = "===== kube-apiserver ready, RBAC loaded:"
 
 
 def free_port() -> int:
@@ -134,6 +143,10 @@ class Component:
         return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
 
 
+# The NamespaceLifecycle admission plugin's refusal of a write into a namespace being deleted.
+TERMINATING = "because it is being terminated"
+
+
 @dataclass
 class ControlPlane:
     bin_dir: Path
@@ -161,6 +174,9 @@ class ControlPlane:
         self.extender_port, self.debug_port, self.webhook_port = free_port(), free_port(), free_port()
         self.server = f"https://127.0.0.1:{self.apiserver_port}"
         self.extender_flags: list[str] = []
+        # Where kube-scheduler and kube-apiserver call the extender and the webhook: these ports, unless
+        # a test puts something in between (the HA test's stand-in for a Service).
+        self.extender_url_port, self.webhook_url_port = self.extender_port, self.webhook_port
 
     # ----- certificates and kubeconfigs -----
 
@@ -188,12 +204,32 @@ class ControlPlane:
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
             ),
         )
+        self._write_extender_pki()
         self.admin = self._credentials("admin", "admin", ("system:masters",))
         self.scheduler_creds = self._credentials("scheduler", "system:kube-scheduler")
         # The controller manager runs as an admin: its own RBAC is not what these tests are about.
         self.controller_creds = self._credentials(
             "controller-manager", "system:kube-controller-manager", ("system:masters",)
         )
+
+    def _write_extender_pki(self) -> None:
+        """The extender port's mutual TLS, made as docs/operations.md tells an operator without
+        cert-manager: `dra-extender certs` writes the CA and the serving certificate, `certs --client`
+        kube-scheduler's client certificate from that CA."""
+        self.extender_pki = self.pki / "extender"
+        for args in (["--service", EXTENDER_SERVICE, "--namespace", EXTENDER_NAMESPACE],
+                     ["--client", "--name", "kube-scheduler"]):
+            subprocess.run([str(DRA_EXTENDER), "certs", *args, "--out", str(self.extender_pki)],
+                           check=True, capture_output=True, timeout=60)
+
+    def extender_client_files(self) -> tuple[str, str]:
+        """kube-scheduler's client certificate and key for the extender port."""
+        return str(self.extender_pki / "client.crt"), str(self.extender_pki / "client.key")
+
+    @property
+    def extender_server_name(self) -> str:
+        """The name the extender's serving certificate is valid for (tlsConfig.serverName)."""
+        return f"{EXTENDER_SERVICE}.{EXTENDER_NAMESPACE}.svc"
 
     def _credentials(self, name: str, user: str, groups: tuple[str, ...] = ()) -> Credentials:
         pair = client_cert(self.ca, user, groups)
@@ -203,7 +239,7 @@ class ControlPlane:
         user = {"client-certificate": str(cert_file), "client-key": str(key_file)}
         return Credentials(cert_file, key_file, self._write_kubeconfig(name, user))
 
-    def _write_kubeconfig(self, name: str, user: dict[str, str]) -> Path:
+    def _write_kubeconfig(self, name: str, user: dict[str, str], server: str | None = None) -> Path:
         kubeconfig = self.work / f"{name}.kubeconfig"
         kubeconfig.write_text(
             yaml.safe_dump(
@@ -213,7 +249,8 @@ class ControlPlane:
                     "clusters": [
                         {
                             "name": "e2e",
-                            "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)},
+                            "cluster": {"server": server or self.server,
+                                        "certificate-authority": str(self.ca_file)},
                         }
                     ],
                     "users": [{"name": name, "user": user}],
@@ -357,13 +394,20 @@ class ControlPlane:
             ]
             config["extenders"] = [
                 {
-                    "urlPrefix": f"https://127.0.0.1:{self.extender_port}/scheduler",
+                    "urlPrefix": f"https://127.0.0.1:{self.extender_url_port}/scheduler",
                     "filterVerb": "filter",
                     "prioritizeVerb": "prioritize",
                     "weight": 1,
                     "bindVerb": "bind",
                     "enableHTTPS": True,
-                    "tlsConfig": {"caFile": str(self.ca_file)},
+                    # As deploy/components/scheduler-config/kube-scheduler-config.yaml: the extender's
+                    # CA, the name its certificate is issued for, and kube-scheduler's client pair.
+                    "tlsConfig": {
+                        "caFile": str(self.extender_pki / "ca.crt"),
+                        "serverName": self.extender_server_name,
+                        "certFile": self.extender_client_files()[0],
+                        "keyFile": self.extender_client_files()[1],
+                    },
                     "nodeCacheCapable": True,
                     "httpTimeout": "10s",
                     "ignorable": False,
@@ -380,37 +424,53 @@ class ControlPlane:
         )
 
     def start_extender(self, extra_flags: list[str] | None = None) -> None:
-        """(Re)start `dra-extender serve`: extender on HTTPS, webhook, debug port; wait until ready."""
+        """(Re)start `dra-extender serve`: extender on mutual TLS, webhook, debug port; wait until ready."""
         if extra_flags is not None:
             self.extender_flags = extra_flags
+        self.start_replica("dra-extender", (self.extender_port, self.debug_port, self.webhook_port),
+                           self.extender_flags)
+
+    def start_replica(self, name: str, ports: tuple[int, int, int], flags: list[str], *,
+                      wait_ready: bool = True) -> None:
+        """Start a `dra-extender serve` component called `name` on (extender, debug, webhook) `ports`; wait
+        until its /readyz answers 200 (`wait_ready`), or else until its cache is synced (a standby)."""
+        extender_port, debug_port, webhook_port = ports
         self._component(
-            "dra-extender",
+            name,
             [
                 str(DRA_EXTENDER),
                 "serve",
                 f"--kubeconfig={self.extender_kubeconfig}",
                 "--bind-address=127.0.0.1",
-                f"--extender-port={self.extender_port}",
-                f"--debug-port={self.debug_port}",
-                f"--webhook-port={self.webhook_port}",
-                f"--extender-tls-cert-file={self.serving_cert}",
-                f"--extender-tls-private-key-file={self.serving_key}",
+                f"--extender-port={extender_port}",
+                f"--debug-port={debug_port}",
+                f"--webhook-port={webhook_port}",
+                f"--extender-tls-cert-file={self.extender_pki / 'tls.crt'}",
+                f"--extender-tls-private-key-file={self.extender_pki / 'tls.key'}",
+                f"--extender-client-ca-file={self.extender_pki / 'ca.crt'}",
                 f"--tls-cert-file={self.serving_cert}",
                 f"--tls-private-key-file={self.serving_key}",
                 "--log-level=info",
-                *self.extender_flags,
+                *flags,
             ],
         )
         http = urllib3.PoolManager(retries=False, timeout=2)
 
         def ready() -> bool:
-            self._check_alive("dra-extender")
+            self._check_alive(name)
             try:
-                return http.request("GET", f"http://127.0.0.1:{self.debug_port}/readyz").status == 200
+                answer = http.request("GET", f"http://127.0.0.1:{debug_port}/readyz")
             except urllib3.exceptions.HTTPError:
                 return False
+            return answer.status == 200 or (not wait_ready and b"cluster cache not synced" not in answer.data)
 
-        wait_for("dra-extender /readyz", ready, timeout_s=60)
+        wait_for(f"{name} /readyz", ready, timeout_s=60, interval_s=0.1)
+
+    def point_extender_at(self, server: str) -> None:
+        """Make the extender's kubeconfig (same token) name another API server address (a proxy); used by
+        the extenders started from now on."""
+        token = yaml.safe_load(self.extender_kubeconfig.read_text())["users"][0]["user"]["token"]
+        self.extender_kubeconfig = self._write_kubeconfig("extender", {"token": token}, server)
 
     def stop_extender(self, *, hard: bool = False) -> None:
         component = self.components["dra-extender"]
@@ -418,6 +478,41 @@ class ControlPlane:
             component.kill()
         else:
             component.stop()
+
+    def restart_apiserver(self, *, hard: bool = True, down_s: float = 0.0) -> None:
+        """Stop kube-apiserver (kill -9 with `hard`), wait `down_s`, start it again with the same flags and
+        wait until it is ready and authorizes the extender again. Until then it refuses requests it has
+        no RBAC rules for yet: the extenders' logs get markers around that window, whose "forbidden"
+        lines forbidden_requests() does not count."""
+        self._mark_extender_logs(RBAC_LOADING)
+        component = self.components["kube-apiserver"]
+        component.kill() if hard else component.stop()
+        time.sleep(down_s)
+        component.start()
+        assert self.api is not None
+        api = self.api
+
+        def ready() -> bool:
+            self._check_alive("kube-apiserver")
+            try:
+                api.request("GET", "/readyz")
+                # The extender's own identity is authorized again (RBAC loaded from etcd).
+                review = api.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+                    "spec": {"user": self.extender_user, "resourceAttributes": {
+                        "verb": "list", "group": "resource.k8s.io", "resource": "resourceclaims"}}})
+                return bool(review.get("status", {}).get("allowed"))
+            except (ApiStatusError, urllib3.exceptions.HTTPError):
+                return False
+
+        wait_for("kube-apiserver ready again", ready, timeout_s=120, interval_s=0.2)
+        time.sleep(1.0)  # requests refused just before the check was allowed are logged meanwhile
+        self._mark_extender_logs(RBAC_LOADED)
+
+    def _mark_extender_logs(self, marker: str) -> None:
+        for component in self.components.values():
+            if component.args and component.args[0] == str(DRA_EXTENDER):
+                with component.log_file.open("a") as log:
+                    log.write(f"{marker} {time.strftime('%H:%M:%S')}\n")
 
     def debug_state(self) -> dict:
         http = urllib3.PoolManager(retries=False, timeout=5)
@@ -476,16 +571,27 @@ class ControlPlane:
             "extender", {"token": token_request["status"]["token"]}
         )
 
+    def extender_logs(self) -> list[Component]:
+        return [c for c in self.components.values() if c.args and c.args[0] == str(DRA_EXTENDER)]
+
     def forbidden_requests(self) -> list[str]:
-        """Lines of the extender's log about requests the API server refused (403 Forbidden)."""
-        component = self.components.get("dra-extender")
-        if component is None or not component.log_file.exists():
-            return []
-        return [
-            line
-            for line in component.log_file.read_text(errors="replace").splitlines()
-            if "forbidden" in line.lower()
-        ]
+        """Lines of the extenders' logs about requests the API server refused (403 Forbidden), except while
+        a restarted kube-apiserver was still loading its RBAC rules (restart_apiserver's markers), and
+        for the admission refusal of a write into a namespace a test is deleting (a bind racing the
+        clean-up), which no RBAC rule could have allowed."""
+        refused = []
+        for component in self.extender_logs():
+            if not component.log_file.exists():
+                continue
+            loading = False
+            for line in component.log_file.read_text(errors="replace").splitlines():
+                if line.startswith(RBAC_LOADING):
+                    loading = True
+                elif line.startswith(RBAC_LOADED):
+                    loading = False
+                elif "forbidden" in line.lower() and not loading and TERMINATING not in line:
+                    refused.append(line)
+        return refused
 
     def _install_webhooks(self) -> None:
         assert self.api is not None
@@ -495,7 +601,7 @@ class ControlPlane:
             return {
                 "name": name,
                 "clientConfig": {
-                    "url": f"https://127.0.0.1:{self.webhook_port}{path}",
+                    "url": f"https://127.0.0.1:{self.webhook_url_port}{path}",
                     "caBundle": ca_bundle,
                 },
                 "rules": rules,
@@ -567,7 +673,9 @@ class ControlPlane:
         )
 
     def stop(self) -> None:
-        for name in ("kube-scheduler", "dra-extender", "kube-controller-manager", "kube-apiserver", "etcd"):
+        replicas = [c.name for c in self.extender_logs() if c.name != "dra-extender"]
+        for name in ("kube-scheduler", "dra-extender", *replicas, "kube-controller-manager", "kube-apiserver",
+                     "etcd"):
             if name in self.components:
                 self.components[name].stop()
         if self.api is not None:

@@ -1,7 +1,8 @@
 """The Helm chart installed by helm on a real kube-apiserver, as the README says: `helm install
 --create-namespace` works, the namespace takes the restricted Pod Security label the pods meet, `helm
 upgrade --set scheduler.name=foo` rolls the pods, bad values are refused before anything changes, and
-the chart's self-signed certificate survives upgrades until it is due.
+the chart's self-signed certificate (and kube-scheduler's client certificate from its CA) survives
+upgrades until it is due.
 
 The control plane is this module's own, without dra-extender: the chart installs cluster-wide objects
 under the names the shared fixture uses (ClusterRole dra-extender, the webhook configurations), and
@@ -167,6 +168,17 @@ def _tls(api: Api) -> dict[str, Any]:
     return api.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/dra-extender-tls")
 
 
+def _client_issued_by_the_ca(api: Api, tls: dict[str, Any]) -> dict[str, Any]:
+    """Secret dra-extender-kube-scheduler-client, checked to hold a client certificate of `tls`'s CA."""
+    from cryptography import x509
+
+    client = api.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/dra-extender-kube-scheduler-client")
+    assert client["data"]["ca.crt"] == tls["data"]["ca.crt"]
+    certificate = x509.load_pem_x509_certificate(base64.b64decode(client["data"]["tls.crt"]))
+    certificate.verify_directly_issued_by(x509.load_pem_x509_certificate(base64.b64decode(tls["data"]["ca.crt"])))
+    return client
+
+
 def _ca_bundles(api: Api) -> set[str]:
     hooks = api.get("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/dra-extender")
     return {hook["clientConfig"]["caBundle"] for hook in hooks["webhooks"]}
@@ -175,9 +187,12 @@ def _ca_bundles(api: Api) -> set[str]:
 def test_self_signed_certificate_is_kept_until_due_then_renewed_and_the_pod_rolls(
     plane: ControlPlane, api: Api, helm: Helm
 ) -> None:
-    helm.ok(*INSTALL, "--set", "mode=scheduler-config", "--set", "certificates.source=self-signed")
+    # One replica: the test follows one pod through the certificate's renewal (HA runs two).
+    helm.ok(*INSTALL, "--set", "mode=scheduler-config", "--set", "certificates.source=self-signed",
+            "--set", "replicas=1")
     secret, first = _tls(api), _deployment(api)
     assert _ca_bundles(api) == {secret["data"]["ca.crt"]}
+    client = _client_issued_by_the_ca(api, secret)  # kube-scheduler's, for the extender's mutual TLS
     [pod] = wait_for("the pod", lambda: _current_pods(api, 1))
     # system-cluster-critical outside kube-system: admitted, and resolved to its priority.
     assert pod["spec"]["priorityClassName"] == "system-cluster-critical"
@@ -186,6 +201,7 @@ def test_self_signed_certificate_is_kept_until_due_then_renewed_and_the_pod_roll
     helm.ok(*UPGRADE, "--set", "nodeSelector.pool=system")
     kept, second = _tls(api), _deployment(api)
     assert kept["data"] == secret["data"], "an upgrade before renew-after must keep the certificate"
+    assert _client_issued_by_the_ca(api, kept)["data"] == client["data"], "and kube-scheduler's"
     assert (second["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
             == first["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
 
@@ -197,6 +213,7 @@ def test_self_signed_certificate_is_kept_until_due_then_renewed_and_the_pod_roll
     assert renewed["data"]["tls.crt"] != secret["data"]["tls.crt"]
     assert renewed["data"]["ca.crt"] != secret["data"]["ca.crt"]
     assert _ca_bundles(api) == {renewed["data"]["ca.crt"]}
+    assert _client_issued_by_the_ca(api, renewed)["data"]["tls.crt"] != client["data"]["tls.crt"]
     assert int(renewed["metadata"]["annotations"]["dra-extender.io/renew-after"]) > 1
     assert base64.b64decode(renewed["data"]["tls.key"]).startswith(b"-----BEGIN")
     assert (third["spec"]["template"]["metadata"]["annotations"]["checksum/config"]

@@ -4,7 +4,7 @@ outcome is unknown, shared claims. No device may ever end up in two claims."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import dra_objects as o
@@ -35,11 +35,14 @@ class GatedWriter(ClaimWriter):
 
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
                    consumers: Mapping[str, dict] | None = None, *, extended: Variant | None = None,
-                   node_allocatable: Sequence[dict] = ()) -> None:
+                   node_allocatable: Sequence[dict] = (), term: int | None = None,
+                   binding: bool = True,
+                   before_binding: Callable[[Sequence[str]], Awaitable[None]] | None = None) -> None:
         gate = self.gates.get(pod["metadata"]["name"])
         if gate is not None:
             await gate.wait()
-        await super().bind(pod, node, claims, consumers, extended=extended, node_allocatable=node_allocatable)
+        await super().bind(pod, node, claims, consumers, extended=extended, node_allocatable=node_allocatable,
+                           term=term, binding=binding, before_binding=before_binding)
 
 
 def make(objs: list[dict[str, Any]], **options: Any) -> tuple[Scheduler, GatedWriter, Clock]:
@@ -48,6 +51,7 @@ def make(objs: list[dict[str, Any]], **options: Any) -> tuple[Scheduler, GatedWr
     assume = AssumeCache(clock=clock)
     assume.attach(cache)
     writer = GatedWriter(cache)
+    writer._resolve_budget = 0.2
     return Scheduler(cache, assume, writer, **options), writer, clock
 
 
@@ -162,20 +166,20 @@ async def test_write_with_unknown_outcome_keeps_its_devices_in_flight_until_the_
     writer._store = store.inner
     with pytest.raises(BindFailed, match="no longer fits"):
         await scheduler.bind("default", "q", uid=uid(scheduler, "q"), node_name="node-0")
+    # No time limit: only the API server's objects tell whether the write can still apply.
+    clock.now += 3600
+    assert len(scheduler.assume) == 1
     # The watch delivers what the API server holds: from then on the cache counts the device.
     written = store.written
     written["metadata"] = {**written["metadata"], "resourceVersion": "99"}
     scheduler.cache.apply("ResourceClaim", "MODIFIED", written)
     assert len(scheduler.assume) == 0
     assert devices_in_use(scheduler) == [(o.DRIVER, "node-0", "gpu-0")]
-    # Had the write not happened, the entry only lives for a bounded time.
-    clock.now += 3600
-    assert len(scheduler.assume) == 0
 
 
-async def test_write_with_unknown_outcome_expires_when_the_watch_never_shows_it() -> None:
+async def test_write_with_unknown_outcome_ends_when_the_claim_shows_another_version() -> None:
     objs = [*o.cluster(1, 1), o.claim("c"), o.pod("p", ["c"]), o.claim("d"), o.pod("q", ["d"])]
-    scheduler, writer, clock = make(objs)
+    scheduler, writer, _ = make(objs)
     store = LostStatusWrite(writer._store)
     writer._store = store
     with pytest.raises(BindFailed):
@@ -186,17 +190,29 @@ async def test_write_with_unknown_outcome_expires_when_the_watch_never_shows_it(
     with pytest.raises(BindFailed, match="in the process of being allocated"):
         await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
     assert len(scheduler.assume) == 1
-    clock.now += 3600
+    # The claim at a later version without an allocation (the fence removed our finalizer): the lost
+    # write was sent at the earlier version and can never apply now.
+    cached = scheduler.cache.raw("ResourceClaim", "default/c")
+    assert cached is not None and store.written is not None
+    assert cached["metadata"]["resourceVersion"] == store.written["metadata"]["resourceVersion"]
+    version = int(cached["metadata"]["resourceVersion"]) + 1
+    scheduler.cache.apply("ResourceClaim", "MODIFIED", {
+        **cached, "metadata": {**cached["metadata"], "resourceVersion": str(version), "finalizers": []}})
     assert len(scheduler.assume) == 0
     await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
 
 
 async def test_a_definite_failure_releases_at_once() -> None:
     objs = [*o.cluster(1, 1), o.claim("c"), o.pod("p", ["c"]), o.claim("d"), o.pod("q", ["d"])]
-    scheduler, _, _ = make(objs)
-    pod_of(scheduler, "p")["spec"]["nodeName"] = "elsewhere"  # the Binding is refused after the writes
+    scheduler, writer, _ = make(objs)
+    writer.gates["p"] = asyncio.Event()
+    bind = asyncio.create_task(scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0"))
+    await asyncio.sleep(0)
+    # Bound by someone else after bind's own checks: the Binding is refused after the claim writes.
+    pod_of(scheduler, "p")["spec"]["nodeName"] = "elsewhere"
+    writer.gates["p"].set()
     with pytest.raises(BindFailed, match="already assigned"):
-        await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
+        await bind
     assert len(scheduler.assume) == 0
     await scheduler.bind("default", "q", uid=uid(scheduler, "q"), node_name="node-0")
 
@@ -350,20 +366,17 @@ class TimedOutStatusWrite:
         return await self.inner.update_claim_status(claim)
 
 
-async def test_a_timed_out_status_write_keeps_its_devices_until_the_watch_says() -> None:
+async def test_a_timed_out_status_write_is_read_back_and_sent_again() -> None:
     objs = [*o.cluster(1, 1), o.claim("c"), o.pod("p", ["c"]), o.claim("d"), o.pod("q", ["d"])]
     scheduler, writer, _ = make(objs)
     store = TimedOutStatusWrite(writer._store)
     writer._store = store
-    with pytest.raises(BindFailed, match="timed out"):
-        await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
-    assert store.sent is not None and len(scheduler.assume) == 1
-    with pytest.raises(BindFailed, match="no longer fits"):
-        await scheduler.bind("default", "q", uid=uid(scheduler, "q"), node_name="node-0")
-    # The API server applies the late write; the watch shows it.
-    late = {**store.sent, "metadata": {**store.sent["metadata"], "resourceVersion": "50"}}
-    scheduler.cache.apply("ResourceClaim", "MODIFIED", late)
-    assert len(scheduler.assume) == 0
+    # The claim still has the version the lost write was sent at: it has not applied, and sending the
+    # same write again can only apply once.
+    await scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0")
+    assert store.sent is not None and len(scheduler.assume) == 0
+    assert writer.unknown_outcomes == 1
+    assert scheduler.cache.pod("default", "p")["spec"]["nodeName"] == "node-0"
     with pytest.raises(BindFailed, match="no longer fits"):
         await scheduler.bind("default", "q", uid=uid(scheduler, "q"), node_name="node-0")
     assert devices_in_use(scheduler) == [(o.DRIVER, "node-0", "gpu-0")]

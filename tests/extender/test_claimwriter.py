@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fakeapi import ApiRequest, FakeApiServer, StatusError
+from waiting import wait_until
 
 from allocator import FeatureGates, ResourceClaim
 from extender.kube.client import KubeClient
@@ -159,11 +160,11 @@ async def test_claim_being_deleted_aborts(cluster: Cluster, kube: KubeClient) ->
 
 
 async def test_failed_binding_undoes_allocation_reservation_and_finalizer(cluster: Cluster) -> None:
-    cluster.fake.fail_next("create", "pods", subresource="binding", status=500, message="etcd is down")
+    cluster.fake.fail_next("create", "pods", subresource="binding", status=403, message="no binding for you")
     with pytest.raises(BindError) as err:
         await cluster.bind("p1", "node-1", ("a", allocation("gpu-0")), ("shared", None))
     assert str(err.value) == ("binding pod ns/p1 to node node-1: creating the Binding: "
-                              "500 InternalError: etcd is down")
+                              "403 Forbidden: no binding for you")
     fresh = cluster.claim("a")
     assert "allocation" not in fresh.get("status", {}) and not fresh["status"].get("reservedFor")
     assert not fresh["metadata"].get("finalizers")
@@ -231,22 +232,42 @@ async def test_binding_a_pod_already_on_the_node_is_idempotent(cluster: Cluster)
     assert reserved == [ref("p1")], "undo keeps a reservation it did not make"
 
 
-async def test_cancelled_bind_undoes_its_writes(cluster: Cluster) -> None:
+async def cancel_bind_while_stalled(cluster: Cluster, subresource: str) -> asyncio.Event:
+    """Start p1's bind, hold its first request to `subresource` in the API server, cancel the bind
+    meanwhile; returns the event that lets the held request go on."""
     entered, release = asyncio.Event(), asyncio.Event()
 
-    async def stall_binding(request: ApiRequest) -> None:
-        if request.subresource == "binding":
+    async def stall(request: ApiRequest) -> None:
+        if request.subresource == subresource:
             entered.set()
             await release.wait()
 
-    remove = cluster.fake.intercept(stall_binding)
+    remove = cluster.fake.intercept(stall)
     task = asyncio.ensure_future(cluster.bind("p1", "node-1", ("a", allocation("gpu-0"))))
     await asyncio.wait_for(entered.wait(), 30)
     remove()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    return release
+
+
+async def test_bind_cancelled_during_the_binding_keeps_the_claims(cluster: Cluster) -> None:
+    release = await cancel_bind_while_stalled(cluster, "binding")
+    # The Binding was sent: the API server may apply it (here it does), so the claims stay.
     release.set()
+    await wait_until(lambda: cluster.pod("p1")["spec"].get("nodeName") == "node-1")
+    claim = cluster.claim("a")
+    assert claim["status"]["reservedFor"] == [ref("p1")] and claim["status"]["allocation"]
+
+
+async def test_bind_cancelled_during_the_status_write_fences_it_off(cluster: Cluster) -> None:
+    release = await cancel_bind_while_stalled(cluster, "status")
+    # The undo wrote the claim at the version the status write was sent at: when that write finally
+    # reaches storage it conflicts, and the claim is left clean.
+    release.set()
+    await wait_until(lambda: cluster.fake.requests.get("update resourceclaims/status") == 1)
+    await asyncio.sleep(0.05)
     claim = cluster.claim("a")
     assert not (claim.get("status") or {}).get("allocation") and not claim["metadata"].get("finalizers")
 

@@ -4,6 +4,7 @@ the default namespace or `-n`, and `kubectl dra` as the same program."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from extender.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "cluster"
-PRINTING_COMMANDS = ("explain", "simulate", "allocate", "check", "certs")
+PRINTING_COMMANDS = ("explain", "simulate", "allocate", "check", "certs", "version")
 
 
 def _subparsers() -> dict[str, object]:
@@ -32,7 +33,11 @@ def test_every_printing_command_takes_kubectls_output_flag(command: str) -> None
     sub = _subparsers()[command]
     [output] = [a for a in sub._actions if a.dest == "output"]  # type: ignore[attr-defined]
     assert {"-o", "--output", "--format"} <= set(output.option_strings)
-    assert tuple(output.choices) == ("text", "json", "yaml")
+    for form in ("text", "json", "yaml", "jsonpath={.a}"):
+        assert output.type(form) == form
+    for bad in ("xml", "jsonpath={range .a}", "jsonpath={.a"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            output.type(bad)
 
 
 @pytest.mark.parametrize("command", [*PRINTING_COMMANDS, "serve"])

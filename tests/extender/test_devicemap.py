@@ -80,13 +80,16 @@ async def test_the_example_cluster_with_each_state() -> None:
     assert found["node-1/gpu-0"] == found["node-1/gpu-1"] == "allocated"
     assert found["node-3/gpu-2"] == "in flight"
     assert found["node-2/gpu-3"] == "tainted"
-    assert sum(1 for state in found.values() if state == "free") == 24
-    assert "24 free, 2 allocated, 1 in flight, 1 tainted" in page
+    # gpu-2 of node-3 in flight takes all of its counters: its halves are not free any more
+    assert found["node-3/gpu-2-half-0"] == found["node-3/gpu-2-half-1"] == "counters used up"
+    assert found["node-3/gpu-1-half-0"] == "free"
+    assert sum(1 for state in found.values() if state == "free") == 22
+    assert "22 free, 2 allocated, 1 in flight, 1 tainted, 2 counters used up" in page
     # who holds what: the claim and the pods it is reserved for; the in-flight claim and its pod
     assert 'title="allocated; claim default/training; pods default/training-0"' in page
     assert "claim default/single-gpu (pod default/inference)" in page
     # pending pods with claims, each linked to its explanation; the running pod is not pending
-    pending = re.findall(r"<tr><td>([^<]+)</td><td>([^<]*)</td>", page)
+    pending = re.findall(r"<tr><td>([^<]+)</td><td>([^<]*)", page)
     assert ("default/a100-job", "default/a100-80gb") in pending
     assert ("default/worker", "default/worker-gpu-k8f2x") in pending
     assert "default/training-0" not in [pod for pod, _ in pending]
@@ -139,7 +142,7 @@ async def test_five_thousand_nodes_render_one_page_of_them() -> None:
     assert status == 200
     assert len(re.findall(r'<section class="node"', page)) == 50
     assert "40000 device(s) in 5000 pool(s)" in page and "page 1 of 100" in page
-    assert "Pending pods with claims (300)" in page and "and 100 more" in page
+    assert "Pending pods that use devices (300)" in page and "and 100 more" in page
     assert len(page) < 400_000
     _, last, _ = await fetch(server, "/debug/ui?page=100")
     assert 'data-node="node-999"' in last
@@ -183,3 +186,44 @@ async def test_a_claim_reserved_for_a_podgroup_names_the_group() -> None:
     _, page, _ = await fetch(build_server([*o.cluster(1, 2), claim]), "/debug/ui")
     assert states(page)["node-0/gpu-0"] == "allocated"
     assert 'title="allocated; claim default/train-gpus; pods default/solo; podgroups default/train"' in page
+
+
+async def test_partitions_counters_classes_and_the_time_of_the_picture() -> None:
+    _, page, _ = await fetch(example_server(), "/debug/ui")
+    # partitions under the counter set they draw on, with what is consumed of it
+    sets = dict(re.findall(r'<span class="set" data-set="([^"]+)"><b>[^<]+</b> <small>([^<]*)</small>', page))
+    assert sets["gpu-2-counters"] == "memory 80Gi of 80Gi used, multiprocessors 132 of 132 used"
+    assert sets["gpu-1-counters"] == "memory 0 of 80Gi used, multiprocessors 0 of 132 used"
+    node_3 = page.split('data-node="node-3"', 1)[1].split("</section>", 1)[0]
+    assert re.findall(r'data-set="gpu-2-counters">.*?</span></span>', node_3, re.S)
+    # per node and DeviceClass, used and free
+    classes = dict(re.findall(r'data-node="([^"]+)"><b>[^<]+</b> <span class="classes">([^<]+)</span>', page))
+    assert classes["node-1"].startswith("gpu.example.com: 2 used, 6 free")
+    assert re.search(r'<p class="asof">as of \d{4}-\d\d-\d\dT[\d:]+[+-]\d\d:\d\d</p>', page)
+
+
+async def test_pods_asking_for_extended_resources_are_pending_too() -> None:
+    objects = load_objects([EXAMPLES])
+    meta = {"name": "ext", "namespace": "default", "uid": "u-ext"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+           "spec": {"containers": [{"name": "c", "image": "x",
+                                    "resources": {"requests": {"example.com/gpu": "1"},
+                                                  "limits": {"example.com/gpu": "1"}}}]}}
+    _, page, _ = await fetch(build_server([*objects, pod]), "/debug/ui")
+    row = re.search(r"<tr><td>default/ext</td><td>(.*?)</td>", page)
+    assert row is not None and "extended resources example.com/gpu" in row.group(1)
+
+
+async def test_the_headroom_panel() -> None:
+    server = example_server()
+    _, page, _ = await fetch(server, "/debug/ui?headroom=gpu.example.com")
+    rows = r'<tr data-shape="([^"]+)"><td>[^<]+</td><td class="total">(\d+)</td>'
+    [(shape, total)] = re.findall(rows, page)
+    assert (shape, total) == ("gpu.example.com", "16")  # 18 without the taint and the allocation in flight
+    rooms = dict(re.findall(r'data-node="([^"]+)"><b>[^<]+</b> <span class="room" data-room="(\d+)"', page))
+    assert rooms == {"node-1": "6", "node-2": "7", "node-3": "3"}
+    assert 'class="dev tainted taint stranded"' in page  # node-2's tainted gpu-3
+    status, text, _ = await fetch(server, "/debug/ui?headroom=gpu.example.com:0")
+    assert status == 400 and "query parameter headroom" in text
+    _, page, _ = await fetch(server, "/debug/ui?headroom=nope")
+    assert "DeviceClass nope not found" in page

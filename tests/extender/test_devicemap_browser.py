@@ -7,6 +7,7 @@ Skips, saying how to get one, where no chromium is installed (`apt-get install -
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import shutil
@@ -148,11 +149,46 @@ async def test_device_map_in_a_browser(server: ExtenderServer, devtools: DevTool
     for state, colour, _ in by_device.values():
         colours.setdefault(state, set()).add(colour)
     assert all(len(shades) == 1 for shades in colours.values()), colours
-    assert len({next(iter(shades)) for shades in colours.values()}) == 4, colours
+    assert len({next(iter(shades)) for shades in colours.values()}) == 5, colours  # counters used up too
 
     await devtools.evaluate("document.querySelector('a.explain[href*=\"a100-job\"]').click()")
     await devtools.wait_for("Page.loadEventFired")
     assert (await devtools.evaluate("location.pathname")) == "/debug/explain"
     text = await devtools.evaluate("document.body.innerText")
     assert text.startswith("pod default/a100-job: fits 1 of 3 node(s)"), text[:200]
+    assert devtools.problems() == []
+
+
+async def test_the_headroom_panel_in_a_browser(server: ExtenderServer, devtools: DevTools,
+                                               tmp_path: Path) -> None:
+    """The panel as a person sees it: asked through its form, its numbers shown, the room of each node
+    and the stranded devices outlined, partitions boxed under their counter set; and a screenshot."""
+    debug = server.urls["debug"]
+    await devtools.open(f"{debug}/debug/ui")
+    await devtools.evaluate(
+        "document.querySelector('input[name=headroom]').value = 'gpu.example.com';"
+        "document.querySelector('input[name=headroom]').form.submit()")
+    await devtools.wait_for("Page.loadEventFired")
+    assert await devtools.evaluate("location.search") == "?headroom=gpu.example.com"
+    panel = await devtools.evaluate(
+        "(() => { const t = document.getElementById('headroom'); const r = t.getBoundingClientRect();"
+        " return [t.querySelector('td.total').innerText, r.width, r.height,"
+        " [...document.querySelectorAll('.room')].map(e => e.innerText)]; })()")
+    total, width, height, rooms = panel
+    assert total == "16" and width > 200 and height > 20
+    assert rooms == ["takes 6 more of 1 x gpu.example.com", "takes 7 more of 1 x gpu.example.com",
+                     "takes 3 more of 1 x gpu.example.com"]
+    stranded = await devtools.evaluate(
+        "[...document.querySelectorAll('.dev.stranded')].map(e => [e.dataset.device, "
+        "getComputedStyle(e).outlineStyle, e.title])")
+    assert ["gpu-3", "dotted", "tainted; stranded for the headroom shape: taint; taints "
+            "example.com/unhealthy=<img src=x onerror=\"alert(1)\">&:NoSchedule"] in stranded
+    boxed = await devtools.evaluate(
+        "[...document.querySelectorAll('.set')].map(e => [e.dataset.set, e.querySelectorAll('.dev').length,"
+        " getComputedStyle(e).borderStyle])")
+    assert ["gpu-0-counters", 3, "dashed"] in boxed
+    shot = await devtools.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+    png = base64.b64decode(shot["data"])
+    (tmp_path / "headroom.png").write_bytes(png)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
     assert devtools.problems() == []

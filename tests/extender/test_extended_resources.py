@@ -8,6 +8,7 @@ from typing import Any
 
 import dra_objects as o
 import pytest
+from lost_binding import bound_elsewhere_at_binding
 from test_scheduling import make, pod_of
 
 from allocator import FeatureGates
@@ -301,10 +302,8 @@ async def test_extended_zero_quantity_pod_is_not_ours() -> None:
 async def test_extended_failed_binding_leaves_no_claim() -> None:
     scheduler = make([extended_class(), *o.cluster(1, 2)[1:], gpu_pod("p")])
     pod = pod_of(scheduler, "p")
-    taken = {**pod, "spec": {**pod["spec"], "nodeName": "elsewhere"},
-             "metadata": {**pod["metadata"], "resourceVersion": "5"}}
     assert (await scheduler.filter(pod, ["node-0"])).passed == ["node-0"]
-    scheduler.cache.apply("Pod", "MODIFIED", taken)  # the Binding will be refused
+    bound_elsewhere_at_binding(scheduler, "p", "elsewhere")
     with pytest.raises(BindFailed, match="already assigned"):
         await scheduler.bind("default", "p", uid=pod["metadata"]["uid"], node_name="node-0")
     assert special_claims(scheduler) == []

@@ -8,14 +8,14 @@ import dra_objects as o
 import orjson
 from test_extended_resources import extended_class, gpu_pod, special_claims
 from test_scheduling import make, pod_of
-from test_server import example, get, post  # noqa: F401  (example is a fixture)
+from test_server import get, post
 
 from extender.http.server import ExtenderServer
 
 NODES = ["node-1", "node-2", "node-3"]
 
 
-async def test_extended_filter_prioritize_bind_and_explain_over_http(example: ExtenderServer) -> None:  # noqa: F811
+async def test_extended_filter_prioritize_bind_and_explain_over_http(example: ExtenderServer) -> None:
     base = example.urls["extender"]
     pod = example.cache.pod("default", "plain-gpu-job")
     args = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": NODES})

@@ -632,10 +632,10 @@ def test_pod_demand_is_worked_out_once_per_footprint() -> None:
 async def test_failed_status_write_undoes_the_claims(fake_api: Any) -> None:
     objs = world(extra=[claim("c", "cpus", count=2), pod("p", ["c"])])
     fake_api.seed(objs)
-    fake_api.fail_next("patch", "pods", subresource="status", status=500, message="etcd is tired")
+    fake_api.fail_next("patch", "pods", subresource="status", status=422, message="no such field")
     client = KubeClient.for_url(fake_api.url)
     try:
-        with pytest.raises(BindFailed, match="writing the pod's nodeAllocatableResourceClaimStatuses: 500"):
+        with pytest.raises(BindFailed, match="writing the pod's nodeAllocatableResourceClaimStatuses: 422"):
             await make(objs, client=client).bind("default", "p", uid="", node_name="node-1")
     finally:
         await client.close()

@@ -8,6 +8,7 @@ from typing import Any
 import dra_objects as o
 import podgroup_objects as g
 import pytest
+from lost_binding import bound_elsewhere_at_binding
 
 from allocator import FeatureGates
 from common.rules import RESERVED_FOR_MAX
@@ -220,7 +221,7 @@ async def test_podgroup_retried_bind_waiting_for_the_group_write_is_refused_not_
 
 async def test_podgroup_failed_bind_undoes_the_groups_allocation_and_the_next_pod_allocates() -> None:
     scheduler = make(by_name_cluster(2))
-    current(scheduler, "w0")["spec"]["nodeName"] = "node-2"   # the Binding will be refused
+    bound_elsewhere_at_binding(scheduler, "w0", "node-2")
     with pytest.raises(BindFailed, match="already assigned"):
         await scheduler.bind("default", "w0", uid="", node_name="node-0")
     claim = current(scheduler, "train-gpus", "ResourceClaim")
@@ -234,7 +235,7 @@ async def test_podgroup_failed_bind_undoes_the_groups_allocation_and_the_next_po
 async def test_podgroup_failed_bind_keeps_a_group_reservation_it_did_not_allocate() -> None:
     scheduler = make(by_name_cluster(2))
     await schedule(scheduler, "w0")
-    current(scheduler, "w1")["spec"]["nodeName"] = "node-2"
+    bound_elsewhere_at_binding(scheduler, "w1", "node-2")
     node = current(scheduler, "w0")["spec"]["nodeName"]
     with pytest.raises(BindFailed, match="already assigned"):
         await scheduler.bind("default", "w1", uid="", node_name=node)

@@ -62,10 +62,31 @@ def test_slim_pod_keeps_what_is_read_and_drops_the_rest() -> None:
     assert slim_pod(slim) == slim and SECRET in orjson.dumps(pod).decode(), "idempotent, input unchanged"
 
 
+def test_of_affinity_only_the_required_node_affinity_is_kept() -> None:
+    required_key, preferred_key = ("requiredDuringSchedulingIgnoredDuringExecution",
+                                   "preferredDuringSchedulingIgnoredDuringExecution")
+    required = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                        "values": ["node-1"]}]}]}
+    anti = {"podAntiAffinity": {required_key: [{"labelSelector": {"matchLabels": {"app": SECRET}},
+                                                "topologyKey": "zone"}]}}
+    pod = loaded_pod()
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {required_key: required, preferred_key: [{"weight": 1, "preference": {}}]}, **anti}
+    slim = slim_pod(pod)
+    assert slim["spec"]["affinity"] == {"nodeAffinity": {required_key: required}}
+    assert SECRET not in orjson.dumps(slim).decode()
+    pod["spec"]["affinity"] = anti
+    assert "affinity" not in slim_pod(pod)["spec"]
+    pod["spec"]["affinity"] = {"nodeAffinity": {preferred_key: []}}
+    assert "affinity" not in slim_pod(pod)["spec"]
+
+
 def test_malformed_parts_reach_the_cache_unchanged() -> None:
     pod = {"metadata": {"name": "p", "namespace": "d", "uid": "u"}, "spec": {"resourceClaims": 5},
            "status": 3}
     assert slim_pod(pod) == pod
+    for affinity in ("any", {"nodeAffinity": 7}):
+        assert slim_pod({**pod, "spec": {"affinity": affinity}})["spec"] == {"affinity": affinity}
     cache = ClusterCache.from_objects([{"kind": "Pod", **pod}], FeatureGates())
     assert cache.stats()["invalid"] == {"Pod": 1}
 

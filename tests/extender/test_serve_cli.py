@@ -168,7 +168,7 @@ def test_simulate_prints_the_node_table(tmp_path: Path, capsys: pytest.CaptureFi
     pods = [doc for doc in yaml.safe_load_all((EXAMPLES / "pods.yaml").read_text()) if doc]
     pod = next(doc for doc in pods if doc["metadata"]["name"] == "a100-job")
     (tmp_path / "pod.yaml").write_text(yaml.safe_dump(pod))
-    assert main(["simulate", "-f", str(EXAMPLES), "--pod", str(tmp_path / "pod.yaml")]) == 0
+    assert main(["simulate", "--snapshot", str(EXAMPLES), "-f", str(tmp_path / "pod.yaml")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "pod default/a100-job: fits 1 of 3 node(s)"
     assert lines[1].split() == ["NODE", "FITS", "SCORE", "REASON"]
@@ -188,12 +188,12 @@ def test_simulate_prints_the_node_table(tmp_path: Path, capsys: pytest.CaptureFi
     }
     (tmp_path / "pod.yaml").write_text(yaml.safe_dump_all([pod, claim]))
     assert (
-        main(["simulate", "-f", str(EXAMPLES), "--pod", str(tmp_path / "pod.yaml"), "--format", "json"]) == 1
+        main(["simulate", "--snapshot", str(EXAMPLES), "--pod", str(tmp_path / "pod.yaml"), "-ojson"]) == 1
     )
     rows = orjson.loads(capsys.readouterr().out)["nodes"]
     assert not any(row["fits"] for row in rows) and all("needs 20 devices" in row["reason"] for row in rows)
 
-    assert main(["simulate", "-f", str(EXAMPLES), "--pod", str(EXAMPLES / "pods.yaml")]) == 2
+    assert main(["simulate", "--snapshot", str(EXAMPLES), "-f", str(EXAMPLES / "pods.yaml")]) == 2
     assert "exactly one Pod" in capsys.readouterr().err
 
 

@@ -38,15 +38,6 @@ def build_server(objs: list[dict[str, Any]]) -> ExtenderServer:
     return ExtenderServer(Scheduler(cache, assume, ClaimWriter(None, cache)))
 
 
-@pytest.fixture
-async def example() -> AsyncIterator[ExtenderServer]:
-    """The bundled example cluster, served on ephemeral loopback ports."""
-    server = build_server(load_objects([EXAMPLES]))
-    await server.start("127.0.0.1", 0, 0)
-    yield server
-    await server.stop()
-
-
 async def post(url: str, body: bytes) -> tuple[int, Any]:
     async with (
         aiohttp.ClientSession() as session,
@@ -116,14 +107,14 @@ async def test_prioritize_bind_and_state(example: ExtenderServer) -> None:
     assert (status, body) == (200, {"Error": ""})
     claim = example.cache.claim("default", "single-gpu")
     assert claim.allocation is not None and claim.reserved_for[0]["name"] == "inference"
-    # Binding twice to another node is refused with a message, not an HTTP error.
+    # Binding twice to another node is refused with a message, not an HTTP error, before any attempt.
     again = orjson.loads((PAYLOADS / "bind.json").read_bytes()) | {"Node": "node-2"}
     status, body = await post(base + "/bind", orjson.dumps(again))
-    assert status == 200 and body["Error"]
+    assert status == 200 and "already bound to node node-1" in body["Error"]
 
     status, text = await get(example.urls["debug"] + "/debug/state")
     state = orjson.loads(text)
-    assert status == 200 and state["binds"]["attempts"] == 2 and state["cache"]["ready"] is True
+    assert status == 200 and state["binds"]["attempts"] == 1 and state["cache"]["ready"] is True
     assert {pool["pool"] for pool in state["pools"]} >= {"node-1", "node-2"}
 
 

@@ -3,12 +3,15 @@
 Faithful where our code depends on it: resourceVersions from one global counter, 409 on a stale
 resourceVersion, status subresources (the main resource ignores status, /status ignores the rest),
 finalizers and deletionTimestamp, pods/binding, ResourceClaim status validation (reservedFor limit,
-immutable allocation), list + watch with ADDED/MODIFIED/DELETED/BOOKMARK and 410 Gone for versions
+immutable allocation, status.devices only of allocated devices, dropped with their allocation), list +
+watch with ADDED/MODIFIED/DELETED/BOOKMARK and 410 Gone for versions
 older than the kept history, and metav1.Status error bodies. Not implemented: label/field selectors,
 pagination, strategic-merge patch semantics (treated as JSON merge patch), admission, RBAC.
 
-Failure injection: `fail_next`, `close_watches`, `expire_history`, and `intercept` (run a callback
-before a request is handled, e.g. to change an object between a client's read and its write).
+Failure injection: `fail_next` (refused: not applied), `lose_answers` (applied, then the answer is an
+error or the connection is cut), `close_watches`, `expire_history`, and `intercept` (run a callback
+before a request is handled, e.g. to change an object between a client's read and its write; an async
+one that waits makes a write land late, after its client gave up: aiohttp does not cancel the handler).
 
 Stored objects are never changed in place (every write stores new top-level and metadata dicts and
 shares untouched subtrees), so the HTTP path serializes them without copying; the direct-access
@@ -70,9 +73,9 @@ RESOURCES = (
 )
 BY_PATH = {(r.group_version, r.plural): r for r in RESOURCES}
 BY_KIND = {(r.group_version, r.kind): r for r in RESOURCES}
-REASONS = {400: "BadRequest", 401: "Unauthorized", 404: "NotFound", 405: "MethodNotAllowed", 409: "Conflict",
-           410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests",
-           500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
+REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+           409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid",
+           429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
 
 
 class StatusError(Exception):
@@ -160,6 +163,7 @@ class FakeApiServer:
         self._history_floor = 0   # events with a version above this are all in _history
         self._watches: list[_Watch] = []
         self._faults: list[_Fault] = []
+        self._lost: list[_Fault] = []
         self._interceptors: list[Callable[[ApiRequest], Any]] = []
         self._bookmark_interval = bookmark_interval_s
         self._runner: web.AppRunner | None = None
@@ -231,6 +235,12 @@ class FakeApiServer:
         """Answer the next `count` matching requests with `status` instead of handling them."""
         self._faults.append(_Fault(verb, plural, subresource, count, status, message))
 
+    def lose_answers(self, verb: str, plural: str, *, subresource: str | None = None, count: int = 1,
+                     status: int = 504, message: str = "the answer was lost", drop: bool = False) -> None:
+        """Handle the next `count` matching requests (the write is applied), then answer `status`
+        instead of the result, or with `drop` close the connection without an answer."""
+        self._lost.append(_Fault(verb, plural, subresource, count, 0 if drop else status, message))
+
     def intercept(self, callback: Callable[[ApiRequest], Any]) -> Callable[[], None]:
         """Call `callback(request)` (sync or async) before each request is handled; returns a remover."""
         self._interceptors.append(callback)
@@ -279,6 +289,13 @@ class FakeApiServer:
             if verb == "watch":
                 return await self._watch(request, resource, namespace)
             result, code = self._dispatch(verb, resource, namespace, name, subresource, body, request)
+            lost = self._take(self._lost, verb, resource.plural, subresource)
+            if lost is not None and lost.status == 0:
+                if request.transport is not None:
+                    request.transport.close()
+                return web.Response(status=500)  # never reaches the client
+            if lost is not None:
+                raise StatusError(lost.status, lost.message)
             return web.Response(body=orjson.dumps(result), status=code, content_type=JSON)
         except StatusError as err:
             return web.Response(body=orjson.dumps(err.body()), status=err.code, content_type=JSON)
@@ -333,12 +350,19 @@ class FakeApiServer:
             raise StatusError(400, f"the body of the request was in an unknown format: {err}") from err
 
     def _maybe_fault(self, verb: str, plural: str, subresource: str | None) -> None:
-        for fault in self._faults:
+        fault = self._take(self._faults, verb, plural, subresource)
+        if fault is not None:
+            raise StatusError(fault.status, fault.message)
+
+    @staticmethod
+    def _take(faults: list[_Fault], verb: str, plural: str, subresource: str | None) -> _Fault | None:
+        for fault in faults:
             if (fault.verb, fault.plural, fault.subresource) == (verb, plural, subresource):
                 fault.remaining -= 1
                 if fault.remaining == 0:
-                    self._faults.remove(fault)
-                raise StatusError(fault.status, fault.message)
+                    faults.remove(fault)
+                return fault
+        return None
 
     def _dispatch(self, verb: str, resource: Resource, namespace: str | None, name: str | None,
                   subresource: str | None, body: Any, request: web.Request) -> tuple[dict, int]:
@@ -485,6 +509,7 @@ class FakeApiServer:
             else:
                 updated["metadata"].pop("resourceVersion", None)
             if resource.plural == "resourceclaims":
+                updated = self._drop_deallocated_devices(current, updated)
                 self._validate_claim_status(key[1], current, updated)
             return self._store_update(resource, key, updated, keep_status=False)
         obj = {**body, "metadata": dict(meta)}
@@ -524,6 +549,26 @@ class FakeApiServer:
         return obj
 
     @staticmethod
+    def _device_ids(allocation: dict | None) -> set[tuple]:
+        results = ((allocation or {}).get("devices") or {}).get("results") or ()
+        return {(r.get("driver"), r.get("pool"), r.get("device"), r.get("shareID")) for r in results}
+
+    def _drop_deallocated_devices(self, current: dict, updated: dict) -> dict:
+        """The status strategy's dropDeallocatedStatusDevices: status.devices entries of devices the update
+        takes out of the allocation are removed."""
+        status = updated.get("status") or {}
+        gone = (self._device_ids((current.get("status") or {}).get("allocation"))
+                - self._device_ids(status.get("allocation")))
+        devices = status.get("devices")
+        if not gone or not devices:
+            return updated
+        kept = [d for d in devices
+                if (d.get("driver"), d.get("pool"), d.get("device"), d.get("shareID")) not in gone]
+        new_status = ({**status, "devices": kept} if kept
+                      else {k: v for k, v in status.items() if k != "devices"})
+        return {**updated, "status": new_status}
+
+    @staticmethod
     def _validate_claim_status(name: str, current: dict, updated: dict) -> None:
         status = updated.get("status") or {}
         old_allocation = (current.get("status") or {}).get("allocation")
@@ -543,6 +588,13 @@ class FakeApiServer:
             raise StatusError(422, f"{prefix}: status.reservedFor: Duplicate value: uids must be unique")
         if old_allocation is not None and allocation is not None and allocation != old_allocation:
             raise StatusError(422, f"{prefix}: status.allocation: Invalid value: field is immutable")
+        allocated = FakeApiServer._device_ids(allocation)
+        for index, device in enumerate(status.get("devices") or ()):
+            ident = (device.get("driver"), device.get("pool"), device.get("device"), device.get("shareID"))
+            if ident not in allocated:
+                named = "/".join(str(part) for part in ident[:3])
+                raise StatusError(422, f"{prefix}: status.devices[{index}]: Invalid value: \"{named}\": "
+                                       "must be an allocated device in the claim")
 
     def _delete(self, resource: Resource, key: tuple[str, str], options: Any) -> dict:
         current = self._existing(resource, key)

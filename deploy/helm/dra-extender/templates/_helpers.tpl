@@ -11,16 +11,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
 
 {{- define "dra-extender.replicas" -}}
 {{- if not (kindIs "invalid" .Values.replicas) }}{{ .Values.replicas }}
-{{- else if include "dra-extender.secondScheduler" . }}2
-{{- else }}1{{ end }}
+{{- else }}2{{ end }}
 {{- end }}
 
 {{/* Combinations that cannot work refuse to render, naming what is wrong (values.schema.json has already
 refused unknown keys, wrong types and unknown modes or sources). */}}
 {{- define "dra-extender.validate" -}}
 {{- $replicas := include "dra-extender.replicas" . | int }}
-{{- if and (eq .Values.mode "scheduler-config") (gt $replicas 1) }}
-{{- fail "mode scheduler-config runs exactly 1 replica: two active extenders would not see each other's in-flight allocations (use mode second-scheduler for HA)" }}
+{{- if lt $replicas 1 }}
+{{- fail "replicas must be at least 1" }}
 {{- end }}
 {{- if and .Values.controllers.enabled (gt $replicas 1) (not .Values.controllers.leaderElection) }}
 {{- fail "controllers.leaderElection must be true with more than one replica, or every replica would evict pods" }}
@@ -75,26 +74,31 @@ rolls the pods. */}}
 {{- else }}dra-extender-tls{{ end }}
 {{- end }}
 
-{{/* self-signed: one CA and serving certificate per release, shared by the Secret and the webhooks.
-An upgrade keeps those of the existing Secret (the CA may have been copied to the control-plane nodes
-for scheduler-config mode) until its renew-after time, then makes new ones. `helm template` cannot
-look, so it always makes new ones. */}}
+{{/* self-signed: one CA and serving certificate per release, shared by the Secret and the webhooks, and
+in scheduler-config mode kube-scheduler's client certificate from the same CA. An upgrade keeps those
+of the existing Secrets (the CA and the client certificate may have been copied to the control-plane
+nodes for scheduler-config mode) until the renew-after time, then makes new ones; so does a switch to
+scheduler-config mode that finds no client certificate of that CA (the CA's key is not kept).
+`helm template` cannot look, so it always makes new ones. */}}
 {{- define "dra-extender.generatedTLS" -}}
 {{- if not (hasKey .Values "generatedTLS") }}
 {{- $ns := .Release.Namespace }}
 {{- $now := now | unixEpoch | int64 }}
 {{- $existing := lookup "v1" "Secret" $ns "dra-extender-tls" }}
 {{- $data := dig "data" (dict) $existing }}
+{{- $client := dig "data" (dict) (lookup "v1" "Secret" $ns "dra-extender-kube-scheduler-client") }}
+{{- $clientKept := or (include "dra-extender.secondScheduler" .) (and (hasKey $client "tls.crt") (hasKey $client "tls.key") (eq (index $client "ca.crt" | default "") (index $data "ca.crt" | default "-"))) }}
 {{- $renewAfter := dig "metadata" "annotations" "dra-extender.io/renew-after" "0" $existing | int64 }}
-{{- if and (hasKey $data "tls.crt") (hasKey $data "tls.key") (hasKey $data "ca.crt") (lt $now $renewAfter) }}
-{{- $_ := set .Values "generatedTLS" (dict "ca" (index $data "ca.crt" | b64dec) "cert" (index $data "tls.crt" | b64dec) "key" (index $data "tls.key" | b64dec) "renewAfter" $renewAfter) }}
+{{- if and (hasKey $data "tls.crt") (hasKey $data "tls.key") (hasKey $data "ca.crt") (lt $now $renewAfter) $clientKept }}
+{{- $_ := set .Values "generatedTLS" (dict "ca" (index $data "ca.crt" | b64dec) "cert" (index $data "tls.crt" | b64dec) "key" (index $data "tls.key" | b64dec) "renewAfter" $renewAfter "clientCert" (index $client "tls.crt" | default "" | b64dec) "clientKey" (index $client "tls.key" | default "" | b64dec)) }}
 {{- else }}
 {{- $days := int .Values.certificates.selfSignedDays }}
 {{- $ca := genCA (printf "dra-extender webhook CA (dra-extender-webhook.%s)" $ns) (max 3650 $days | int) }}
 {{- $names := list "dra-extender-webhook" (printf "dra-extender-webhook.%s" $ns) (printf "dra-extender-webhook.%s.svc" $ns) (printf "dra-extender-webhook.%s.svc.cluster.local" $ns) (printf "dra-extender.%s.svc" $ns) (printf "dra-extender.%s.svc.cluster.local" $ns) }}
 {{- $cert := genSignedCert (printf "dra-extender-webhook.%s.svc" $ns) nil $names $days $ca }}
+{{- $clientCert := genSignedCert "kube-scheduler" nil nil $days $ca }}
 {{- $margin := min 30 (div $days 2) }}
-{{- $_ := set .Values "generatedTLS" (dict "ca" $ca.Cert "cert" $cert.Cert "key" $cert.Key "renewAfter" (add $now (mul (sub $days $margin) 86400))) }}
+{{- $_ := set .Values "generatedTLS" (dict "ca" $ca.Cert "cert" $cert.Cert "key" $cert.Key "renewAfter" (add $now (mul (sub $days $margin) 86400)) "clientCert" $clientCert.Cert "clientKey" $clientCert.Key) }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -1,4 +1,5 @@
-"""Leader election through a coordination.k8s.io/v1 Lease, so only one replica runs the controllers.
+"""Leader election through a coordination.k8s.io/v1 Lease, so only one replica allocates (answers the
+extender verbs) and runs the controllers.
 
 Like client-go's leaderelection: a candidate takes the Lease when it does not exist, is released
 (empty holder), or has not been renewed for leaseDurationSeconds *as observed on our own clock*
@@ -6,6 +7,13 @@ Like client-go's leaderelection: a candidate takes the Lease when it does not ex
 matter). Every write carries the resourceVersion we read, so two candidates racing for the same
 Lease cannot both win: the loser gets 409 Conflict. The leader renews every retry period and steps
 down when it could not renew within the renew deadline.
+
+`leading()` is what writers consult before each write: it turns false as soon as the renew deadline
+has passed since the last successful renewal *was sent*, whether or not the election loop has run
+since (its attempt may hang on a slow API server). Another candidate takes over only a whole lease
+duration after it last saw the record change, which is after that renewal was sent: so the old leader
+has stopped writing before the new one starts (the margin is lease duration minus renew deadline, 5 s
+with client-go's defaults, for the two clocks' rates and this process's own pauses).
 """
 
 from __future__ import annotations
@@ -13,18 +21,51 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import time
+import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol
-
-from extender.controllers.clock import Clock, format_micro_time
 
 log = logging.getLogger(__name__)
 
+# client-go's defaults (and kube-scheduler's --leader-elect-* defaults).
+LEASE_DURATION_S = 15.0
+RENEW_DEADLINE_S = 10.0
+RETRY_PERIOD_S = 2.0
+
+
+class LeaseClock(Protocol):
+    """Durations only: `now()` is compared with itself, never with the Lease's timestamps."""
+
+    def now(self) -> float: ...
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class MonotonicClock:
+    """The clock of a real election: monotonic, so a step of the wall clock changes no deadline."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def format_micro_time(epoch: float) -> str:
+    """metav1.MicroTime, as Leases use it."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
 
 class LeaseClient(Protocol):
-    async def get(self, path: str) -> dict: ...
-    async def create(self, path: str, body: dict) -> dict: ...
-    async def update(self, path: str, body: dict) -> dict: ...
+    async def get(self, path: str) -> dict[str, Any]: ...
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    async def update(self, path: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
 def _status(err: BaseException) -> int | None:
@@ -36,16 +77,17 @@ class LeaderElector:
     def __init__(
         self,
         client: LeaseClient,
-        clock: Clock,
+        clock: LeaseClock,
         *,
         identity: str,
         namespace: str,
         name: str,
-        lease_duration: float = 15.0,
-        renew_deadline: float = 10.0,
-        retry_period: float = 2.0,
+        lease_duration: float = LEASE_DURATION_S,
+        renew_deadline: float = RENEW_DEADLINE_S,
+        retry_period: float = RETRY_PERIOD_S,
         on_started: Callable[[], Awaitable[None]],
         on_stopped: Callable[[], Awaitable[None]],
+        wall: Callable[[], float] = time.time,
     ) -> None:
         if not identity:
             raise ValueError("leader election needs a non-empty identity")
@@ -63,12 +105,31 @@ class LeaderElector:
         self._retry = retry_period
         self._on_started = on_started
         self._on_stopped = on_stopped
-        self._lease: dict | None = None
+        self._wall = wall
+        self._lease: dict[str, Any] | None = None
+        # The last attempt's error (not "held by another": a failure to read or write the Lease), and
+        # how many attempts in a row failed so: /readyz reports an election that cannot work.
+        self.last_error = ""
+        self.failures = 0
+        self.holder = ""  # the holder seen at the last attempt
         self._observed: tuple[Any, Any] | None = None  # (holderIdentity, renewTime) last seen
         self._observed_at = 0.0
         self._last_renewed = 0.0
         self.is_leader = False
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def lease(self) -> str:
+        return f"{self._namespace}/{self._name}"
+
+    def leading(self) -> bool:
+        """Leader, and the renew deadline not passed since the last successful renewal was sent."""
+        return self.is_leader and self._clock.now() - self._last_renewed < self._renew_deadline
+
+    def describe(self) -> dict[str, Any]:
+        return {"lease": self.lease, "identity": self.identity, "leader": self.leading(),
+                "holder": self.holder or None, "failingAttempts": self.failures,
+                "lastError": self.last_error or None}
 
     def start(self) -> None:
         if self._task is None:
@@ -95,11 +156,14 @@ class LeaderElector:
         now = self._clock.now()
         try:
             acquired = await self._attempt(now)
+            self.failures, self.last_error = 0, ""
         except asyncio.CancelledError:
             raise
         except Exception as err:
             log.warning("lease %s/%s: %s", self._namespace, self._name, err)
             acquired = False
+            self.failures += 1
+            self.last_error = str(err) or type(err).__name__
         if acquired:
             self._last_renewed = now
             if not self.is_leader:
@@ -129,9 +193,11 @@ class LeaderElector:
                 "spec": self._spec(now, transitions=0),
             }
             self._lease = await self._client.create(self._collection, body)
+            self.holder = self.identity
             return True
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
+        self.holder = holder
         record = (holder, spec.get("renewTime"))
         if record != self._observed:
             self._observed, self._observed_at = record, now
@@ -152,10 +218,11 @@ class LeaderElector:
             raise
         self._observed = (self.identity, new_spec["renewTime"])
         self._observed_at = now
+        self.holder = self.identity
         return True
 
     def _spec(self, now: float, *, transitions: int) -> dict[str, Any]:
-        stamp = format_micro_time(now)
+        stamp = format_micro_time(self._wall())
         return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": int(self._duration),
@@ -173,13 +240,13 @@ class LeaderElector:
         lease = self._lease
         if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
             return
-        now = self._clock.now()
+        stamp = format_micro_time(self._wall())
         spec = {
             **lease["spec"],
             "holderIdentity": "",
             "leaseDurationSeconds": 1,
-            "renewTime": format_micro_time(now),
-            "acquireTime": format_micro_time(now),
+            "renewTime": stamp,
+            "acquireTime": stamp,
         }
         try:
             self._lease = await self._client.update(self._path, {**lease, "spec": spec})
