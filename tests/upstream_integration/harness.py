@@ -54,8 +54,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests" / "e2e"))
 
 import build_control_plane  # noqa: E402
 from build_control_plane import BuildUnavailable, cache_root, find_go  # noqa: E402
-from e2e_cluster import DEPLOY, DRA_EXTENDER, extender_supports  # noqa: E402
-from test_e2e_requeue import deployed_requeue_flag  # noqa: E402
+from e2e_cluster import DEPLOY, DRA_EXTENDER, deployed_requeue_flag, extender_supports  # noqa: E402
 
 from allocator.features import DEFAULT_GATES  # noqa: E402
 from webhook.certs import generate_ca, generate_serving_cert, write_pem  # noqa: E402
