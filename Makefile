@@ -46,8 +46,9 @@ browser:
 dist: $(STAMP)
 	$(BIN)/python release/dist.py $(if $(TAG),--tag $(TAG))
 
-# Only upstream's test/integration/dra with DRA Extender as the scheduler's DRA (tests/upstream_integration,
-# also part of `make test`); UPSTREAM_PACKAGES picks some of its four packages, e.g. default,ga.
+# Upstream's test/integration/dra with DRA Extender as the scheduler's DRA (tests/upstream_integration):
+# all four packages here; `make test` runs default and ga only, .ci/run then runs all and api here.
+# UPSTREAM_PACKAGES picks some of the four, e.g. all.
 UPSTREAM_PACKAGES ?= default,ga,all,api
 upstream-integration: $(STAMP) e2e-control-plane
 	DRA_UPSTREAM_PACKAGES=$(UPSTREAM_PACKAGES) $(BIN)/python -m pytest tests/upstream_integration -q
