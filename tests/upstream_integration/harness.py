@@ -57,7 +57,7 @@ from build_control_plane import BuildUnavailable, cache_root, find_go  # noqa: E
 from e2e_cluster import DEPLOY, DRA_EXTENDER, deployed_requeue_flag, extender_supports  # noqa: E402
 
 from allocator.features import DEFAULT_GATES  # noqa: E402
-from webhook.certs import generate_ca, generate_serving_cert, write_pem  # noqa: E402
+from webhook.certs import generate_ca, generate_client_cert, generate_serving_cert, write_pem  # noqa: E402
 
 __all__ = ["PACKAGES", "BuildUnavailable", "PackageRun", "Result", "build", "run_package"]
 
@@ -340,11 +340,17 @@ def extender_settings(work: Path, extra_flags: list[str]) -> dict[str, Any]:
     server_name = extender["tlsConfig"]["serverName"]
     ca = generate_ca("upstream-integration-ca")
     serving = generate_serving_cert(ca, [server_name, "localhost"], ["127.0.0.1"])
+    # kube-scheduler's client certificate from the same CA, as deploy/'s mutual TLS has it.
+    client = generate_client_cert(ca, "kube-scheduler")
     ca_file, cert_file, key_file = work / "ca.crt", work / "extender.crt", work / "extender.key"
+    client_cert_file, client_key_file = work / "scheduler-client.crt", work / "scheduler-client.key"
     write_pem(ca_file, ca.certificate_pem())
     write_pem(cert_file, serving.certificate_pem())
     write_pem(key_file, serving.key_pem(), private=True)
-    extender["tlsConfig"] = {"caFile": str(ca_file), "serverName": server_name}
+    write_pem(client_cert_file, client.certificate_pem())
+    write_pem(client_key_file, client.key_pem(), private=True)
+    extender["tlsConfig"] = {"caFile": str(ca_file), "serverName": server_name,
+                             "certFile": str(client_cert_file), "keyFile": str(client_key_file)}
     # As deploy/ runs it: the requeue claim in a namespace the hook creates (the test has none of ours).
     requeue = deployed_requeue_flag()
     requeue_namespace = requeue.split("=", 1)[1].split("/", 1)[0]
@@ -357,7 +363,7 @@ def extender_settings(work: Path, extra_flags: list[str]) -> dict[str, Any]:
         "extender": extender,
         "featureGates": sorted(DEFAULT_GATES),
         "argFlags": {arg: flag for arg, flag in ARG_FLAGS.items() if extender_supports(flag)},
-        "extraFlags": [requeue, *extra_flags],
+        "extraFlags": [requeue, f"--extender-client-ca-file={ca_file}", *extra_flags],
         "namespaces": [requeue_namespace],
     }
 

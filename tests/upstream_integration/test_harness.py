@@ -227,6 +227,12 @@ def test_settings_configure_the_extender_as_deploy_does(tmp_path: Path) -> None:
     names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert extender["tlsConfig"]["serverName"] in names.get_values_for_type(x509.DNSName)
     assert Path(settings["keyFile"]).stat().st_mode & 0o077 == 0
+    # Mutual TLS as deploy/'s scheduler-config mode: kube-scheduler presents a client certificate of
+    # the CA the server requires.
+    client = x509.load_pem_x509_certificate(Path(extender["tlsConfig"]["certFile"]).read_bytes())
+    client.verify_directly_issued_by(ca)
+    assert Path(extender["tlsConfig"]["keyFile"]).stat().st_mode & 0o077 == 0
+    assert f"--extender-client-ca-file={extender['tlsConfig']['caFile']}" in settings["extraFlags"]
     requeue = next(flag for flag in settings["extraFlags"] if flag.startswith("--requeue-claim="))
     assert settings["namespaces"] == [requeue.split("=")[1].split("/")[0]]
     assert settings["extraFlags"][-1] == "--scoring=spread"
