@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test dist completion e2e-control-plane conformance-upstream browser
+.PHONY: run test dist completion e2e-control-plane conformance-upstream browser upstream-integration
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,13 @@ browser:
 # where docker, podman or buildah works (else skipped, saying why). See release/dist.py.
 dist: $(STAMP)
 	$(BIN)/python release/dist.py $(if $(TAG),--tag $(TAG))
+
+# Upstream's test/integration/dra with DRA Extender as the scheduler's DRA (tests/upstream_integration):
+# all four packages here; `make test` runs default and ga only, .ci/run then runs all and api here.
+# UPSTREAM_PACKAGES picks some of the four, e.g. all.
+UPSTREAM_PACKAGES ?= default,ga,all,api
+upstream-integration: $(STAMP) e2e-control-plane
+	DRA_UPSTREAM_PACKAGES=$(UPSTREAM_PACKAGES) $(BIN)/python -m pytest tests/upstream_integration -q
 
 test: $(STAMP) e2e-control-plane conformance-upstream browser
 	$(BIN)/ruff check .

@@ -65,6 +65,14 @@ RBAC_LOADING = "===== kube-apiserver restarting, RBAC loading:"
 RBAC_LOADED = "===== kube-apiserver ready, RBAC loaded:"
 
 
+def deployed_requeue_flag() -> str:
+    """The --requeue-claim argument of deploy/base's Deployment."""
+    deployment = yaml.safe_load((DEPLOY / "base" / "deployment.yaml").read_text())
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    [flag] = [arg for arg in args if arg.startswith("--requeue-claim=")]
+    return str(flag)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -14,9 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 from e2e_api import Api, temporary_namespace, wait_for
-from e2e_cluster import DEPLOY, ControlPlane, own_control_plane
+from e2e_cluster import ControlPlane, deployed_requeue_flag, own_control_plane
 from e2e_objects import (
     RESOURCE,
     claim_of_pod,
@@ -28,14 +27,6 @@ from e2e_objects import (
 )
 
 REQUEUE_DELAY_LIMIT_S = 10.0
-
-
-def deployed_requeue_flag() -> str:
-    """The --requeue-claim argument of deploy/base's Deployment."""
-    deployment = yaml.safe_load((DEPLOY / "base" / "deployment.yaml").read_text())
-    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    [flag] = [arg for arg in args if arg.startswith("--requeue-claim=")]
-    return str(flag)
 
 
 @pytest.fixture(scope="module")
