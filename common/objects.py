@@ -116,3 +116,11 @@ def list_metadata_of(listing: Mapping[str, Any]) -> ListMeta:
 def qualified_name(name: str, driver: str) -> str:
     """A device attribute's or capacity's name with its domain: one without lives in the driver's."""
     return name if "/" in name else f"{driver}/{name}"
+
+
+def parse_namespaced_name(text: str) -> tuple[str, str]:
+    """NAMESPACE/NAME as flags name an object; ValueError naming what is wrong."""
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        raise ValueError(f"expected NAMESPACE/NAME, got {text!r}")
+    return namespace, name

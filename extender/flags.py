@@ -456,6 +456,11 @@ def add_leader_arguments(parser: argparse.ArgumentParser) -> None:
         "serve refuses to start with --leader-elect when there is none)")
     group.add_argument("--leader-elect-lease-name", default=LEADER.name, metavar="NAME",
                        help=f"name of the Lease (default {LEADER.name})")
+    group.add_argument(
+        "--follow-scheduler-lease", default=LEADER.follow_scheduler_lease, metavar="NS/NAME",
+        help="second-scheduler mode: the Lease this pod's kube-scheduler sidecar is elected by; the extender "
+        "verbs allocate only while a holder of this pod (identity <hostname>_...) keeps renewing it, "
+        "after reading every claim and fencing half-written ones (default: not followed)")
     for flag, default, what in (
             ("--leader-elect-lease-duration", LEADER.lease_duration_s,
              "how long a standby waits after the Lease last changed before it takes over"),
@@ -490,6 +495,7 @@ def leader_options(args: argparse.Namespace) -> LeaderOptions:
         lease_duration_s=args.leader_elect_lease_duration,
         renew_deadline_s=args.leader_elect_renew_deadline,
         retry_period_s=args.leader_elect_retry_period,
+        follow_scheduler_lease=args.follow_scheduler_lease,
     )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from allocator import FeatureGates
 from common.addresses import is_loopback
 from common.httpguard import HttpLimits
+from common.objects import parse_namespaced_name
 from common.rules import (
     DEFAULT_SCORING_POLICY,
     RESERVED_FOR_MAX,
@@ -26,7 +27,6 @@ from extender.kube.leader import LEASE_DURATION_S, RENEW_DEADLINE_S, RETRY_PERIO
 from extender.plugin.bindchecks import DEFAULT_SCHEDULER
 from extender.plugin.bindingconditions import DEFAULT_BIND_WAIT_S, DEFAULT_BINDING_TIMEOUT_S
 from extender.plugin.headroom import parse_shape_flag
-from extender.plugin.requeue import parse_claim_ref
 from extender.plugin.scheduling import (
     DEFAULT_FILTER_TIMEOUT_S,
     DEFAULT_HOLD_TTL_S,
@@ -87,7 +87,7 @@ class SchedulerOptions:
             raise OptionsError(f"--reasons: {self.reasons!r} is not one of {', '.join(REASONS_CHOICES)}")
         if self.requeue_claim:
             try:
-                parse_claim_ref(self.requeue_claim)
+                parse_namespaced_name(self.requeue_claim)
             except ValueError as error:
                 raise OptionsError(f"--requeue-claim: {error}") from None
         timeouts = (("--hold-timeout", self.hold_timeout_s), ("--node-timeout", self.node_timeout_s),
@@ -184,8 +184,20 @@ class LeaderOptions:
     renew_deadline_s: float = RENEW_DEADLINE_S
     retry_period_s: float = RETRY_PERIOD_S
     identity: str = ""  # of this replica in the Lease; "": hostname_random
+    # NAMESPACE/NAME of the Lease this pod's kube-scheduler sidecar holds while it is the leader
+    # (second-scheduler mode): the verbs allocate only then, after a fence. "": not followed.
+    follow_scheduler_lease: str = ""
 
     def __post_init__(self) -> None:
+        if self.follow_scheduler_lease:
+            try:
+                parse_namespaced_name(self.follow_scheduler_lease)
+            except ValueError as error:
+                raise OptionsError(f"--follow-scheduler-lease: {error}") from None
+            if self.enabled and self.verbs:
+                raise OptionsError(
+                    "--follow-scheduler-lease and --leader-elect would both decide when the extender verbs "
+                    "may allocate: add --no-leader-elect-verbs (second-scheduler mode), or drop one")
         if not self.lease_duration_s > self.renew_deadline_s > self.retry_period_s > 0:
             raise OptionsError(
                 "--leader-elect-lease-duration > --leader-elect-renew-deadline > "

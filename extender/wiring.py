@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from allocator import FeatureGates, cel
 from common.httpguard import HttpLimits
+from common.objects import parse_namespaced_name
 from extender.controllers import (
     ControllerOptions,
     Controllers,
@@ -31,7 +33,7 @@ from extender.kube.events import EventRecorder
 from extender.plugin.authority import Authority
 from extender.plugin.explanation import Explanations
 from extender.plugin.headroom import Headroom, HeadroomGauges
-from extender.plugin.requeue import RequeueNudge, parse_claim_ref
+from extender.plugin.requeue import RequeueNudge
 from extender.plugin.scheduling import (
     Scheduler,
 )
@@ -43,7 +45,7 @@ from webhook.server import WebhookServer
 if TYPE_CHECKING:
     from extender.kube.client import KubeClient
     from extender.kube.informer import ClusterWatcher
-    from extender.kube.leader import LeaderElector
+    from extender.kube.leader import LeaderElector, LeaseFollower
     from extender.plugin.fence import Stewardship
 from common.tls import ReloadingTLS
 from extender.http.server import ExtenderServer
@@ -327,6 +329,7 @@ class App:
         self.controllers: Controllers | None = None
         self.stewardship: Stewardship | None = None
         self.elector: LeaderElector | None = None
+        self.follower: LeaseFollower | None = None
 
     async def __aenter__(self) -> App:
         try:
@@ -350,12 +353,20 @@ class App:
         authority = None
         if in_cluster:
             self.elector = self._elector(options.leader)
+            self.follower = self._follower(options.leader)
             verbs_elected = self.elector is not None and options.leader.verbs
-            authority = Authority(valid=self.elector.leading if verbs_elected and self.elector else None)
+            if self.follower is not None:
+                authority = Authority(valid=self.follower.leading)
+                authority.reason = f"standby: {self._not_following()}"
+            else:
+                authority = Authority(valid=self.elector.leading if verbs_elected and self.elector else None)
             if verbs_elected and self.elector is not None:
                 authority.reason = f"standby: waiting for the Lease {self.elector.lease}"
-        elif options.leader.enabled:
-            log.warning("--leader-elect needs an API server: ignored in snapshot mode")
+        else:
+            for flag, given in (("--leader-elect", options.leader.enabled),
+                                ("--follow-scheduler-lease", options.leader.follow_scheduler_lease)):
+                if given:
+                    log.warning("%s needs an API server: ignored in snapshot mode", flag)
         self.scheduler = build_scheduler(self.cluster, options.scheduler, authority=authority)
         if self.cluster.client is not None:  # in snapshot mode there is nobody to tell
             recorder = EventRecorder(self.cluster.client, RealClock(), EVENT_COMPONENT)
@@ -364,7 +375,7 @@ class App:
             self.scheduler.explanations = Explanations(recorder)
             self.scheduler.events = recorder
             if options.scheduler.requeue_claim:
-                namespace, name = parse_claim_ref(options.scheduler.requeue_claim)
+                namespace, name = parse_namespaced_name(options.scheduler.requeue_claim)
                 nudge = RequeueNudge(self.cluster.client, namespace, name)
                 self.cluster.cache.subscribe(nudge.on_change)
                 stack.push_async_callback(nudge.stop)
@@ -413,8 +424,14 @@ class App:
         if self.controllers is not None:
             self.server.add_state("controllers", self.controllers.state)
             stack.push_async_callback(self.controllers.stop)
-        if self.stewardship is not None and not (self.elector is not None and options.leader.verbs):
+        verbs_wait = (self.elector is not None and options.leader.verbs) or self.follower is not None
+        if self.stewardship is not None and not verbs_wait:
             self.stewardship.begin()
+        if self.follower is not None:
+            self.server.add_state("schedulerLease", self.follower.describe)
+            self.server.standby_ready = True
+            self.follower.start()
+            stack.push_async_callback(self.follower.stop)  # stops writing before the rest stops
         if self.elector is not None:
             self.server.add_state("leaderElection", self.elector.describe)
             self.server.readiness = self._election_problem
@@ -434,6 +451,32 @@ class App:
             namespace=lease_namespace(options), name=options.name,
             lease_duration=options.lease_duration_s, renew_deadline=options.renew_deadline_s,
             retry_period=options.retry_period_s, on_started=self._lead, on_stopped=self._stand_down)
+
+    def _follower(self, options: LeaderOptions) -> LeaseFollower | None:
+        """--follow-scheduler-lease: the verbs follow this pod's kube-scheduler's election."""
+        if not options.follow_scheduler_lease:
+            return None
+        from extender.kube.leader import LeaseFollower, MonotonicClock
+
+        assert self.cluster.client is not None
+        namespace, name = parse_namespaced_name(options.follow_scheduler_lease)
+        # kube-scheduler's identity in its Lease is <hostname>_<uuid>; in a pod both containers share
+        # the pod's hostname.
+        return LeaseFollower(self.cluster.client, MonotonicClock(), holder_prefix=f"{socket.gethostname()}_",
+                             namespace=namespace, name=name, on_started=self._follow_started,
+                             on_stopped=self._follow_stopped)
+
+    def _not_following(self) -> str:
+        lease = self.follower.lease if self.follower is not None else "?"
+        return f"this pod's kube-scheduler does not hold the Lease {lease}"
+
+    async def _follow_started(self) -> None:
+        if self.stewardship is not None:
+            self.stewardship.begin()
+
+    async def _follow_stopped(self) -> None:
+        if self.stewardship is not None:
+            await self.stewardship.end(f"standby: {self._not_following()}")
 
     async def _lead(self) -> None:
         """This replica holds the Lease: the fence, then the verbs (when elected) and the controllers."""

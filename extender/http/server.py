@@ -129,6 +129,9 @@ class ExtenderServer:
         self.urls: dict[str, str] = {}
         # Another reason not to be ready (a leader election that cannot reach its Lease), or "".
         self.readiness: Callable[[], str] | None = None
+        # A standby is ready (second-scheduler mode: its pod must count as available for rollouts and
+        # the PodDisruptionBudget; nothing routes verbs by readiness there), though its verbs refuse.
+        self.standby_ready = False
         self.addresses: dict[str, list[str]] = {}  # "extender", "debug" -> where their sockets listen
         self.headroom_gauges: HeadroomGauges | None = None
 
@@ -322,7 +325,8 @@ class ExtenderServer:
         return _probe(request, "livez", [("ping", True)])
 
     async def readyz(self, request: web.Request) -> web.Response:
-        problem = (self.readiness() if self.readiness is not None else "") or self._not_synced()
+        problem = (self.readiness() if self.readiness is not None else "") or (
+            "" if self.standby_ready and self.cache.ready else self._not_synced())
         if "verbose" in request.query:
             return _probe(request, "readyz", [("ping", True), ("informer-sync", self.cache.ready),
                                               ("leader-election", not problem or not self.cache.ready)])

@@ -257,3 +257,112 @@ class LeaderElector:
                 self._name,
                 err,
             )
+
+
+# A followed holder's renewal counts for its Lease duration minus this margin: what our polls of the
+# Lease may lag behind its renewals, so we stop writing before a new holder may begin.
+FOLLOW_MARGIN_S = 5.0
+FOLLOW_POLL_S = 1.0
+
+
+class LeaseFollower:
+    """Follows a Lease another process of this pod competes for (second-scheduler mode: the pod's own
+    kube-scheduler, whose identity is `<hostname>_<uuid>`), never writing it.
+
+    While that process holds the Lease and we keep seeing it renew, `leading()` is true, with the same
+    rule as LeaderElector: it turns false once the Lease's duration minus FOLLOW_MARGIN_S has passed
+    since we last saw a renewal (on our own clock), before any other candidate may take the Lease over.
+    """
+
+    def __init__(self, client: LeaseClient, clock: LeaseClock, *, holder_prefix: str, namespace: str,
+                 name: str, poll_s: float = FOLLOW_POLL_S, on_started: Callable[[], Awaitable[None]],
+                 on_stopped: Callable[[], Awaitable[None]]) -> None:
+        if not holder_prefix:
+            raise ValueError("following a Lease needs the holder identity's prefix")
+        self.holder_prefix = holder_prefix
+        self._client = client
+        self._clock = clock
+        self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+        self.lease = f"{namespace}/{name}"
+        self._poll_s = poll_s
+        self._on_started = on_started
+        self._on_stopped = on_stopped
+        self._record: tuple[Any, Any] | None = None  # (holderIdentity, renewTime) last seen
+        self._renewed_at = float("-inf")  # when we saw the followed holder's record change
+        self._deadline = LEASE_DURATION_S - FOLLOW_MARGIN_S
+        self.holder = ""
+        self.is_following = False
+        self.failures = 0
+        self.last_error = ""
+        self._task: asyncio.Task[None] | None = None
+
+    def leading(self) -> bool:
+        return self.is_following and self.leading_at(self._clock.now())
+
+    def describe(self) -> dict[str, Any]:
+        return {"lease": self.lease, "followedHolderPrefix": self.holder_prefix, "leader": self.leading(),
+                "holder": self.holder or None, "failingAttempts": self.failures,
+                "lastError": self.last_error or None}
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"lease-follower-{self.lease}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.is_following:
+            self.is_following = False
+            await self._on_stopped()
+
+    async def _run(self) -> None:
+        while True:
+            await self.observe()
+            await self._clock.sleep(self._poll_s)
+
+    async def observe(self) -> bool:
+        """One read of the Lease; flips following (and runs the callbacks) as a result.
+
+        Only a change of the record seen while polling counts as a renewal: a record as found at the
+        first read may be the last one of a scheduler of this pod that has since died."""
+        now = self._clock.now()
+        ours, read = False, False
+        try:
+            lease = await self._client.get(self._path)
+            self.failures, self.last_error = 0, ""
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            self.failures += 1
+            self.last_error = str(err) or type(err).__name__
+            if _status(err) != 404:
+                log.warning("lease %s: %s", self.lease, err)
+        else:
+            read = True
+            spec = lease.get("spec") or {}
+            self.holder = str(spec.get("holderIdentity") or "")
+            record = (self.holder, spec.get("renewTime"))
+            ours = self.holder.startswith(self.holder_prefix)
+            if ours and self._record is not None and record != self._record:
+                self._renewed_at = now
+                duration = spec.get("leaseDurationSeconds")
+                if isinstance(duration, int) and duration > 0:
+                    self._deadline = max(duration - FOLLOW_MARGIN_S, duration / 2)
+            self._record = record
+        if ours and not self.is_following and self.leading_at(now):
+            log.info("lease %s: held by %s, this pod's scheduler", self.lease, self.holder)
+            self.is_following = True
+            await self._on_started()
+        elif self.is_following and ((read and not ours) or not self.leading()):
+            why = (f"no renewal seen for {self._deadline:g} s" if ours
+                   else f"held by {self.holder}" if self.holder else "released")
+            log.warning("lease %s: this pod's scheduler is no longer the leader (%s)", self.lease, why)
+            self.is_following = False
+            await self._on_stopped()
+        return self.is_following
+
+    def leading_at(self, now: float) -> bool:
+        return now - self._renewed_at < self._deadline

@@ -45,14 +45,6 @@ class NudgeClient(Protocol):
     async def update(self, path: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
-def parse_claim_ref(text: str) -> tuple[str, str]:
-    """NAMESPACE/NAME of --requeue-claim; ValueError naming what is wrong."""
-    namespace, _, name = text.partition("/")
-    if not namespace or not name or "/" in name:
-        raise ValueError(f"expected NAMESPACE/NAME, got {text!r}")
-    return namespace, name
-
-
 class RequeueNudge:
     def __init__(self, client: NudgeClient, namespace: str, name: str, *, delay_s: float = DELAY_S,
                  min_interval_s: float = MIN_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:

@@ -10,9 +10,10 @@ import dra_objects as o
 import pytest
 
 from allocator import FeatureGates
+from common.objects import parse_namespaced_name
 from extender.kube.client import KubeClient
 from extender.plugin.claimwriter import ClaimWriter
-from extender.plugin.requeue import ANNOTATION, RequeueNudge, parse_claim_ref
+from extender.plugin.requeue import ANNOTATION, RequeueNudge
 from extender.plugin.scheduling import Scheduler
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
@@ -117,6 +118,6 @@ async def test_the_scheduler_tells_the_nudge_which_pods_wait() -> None:
 @pytest.mark.parametrize("text", ["", "ns", "/name", "ns/", "a/b/c"])
 def test_the_claim_is_named_namespace_slash_name(text: str) -> None:
     with pytest.raises(ValueError, match="NAMESPACE/NAME"):
-        parse_claim_ref(text)
-    assert parse_claim_ref("dra-extender/requeue") == ("dra-extender", "requeue")
+        parse_namespaced_name(text)
+    assert parse_namespaced_name("dra-extender/requeue") == ("dra-extender", "requeue")
 

@@ -1,0 +1,207 @@
+"""--follow-scheduler-lease (second-scheduler mode): the verbs allocate while this pod's kube-scheduler
+holds its Lease, after a fence when it takes over, and stop before another pod's scheduler may begin."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+from typing import Any
+
+import dra_objects as o
+import pytest
+from fakeapi import FakeApiServer
+from test_leader_verbs import bind, eventually, get, kubeconfig, replica
+
+from extender.kube.leader import LeaseFollower
+from extender.options import LeaderOptions, OptionsError
+from extender.plugin.claimwriter import FINALIZER
+
+PATH = "/apis/coordination.k8s.io/v1/namespaces/dra-extender/leases/dra-scheduler"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"{status} from the API server")
+        self.status = status
+
+
+class Leases:
+    """The Lease as kube-scheduler's election writes it; `fail` makes reads fail."""
+
+    def __init__(self) -> None:
+        self.spec: dict[str, Any] | None = None
+        self.fail = False
+        self.renewals = 0
+
+    def hold(self, holder: str, duration: int = 15) -> None:
+        self.renewals += 1
+        self.spec = {"holderIdentity": holder, "leaseDurationSeconds": duration,
+                     "renewTime": f"2026-12-06T08:00:{self.renewals:02d}.000000Z"}
+
+    async def get(self, path: str) -> dict[str, Any]:
+        assert path == PATH
+        if self.fail:
+            raise ApiError(503)
+        if self.spec is None:
+            raise ApiError(404)
+        return {"metadata": {"name": "dra-scheduler", "namespace": "dra-extender"}, "spec": dict(self.spec)}
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError("a follower never writes the Lease")
+
+    update = create
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(0)
+
+
+class Follower:
+    def __init__(self) -> None:
+        self.leases, self.clock = Leases(), Clock()
+        self.events: list[str] = []
+        self.follower = LeaseFollower(self.leases, self.clock, holder_prefix="pod-a_",
+                                      namespace="dra-extender", name="dra-scheduler",
+                                      on_started=self._started, on_stopped=self._stopped)
+
+    async def _started(self) -> None:
+        self.events.append("started")
+
+    async def _stopped(self) -> None:
+        self.events.append("stopped")
+
+    async def observe(self, after_s: float = 1.0) -> bool:
+        self.clock.t += after_s
+        return await self.follower.observe()
+
+
+async def test_follows_only_a_renewal_seen_while_polling() -> None:
+    f = Follower()
+    assert not await f.observe()  # no Lease yet
+    f.leases.hold("pod-a_1")
+    # Found as it is: the record of a scheduler of this pod that may have died since.
+    assert not await f.observe()
+    f.leases.hold("pod-a_1")
+    assert await f.observe()
+    assert f.events == ["started"] and f.follower.leading()
+
+
+async def test_stops_writing_before_another_scheduler_may_take_over() -> None:
+    f = Follower()
+    f.leases.hold("pod-a_1")
+    await f.observe()
+    f.leases.hold("pod-a_1")
+    assert await f.observe()
+    # No renewal from now on: another candidate may take over 15 s after it last saw one; we stop at 10.
+    f.clock.t += 9.9
+    assert f.follower.leading()
+    f.clock.t += 0.1
+    assert not f.follower.leading(), "writes stop at the deadline, before the next poll runs"
+    assert not await f.observe(0.0)
+    assert f.events == ["started", "stopped"]
+
+
+async def test_another_holder_or_a_release_ends_following_at_once() -> None:
+    for successor in ("pod-b_7", ""):
+        f = Follower()
+        f.leases.hold("pod-a_1")
+        await f.observe()
+        f.leases.hold("pod-a_1")
+        assert await f.observe()
+        f.leases.hold(successor)
+        assert not await f.observe(0.5)
+        assert f.events == ["started", "stopped"]
+
+
+async def test_a_failed_read_keeps_following_until_the_deadline() -> None:
+    f = Follower()
+    f.leases.hold("pod-a_1")
+    await f.observe()
+    f.leases.hold("pod-a_1")
+    assert await f.observe()
+    f.leases.fail = True
+    assert await f.observe(5.0)
+    assert f.follower.failures == 1 and "503" in f.follower.last_error
+    assert not await f.observe(5.0)
+    assert f.events == ["started", "stopped"]
+
+
+async def test_the_deadline_follows_the_leases_own_duration() -> None:
+    f = Follower()
+    f.leases.hold("pod-a_1", duration=30)
+    await f.observe()
+    f.leases.hold("pod-a_1", duration=30)
+    assert await f.observe()
+    f.clock.t += 24.9
+    assert f.follower.leading()
+    f.clock.t += 0.2
+    assert not f.follower.leading()
+
+
+def test_options_refuse_two_deciders_and_a_malformed_lease() -> None:
+    with pytest.raises(OptionsError, match="--no-leader-elect-verbs"):
+        LeaderOptions(enabled=True, follow_scheduler_lease="dra-extender/dra-scheduler")
+    with pytest.raises(OptionsError, match="--follow-scheduler-lease: expected NAMESPACE/NAME, got 'x'"):
+        LeaderOptions(follow_scheduler_lease="x")
+    LeaderOptions(enabled=True, verbs=False, follow_scheduler_lease="dra-extender/dra-scheduler")
+
+
+@pytest.fixture
+def config(fake_api: FakeApiServer, tmp_path: Path) -> str:
+    objs = o.cluster(1, 2)
+    for index in range(2):
+        objs += [o.claim(f"c{index}"), o.pod(f"p{index}", [f"c{index}"])]
+    fake_api.seed(objs)
+    return kubeconfig(tmp_path / "kubeconfig", fake_api.url)
+
+
+def hold(fake_api: FakeApiServer, holder: str, renewal: int) -> None:
+    fake_api.put_object({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "dra-scheduler", "namespace": "dra-extender"},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15,
+                 "renewTime": f"2026-12-06T08:00:{renewal:02d}.000000Z"}})
+
+
+async def test_the_sidecar_allocates_only_while_its_scheduler_leads_and_fences_first(
+        fake_api: FakeApiServer, config: str) -> None:
+    following = LeaderOptions(follow_scheduler_lease="dra-extender/dra-scheduler")
+    own = f"{socket.gethostname()}_1"
+    hold(fake_api, "other-pod_9", 1)
+    async with replica(config, "", following) as app:
+        await eventually(lambda: asyncio.sleep(0, app.cluster.cache.ready))
+        # A standby is ready (rollouts and the PodDisruptionBudget count it) but its verbs refuse.
+        status, _ = await get(app, "/readyz")
+        assert status == 200
+        assert ("this pod's kube-scheduler does not hold the Lease dra-extender/dra-scheduler"
+                in await bind(app, "p0", "node-0"))
+        # The other pod's extender left a claim half-written; then this pod's scheduler takes over.
+        claim = fake_api.get_object("ResourceClaim", "c1", "default")
+        claim["metadata"]["finalizers"] = [FINALIZER]
+        fake_api.put_object(claim)
+        hold(fake_api, own, 2)
+
+        async def allocating() -> bool:
+            return app.scheduler.authority.term is not None
+
+        await eventually(allocating, timeout_s=10)
+        assert FINALIZER not in (fake_api.get_object("ResourceClaim", "c1", "default")["metadata"].get(
+            "finalizers") or ()), "fenced before the first allocation"
+        assert await bind(app, "p0", "node-0") == ""
+        state = (await get(app, "/debug/state"))[1]
+        assert '"schedulerLease"' in state and own in state
+        hold(fake_api, "other-pod_9", 3)  # the other pod's scheduler (after a release) leads now
+
+        async def stopped() -> bool:
+            return app.scheduler.authority.term is None
+
+        await eventually(stopped, timeout_s=10)
+        assert "does not hold the Lease" in await bind(app, "p1", "node-0")
