@@ -328,6 +328,7 @@ class App:
         self.webhook: WebhookServer | None = None
         self.controllers: Controllers | None = None
         self.stewardship: Stewardship | None = None
+        self.events: EventRecorder | None = None  # the pod Events of the scheduler and the stewardship
         self.elector: LeaderElector | None = None
         self.follower: LeaseFollower | None = None
 
@@ -369,7 +370,7 @@ class App:
                     log.warning("%s needs an API server: ignored in snapshot mode", flag)
         self.scheduler = build_scheduler(self.cluster, options.scheduler, authority=authority)
         if self.cluster.client is not None:  # in snapshot mode there is nobody to tell
-            recorder = EventRecorder(self.cluster.client, RealClock(), EVENT_COMPONENT)
+            recorder = self.events = EventRecorder(self.cluster.client, RealClock(), EVENT_COMPONENT)
             recorder.start()
             stack.push_async_callback(recorder.stop)
             self.scheduler.explanations = Explanations(recorder)
@@ -512,9 +513,7 @@ class App:
     async def _start_stewardship(self, stack: AsyncExitStack) -> None:
         """The fence, the sweeper of half-written claims, the repair of pods bound without their devices
         (extender/plugin/fence.py, repair.py), the sweeper of claims whose device binding failed
-        (bindingconditions.py), and the events the repair and that sweeper record."""
-        from extender.controllers.clock import RealClock
-        from extender.kube.events import EventRecorder
+        (bindingconditions.py); the repair and that sweeper record events through the scheduler's recorder."""
         from extender.plugin.bindingconditions import BindingSweeper
         from extender.plugin.claimwriter import ClaimWriter
         from extender.plugin.fence import ClaimFence, HalfWrittenSweeper, Stewardship
@@ -525,9 +524,8 @@ class App:
         writer = self.scheduler.writer
         assert isinstance(writer, ClaimWriter)
         cache, authority = self.cluster.cache, self.scheduler.authority
-        events = EventRecorder(client, RealClock(), "dra-extender")
-        events.start()
-        stack.push_async_callback(events.stop)
+        events = self.events
+        assert events is not None
         fence = ClaimFence(cache, writer, authority)
         sweeper = HalfWrittenSweeper(cache, writer, authority)
         def warn(pod: dict, reason: str, message: str) -> None:
