@@ -68,6 +68,17 @@ class LeaseClient(Protocol):
     async def update(self, path: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
+async def _guarded(callback: Callable[[], Awaitable[None]], what: str) -> None:
+    """A leadership callback that fails is logged: the election (and the follower) must keep running,
+    or this replica would silently never lead again."""
+    try:
+        await callback()
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("%s failed", what)
+
+
 def _status(err: BaseException) -> int | None:
     status = getattr(err, "status", None)
     return status if isinstance(status, int) else None
@@ -169,7 +180,7 @@ class LeaderElector:
             if not self.is_leader:
                 log.info("%s is now the leader (lease %s/%s)", self.identity, self._namespace, self._name)
                 self.is_leader = True
-                await self._on_started()
+                await _guarded(self._on_started, f"lease {self.lease}: starting to lead")
         elif self.is_leader and self._clock.now() - self._last_renewed >= self._renew_deadline:
             log.warning(
                 "%s could not renew lease %s/%s in time, stepping down",
@@ -195,14 +206,17 @@ class LeaderElector:
             self._lease = await self._client.create(self._collection, body)
             self.holder = self.identity
             return True
+        # A change counts as seen when the answer arrived: the read may have waited long in the API
+        # server's queue, and the holder may have renewed just before it was served.
+        seen = self._clock.now()
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         self.holder = holder
         record = (holder, spec.get("renewTime"))
         if record != self._observed:
-            self._observed, self._observed_at = record, now
+            self._observed, self._observed_at = record, seen
         duration = spec.get("leaseDurationSeconds") or self._duration
-        if holder and holder != self.identity and now < self._observed_at + duration:
+        if holder and holder != self.identity and seen < self._observed_at + duration:
             return False
         transitions = spec.get("leaseTransitions") or 0
         taking_over = holder != self.identity
@@ -233,7 +247,7 @@ class LeaderElector:
 
     async def _step_down(self) -> None:
         self.is_leader = False
-        await self._on_stopped()
+        await _guarded(self._on_stopped, f"lease {self.lease}: stepping down")
 
     async def _release(self) -> None:
         """Hand the Lease over at once instead of letting others wait for it to expire."""
@@ -269,9 +283,12 @@ class LeaseFollower:
     """Follows a Lease another process of this pod competes for (second-scheduler mode: the pod's own
     kube-scheduler, whose identity is `<hostname>_<uuid>`), never writing it.
 
-    While that process holds the Lease and we keep seeing it renew, `leading()` is true, with the same
-    rule as LeaderElector: it turns false once the Lease's duration minus FOLLOW_MARGIN_S has passed
-    since we last saw a renewal (on our own clock), before any other candidate may take the Lease over.
+    While a holder of this pod keeps renewing it, `leading()` is true; it turns false once the Lease's
+    duration minus FOLLOW_MARGIN_S has passed since the renewal, before another candidate may take the
+    Lease over (a whole duration after it saw that renewal). A renewal is dated no later than the start
+    of the read before the one that showed it (that read still saw the old record), so slow answers only
+    make us stop earlier. Each holder identity is a term of its own: a new identity (this pod's
+    scheduler restarted), or following again after a gap, stops and starts again, so the fence runs.
     """
 
     def __init__(self, client: LeaseClient, clock: LeaseClock, *, holder_prefix: str, namespace: str,
@@ -288,16 +305,24 @@ class LeaseFollower:
         self._on_started = on_started
         self._on_stopped = on_stopped
         self._record: tuple[Any, Any] | None = None  # (holderIdentity, renewTime) last seen
-        self._renewed_at = float("-inf")  # when we saw the followed holder's record change
+        self._last_read_at: float | None = None  # when the last successful read was sent
+        self._renewed_at = float("-inf")  # no later than the followed holder's last renewal
         self._deadline = LEASE_DURATION_S - FOLLOW_MARGIN_S
+        self._following = ""  # the holder identity followed now
         self.holder = ""
-        self.is_following = False
         self.failures = 0
         self.last_error = ""
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def is_following(self) -> bool:
+        return bool(self._following)
+
     def leading(self) -> bool:
         return self.is_following and self.leading_at(self._clock.now())
+
+    def leading_at(self, now: float) -> bool:
+        return now - self._renewed_at < self._deadline
 
     def describe(self) -> dict[str, Any]:
         return {"lease": self.lease, "followedHolderPrefix": self.holder_prefix, "leader": self.leading(),
@@ -314,9 +339,7 @@ class LeaseFollower:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self.is_following:
-            self.is_following = False
-            await self._on_stopped()
+        await self._stop_following("stopping")
 
     async def _run(self) -> None:
         while True:
@@ -324,15 +347,12 @@ class LeaseFollower:
             await self._clock.sleep(self._poll_s)
 
     async def observe(self) -> bool:
-        """One read of the Lease; flips following (and runs the callbacks) as a result.
-
-        Only a change of the record seen while polling counts as a renewal: a record as found at the
-        first read may be the last one of a scheduler of this pod that has since died."""
-        now = self._clock.now()
-        ours, read = False, False
+        """One read of the Lease; flips following (and runs the callbacks) as a result."""
+        sent = self._clock.now()
+        if self.is_following and not self.leading_at(sent):
+            await self._stop_following(f"no renewal seen for {self._deadline:g} s")
         try:
             lease = await self._client.get(self._path)
-            self.failures, self.last_error = 0, ""
         except asyncio.CancelledError:
             raise
         except Exception as err:
@@ -340,29 +360,34 @@ class LeaseFollower:
             self.last_error = str(err) or type(err).__name__
             if _status(err) != 404:
                 log.warning("lease %s: %s", self.lease, err)
-        else:
-            read = True
-            spec = lease.get("spec") or {}
-            self.holder = str(spec.get("holderIdentity") or "")
-            record = (self.holder, spec.get("renewTime"))
-            ours = self.holder.startswith(self.holder_prefix)
-            if ours and self._record is not None and record != self._record:
-                self._renewed_at = now
-                duration = spec.get("leaseDurationSeconds")
-                if isinstance(duration, int) and duration > 0:
-                    self._deadline = max(duration - FOLLOW_MARGIN_S, duration / 2)
-            self._record = record
+            return self.is_following
+        self.failures, self.last_error = 0, ""
+        spec = lease.get("spec") or {}
+        self.holder = str(spec.get("holderIdentity") or "")
+        record = (self.holder, spec.get("renewTime"))
+        ours = self.holder.startswith(self.holder_prefix)
+        # Only a change seen between two reads is a renewal: a record as found at the first read may be
+        # the last one of a scheduler of this pod that has since died.
+        if ours and self._last_read_at is not None and record != self._record:
+            self._renewed_at = self._last_read_at
+            duration = spec.get("leaseDurationSeconds")
+            if isinstance(duration, int) and duration > 0:
+                self._deadline = max(duration - FOLLOW_MARGIN_S, duration / 2)
+        self._record, self._last_read_at = record, sent
+        if self.is_following and self.holder != self._following:
+            await self._stop_following(f"held by {self.holder}" if self.holder else "released")
+        now = self._clock.now()
         if ours and not self.is_following and self.leading_at(now):
             log.info("lease %s: held by %s, this pod's scheduler", self.lease, self.holder)
-            self.is_following = True
-            await self._on_started()
-        elif self.is_following and ((read and not ours) or not self.leading()):
-            why = (f"no renewal seen for {self._deadline:g} s" if ours
-                   else f"held by {self.holder}" if self.holder else "released")
-            log.warning("lease %s: this pod's scheduler is no longer the leader (%s)", self.lease, why)
-            self.is_following = False
-            await self._on_stopped()
+            self._following = self.holder
+            await _guarded(self._on_started, f"lease {self.lease}: following {self.holder}")
+        elif self.is_following and not self.leading_at(now):
+            await self._stop_following(f"no renewal seen for {self._deadline:g} s")
         return self.is_following
 
-    def leading_at(self, now: float) -> bool:
-        return now - self._renewed_at < self._deadline
+    async def _stop_following(self, why: str) -> None:
+        if not self.is_following:
+            return
+        log.warning("lease %s: no longer following %s (%s)", self.lease, self._following, why)
+        self._following = ""
+        await _guarded(self._on_stopped, f"lease {self.lease}: no longer following")

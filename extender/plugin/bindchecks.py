@@ -13,7 +13,9 @@ the same on the cached pod and node:
   `nodeaffinity.GetRequiredNodeAffinity(pod).Match`: terms ORed, a term that cannot be evaluated matches
   nothing, `matchFields` on `metadata.name`), and the pod tolerates each of its NoSchedule and NoExecute
   taints (`FindMatchingUntoleratedTaint` with the TaintToleration filter's predicate; `Lt`/`Gt`
-  tolerations only with TaintTolerationComparisonOperators, as there).
+  tolerations only with TaintTolerationComparisonOperators, as there), and it is not cordoned
+  (`spec.unschedulable`) unless the pod tolerates the `node.kubernetes.io/unschedulable:NoSchedule`
+  taint (the NodeUnschedulable filter: the node controller adds that taint only some time later).
 
 Deliberate difference: a node tainted or relabelled between kube-scheduler's filter and its bind is
 refused here (kube-scheduler retries the pod), where kube-scheduler would have bound it.
@@ -36,7 +38,9 @@ TAINT_COMPARISONS = "TaintTolerationComparisonOperators"
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 REQUIRED_AFFINITY = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 # Every reason a refusal is counted under (the metric's label values).
-REASONS = ("unknown-pod", "uid", "scheduler-name", "already-bound", "unknown-node", "node-affinity", "taint")
+REASONS = ("unknown-pod", "uid", "scheduler-name", "already-bound", "unknown-node", "node-affinity", "taint",
+           "cordoned")
+UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 # A toleration's Lt/Gt value and the taint's: canonical decimal integers (no sign, no leading zero).
 _CANONICAL_DECIMAL = re.compile(r"0|-?[1-9][0-9]*")
 
@@ -76,6 +80,12 @@ class BindChecks:
         if taint is not None:
             return Refusal("taint", f"pod {key} cannot go to node {node_name}: it does not tolerate the "
                                     f"node's taint {describe_taint(taint)}")
+        if _cordoned(node) and not any(
+                toleration_tolerates(toleration, UNSCHEDULABLE_TAINT, comparisons=self.comparisons)
+                for toleration in _usable(spec.get("tolerations"))):
+            return Refusal("cordoned", f"pod {key} cannot go to node {node_name}: the node is cordoned "
+                                       "(spec.unschedulable) and the pod does not tolerate "
+                                       f"{describe_taint(UNSCHEDULABLE_TAINT)}")
         return None
 
 
@@ -143,12 +153,21 @@ def untolerated_taint(node: Node, tolerations: Any, *, comparisons: bool) -> dic
     taints = spec.get("taints") if isinstance(spec, dict) else None
     if not isinstance(taints, list):
         return None
-    usable = [t for t in tolerations if isinstance(t, dict)] if isinstance(tolerations, list) else []
+    usable = _usable(tolerations)
     for taint in taints:
         if isinstance(taint, dict) and taint.get("effect") in BLOCKING_EFFECTS and not any(
                 toleration_tolerates(toleration, taint, comparisons=comparisons) for toleration in usable):
             return taint
     return None
+
+
+def _usable(tolerations: Any) -> list[dict[str, Any]]:
+    return [t for t in tolerations if isinstance(t, dict)] if isinstance(tolerations, list) else []
+
+
+def _cordoned(node: Node) -> bool:
+    spec = node.raw.get("spec")
+    return isinstance(spec, dict) and spec.get("unschedulable") is True
 
 
 def toleration_tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any], *,

@@ -166,10 +166,16 @@ def cluster_objects() -> list[dict[str, Any]]:
     objs[3]["metadata"]["labels"]["zone"] = "b"           # node-1
     objs += [node("tainted", {"zone": "a"}, [TAINT]), o.gpu_slice("tainted", 1),
              node("evicting", {"zone": "a"}, [{"key": "gone", "effect": "NoExecute"}]),
-             o.gpu_slice("evicting", 1)]
+             o.gpu_slice("evicting", 1), cordoned(node("cordoned", {"zone": "a"})), o.gpu_slice("cordoned", 1)]
     for name in ("p", "q"):
         objs += [o.claim(f"{name}-gpu"), o.pod(name, [f"{name}-gpu"])]
     return objs
+
+
+def cordoned(node: dict[str, Any]) -> dict[str, Any]:
+    """Just cordoned: spec.unschedulable set, the node controller's taint not added yet."""
+    node.setdefault("spec", {})["unschedulable"] = True
+    return node
 
 
 class Served:
@@ -250,6 +256,10 @@ REFUSALS = [
     ("taint", {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}, "evicting",
      "does not tolerate the node's taint gone:NoExecute"),
     ("unknown-node", {}, "node-9", "node node-9 is not known to dra-extender"),
+    ("cordoned", {}, "cordoned", "pod default/p cannot go to node cordoned: the node is cordoned "
+     "(spec.unschedulable) and the pod does not tolerate node.kubernetes.io/unschedulable:NoSchedule"),
+    ("cordoned", {"tolerations": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoExecute",
+                                   "operator": "Exists"}]}, "cordoned", "the node is cordoned"),
 ]
 
 
@@ -260,6 +270,11 @@ async def test_bind_refuses_before_writing_anything(served: Served, reason: str,
     assert message in await served.bind("p", node_name)
     served.nothing_written()
     assert served.refusals() == {reason: 1.0}
+
+
+async def test_a_cordoned_node_takes_a_pod_that_tolerates_its_taint(served: Served) -> None:
+    served.change_pod("p", tolerations=[{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}])
+    assert await served.bind("p", "cordoned") == ""
 
 
 async def test_bind_refuses_a_pod_already_bound(served: Served) -> None:

@@ -13,7 +13,7 @@ import pytest
 from fakeapi import FakeApiServer
 from test_leader_verbs import bind, eventually, get, kubeconfig, replica
 
-from extender.kube.leader import LeaseFollower
+from extender.kube.leader import LeaderElector, LeaseFollower
 from extender.options import LeaderOptions, OptionsError
 from extender.plugin.claimwriter import FINALIZER
 
@@ -27,11 +27,14 @@ class ApiError(Exception):
 
 
 class Leases:
-    """The Lease as kube-scheduler's election writes it; `fail` makes reads fail."""
+    """The Lease as kube-scheduler's election writes it; `fail` makes reads fail, `answer_delay_s` makes
+    an answer (taken when the read is served, at once) arrive that much later."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         self.spec: dict[str, Any] | None = None
         self.fail = False
+        self.answer_delay_s = 0.0
         self.renewals = 0
 
     def hold(self, holder: str, duration: int = 15) -> None:
@@ -45,7 +48,9 @@ class Leases:
             raise ApiError(503)
         if self.spec is None:
             raise ApiError(404)
-        return {"metadata": {"name": "dra-scheduler", "namespace": "dra-extender"}, "spec": dict(self.spec)}
+        answer = {"metadata": {"name": "dra-scheduler", "namespace": "dra-extender"}, "spec": dict(self.spec)}
+        self.clock.t += self.answer_delay_s
+        return answer
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         raise AssertionError("a follower never writes the Lease")
@@ -66,7 +71,8 @@ class Clock:
 
 class Follower:
     def __init__(self) -> None:
-        self.leases, self.clock = Leases(), Clock()
+        self.clock = Clock()
+        self.leases = Leases(self.clock)
         self.events: list[str] = []
         self.follower = LeaseFollower(self.leases, self.clock, holder_prefix="pod-a_",
                                       namespace="dra-extender", name="dra-scheduler",
@@ -82,6 +88,13 @@ class Follower:
         self.clock.t += after_s
         return await self.follower.observe()
 
+    async def following(self, holder: str = "pod-a_1") -> None:
+        """Reads at 101 and 102 with a renewal between them: following, the renewal dated 101."""
+        self.leases.hold(holder)
+        await self.observe()
+        self.leases.hold(holder)
+        assert await self.observe()
+
 
 async def test_follows_only_a_renewal_seen_while_polling() -> None:
     f = Follower()
@@ -96,42 +109,63 @@ async def test_follows_only_a_renewal_seen_while_polling() -> None:
 
 async def test_stops_writing_before_another_scheduler_may_take_over() -> None:
     f = Follower()
-    f.leases.hold("pod-a_1")
-    await f.observe()
-    f.leases.hold("pod-a_1")
-    assert await f.observe()
-    # No renewal from now on: another candidate may take over 15 s after it last saw one; we stop at 10.
-    f.clock.t += 9.9
+    await f.following()
+    # The renewal happened after the read at 101 was served; another candidate may take over 15 s after
+    # it saw it (116 at the earliest); we stop 10 s after the read before the one that showed it.
+    f.clock.t = 110.9
     assert f.follower.leading()
-    f.clock.t += 0.1
+    f.clock.t = 111.0
     assert not f.follower.leading(), "writes stop at the deadline, before the next poll runs"
     assert not await f.observe(0.0)
     assert f.events == ["started", "stopped"]
 
 
+async def test_a_slow_answer_only_makes_us_stop_earlier() -> None:
+    f = Follower()
+    await f.following()
+    f.leases.answer_delay_s = 8.0  # the read sent at 103 is served at once, its answer arrives at 111
+    await f.observe()
+    f.leases.answer_delay_s = 0.0
+    renewed_at = 103.1  # just after that read was served: this pod's scheduler renews, then dies
+    f.leases.hold("pod-a_1")
+    await f.observe()  # sent at 112, it shows the renewal
+    takeover = renewed_at + 15  # another pod's scheduler, seeing that renewal at once
+    f.clock.t = takeover - 0.1
+    assert not f.follower.leading()
+
+
 async def test_another_holder_or_a_release_ends_following_at_once() -> None:
     for successor in ("pod-b_7", ""):
         f = Follower()
-        f.leases.hold("pod-a_1")
-        await f.observe()
-        f.leases.hold("pod-a_1")
-        assert await f.observe()
+        await f.following()
         f.leases.hold(successor)
         assert not await f.observe(0.5)
         assert f.events == ["started", "stopped"]
 
 
-async def test_a_failed_read_keeps_following_until_the_deadline() -> None:
+async def test_a_new_identity_of_this_pod_is_a_new_term() -> None:
     f = Follower()
-    f.leases.hold("pod-a_1")
-    await f.observe()
+    await f.following("pod-a_1")
+    f.leases.hold("pod-a_2")  # this pod's scheduler restarted and took the Lease again
+    assert await f.observe()
+    assert f.events == ["started", "stopped", "started"], "a fence between the two holders"
+
+
+async def test_following_again_after_a_gap_is_a_new_term() -> None:
+    f = Follower()
+    await f.following()
+    f.leases.fail = True
+    for _ in range(8):
+        await f.observe()
+    assert f.follower.leading(), "a failed read keeps following until the deadline"
+    assert f.follower.failures == 8 and "503" in f.follower.last_error
+    f.leases.fail = False
+    f.leases.hold("pod-a_1")  # renewed again (the other pod may have led in between)
+    await f.observe(10.0)
+    assert f.events == ["started", "stopped"], "the deadline ended the term before anything was read"
     f.leases.hold("pod-a_1")
     assert await f.observe()
-    f.leases.fail = True
-    assert await f.observe(5.0)
-    assert f.follower.failures == 1 and "503" in f.follower.last_error
-    assert not await f.observe(5.0)
-    assert f.events == ["started", "stopped"]
+    assert f.events == ["started", "stopped", "started"]
 
 
 async def test_the_deadline_follows_the_leases_own_duration() -> None:
@@ -140,10 +174,65 @@ async def test_the_deadline_follows_the_leases_own_duration() -> None:
     await f.observe()
     f.leases.hold("pod-a_1", duration=30)
     assert await f.observe()
-    f.clock.t += 24.9
+    f.clock.t = 101 + 24.9
     assert f.follower.leading()
-    f.clock.t += 0.2
+    f.clock.t = 101 + 25.0
     assert not f.follower.leading()
+
+
+async def test_a_failing_callback_does_not_stop_the_follower() -> None:
+    f = Follower()
+
+    async def broken() -> None:
+        raise RuntimeError("controllers could not start")
+
+    f.follower._on_started = broken
+    await f.following()
+    assert f.follower.is_following
+    f.leases.hold("pod-b_1")
+    assert not await f.observe()
+
+
+class SlowLeaseServer:
+    """A Lease whose next read waits in the API server's queue, the holder renewing meanwhile."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.spec = {"holderIdentity": "A", "leaseDurationSeconds": 15, "renewTime": "r0"}
+        self.queued_s = 0.0
+
+    async def get(self, path: str) -> dict[str, Any]:
+        if self.queued_s:
+            self.clock.t += self.queued_s
+            self.spec = {**self.spec, "renewTime": "r1"}  # A renews just before the read is served
+        return {"metadata": {"resourceVersion": "1"}, "spec": dict(self.spec)}
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError("B never finds the Lease missing")
+
+    async def update(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.spec = body["spec"]
+        return body
+
+
+async def test_a_candidate_dates_a_change_by_the_answer_not_the_request() -> None:
+    clock = Clock()
+    clock.t = 0.0
+    server = SlowLeaseServer(clock)
+
+    async def nothing() -> None:
+        pass
+
+    candidate = LeaderElector(server, clock, identity="B", namespace="ns", name="l",
+                              on_started=nothing, on_stopped=nothing)
+    assert not await candidate.try_acquire_or_renew()
+    clock.t, server.queued_s = 2.0, 19.0  # served at 21, A renewed at 19 and may write until 29
+    assert not await candidate.try_acquire_or_renew()
+    server.queued_s = 0.0
+    clock.t = 23.0
+    assert not await candidate.try_acquire_or_renew(), "A may still be writing"
+    clock.t = 36.0
+    assert await candidate.try_acquire_or_renew()
 
 
 def test_options_refuse_two_deciders_and_a_malformed_lease() -> None:
