@@ -166,7 +166,8 @@ def cluster_objects() -> list[dict[str, Any]]:
     objs[3]["metadata"]["labels"]["zone"] = "b"           # node-1
     objs += [node("tainted", {"zone": "a"}, [TAINT]), o.gpu_slice("tainted", 1),
              node("evicting", {"zone": "a"}, [{"key": "gone", "effect": "NoExecute"}]),
-             o.gpu_slice("evicting", 1), cordoned(node("cordoned", {"zone": "a"})), o.gpu_slice("cordoned", 1)]
+             o.gpu_slice("evicting", 1),
+             cordoned(node("cordoned", {"zone": "a"})), o.gpu_slice("cordoned", 1)]
     for name in ("p", "q"):
         objs += [o.claim(f"{name}-gpu"), o.pod(name, [f"{name}-gpu"])]
     return objs
