@@ -24,6 +24,7 @@ import orjson
 import yaml
 from aiohttp import web
 
+from common import http2
 from common.addresses import is_loopback
 from common.claimrefs import pod_key
 from common.httpguard import BodyReader, GuardedListener, HttpLimits, RequestRefused, expect_handler
@@ -68,26 +69,38 @@ def _debug_gate(from_anywhere: bool) -> Any:
     return gate
 
 
+def _error_response(method: str, path: str, error: Exception) -> web.Response:
+    """The answer to a request whose handler raised `error` (not an aiohttp HTTPException)."""
+    if isinstance(error, RequestRefused):
+        return web.Response(status=error.status, text=f"{error}\n")
+    if isinstance(error, wire.BadRequest):
+        if path.endswith("/filter"):
+            return _json(wire.encode_filter_error(str(error)))
+        if path.endswith("/bind"):
+            return _json(wire.encode_binding_result(str(error)))
+        return web.Response(status=400, text=f"{error}\n")
+    # A bug, not bad input: say so and keep serving.
+    log.error("%s %s failed", method, path, exc_info=error)
+    return _json(orjson.dumps({"Error": f"internal error: {type(error).__name__}: {error}"}), status=500)
+
+
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except RequestRefused as refused:
-        response = web.Response(status=refused.status, text=f"{refused}\n")
-        if refused.status in (408, 413):
-            response.force_close()  # the rest of the body is not worth reading
-        return response
-    except wire.BadRequest as error:
-        if request.path.endswith("/filter"):
-            return _json(wire.encode_filter_error(str(error)))
-        if request.path.endswith("/bind"):
-            return _json(wire.encode_binding_result(str(error)))
-        return web.Response(status=400, text=f"{error}\n")
     except web.HTTPException:
         raise
-    except Exception as error:  # a bug, not bad input: say so and keep serving
-        log.exception("%s %s failed", request.method, request.path)
-        return _json(orjson.dumps({"Error": f"internal error: {type(error).__name__}: {error}"}), status=500)
+    except Exception as error:
+        response = _error_response(request.method, request.path, error)
+        if isinstance(error, RequestRefused) and error.status in (408, 413):
+            response.force_close()  # the rest of the body is not worth reading
+        return response
+
+
+def _answer(response: web.Response) -> http2.Answer:
+    body = response.body
+    assert isinstance(body, bytes)
+    return http2.Answer(response.status, response.headers["Content-Type"], body)
 
 
 def _probe(request: web.Request, name: str, checks: list[tuple[str, bool]]) -> web.Response:
@@ -159,10 +172,50 @@ class ExtenderServer:
     def extender_app(self) -> web.Application:
         app = web.Application(middlewares=[_errors], client_max_size=self.limits.max_request_bytes)
         expect = expect_handler(self.limits.body_limit)
-        for verb, handler in (("filter", self.filter), ("prioritize", self.prioritize), ("bind", self.bind),
-                              ("preempt", self.preempt)):
-            app.router.add_post(f"{self.prefix}/{verb}", handler, expect_handler=expect)
+        for path, verb in self._verbs().items():
+            app.router.add_post(path, self._over_http1(verb), expect_handler=expect)
         return app
+
+    def _verbs(self) -> dict[str, Callable[[bytes], Awaitable[web.Response]]]:
+        return {f"{self.prefix}/filter": self.filter, f"{self.prefix}/prioritize": self.prioritize,
+                f"{self.prefix}/bind": self.bind, f"{self.prefix}/preempt": self.preempt}
+
+    def _over_http1(self, verb: Callable[[bytes], Awaitable[web.Response]]) -> Handler:
+        async def handle(request: web.Request) -> web.Response:
+            return await verb(await self.bodies.read(request))
+
+        return handle
+
+    def _http2_router(self) -> http2.Router:
+        """The verbs for common.http2: the same handlers, limits and error answers as over HTTP/1.1."""
+        verbs = self._verbs()
+        not_found = http2.text_answer(404, "404: Not Found")
+        not_allowed = http2.text_answer(405, "405: Method Not Allowed")
+
+        def route(method: str, path: str) -> http2.Verb | http2.Answer:
+            verb = verbs.get(path)
+            if verb is None:
+                return not_found
+            if method != "POST":
+                return not_allowed
+
+            async def serve(request: http2.Request) -> http2.Answer:
+                try:
+                    return _answer(await verb(request.body))
+                except Exception as error:
+                    return _answer(_error_response(request.method, request.path, error))
+
+            return serve
+
+        return route
+
+    def _http2_connection(self, budget: http2.StreamBudget) -> Callable[[Callable[[Any], None]], Any]:
+        route = self._http2_router()
+
+        def connection(forget: Callable[[Any], None]) -> http2.H2Protocol:
+            return http2.H2Protocol(route, self.limits, self.bodies, budget, on_close=forget)
+
+        return connection
 
     def debug_app(self) -> web.Application:
         app = web.Application(middlewares=[_debug_gate(self.debug_from_anywhere), _errors])
@@ -186,7 +239,11 @@ class ExtenderServer:
                 ("extender", self.extender_app(), extender_host, extender_port, ssl_context),
                 ("debug", self.debug_app(), host, debug_port, None)):
             counted = self.metrics.scheduler_connections.inc if name == "extender" else None
-            listener = GuardedListener(app, self.limits, on_connection=counted)
+            # HTTP/2 for the verbs when the TLS context offers it by ALPN (kube-scheduler then sends
+            # every call on one connection instead of opening one for most pods).
+            h2 = self._http2_connection(http2.StreamBudget(self.limits.max_connections)) \
+                if name == "extender" else None
+            listener = GuardedListener(app, self.limits, on_connection=counted, http2=h2)
             bound = await listener.start(address, port, ssl_context=context)
             self._listeners.append(listener)
             self.addresses[name] = listener.addresses
@@ -214,9 +271,9 @@ class ExtenderServer:
         reason = self.scheduler.authority.reason if self.scheduler.authority.term is None else ""
         return f"dra-extender is not ready: {reason}" if reason else ""
 
-    async def filter(self, request: web.Request) -> web.Response:
+    async def filter(self, body: bytes) -> web.Response:
         started = time.perf_counter()
-        args = wire.parse_extender_args(await self.bodies.read(request), "filter")
+        args = wire.parse_extender_args(body, "filter")
         # Before the DeviceClasses are listed, any extended resource may turn out to be backed by DRA.
         not_ready = self._not_synced()
         if not_ready and (has_claims(args.pod) or requested_names(args.pod)):
@@ -234,9 +291,9 @@ class ExtenderServer:
                       extra={"verb": "filter", "pod": pod_key(args.pod), "duration": round(took, 6)})
         return _json(body)
 
-    async def prioritize(self, request: web.Request) -> web.Response:
+    async def prioritize(self, body: bytes) -> web.Response:
         started = time.perf_counter()
-        args = wire.parse_extender_args(await self.bodies.read(request), "prioritize")
+        args = wire.parse_extender_args(body, "prioritize")
         not_ready = self._not_synced()
         if not_ready:
             return web.Response(status=503, text=f"{not_ready}\n")  # kube-scheduler ignores our scores
@@ -248,9 +305,9 @@ class ExtenderServer:
                       extra={"verb": "prioritize", "pod": pod_key(args.pod), "duration": round(took, 6)})
         return _json(wire.encode_host_priorities(scores))
 
-    async def bind(self, request: web.Request) -> web.Response:
+    async def bind(self, body: bytes) -> web.Response:
         started = time.perf_counter()
-        args = wire.parse_binding_args(await self.bodies.read(request))
+        args = wire.parse_binding_args(body)
         error = self._not_synced()
         try:
             if not error:
@@ -268,8 +325,8 @@ class ExtenderServer:
             log.debug("bound", extra=fields)
         return _json(wire.encode_binding_result(error))
 
-    async def preempt(self, request: web.Request) -> web.Response:
-        args = wire.parse_preemption_args(await self.bodies.read(request))
+    async def preempt(self, body: bytes) -> web.Response:
+        args = wire.parse_preemption_args(body)
         not_ready = self._not_synced()
         if not_ready:
             return web.Response(status=503, text=f"{not_ready}\n")
