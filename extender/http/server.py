@@ -213,6 +213,7 @@ class ExtenderServer:
         route = self._http2_router()
 
         def connection(forget: Callable[[Any], None]) -> http2.H2Protocol:
+            self.metrics.scheduler_http2_connections.inc()
             return http2.H2Protocol(route, self.limits, self.bodies, budget, on_close=forget)
 
         return connection
