@@ -65,7 +65,7 @@ CLIENT_CERT, CLIENT_KEY = "client.crt", "client.key"
 PAYLOADS = ROOT / "tests" / "extender" / "payloads"
 # A real bind waits for its API writes; while it does, kube-scheduler goes on with the next pods, so
 # several binds are in flight at once: that is what makes its 2 idle HTTP/1.1 connections too few.
-BIND_LATENCY_S = 0.005
+BIND_LATENCY_S = 0.02
 
 
 async def _filter(request: web.Request) -> web.Response:
@@ -313,13 +313,15 @@ def server_floor(*, pods: int, names: int, concurrency: int, repeats: int,
 
 
 # --peer go: the candidates for the verbs port, each a do-nothing server in a child process.
-KINDS = {
-    "aiohttp-h1": ("h1", {}),                 # today: aiohttp over TLS, HTTP/1.1 only
-    "ours-h2": ("h2", {}),                    # aiohttp for HTTP/1.1 plus common/http2 for h2, by ALPN
-    "ours-h2-client-h1": ("h2", {"DISABLE_HTTP2": "1"}),  # the same server, the client refusing h2
-    "plain-h1": ("plain", {}),                # no TLS (the sidecar on loopback)
-    "hypercorn-h2": ("hypercorn", {}),
-    "granian-h2": ("granian", {}),
+KINDS: dict[str, tuple[str, dict[str, str], list[str]]] = {  # server, client environment, client flags
+    "aiohttp-h1": ("h1", {}, []),            # today: aiohttp over TLS, HTTP/1.1 only
+    "aiohttp-h1-fresh": ("h1", {}, ["-fresh"]),  # the same, a new connection for every call
+    "ours-h2": ("h2", {}, []),               # aiohttp for HTTP/1.1 plus common/http2 for h2, by ALPN
+    "ours-h2-client-h1": ("h2", {"DISABLE_HTTP2": "1"}, []),  # the same server, the client refusing h2
+    "plain-h1": ("plain", {}, []),           # no TLS (the second-scheduler sidecar, on loopback)
+    "plain-h1-fresh": ("plain", {}, ["-fresh"]),
+    "hypercorn-h2": ("hypercorn", {}, []),
+    "granian-h2": ("granian", {}, []),
 }
 GO_CLIENT = Path(__file__).resolve().parent / "schedclient" / "main.go"
 
@@ -348,7 +350,7 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
     return round(statistics.median(run[key] for run in runs), 3 if "connections" in key else 1)
 
 
-def go_peer(kinds: list[str], *, pods: int, names: int, loops: int, repeats: int,
+def go_peer(kinds: list[str], *, pods: int, names: int, loops: int, pace_ms: float, repeats: int,
             mutual_tls: bool) -> dict[str, Any]:
     """Per kind: server and client CPU per pod, new connections per pod, the protocol negotiated
     (medians over `repeats` rounds, the kinds interleaved within each round)."""
@@ -381,14 +383,15 @@ def go_peer(kinds: list[str], *, pods: int, names: int, loops: int, repeats: int
                 child, port = servers[kind]
                 scheme = "http" if KINDS[kind][0] == "plain" else "https"
                 command = [str(client), "-url", f"{scheme}://{HOST}:{port}", "-pods", str(count),
-                           "-concurrency", str(loops), "-filter", str(work / "filter.json"),
-                           "-bind", str(work / "bind.json")]
+                           "-concurrency", str(loops), "-pace", f"{pace_ms}ms",
+                           "-filter", str(work / "filter.json"), "-bind", str(work / "bind.json"),
+                           *KINDS[kind][2]]
                 if scheme == "https":
                     command += ["-ca", str(cert_dir / certs.CA_CERT_FILE)]
                     if mutual_tls:
                         command += ["-cert", str(cert_dir / CLIENT_CERT), "-key", str(cert_dir / CLIENT_KEY)]
-                env = {**os.environ, **KINDS[kind][1]}
-                env.pop("DISABLE_HTTP2", None) if not KINDS[kind][1] else None
+                env = {name: value for name, value in os.environ.items() if name != "DISABLE_HTTP2"}
+                env.update(KINDS[kind][1])
                 server_before, client_before = _process_cpu_s(child.pid), _children_cpu_s()
                 done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
                 server_after, client_after = _process_cpu_s(child.pid), _children_cpu_s()
@@ -416,8 +419,8 @@ def go_peer(kinds: list[str], *, pods: int, names: int, loops: int, repeats: int
                         for key in ("server_us_per_pod", "client_us_per_pod", "new_connections_per_pod")}
         result[kind]["proto"] = runs[-1]["proto"]
     return {"peer": "go (kube-scheduler's extender transport)", "mutual_tls": mutual_tls, "pods": pods,
-            "names": names, "loops": loops, "bind_latency_ms": BIND_LATENCY_S * 1000, "repeats": repeats,
-            "kinds": result}
+            "names": names, "loops": loops, "pace_ms": pace_ms, "bind_latency_ms": BIND_LATENCY_S * 1000,
+            "repeats": repeats, "kinds": result}
 
 
 def main() -> int:
@@ -437,6 +440,8 @@ def main() -> int:
                              "kube-scheduler builds its extender client (bench/schedclient, needs go)")
     parser.add_argument("--loops", type=int, default=1,
                         help="with --peer go, scheduling loops sending pods (kube-scheduler has one)")
+    parser.add_argument("--pace-ms", type=float, default=10.0,
+                        help="with --peer go, a pod starts at most every this many ms per loop")
     parser.add_argument("--kinds", default=",".join(KINDS),
                         help=f"with --peer go, which of {', '.join(KINDS)} (comma-separated)")
     parser.add_argument("--serve-null", metavar="CERT_DIR", help=argparse.SUPPRESS)
@@ -450,7 +455,7 @@ def main() -> int:
         unknown = sorted(set(kinds) - set(KINDS))
         if unknown:
             parser.error(f"--kinds: unknown {', '.join(unknown)} (known: {', '.join(KINDS)})")
-        compared = go_peer(kinds, pods=args.pods, names=args.names, loops=args.loops,
+        compared = go_peer(kinds, pods=args.pods, names=args.names, loops=args.loops, pace_ms=args.pace_ms,
                            repeats=args.repeats, mutual_tls=args.mutual_tls)
         print(json.dumps(compared) if args.json else json.dumps(compared, indent=2))
         return 0

@@ -48,7 +48,10 @@ ALPN_H2 = "h2"
 # waiting for a WINDOW_UPDATE.
 STREAM_WINDOW = LARGE_BODY_BYTES
 MAX_HEADER_LIST_BYTES = 64 * 1024
-_CONFIG = h2.config.H2Configuration(client_side=False, header_encoding=None)
+# What we receive is validated (a malformed request never reaches a handler); what we send is
+# built here from a fixed set of well-formed headers, so checking it again for every answer is skipped.
+_CONFIG = h2.config.H2Configuration(client_side=False, header_encoding=None, validate_outbound_headers=False,
+                                    normalize_outbound_headers=False)
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ class H2Protocol(asyncio.Protocol):
         self._idle: asyncio.TimerHandle | None = None
         self._last_active = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._flush_pending = False
 
     # ---- asyncio.Protocol --------------------------------------------------------------------
 
@@ -260,7 +264,7 @@ class H2Protocol(asyncio.Protocol):
             answer = text_answer(500, f"internal error: {type(error).__name__}")
         if stream_id in self._streams:
             self._answer(stream_id, answer)
-            self._flush()
+            self._flush_soon()
 
     async def _slot(self, stream_id: int, stream: _Stream, deadline: float) -> None:
         try:
@@ -269,7 +273,7 @@ class H2Protocol(asyncio.Protocol):
         except TimeoutError:
             if stream_id in self._streams and not stream.answered:
                 self._answer(stream_id, text_answer(503, self._bodies.busy_message()))
-                self._flush()
+                self._flush_soon()
             return
         if stream_id not in self._streams or stream.answered:
             self._bodies.release_large()
@@ -278,14 +282,14 @@ class H2Protocol(asyncio.Protocol):
         if stream.unacked:
             self._conn.acknowledge_received_data(stream.unacked, stream_id)
             stream.unacked = 0
-            self._flush()
+            self._flush_soon()
 
     def _too_slow(self, stream_id: int) -> None:
         stream = self._streams.get(stream_id)
         if stream is not None and not stream.answered:
             self._answer(stream_id, text_answer(408, f"request body not received within "
                                                      f"{self._limits.body_timeout_s:g} s"))
-            self._flush()
+            self._flush_soon()
 
     def _start(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = self._loop.create_task(coroutine)
@@ -405,9 +409,17 @@ class H2Protocol(asyncio.Protocol):
         self._close()
 
     def _flush(self) -> None:
+        self._flush_pending = False
         data = self._conn.data_to_send()
         if data and self._transport is not None:
             self._transport.write(data)
+
+    def _flush_soon(self) -> None:
+        """Flush once the answers finished in this turn of the loop are all framed: one TLS record and
+        one write for them together, not one each."""
+        if not self._flush_pending:
+            self._flush_pending = True
+            self._loop.call_soon(self._flush)
 
     def _close(self) -> None:
         if self._transport is not None:

@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptrace"
 	"os"
@@ -49,12 +48,18 @@ func main() {
 	concurrency := flag.Int("concurrency", 1, "scheduling loops (kube-scheduler has one)")
 	filterFile := flag.String("filter", "", "filter/prioritize body")
 	bindFile := flag.String("bind", "", "bind body")
+	fresh := flag.Bool("fresh", false, "a new connection for every call (prices a connection)")
+	pace := flag.Duration("pace", 0, "start a pod at most this often per scheduling loop (kube-scheduler's "+
+		"own work per pod, and the pace pods arrive at)")
 	flag.Parse()
 
 	rt, err := transport(*caFile, *certFile, *keyFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+	if *fresh {
+		rt.(*http.Transport).DisableKeepAlives = true
 	}
 	client := &http.Client{Transport: rt, Timeout: 30 * time.Second}
 	filterBody, err1 := os.ReadFile(*filterFile)
@@ -82,16 +87,17 @@ func main() {
 		if err != nil {
 			return err
 		}
+		// Read as kube-scheduler's HTTPExtender.send reads it: decoded, then closed, whether or not the
+		// decoder went on to see the end of the body (over HTTP/1.1 a body closed before its end costs
+		// the connection).
 		defer resp.Body.Close()
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-			return err
-		}
 		requests.Add(1)
 		proto.Store(resp.Proto)
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("%s: HTTP %d", verb, resp.StatusCode)
 		}
-		return nil
+		var answer any
+		return json.NewDecoder(resp.Body).Decode(&answer)
 	}
 	// As kube-scheduler: each scheduling loop runs a pod's filter and prioritize in turn, then hands
 	// its bind to a goroutine of its own (the binding cycle) and goes on with the next pod.
@@ -103,7 +109,12 @@ func main() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			tick := time.Now()
 			for next.Add(1) <= int64(*pods) && failed.Load() == nil {
+				if wait := time.Until(tick.Add(*pace)); wait > 0 {
+					time.Sleep(wait)
+				}
+				tick = time.Now()
 				if err := call("filter", filterBody); err != nil {
 					failed.Store(err.Error())
 					return
