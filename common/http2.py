@@ -59,6 +59,7 @@ class Answer:
     status: int
     content_type: str
     body: bytes
+    close: bool = False  # then GOAWAY: the client sends its next requests on a new connection
 
 
 @dataclass
@@ -121,6 +122,7 @@ class H2Protocol(asyncio.Protocol):
         self._last_active = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
         self._flush_pending = False
+        self._going_away = False
 
     # ---- asyncio.Protocol --------------------------------------------------------------------
 
@@ -193,7 +195,7 @@ class H2Protocol(asyncio.Protocol):
                     length = int(value)
                 except ValueError:
                     length = -1
-        if self._budget.open >= self._budget.limit:
+        if self._going_away or self._budget.open >= self._budget.limit:
             self._conn.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
             return
         stream = _Stream(method, path, content_type or "application/octet-stream", length,
@@ -304,6 +306,7 @@ class H2Protocol(asyncio.Protocol):
             return
         stream.answered = True
         self._release(stream)
+        self._going_away |= answer.close
         headers = [(b":status", str(answer.status).encode()),
                    (b"content-type", answer.content_type.encode()),
                    (b"content-length", str(len(answer.body)).encode())]
@@ -369,6 +372,8 @@ class H2Protocol(asyncio.Protocol):
         self._release(stream)
         self._budget.open -= 1
         if not self._streams:
+            if self._going_away:
+                self.shutdown()  # its streams all answered: GOAWAY names the last, then close
             self._touch()
 
     def _touch(self) -> None:
@@ -391,7 +396,7 @@ class H2Protocol(asyncio.Protocol):
         self._close()
 
     def shutdown(self) -> None:
-        """GOAWAY and close (the server is stopping)."""
+        """GOAWAY and close (the server is stopping, or this replica may not answer verbs)."""
         if self._transport is None:
             return
         with contextlib.suppress(h2.exceptions.ProtocolError):

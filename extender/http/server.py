@@ -97,10 +97,20 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return response
 
 
+def _elsewhere(response: web.Response) -> web.Response:
+    """A verb refused because this replica may not answer (not synced, a standby): the connection is
+    closed after it, so kube-scheduler's next call opens a new one, which the Service sends to a ready
+    replica. Without that, a kept-alive connection (HTTP/2 carries every call on one) would stay
+    on a replica that lost its lease, refusing every pod until it restarts."""
+    response.force_close()
+    return response
+
+
 def _answer(response: web.Response) -> http2.Answer:
     body = response.body
     assert isinstance(body, bytes)
-    return http2.Answer(response.status, response.headers["Content-Type"], body)
+    return http2.Answer(response.status, response.headers["Content-Type"], body,
+                        close=response.keep_alive is False)
 
 
 def _probe(request: web.Request, name: str, checks: list[tuple[str, bool]]) -> web.Response:
@@ -279,7 +289,7 @@ class ExtenderServer:
         not_ready = self._not_synced()
         if not_ready and (has_claims(args.pod) or requested_names(args.pod)):
             body = wire.encode_filter_result(args, [], {}, {}, not_ready)
-            return _json(body)
+            return _elsewhere(_json(body))
         result = await self.scheduler.filter(args.pod, args.node_names, node_objects=args.node_objects,
                                              brief=True)
         body = wire.encode_filter_result(
@@ -297,7 +307,8 @@ class ExtenderServer:
         args = wire.parse_extender_args(body, "prioritize")
         not_ready = self._not_synced()
         if not_ready:
-            return web.Response(status=503, text=f"{not_ready}\n")  # kube-scheduler ignores our scores
+            # kube-scheduler ignores the scores of an extender that fails
+            return _elsewhere(web.Response(status=503, text=f"{not_ready}\n"))
         scores = await self.scheduler.prioritize(args.pod, args.node_names, node_objects=args.node_objects)
         took = time.perf_counter() - started
         self.metrics.prioritize_seconds.observe(took)
@@ -309,7 +320,7 @@ class ExtenderServer:
     async def bind(self, body: bytes) -> web.Response:
         started = time.perf_counter()
         args = wire.parse_binding_args(body)
-        error = self._not_synced()
+        error = not_ready = self._not_synced()
         try:
             if not error:
                 await self.scheduler.bind(args.pod_namespace, args.pod_name, uid=args.pod_uid,
@@ -324,13 +335,14 @@ class ExtenderServer:
             log.info("bind failed: %s", error, extra=fields)
         elif log.isEnabledFor(logging.DEBUG):
             log.debug("bound", extra=fields)
-        return _json(wire.encode_binding_result(error))
+        response = _json(wire.encode_binding_result(error))
+        return _elsewhere(response) if not_ready else response
 
     async def preempt(self, body: bytes) -> web.Response:
         args = wire.parse_preemption_args(body)
         not_ready = self._not_synced()
         if not_ready:
-            return web.Response(status=503, text=f"{not_ready}\n")
+            return _elsewhere(web.Response(status=503, text=f"{not_ready}\n"))
         return _json(wire.encode_preemption_result(await self.scheduler.preempt(args.pod, args.victims)))
 
     # ---- debug --------------------------------------------------------------------------------

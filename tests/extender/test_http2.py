@@ -267,3 +267,29 @@ async def test_serve_offers_http2_on_the_mutual_tls_verbs_port(files: TLSFiles) 
         metrics = app.server.metrics.render().decode()
         assert "dra_extender_scheduler_http2_connections_total 1.0" in metrics
         assert "dra_extender_scheduler_connections_total 1.0" in metrics
+
+
+async def test_a_replica_that_may_not_answer_sends_kube_scheduler_elsewhere(server: ExtenderServer,
+                                                                            files: TLSFiles) -> None:
+    """A verb refused because this replica is not ready (not synced, or a standby) ends its connection:
+    over HTTP/2 with GOAWAY once the calls in flight are answered, over HTTP/1.1 with Connection: close.
+    kube-scheduler's next call then opens a new connection, which a Service sends to a ready replica,
+    instead of staying on this one for every pod."""
+    server.cache.ready = False
+    client = await connect(server, files)
+    reply = await client.request("/scheduler/filter", FILTER)
+    assert reply.status == 200 and "not synced" in orjson.loads(reply.body)["Error"]
+    await asyncio.wait_for(client.closed.wait(), 5)
+    assert client.goaway is not None and client.goaway.error_code == ErrorCodes.NO_ERROR
+    async with aiohttp.ClientSession() as session, session.post(
+        server.urls["extender"] + "/prioritize", data=FILTER, headers=JSON,
+        ssl=client_context(files, ("http/1.1",)),
+    ) as response:
+        assert response.status == 503 and response.headers.get("Connection") == "close"
+    # Ready again: connections are kept.
+    server.cache.ready = True
+    client = await connect(server, files)
+    assert (await client.request("/scheduler/filter", FILTER)).status == 200
+    assert (await client.request("/scheduler/filter", FILTER)).status == 200
+    assert not client.closed.is_set()
+    await client.close()
