@@ -22,6 +22,18 @@ figure is the minimum over --repeats runs.
 
     python bench/cpu_floor_bench.py --json
     python bench/cpu_floor_bench.py --json --mutual-tls
+
+With `--peer go` it compares transports for the verbs port instead (KINDS: today's aiohttp over TLS,
+aiohttp beside common/http2 chosen by ALPN, plain HTTP, hypercorn, granian's embedded server), each a
+do-nothing server in a child process, called by bench/schedclient: a Go client whose transport is
+built as kube-scheduler's makeTransport builds it, which reads answers as HTTPExtender.send does and
+sends pods as its scheduling loop does (filter, prioritize, then bind in a goroutine; binds take
+BIND_LATENCY_S). It prints per kind the CPU per pod of the server and of the client, the new
+connections per pod and the protocol negotiated (medians, kinds interleaved in every round); the
+`-fresh` kinds open a connection per call, which prices a connection. Needs `go` and the module
+cache of tests/e2e (it builds offline).
+
+    python bench/cpu_floor_bench.py --peer go --pods 1000 --repeats 3 --mutual-tls --json
 """
 
 from __future__ import annotations
