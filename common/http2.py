@@ -121,6 +121,7 @@ class H2Protocol(asyncio.Protocol):
         self._idle: asyncio.TimerHandle | None = None
         self._last_active = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._waits: set[asyncio.Task[None]] = set()
         self._flush_pending = False
         self._going_away = False
 
@@ -168,7 +169,9 @@ class H2Protocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         for stream_id in list(self._streams):
             self._forget(stream_id)
-        for task in list(self._tasks):
+        # Waits for a large-body slot end with the connection; verbs being served do not: like aiohttp's
+        # HTTP/1.1 handlers, a bind whose caller went away still finishes its writes (its answer is lost).
+        for task in list(self._waits):
             task.cancel()
         if self._idle is not None:
             self._idle.cancel()
@@ -221,7 +224,9 @@ class H2Protocol(asyncio.Protocol):
         deadline = self._loop.time() + self._limits.body_timeout_s
         stream.waiters.append(self._loop.call_at(deadline, self._too_slow, stream_id))
         if stream.needs_slot:
-            self._start(self._slot(stream_id, stream, deadline))
+            wait = self._start(self._slot(stream_id, stream, deadline))
+            self._waits.add(wait)
+            wait.add_done_callback(self._waits.discard)
 
     def _data(self, event: h2.events.DataReceived) -> None:
         stream_id = event.stream_id
@@ -293,10 +298,11 @@ class H2Protocol(asyncio.Protocol):
                                                      f"{self._limits.body_timeout_s:g} s"))
             self._flush_soon()
 
-    def _start(self, coroutine: Coroutine[Any, Any, None]) -> None:
+    def _start(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = self._loop.create_task(coroutine)
-        self._tasks.add(task)
+        self._tasks.add(task)  # a reference until it is done
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # ---- answers -----------------------------------------------------------------------------
 
