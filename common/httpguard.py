@@ -66,11 +66,22 @@ class HttpLimits:
 
 def too_large(body_limit: Callable[[str], int], request: web.BaseRequest) -> str:
     """Why the announced body is over the limit ("" when it is not, or has no Content-Length)."""
-    limit = body_limit(request.path)
-    length = request.content_length
+    return _over_limit(body_limit(request.path), request.path, request.content_length)
+
+
+def _over_limit(limit: int, path: str, length: int | None) -> str:
     if length is not None and length > limit:
-        return f"request body of {length} bytes is over the limit of {limit} bytes for {request.path}"
+        return f"request body of {length} bytes is over the limit of {limit} bytes for {path}"
     return ""
+
+
+def check_body_headers(limits: HttpLimits, path: str, content_type: str, length: int | None) -> None:
+    """RequestRefused when a verb's headers already rule its body out: 415 not JSON, 413 too large."""
+    if content_type != "application/json":
+        raise RequestRefused(415, f"Content-Type must be application/json, got {content_type!r}")
+    problem = _over_limit(limits.body_limit(path), path, length)
+    if problem:
+        raise RequestRefused(413, problem)
 
 
 class BodyReader:
@@ -82,12 +93,8 @@ class BodyReader:
 
     async def read(self, request: web.Request) -> bytes:
         """The body, or RequestRefused (415 wrong type, 413 too large, 408 too slow, 503 busy)."""
-        if request.content_type != "application/json":
-            raise RequestRefused(415, f"Content-Type must be application/json, got {request.content_type!r}")
-        problem = too_large(self.limits.body_limit, request)
-        if problem:
-            raise RequestRefused(413, problem)
         length = request.content_length
+        check_body_headers(self.limits, request.path, request.content_type, length)
         content = request.content
         if length is not None and content.is_eof() and not content.exception():
             # Already received with the headers (kube-scheduler's requests mostly are): no wait to bound.
@@ -109,14 +116,24 @@ class BodyReader:
             yield
             return
         try:
-            await asyncio.wait_for(self._large.acquire(), self.limits.body_timeout_s)
+            await asyncio.wait_for(self.acquire_large(), self.limits.body_timeout_s)
         except TimeoutError:
-            raise RequestRefused(503, f"too many large requests at once ({LARGE_BODY_SLOTS} are served "
-                                      "at a time); try again") from None
+            raise RequestRefused(503, self.busy_message()) from None
         try:
             yield
         finally:
-            self._large.release()
+            self.release_large()
+
+    async def acquire_large(self) -> None:
+        """Take one of the large-body slots (release_large gives it back)."""
+        await self._large.acquire()
+
+    def release_large(self) -> None:
+        self._large.release()
+
+    @staticmethod
+    def busy_message() -> str:
+        return f"too many large requests at once ({LARGE_BODY_SLOTS} are served at a time); try again"
 
     async def _read_within(self, request: web.Request) -> bytes:
         limit = self.limits.body_limit(request.path)
@@ -153,31 +170,57 @@ class _Refuse(asyncio.Protocol):
         transport.close()
 
 
+class _ByAlpn(asyncio.Protocol):
+    """Hands a TLS connection, once its handshake is done, to the protocol its ALPN chose."""
+
+    def __init__(self, choose: Callable[[str | None], asyncio.Protocol]) -> None:
+        self._choose = choose
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        ssl_object = transport.get_extra_info("ssl_object")
+        protocol = self._choose(ssl_object.selected_alpn_protocol() if ssl_object is not None else None)
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+
+
 class GuardedListener:
     """One aiohttp application listening on one address, through aiohttp's public runner API: at most
     `limits.max_connections` connections at once (the next ones are closed as they are accepted),
     idle ones closed after `limits.idle_timeout_s`; `on_connection` is called for every connection
-    taken."""
+    taken. With `http2` (a factory of HTTP/2 connection protocols, given `forget` to call when the
+    connection closes) and a TLS context offering `h2` by ALPN, the connections that choose HTTP/2
+    are served by it, the others by the application; the cap counts both."""
 
     def __init__(self, app: web.Application, limits: HttpLimits, *,
-                 on_connection: Callable[[], None] | None = None) -> None:
+                 on_connection: Callable[[], None] | None = None,
+                 http2: Callable[[Callable[[Any], None]], asyncio.Protocol] | None = None) -> None:
         self._runner = web.AppRunner(app, keepalive_timeout=limits.idle_timeout_s, access_log=None)
         self._cap = limits.max_connections
         self._on_connection = on_connection
         self._listener: asyncio.Server | None = None
+        self._http2 = http2
+        self._http2_connections: set[Any] = set()
 
     async def start(self, host: str, port: int, *, ssl_context: ssl.SSLContext | None = None) -> int:
         """Listen; returns the port bound (the one the system chose for port 0)."""
         await self._runner.setup()
         server = self._runner.server
         assert server is not None
+        http2 = self._http2 if ssl_context is not None else None
+
+        def choose(alpn: str | None) -> asyncio.Protocol:
+            if alpn == "h2" and http2 is not None:
+                connection = http2(self._http2_connections.discard)
+                self._http2_connections.add(connection)
+                return connection
+            return server()
 
         def protocol() -> asyncio.BaseProtocol:
-            if len(server.connections) >= self._cap:
+            if len(server.connections) + len(self._http2_connections) >= self._cap:
                 return _Refuse()
             if self._on_connection is not None:
                 self._on_connection()
-            return server()
+            return server() if http2 is None else _ByAlpn(choose)
 
         try:
             self._listener = await asyncio.get_running_loop().create_server(
@@ -198,6 +241,8 @@ class GuardedListener:
         """Stop accepting, then close the connections and the application."""
         if self._listener is not None:
             self._listener.close()
+        for connection in list(self._http2_connections):
+            connection.shutdown()
         await self._runner.cleanup()
         if self._listener is not None:
             await self._listener.wait_closed()

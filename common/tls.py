@@ -25,10 +25,14 @@ class CertificateLoadError(RuntimeError):
     pass
 
 
-def build_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
-    """A server context; with a client CA, clients must present a certificate it signed."""
+def build_context(cert_file: str, key_file: str, client_ca_file: str | None = None, *,
+                  alpn: tuple[str, ...] = ()) -> ssl.SSLContext:
+    """A server context; with a client CA, clients must present a certificate it signed. `alpn`: the
+    application protocols offered, in our order of preference (none: the client's HTTP/1.1)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if alpn:
+        context.set_alpn_protocols(list(alpn))
     # Our clients (kube-scheduler, kube-apiserver's webhook client: Go without a session cache) never
     # resume a session, so TLS 1.3 session tickets are work for nothing in every handshake, and
     # kube-scheduler opens a new connection for most pods (see the extender's connection metric).
@@ -61,10 +65,12 @@ class ReloadingTLS:
         name: str = "serving",
         poll_interval_s: float = 1.0,
         on_reload: Callable[[str], None] | None = None,
+        alpn: tuple[str, ...] = (),
     ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
         self.client_ca_file = client_ca_file
+        self.alpn = alpn
         self.name = name
         self.poll_interval_s = poll_interval_s
         self._on_reload = on_reload
@@ -75,7 +81,8 @@ class ReloadingTLS:
         self._task: asyncio.Task[None] | None = None
 
     def _build(self) -> ssl.SSLContext:
-        return build_context(self.cert_file, self.key_file, self.client_ca_file)
+        # Every context gets the ALPN list: the one the SNI callback switches a connection to answers it.
+        return build_context(self.cert_file, self.key_file, self.client_ca_file, alpn=self.alpn)
 
     def _stat(self) -> FileSignature:
         signature = []

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from extender.kube.informer import ClusterWatcher
     from extender.kube.leader import LeaderElector, LeaseFollower
     from extender.plugin.fence import Stewardship
+from common import http2
 from common.tls import ReloadingTLS
 from extender.http.server import ExtenderServer
 from extender.options import (
@@ -553,5 +554,7 @@ def extender_serving_tls(network: NetworkOptions) -> ReloadingTLS | None:
     """The extender port's certificate (reloaded when it changes), or None for plain HTTP."""
     if not (network.extender_tls_cert_file and network.extender_tls_private_key_file):
         return None
+    # h2 first: kube-scheduler's client then sends every call on one connection (common/http2.py).
     return ReloadingTLS(network.extender_tls_cert_file, network.extender_tls_private_key_file,
-                        client_ca_file=network.extender_client_ca_file, name="extender serving")
+                        client_ca_file=network.extender_client_ca_file, name="extender serving",
+                        alpn=(http2.ALPN_H2, "http/1.1"))

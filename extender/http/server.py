@@ -24,6 +24,7 @@ import orjson
 import yaml
 from aiohttp import web
 
+from common import http2
 from common.addresses import is_loopback
 from common.claimrefs import pod_key
 from common.httpguard import BodyReader, GuardedListener, HttpLimits, RequestRefused, expect_handler
@@ -68,26 +69,48 @@ def _debug_gate(from_anywhere: bool) -> Any:
     return gate
 
 
+def _error_response(method: str, path: str, error: Exception) -> web.Response:
+    """The answer to a request whose handler raised `error` (not an aiohttp HTTPException)."""
+    if isinstance(error, RequestRefused):
+        return web.Response(status=error.status, text=f"{error}\n")
+    if isinstance(error, wire.BadRequest):
+        if path.endswith("/filter"):
+            return _json(wire.encode_filter_error(str(error)))
+        if path.endswith("/bind"):
+            return _json(wire.encode_binding_result(str(error)))
+        return web.Response(status=400, text=f"{error}\n")
+    # A bug, not bad input: say so and keep serving.
+    log.error("%s %s failed", method, path, exc_info=error)
+    return _json(orjson.dumps({"Error": f"internal error: {type(error).__name__}: {error}"}), status=500)
+
+
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except RequestRefused as refused:
-        response = web.Response(status=refused.status, text=f"{refused}\n")
-        if refused.status in (408, 413):
-            response.force_close()  # the rest of the body is not worth reading
-        return response
-    except wire.BadRequest as error:
-        if request.path.endswith("/filter"):
-            return _json(wire.encode_filter_error(str(error)))
-        if request.path.endswith("/bind"):
-            return _json(wire.encode_binding_result(str(error)))
-        return web.Response(status=400, text=f"{error}\n")
     except web.HTTPException:
         raise
-    except Exception as error:  # a bug, not bad input: say so and keep serving
-        log.exception("%s %s failed", request.method, request.path)
-        return _json(orjson.dumps({"Error": f"internal error: {type(error).__name__}: {error}"}), status=500)
+    except Exception as error:
+        response = _error_response(request.method, request.path, error)
+        if isinstance(error, RequestRefused) and error.status in (408, 413):
+            response.force_close()  # the rest of the body is not worth reading
+        return response
+
+
+def _elsewhere(response: web.Response) -> web.Response:
+    """A verb refused because this replica may not answer (not synced, a standby): the connection is
+    closed after it, so kube-scheduler's next call opens a new one, which the Service sends to a ready
+    replica. Without that, a kept-alive connection (HTTP/2 carries every call on one) would stay
+    on a replica that lost its lease, refusing every pod until it restarts."""
+    response.force_close()
+    return response
+
+
+def _answer(response: web.Response) -> http2.Answer:
+    body = response.body
+    assert isinstance(body, bytes)
+    return http2.Answer(response.status, response.headers["Content-Type"], body,
+                        close=response.keep_alive is False)
 
 
 def _probe(request: web.Request, name: str, checks: list[tuple[str, bool]]) -> web.Response:
@@ -162,10 +185,51 @@ class ExtenderServer:
     def extender_app(self) -> web.Application:
         app = web.Application(middlewares=[_errors], client_max_size=self.limits.max_request_bytes)
         expect = expect_handler(self.limits.body_limit)
-        for verb, handler in (("filter", self.filter), ("prioritize", self.prioritize), ("bind", self.bind),
-                              ("preempt", self.preempt)):
-            app.router.add_post(f"{self.prefix}/{verb}", handler, expect_handler=expect)
+        for path, verb in self._verbs().items():
+            app.router.add_post(path, self._over_http1(verb), expect_handler=expect)
         return app
+
+    def _verbs(self) -> dict[str, Callable[[bytes], Awaitable[web.Response]]]:
+        return {f"{self.prefix}/filter": self.filter, f"{self.prefix}/prioritize": self.prioritize,
+                f"{self.prefix}/bind": self.bind, f"{self.prefix}/preempt": self.preempt}
+
+    def _over_http1(self, verb: Callable[[bytes], Awaitable[web.Response]]) -> Handler:
+        async def handle(request: web.Request) -> web.Response:
+            return await verb(await self.bodies.read(request))
+
+        return handle
+
+    def _http2_router(self) -> http2.Router:
+        """The verbs for common.http2: the same handlers, limits and error answers as over HTTP/1.1."""
+        verbs = self._verbs()
+        not_found = http2.text_answer(404, "404: Not Found")
+        not_allowed = http2.text_answer(405, "405: Method Not Allowed")
+
+        def route(method: str, path: str) -> http2.Verb | http2.Answer:
+            verb = verbs.get(path)
+            if verb is None:
+                return not_found
+            if method != "POST":
+                return not_allowed
+
+            async def serve(request: http2.Request) -> http2.Answer:
+                try:
+                    return _answer(await verb(request.body))
+                except Exception as error:
+                    return _answer(_error_response(request.method, request.path, error))
+
+            return serve
+
+        return route
+
+    def _http2_connection(self, budget: http2.StreamBudget) -> Callable[[Callable[[Any], None]], Any]:
+        route = self._http2_router()
+
+        def connection(forget: Callable[[Any], None]) -> http2.H2Protocol:
+            self.metrics.scheduler_http2_connections.inc()
+            return http2.H2Protocol(route, self.limits, self.bodies, budget, on_close=forget)
+
+        return connection
 
     def debug_app(self) -> web.Application:
         app = web.Application(middlewares=[_debug_gate(self.debug_from_anywhere), _errors])
@@ -189,7 +253,11 @@ class ExtenderServer:
                 ("extender", self.extender_app(), extender_host, extender_port, ssl_context),
                 ("debug", self.debug_app(), host, debug_port, None)):
             counted = self.metrics.scheduler_connections.inc if name == "extender" else None
-            listener = GuardedListener(app, self.limits, on_connection=counted)
+            # HTTP/2 for the verbs when the TLS context offers it by ALPN (kube-scheduler then sends
+            # every call on one connection instead of opening one for most pods).
+            h2 = self._http2_connection(http2.StreamBudget(self.limits.max_connections)) \
+                if name == "extender" else None
+            listener = GuardedListener(app, self.limits, on_connection=counted, http2=h2)
             bound = await listener.start(address, port, ssl_context=context)
             self._listeners.append(listener)
             self.addresses[name] = listener.addresses
@@ -217,14 +285,14 @@ class ExtenderServer:
         reason = self.scheduler.authority.reason if self.scheduler.authority.term is None else ""
         return f"dra-extender is not ready: {reason}" if reason else ""
 
-    async def filter(self, request: web.Request) -> web.Response:
+    async def filter(self, body: bytes) -> web.Response:
         started = time.perf_counter()
-        args = wire.parse_extender_args(await self.bodies.read(request), "filter")
+        args = wire.parse_extender_args(body, "filter")
         # Before the DeviceClasses are listed, any extended resource may turn out to be backed by DRA.
         not_ready = self._not_synced()
         if not_ready and (has_claims(args.pod) or requested_names(args.pod)):
             body = wire.encode_filter_result(args, [], {}, {}, not_ready)
-            return _json(body)
+            return _elsewhere(_json(body))
         result = await self.scheduler.filter(args.pod, args.node_names, node_objects=args.node_objects,
                                              brief=True)
         body = wire.encode_filter_result(
@@ -237,12 +305,13 @@ class ExtenderServer:
                       extra={"verb": "filter", "pod": pod_key(args.pod), "duration": round(took, 6)})
         return _json(body)
 
-    async def prioritize(self, request: web.Request) -> web.Response:
+    async def prioritize(self, body: bytes) -> web.Response:
         started = time.perf_counter()
-        args = wire.parse_extender_args(await self.bodies.read(request), "prioritize")
+        args = wire.parse_extender_args(body, "prioritize")
         not_ready = self._not_synced()
         if not_ready:
-            return web.Response(status=503, text=f"{not_ready}\n")  # kube-scheduler ignores our scores
+            # kube-scheduler ignores the scores of an extender that fails
+            return _elsewhere(web.Response(status=503, text=f"{not_ready}\n"))
         scores = await self.scheduler.prioritize(args.pod, args.node_names, node_objects=args.node_objects)
         took = time.perf_counter() - started
         self.metrics.prioritize_seconds.observe(took)
@@ -251,10 +320,10 @@ class ExtenderServer:
                       extra={"verb": "prioritize", "pod": pod_key(args.pod), "duration": round(took, 6)})
         return _json(wire.encode_host_priorities(scores))
 
-    async def bind(self, request: web.Request) -> web.Response:
+    async def bind(self, body: bytes) -> web.Response:
         started = time.perf_counter()
-        args = wire.parse_binding_args(await self.bodies.read(request))
-        error = self._not_synced()
+        args = wire.parse_binding_args(body)
+        error = not_ready = self._not_synced()
         try:
             if not error:
                 await self.scheduler.bind(args.pod_namespace, args.pod_name, uid=args.pod_uid,
@@ -269,13 +338,14 @@ class ExtenderServer:
             log.info("bind failed: %s", error, extra=fields)
         elif log.isEnabledFor(logging.DEBUG):
             log.debug("bound", extra=fields)
-        return _json(wire.encode_binding_result(error))
+        response = _json(wire.encode_binding_result(error))
+        return _elsewhere(response) if not_ready else response
 
-    async def preempt(self, request: web.Request) -> web.Response:
-        args = wire.parse_preemption_args(await self.bodies.read(request))
+    async def preempt(self, body: bytes) -> web.Response:
+        args = wire.parse_preemption_args(body)
         not_ready = self._not_synced()
         if not_ready:
-            return web.Response(status=503, text=f"{not_ready}\n")
+            return _elsewhere(web.Response(status=503, text=f"{not_ready}\n"))
         return _json(wire.encode_preemption_result(await self.scheduler.preempt(args.pod, args.victims)))
 
     # ---- debug --------------------------------------------------------------------------------

@@ -89,6 +89,11 @@ class Metrics(MetricSet):
         self.scheduler_connections = Counter("dra_extender_scheduler_connections",
                                              "Connections accepted on the extender port.",
                                              registry=self.registry)
+        # Over TLS its client offers HTTP/2, which carries every call on one connection (common/http2.py).
+        self.scheduler_http2_connections = Counter(
+            "dra_extender_scheduler_http2_connections",
+            "Connections on the extender port that negotiated HTTP/2 (counted in scheduler_connections too).",
+            registry=self.registry)
         self.bind_failures = Counter("dra_extender_bind_failures",
                                      "Failed binds (kube-scheduler retries the pod) by stage.", ["stage"],
                                      registry=self.registry)
