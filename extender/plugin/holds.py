@@ -11,6 +11,9 @@ holds what it allocates on its best node:
   process of being allocated". Such an allocation stays held while a pod of the group that filtered
   with it neither binds, nor is filtered again, nor is deleted, and the hold has not timed out; the
   first bind writes it, as upstream's first PreBind does.
+Deliberate differences from upstream (docs/operations.md): only the chosen node passes, where upstream
+offers every fitting node to the scores; and as an extender gets no Unreserve, a failed cycle's holds
+last until one of the above, not until the cycle ends.
 """
 
 from __future__ import annotations
