@@ -15,11 +15,12 @@ from typing import Any
 import dra_objects as o
 import podgroup_objects as g
 import pytest
+from test_bind_races import LostStatusWrite
 
 from allocator import FeatureGates
 from extender.kube.client import ApiError
 from extender.plugin.claimwriter import ClaimWriter
-from extender.plugin.scheduling import Scheduler
+from extender.plugin.scheduling import BindFailed, Scheduler
 from extender.plugin.verdicts import CANNOT_ALLOCATE, NOT_AVAILABLE
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
@@ -224,3 +225,33 @@ async def test_failed_first_bind_of_a_shared_claim_lets_the_other_member_allocat
     claim = current(scheduler, "shared", "ResourceClaim")
     assert [entry["name"] for entry in claim["status"]["reservedFor"]] == ["w1"]
     assert len(scheduler.assume) == 0
+
+
+async def test_lost_answer_of_the_shared_write_keeps_the_claim_from_being_allocated_twice() -> None:
+    """The first bind's write of the shared allocation reaches the API server but its answer is lost: the
+    other pod's bind (which waited for it) must not allocate the claim again; once the watch shows the
+    write, that pod's retry only adds its reservation."""
+    scheduler = make([*o.cluster(2, 1), o.claim("shared"),
+                      member("w0", ["shared"]), member("w1", ["shared"])], FeatureGates())
+    node = (await scheduler.filter(current(scheduler, "w0"), ["node-0", "node-1"], brief=True)).passed[0]
+    assert (await scheduler.filter(current(scheduler, "w1"), ["node-0", "node-1"], brief=True)).passed
+    writer = scheduler.writer
+    assert isinstance(writer, ClaimWriter)
+    writer._resolve_budget = 0.2
+    store = LostStatusWrite(writer._store)
+    writer._store = store
+    first, second = await asyncio.gather(scheduler.bind("default", "w0", uid="", node_name=node),
+                                         scheduler.bind("default", "w1", uid="", node_name=node),
+                                         return_exceptions=True)
+    assert isinstance(first, BindFailed) and store.written is not None
+    assert isinstance(second, BindFailed) and "is in the process of being allocated" in str(second)
+    assert list(owners(scheduler)) == ["default/shared"]  # its devices stay counted
+    writer._store = store.inner
+    written = store.written
+    written["metadata"] = {**written["metadata"], "resourceVersion": "99"}
+    scheduler.cache.apply("ResourceClaim", "MODIFIED", written)
+    assert len(scheduler.assume) == 0
+    await scheduler.bind("default", "w1", uid="", node_name=node)
+    claim = current(scheduler, "shared", "ResourceClaim")
+    assert claim["status"]["allocation"] == written["status"]["allocation"]
+    assert [entry["name"] for entry in claim["status"]["reservedFor"]] == ["w0", "w1"]
