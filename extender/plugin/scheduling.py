@@ -261,7 +261,8 @@ class Scheduler:
                 # Nothing of a deleted PodGroup stays in flight: its claim goes with it (the
                 # resourceclaim controller deallocates it), no pod of the group may bind any more.
                 self.assume.release_owned_by(OWNER_PREFIX + str(meta.get("uid") or ""))
-            self.assume.release_owned_by(GANG_PREFIX + key)  # binds own what they write
+            # And what its pods' filters held for its cycle (a bind's entries are its pod's, not these).
+            self.assume.release_owned_by(GANG_PREFIX + key)
 
     # ---- filter -------------------------------------------------------------------------------
 
