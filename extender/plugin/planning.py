@@ -28,6 +28,7 @@ from extender.plugin.podclaims import (
 )
 from extender.plugin.podgroups import (
     GroupBinding,
+    gang_owner,
     group_binding,
     outsider_problem,
     reservable,
@@ -43,7 +44,8 @@ class SchedulingError(Exception):
 
 
 class PendingShare(NamedTuple):
-    """A PodGroup's claim whose allocation another pod of the group has in flight."""
+    """A claim whose allocation a pod of the same PodGroup has in flight: the group's shared claim, or
+    any claim held in the group's scheduling cycle (podgroups.gang_owner)."""
 
     claim: ResourceClaim
     allocation: dict
@@ -57,11 +59,12 @@ class PodPlan:
     claims: list[PodClaim] = field(default_factory=list)
     to_allocate: list[ResourceClaim] = field(default_factory=list)
     allocated: list[ResourceClaim] = field(default_factory=list)  # allocated, still to check per node
-    # A PodGroup's claims whose allocation another pod of the group has in flight: shared, not
-    # allocated again (upstream's fix for gang cycles, kubernetes#137617); checked per node like
-    # allocated claims.
+    # Claims whose allocation a pod of the same PodGroup has in flight: shared, not allocated again
+    # (upstream's fix for gang cycles, kubernetes#137617); checked per node like allocated claims. At
+    # bind, only those held for the group's scheduling cycle (`gang`): bind writes their allocation.
     pending: list[PendingShare] = field(default_factory=list)
     group: GroupBinding | None = None  # the pod's PodGroup, when some of its claims are the group's
+    gang: str | None = None  # the in-flight owner of its PodGroup's scheduling cycle (podgroups.gang_owner)
     blocked: NodeVerdict | None = None  # a verdict for every node (claims not ready, ...)
     claims_missing: bool = False  # blocked because a claim does not exist (yet)
     # Built on first use by Planner.allocator_for: most filters are answered from the filter cache
@@ -92,8 +95,18 @@ class PodPlan:
                      for entry in self.claims)
         return group.owner if shared else None
 
+    def hold_owner(self, claim: ResourceClaim) -> str | None:
+        """Who holds `claim` in flight from filter to bind when the pod is in a PodGroup: the group for
+        its shared claim, the group's scheduling cycle for its other claims (not the special claim for
+        extended resources, which is the pod's alone)."""
+        owner = self.group_owner(claim)
+        if owner is None and self.gang is not None and any(
+                entry.claim.uid == claim.uid for entry in self.claims):
+            return self.gang
+        return owner
+
     def allocates_for_group(self) -> bool:
-        return any(self.group_owner(claim) is not None for claim in self.to_allocate)
+        return any(self.hold_owner(claim) is not None for claim in self.to_allocate)
 
 
 class Planner:
@@ -143,7 +156,7 @@ class Planner:
 
     def plan(self, pod: dict, *, rebinding: bool = False) -> PodPlan:
         """Resolve and pre-check the pod's claims. Raises SchedulingError for real errors."""
-        plan = PodPlan(pod)
+        plan = PodPlan(pod, gang=gang_owner(pod))
         uid = pod_uid(pod)
         workload_claims = self.cache.features.enabled(WORKLOAD_CLAIMS)
         try:
@@ -183,12 +196,14 @@ class Planner:
                 plan.allocated.append(claim)
                 continue
             in_flight = self.assume.pending(claim.uid)
-            if in_flight is not None and in_flight.pod_uid != (group.owner if group is not None else uid):
+            owner = in_flight.pod_uid if in_flight is not None else None
+            own = group.owner if group is not None else uid
+            if owner is not None and owner != own and owner != plan.gang:
                 plan.blocked = blocked(f"resource claim {claim.key} is in the process of being allocated",
                                        Reason.CLAIM_IN_FLIGHT)
                 return plan
-            if in_flight is not None and group is not None and not rebinding:
-                # Another pod of the group is allocating it now.
+            # Held for the group (its shared claim: until bind; the cycle's: at bind too, which writes it).
+            if in_flight is not None and (owner == plan.gang or (group is not None and not rebinding)):
                 plan.blocked = self._mapped_claim_shared(claim, in_flight.allocation, others=True)
                 if plan.blocked is not None:
                     return plan

@@ -37,6 +37,9 @@ from extender.plugin.podclaims import ClaimsNotReady, claim_references
 # In-flight owner prefix for allocations made for a PodGroup (see AssumeCache): group members share
 # them, every other pod sees the claim "in the process of being allocated".
 OWNER_PREFIX = "podgroup:"
+# In-flight owner prefix for the other claims a pod of a PodGroup holds from filter to bind (see
+# gang_owner), followed by "namespace/name" of the PodGroup.
+GANG_PREFIX = "gang:"
 
 
 class PodGroupLookup(Protocol):
@@ -93,6 +96,23 @@ def group_binding(pod: Mapping[str, Any], lookup: PodGroupLookup) -> GroupBindin
     )
     meta = metadata_of(group)
     return GroupBinding(namespace, group_name, str(meta.get("uid") or ""), shared)
+
+
+def gang_owner(pod: Mapping[str, Any]) -> str | None:
+    """The in-flight owner of the claims the pod's filter holds for its PodGroup's scheduling cycle; None
+    for a pod outside any PodGroup.
+
+    kube-scheduler (GenericWorkload) schedules the pods naming a PodGroup in one cycle, whatever its
+    policy: it filters and reserves every pod before it binds any, and the in-tree plugin lets a later
+    pod of the cycle reuse the allocation an earlier one made in Reserve, for any claim, while devices
+    reserved by earlier pods are taken for later ones. An extender sees no Reserve, so the filter of
+    such a pod holds its claims in flight for the group (extender.plugin.holds). Keyed by the PodGroup's
+    name, not its UID: the PodGroup is watched only with DRAWorkloadResourceClaims, and the name is what
+    kube-scheduler groups by (a pod naming a PodGroup that does not exist is not scheduled)."""
+    group_name = group_name_of(pod)
+    if group_name is None:
+        return None
+    return f"{GANG_PREFIX}{metadata_of(pod).get('namespace') or ''}/{group_name}"
 
 
 def reserved_for_pod(claim_raw: Mapping[str, Any], pod: Mapping[str, Any], *, accept_group: bool) -> bool:

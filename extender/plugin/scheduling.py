@@ -54,7 +54,7 @@ from extender.plugin.nodeallocatable import NodeFit, as_fit_units, pod_requests
 from extender.plugin.nodecheck import NodeChecker
 from extender.plugin.placement import NodeScorer
 from extender.plugin.planning import Planner, PodPlan, SchedulingError
-from extender.plugin.podgroups import OWNER_PREFIX, reserved_for_pod
+from extender.plugin.podgroups import GANG_PREFIX, OWNER_PREFIX, gang_owner, reserved_for_pod
 from extender.plugin.requeue import RequeueNudge
 from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, Words, answer, blocked
 from extender.state.assume import AssumeCache
@@ -100,6 +100,8 @@ class _BindWork(NamedTuple):
     extended: Variant | None           # the special claim to create (extended resources)
     footprint: NodeFit | None          # DRANodeAllocatableResources: what the devices add to the pod
     allocated: list[str]               # keys of the pod's claims that are allocated already
+    # Writes an allocation that other pods of its PodGroup's cycle share: their binds wait for it.
+    shared: bool = False
 
 
 # A claim to write at bind: with the allocation to write, or None for one allocated already (only the
@@ -254,10 +256,13 @@ class Scheduler:
             self.holds.release(pod_uid(new))  # a deleted pod's held devices are free at once
         elif kind == "PodGroup" and event_type == "DELETED":
             meta = metadata_of(new)
-            if f"{meta.get('namespace')}/{meta.get('name')}" not in self._group_writes:
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            if key not in self._group_writes:
                 # Nothing of a deleted PodGroup stays in flight: its claim goes with it (the
                 # resourceclaim controller deallocates it), no pod of the group may bind any more.
                 self.assume.release_owned_by(OWNER_PREFIX + str(meta.get("uid") or ""))
+            # And what its pods' filters held for its cycle (a bind's entries are its pod's, not these).
+            self.assume.release_owned_by(GANG_PREFIX + key)
 
     # ---- filter -------------------------------------------------------------------------------
 
@@ -270,9 +275,10 @@ class Scheduler:
         words = self.reasons if brief else Words.FULL
         uid = pod_uid(pod)
         # A pod kube-scheduler retries while its earlier bind still writes keeps that bind's entries.
-        holding = self.hold_devices and uid not in self._binding
-        if holding:
-            self.holds.release(uid)
+        binding = uid in self._binding
+        holding = self.hold_devices and not binding
+        if (holding or gang_owner(pod) is not None) and not binding:
+            self.holds.release(uid)  # what it held or shared in an earlier cycle of its PodGroup
         deadline = self.clock() + self.filter_deadline_s
         try:
             await self._remove_stale_claim(pod)
@@ -300,11 +306,13 @@ class Scheduler:
         for reason, count in Counter(map(_REASON_OF, verdicts.values())).items():
             self._count_outcome(reason, count)
         self.checker.remember(uid, verdicts)
-        if plan.to_allocate and (holding or plan.allocates_for_group()):
+        if plan.to_allocate and (holding or (plan.allocates_for_group() and not binding)):
             result = self.holds.hold_best(pod, plan=plan, verdicts=verdicts, words=words, pod_holds=holding)
         else:
             self.holds.extend_group_holds(plan)
             result = answer(verdicts, words=words)
+            if result.passed and plan.gang is not None and not binding:
+                self.holds.share(uid, plan)
         if plan.extended_variant is not None and words != Words.UPSTREAM:
             describe = plan.extended_variant.describe
             result.failed = {node: describe(message) for node, message in result.failed.items()}
@@ -507,7 +515,7 @@ class Scheduler:
         writes, consumers, extended, footprint = work.writes, work.consumers, work.extended, work.footprint
         self.holds.handed_to_bind(uid)
         self._binding.add(uid)
-        group_write = self._start_group_write(pod) if consumers else None
+        group_write = self._start_group_write(pod) if consumers or work.shared else None
 
         async def binding_conditions(written: Sequence[str]) -> None:
             await self._await_binding_conditions(pod, node_name, [*work.allocated, *written], term=term)
@@ -576,8 +584,9 @@ class Scheduler:
         return None
 
     async def _await_group_writes(self, pod: dict) -> bool:
-        """Wait while another bind writes the shared claims of this pod's PodGroup; whether it waited."""
-        if not self.cache.features.enabled(WORKLOAD_CLAIMS) or group_name_of(pod) is None:
+        """Wait while another bind writes the shared claims of this pod's PodGroup, or an allocation
+        shared in its scheduling cycle; whether it waited."""
+        if group_name_of(pod) is None:
             return False
         key = f"{(pod.get('metadata') or {}).get('namespace')}/{group_name_of(pod)}"
         waited = False
@@ -625,6 +634,16 @@ class Scheduler:
         for claim, allocation in zip(plan.to_allocate, allocations, strict=True):
             self.assume.reserve(claim, allocation, plan.group_owner(claim) or uid)
             writes.append((claim, allocation))
+        shared = False
+        for share in plan.pending:
+            # Held in the PodGroup's cycle (by this pod or another): the first bind writes that very
+            # allocation, the node checked above, as upstream's PreBind does. From now on the entry is
+            # this bind's: a new object, so that the holds of the other pods sharing it leave it alone.
+            shared = shared or self.holds.shared_by_others(share.claim.uid, share.allocation, uid)
+            allocation = dict(share.allocation)
+            self.assume.release(share.claim.uid)
+            self.assume.reserve(share.claim, allocation, uid)
+            writes.append((share.claim, allocation))
         consumers = {claim.uid: plan.group.reference() for claim, _ in writes
                      if plan.group is not None and plan.group_owner(claim) is not None}
         extended = plan.extended_variant
@@ -632,7 +651,7 @@ class Scheduler:
         footprint = self.checker.node_fit(plan, node, verdict) if node is not None else None
         return _BindWork(writes, consumers,
                          extended if extended is not None and extended.claim is not None else None,
-                         footprint, [claim.key for claim in plan.allocated])
+                         footprint, [claim.key for claim in plan.allocated], shared)
 
     async def _await_binding_conditions(self, pod: dict, node_name: str, keys: Sequence[str], *,
                                         term: int) -> None:

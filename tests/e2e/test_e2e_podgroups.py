@@ -28,6 +28,7 @@ from e2e_objects import (
     create_pod,
     create_template,
     pod_body,
+    scheduling_failures,
     wait_for_reason,
 )
 
@@ -71,13 +72,15 @@ def one_node(wapi: Api) -> Iterator[Driver]:
     driver.cleanup()
 
 
-def create_pod_group(api: Api, namespace: str, name: str, claim: str, min_count: int) -> dict:
+def create_pod_group(api: Api, namespace: str, name: str, claim: str | None, min_count: int) -> dict:
+    spec: dict = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if claim is not None:
+        spec["resourceClaims"] = [{"name": "dev", "resourceClaimName": claim}]
     return api.create(PODGROUPS.format(namespace=namespace), {
         "apiVersion": "scheduling.k8s.io/v1beta1",
         "kind": "PodGroup",
         "metadata": {"name": name},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}},
-                 "resourceClaims": [{"name": "dev", "resourceClaimName": claim}]},
+        "spec": spec,
     })
 
 
@@ -186,3 +189,32 @@ def test_e2e_podgroup_device_taint_evicts_the_groups_pods(
         return not left or None
 
     wait_for("every pod of the group evicted", all_evicted, timeout_s=30)
+
+
+def test_e2e_podgroup_gang_competing_for_too_few_devices_binds_no_pod(
+    workload_plane: ControlPlane, wapi: Api, wnamespace: str, one_node: Driver
+) -> None:
+    """A gang of two pods with a claim each (from a template), one device free: kube-scheduler's PodGroup
+    cycle filters both before binding either. The first pod's filter holds the free device for the
+    group's cycle, so the second's fails and the cycle binds nobody (without the hold both filters
+    passed and one pod was bound without the other)."""
+    create_claim(wapi, wnamespace, "taken", claim_spec(one_node.device_class, count=1))
+    create_member(wapi, wnamespace, "holder", None, "taken")
+    wait_for("one of the two devices taken",
+             lambda: wapi.get(f"/api/v1/namespaces/{wnamespace}/pods/holder")["spec"].get("nodeName"),
+             timeout_s=30)
+    create_template(wapi, wnamespace, "one", claim_spec(one_node.device_class, count=1))
+    create_pod_group(wapi, wnamespace, "gang", None, min_count=2)
+    for name in ("g0", "g1"):
+        body = pod_body(name, template="one")
+        body["spec"]["schedulingGroup"] = {"podGroupName": "gang"}
+        wapi.create(f"/api/v1/namespaces/{wnamespace}/pods", body)
+
+    def settled() -> bool | None:
+        if len(bound_pods(wapi, wnamespace)) > 1:
+            return True
+        return all(scheduling_failures(wapi, wnamespace, name) for name in ("g0", "g1")) or None
+
+    wait_for("both pods of the gang rejected, or one bound", settled, timeout_s=30)
+    time.sleep(3)  # time for a bind, had the cycle passed
+    assert [p["metadata"]["name"] for p in bound_pods(wapi, wnamespace)] == ["holder"]
