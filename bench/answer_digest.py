@@ -173,7 +173,7 @@ def _workload(rng: random.Random, pods: int) -> tuple[list[dict[str, Any]], list
     return objs, order[:pods]
 
 
-def _kubeconfig(directory: Path, url: str) -> str:
+def kubeconfig(directory: Path, url: str) -> str:
     path = directory / "kubeconfig"
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "fake",
@@ -288,7 +288,7 @@ class Run:
             self.fake.remove_object("ResourceClaim", extended, NAMESPACE)
 
 
-async def _until_ready(app: App, session: aiohttp.ClientSession) -> None:
+async def until_ready(app: App, session: aiohttp.ClientSession) -> None:
     """Until /readyz says the server answers the verbs (cache synced, fence done)."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
@@ -319,11 +319,11 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     url = await fake.start()
     node_names = [f"node-{index}" for index in range(args.nodes)]
     with tempfile.TemporaryDirectory(prefix="answer-digest-") as directory:
-        options = ServeOptions(source=SourceOptions(kubeconfig=_kubeconfig(Path(directory), url)),
+        options = ServeOptions(source=SourceOptions(kubeconfig=kubeconfig(Path(directory), url)),
                                network=NetworkOptions(extender_port=0, debug_port=0))
         try:
             async with App(options) as app, aiohttp.ClientSession() as session:
-                await _until_ready(app, session)
+                await until_ready(app, session)
                 digest_run = Run(fake, app, session, args.hashes)
                 bound: list[str] = []
                 cpu = time.process_time()
