@@ -42,24 +42,17 @@ sys.path.insert(0, str(ROOT / "tests" / "extender"))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 import dra_objects as o  # noqa: E402
-from answer_digest import kubeconfig, until_ready  # noqa: E402
+from answer_digest import serve_options, until_ready  # noqa: E402
 from fakeapi import FakeApiServer  # noqa: E402
+from scale_bench import window_size  # noqa: E402
 
 from extender.eventloop import run as run_loop  # noqa: E402
-from extender.options import NetworkOptions, ServeOptions, SourceOptions  # noqa: E402
 from extender.wiring import App  # noqa: E402
 
 DEVICES_PER_NODE = 10
 NAMESPACE = "bench"
 TEMPLATE = "one-device"
 CLASS = "test-class"
-
-
-def _node_window(nodes: int) -> int:
-    """How many feasible nodes kube-scheduler looks for (percentageOfNodesToScore's adaptive default)."""
-    if nodes < 100:
-        return nodes
-    return max(100, nodes * max(5, 50 - nodes // 125) // 100)
 
 
 def _pod(name: str, claim: str | None) -> dict[str, Any]:
@@ -124,7 +117,7 @@ async def serve_fake(nodes: int) -> None:
 async def drive(api: str, extender: str, nodes: int, pods: int) -> None:
     """Child: the resourceclaim controller creating pods and claims, and kube-scheduler scheduling them."""
     names = [f"node-{index}" for index in range(nodes)]
-    window = _node_window(nodes)
+    window = window_size(nodes)
     created: dict[int, asyncio.Future[dict[str, Any]]] = {}
     loop = asyncio.get_running_loop()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:
@@ -184,9 +177,7 @@ async def measure(nodes: int, pods: int, profile: cProfile.Profile | None) -> di
         assert fake.stdout is not None
         api = fake.stdout.readline().strip()
         with tempfile.TemporaryDirectory(prefix="request-cpu-") as directory:
-            options = ServeOptions(source=SourceOptions(kubeconfig=kubeconfig(Path(directory), api)),
-                                   network=NetworkOptions(extender_port=0, debug_port=0))
-            async with App(options) as app, aiohttp.ClientSession() as session:
+            async with App(serve_options(Path(directory), api)) as app, aiohttp.ClientSession() as session:
                 await until_ready(app, session)
                 client = await asyncio.create_subprocess_exec(
                     sys.executable, __file__, "--drive", api, app.server.urls["extender"],
