@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "extender"))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
+sys.path.insert(0, str(ROOT / "bench"))  # when imported from elsewhere (its test)
 
 import dra_objects as o  # noqa: E402
 from fakeapi import FakeApiServer  # noqa: E402
