@@ -38,15 +38,16 @@ from typing import Any
 
 import aiohttp
 import orjson
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "extender"))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
+sys.path.insert(0, str(ROOT / "bench"))  # when imported from elsewhere (its test)
 
 import dra_objects as o  # noqa: E402
 from fakeapi import FakeApiServer  # noqa: E402
+from scale_bench import write_kubeconfig  # noqa: E402
 
 from extender.eventloop import run as run_loop  # noqa: E402
 from extender.options import NetworkOptions, ServeOptions, SourceOptions  # noqa: E402
@@ -173,15 +174,11 @@ def _workload(rng: random.Random, pods: int) -> tuple[list[dict[str, Any]], list
     return objs, order[:pods]
 
 
-def _kubeconfig(directory: Path, url: str) -> str:
-    path = directory / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": url}}],
-        "users": [{"name": "bench", "user": {"token": "bench"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "bench"}}],
-    }))
-    return str(path)
+def serve_options(directory: Path, url: str) -> ServeOptions:
+    """What `dra-extender serve --kubeconfig KUBECONFIG --extender-port 0 --debug-port 0` runs with, the
+    kubeconfig (written into `directory`) naming the API server at `url`."""
+    return ServeOptions(source=SourceOptions(kubeconfig=str(write_kubeconfig(directory, url))),
+                        network=NetworkOptions(extender_port=0, debug_port=0))
 
 
 class Run:
@@ -288,7 +285,7 @@ class Run:
             self.fake.remove_object("ResourceClaim", extended, NAMESPACE)
 
 
-async def _until_ready(app: App, session: aiohttp.ClientSession) -> None:
+async def until_ready(app: App, session: aiohttp.ClientSession) -> None:
     """Until /readyz says the server answers the verbs (cache synced, fence done)."""
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
@@ -319,11 +316,10 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     url = await fake.start()
     node_names = [f"node-{index}" for index in range(args.nodes)]
     with tempfile.TemporaryDirectory(prefix="answer-digest-") as directory:
-        options = ServeOptions(source=SourceOptions(kubeconfig=_kubeconfig(Path(directory), url)),
-                               network=NetworkOptions(extender_port=0, debug_port=0))
+        options = serve_options(Path(directory), url)
         try:
             async with App(options) as app, aiohttp.ClientSession() as session:
-                await _until_ready(app, session)
+                await until_ready(app, session)
                 digest_run = Run(fake, app, session, args.hashes)
                 bound: list[str] = []
                 cpu = time.process_time()

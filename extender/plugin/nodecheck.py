@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from cachetools import LRUCache, TTLCache
 
@@ -89,6 +89,21 @@ class NodeChecker:
         """Keep a filter's verdicts for the same pod's prioritize (`check_all(reuse_for=...)`)."""
         if pod_uid:
             self._filtered[pod_uid] = verdicts
+
+    def fitting_from_filter(self, plan: PodPlan, pod_uid: str,
+                            node_names: Sequence[str]) -> list[NodeVerdict] | None:
+        """The fitting verdicts, in `node_names` order, of the same pod's filter when it answered every
+        one of these nodes (prioritize right after filter, the usual case); None otherwise. What
+        `check_all(reuse_for=pod_uid)` would give for them, without building a verdict per node again."""
+        remembered = self._filtered.get(pod_uid) if pod_uid else None
+        if not remembered:
+            return None
+        try:
+            verdicts = [remembered[name] for name in node_names]
+        except KeyError:
+            return None
+        self.evaluation.prepare(plan)  # as check_all does: the scorer's fit memo follows the plan's view
+        return [verdict for verdict in verdicts if verdict.fits]
 
     def _node(self, name: str, node_objects: Mapping[str, dict] | None) -> Node | None:
         if node_objects is not None and name in node_objects:

@@ -462,12 +462,16 @@ class Scheduler:
             if plan.claims_missing:  # as filter found them: from the cached copy, placement included
                 pod = self._cached_copy(pod)
                 plan = self.planner.plan(pod)
-            checked = await self.checker.check_all(plan, node_names, node_objects=node_objects,
-                                                   use_cache=True, reuse_for=pod_uid(pod),
-                                                   deadline=self.clock() + self.filter_deadline_s)
+            uid = pod_uid(pod)
+            fitting = self.checker.fitting_from_filter(plan, uid, node_names)
+            if fitting is None:
+                checked = await self.checker.check_all(plan, node_names, node_objects=node_objects,
+                                                       use_cache=True, reuse_for=uid,
+                                                       deadline=self.clock() + self.filter_deadline_s)
+                fitting = [verdict for verdict in checked.values() if verdict.fits]
         except SchedulingError:
             return dict.fromkeys(node_names, 0)
-        scores = self.scorer.scores(pod, fitting=[v for v in checked.values() if v.fits], plan=plan)
+        scores = self.scorer.scores(pod, fitting=fitting, plan=plan)
         if len(scores) == len(node_names):
             # Every name fits, once each (kube-scheduler sends the nodes filter passed): scores has them
             # all, in order, already.

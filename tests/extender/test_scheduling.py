@@ -462,3 +462,29 @@ async def test_the_claim_wait_stays_within_the_filter_budget() -> None:
     scheduler = make([*o.cluster(1, 1), pending], claim_wait_s=5.0, filter_deadline_s=0.2)
     result = await asyncio.wait_for(scheduler.filter(pending, ["node-0"]), timeout=1.0)
     assert result.unresolvable == {"node-0": 'pod "default/p": ResourceClaim not created yet'}
+
+
+async def test_prioritize_after_filter_scores_from_its_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kube-scheduler sends prioritize the nodes filter passed: they are scored from that filter's
+    verdicts without checking them again, as a fresh check of every node would score them; a node the
+    filter was not asked about is checked."""
+    used = o.allocate(o.claim("used"), "node-1", ["gpu-0", "gpu-1"])
+    objs = [*o.cluster(3, 4), used, o.claim("c"), o.pod("p", ["c"])]
+    fresh = await make(objs, scoring="binpack").prioritize(pod_of(make(objs), "p"), NODES)
+    scheduler = make(objs, scoring="binpack")
+    pod = pod_of(scheduler, "p")
+    assert (await scheduler.filter(pod, ["node-0", "node-1"], brief=True)).passed == ["node-0", "node-1"]
+    checked: list[list[str]] = []
+    check_all = scheduler.checker.check_all
+
+    async def counting(plan: Any, node_names: Any, **options: Any) -> Any:
+        checked.append(list(node_names))
+        return await check_all(plan, node_names, **options)
+
+    monkeypatch.setattr(scheduler.checker, "check_all", counting)
+    assert await scheduler.prioritize(pod, ["node-1", "node-0"]) == {
+        "node-1": fresh["node-1"], "node-0": fresh["node-0"]}
+    assert checked == [], "the filter's verdicts answered every node"
+    assert await scheduler.prioritize(pod, NODES) == fresh
+    assert checked == [NODES], "node-2 was not in the filter: checked, the others reused"
+    assert fresh["node-1"] > fresh["node-0"]
