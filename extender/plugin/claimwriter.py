@@ -44,13 +44,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime
+import functools
 import logging
 import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import aiohttp
 
@@ -84,19 +85,29 @@ class BindError(Exception):
 
     `unsettled`: by claim UID, the resourceVersion at which an allocation status write of this bind was
     sent and may still apply (its answer was lost and it could be neither confirmed nor fenced off): the
-    devices must stay counted until the claim shows another version.
+    devices must stay counted until the claim shows another version. `created`: by the UID of the
+    in-memory special claim, the claim this bind created for it (the UID `unsettled` names, and the one
+    watch events carry).
     """
 
     def __init__(self, message: str, *, unsettled: Mapping[str, str] | None = None,
-                 kept: bool = False) -> None:
+                 created: Mapping[str, ResourceClaim] | None = None, kept: bool = False) -> None:
         super().__init__(message)
         self.unsettled: Mapping[str, str] = unsettled or {}
+        self.created: Mapping[str, ResourceClaim] = created or {}
         self.kept = kept  # the bind's before_binding step stopped it (KeepClaims): nothing failed
 
 
 class KeepClaims(Exception):
     """Raised by a bind's `before_binding` step: the pod is not bound now, and what the bind wrote
     stays (no undo). The message goes to kube-scheduler."""
+
+
+class ClaimRef(NamedTuple):
+    """A claim a bind wrote: its key ("namespace/name") and UID."""
+
+    key: str
+    uid: str
 
 
 class _Moved(Exception):
@@ -343,6 +354,7 @@ class _Written:
     consumer: dict | None = None
     # The in-memory special claim's UID when this bind created the claim (undo deletes it).
     created_from: str | None = None
+    created: ResourceClaim | None = None  # the claim created for it, once the API server answered
 
     @classmethod
     def of(cls, raw: Mapping) -> _Written:
@@ -404,24 +416,27 @@ class ClaimWriter:
 
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
                    consumers: Mapping[str, dict] | None = None, *, extended: Variant | None = None,
-                   node_allocatable: Sequence[dict] = (), term: int | None = None,
-                   binding: bool = True,
-                   before_binding: Callable[[Sequence[str]], Awaitable[None]] | None = None) -> None:
+                   node_allocatable: Sequence[dict] | None = None, term: int | None = None,
+                   binding: bool = True, held: Sequence[str] = (),
+                   before_binding: Callable[[Sequence[ClaimRef]], Awaitable[None]] | None = None) -> None:
         """Write allocations and reservations for `pod`'s claims, then bind it to `node`.
 
         `claims`: each claim with the allocation to write, or None when it is already allocated and
         only needs the reservation. `consumers`: by claim UID, the reservedFor entry to add instead of
         the pod (a PodGroup's). `extended`: the pod's special claim variant; its in-memory claim, one of
         `claims`, is created first. `node_allocatable`: the pod's nodeAllocatableResourceClaimStatuses to
-        write before the Binding. `term`: the term of this replica the bind began in (the current one if
-        not given); nothing is written once it is over. `binding=False` writes the claims of a pod that
-        is bound already (a repair). `before_binding`, awaited with the keys of the claims written once
-        they and the pod's status are written and before the Binding, may raise KeepClaims: then the pod
-        is not bound and nothing is undone (the device binding conditions it waits for are not met yet,
-        or it freed the claims itself). Raises BindError; on a definite error nothing this call wrote
-        remains, except a PodGroup's reservation on a claim this bind did not allocate (other pods of the
-        group may already count on it, as upstream's Unreserve keeps it too). When the Binding's outcome
-        stays unknown, the claims are kept: a pod bound without its devices never starts.
+        write before the Binding (None: not written). `term`: the term of this replica the bind began in
+        (the current one if not given); nothing is written once it is over. `binding=False` writes the
+        claims of a pod that is bound already (a repair). `held`: UIDs of the pod's claims this call does
+        not write but the Binding rests on (allocated and reserved for the pod by an earlier call): like
+        those written, they count as being written for the whole call (`writing`). `before_binding`,
+        awaited with the key and UID of each claim written once they and the pod's status are written
+        and before the Binding, may raise KeepClaims: then the pod is not bound and nothing is undone
+        (the device binding conditions it waits for are not met yet, or it freed the claims itself).
+        Raises BindError; on a definite error nothing this call wrote remains, except a PodGroup's
+        reservation on a claim this bind did not allocate (other pods of the group may already count on
+        it, as upstream's Unreserve keeps it too). When the Binding's outcome stays unknown, the claims
+        are kept: a pod bound without its devices never starts.
         """
         meta = metadata_of(pod)
         namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
@@ -432,7 +447,7 @@ class ClaimWriter:
         where = f"binding pod {namespace}/{name} to node {node}"
         written: list[_Written] = []
         status_written = binding_sent = waiting = False
-        marked = [claim.uid for claim, _ in claims]
+        marked = [*(claim.uid for claim, _ in claims), *held]
         self._mark(marked)
         try:
             created_name = None
@@ -448,12 +463,12 @@ class ClaimWriter:
                 await self._reserve(claim, allocation, record, pod_name=name, pod_uid=uid, term=term)
             if extended is not None and created_name is not None:
                 await self._write_extended_status(namespace, name, extended, created_name, term)
-            if node_allocatable:
+            if node_allocatable is not None:
                 status_written = True  # before the call: an answer lost in transit must still be undone
                 await self._write_pod_status(namespace, name, STATUS_FIELD, list(node_allocatable), term)
             if binding and before_binding is not None:
                 waiting = True
-                await before_binding([record.key for record in written])
+                await before_binding([ClaimRef(record.key, record.uid) for record in written])
                 waiting = False
             if binding:
                 binding_sent = True
@@ -469,7 +484,7 @@ class ClaimWriter:
             log.warning("%s: this replica is no longer the leader; its writes so far are left to the new "
                         "leader's fence", where)
             raise BindError(f"{where}: this replica is no longer the leader",
-                            unsettled=_pending(written)) from None
+                            unsettled=_pending(written), created=_created(written)) from None
         except KeepClaims as keep:
             raise BindError(f"{where}: {keep}", kept=True) from None
         except _BindingUnknown as unknown:
@@ -479,12 +494,12 @@ class ClaimWriter:
             message = str(err) if isinstance(err, BindError) else _describe(err)
             if not self.authority.holds(term):
                 raise BindError(f"{where}: {message}; not undone: this replica is no longer the leader",
-                                unsettled=_pending(written)) from err
+                                unsettled=_pending(written), created=_created(written)) from err
             problems, unsettled = await self._undo(written, pod_uid=uid, namespace=namespace, name=name,
                                                    status_written=status_written, term=term)
             if problems:
                 message += "; undo incomplete: " + "; ".join(problems)
-            raise BindError(f"{where}: {message}", unsettled=unsettled) from err
+            raise BindError(f"{where}: {message}", unsettled=unsettled, created=_created(written)) from err
         finally:
             self._unmark(marked)
 
@@ -516,7 +531,8 @@ class ClaimWriter:
             # through its owner and removes it (as upstream's PostFilter does).
             raise BindError(f"creating the extended resource claim: {_describe(err)}") from err
         record.name, record.uid = created["metadata"]["name"], created["metadata"]["uid"]
-        return ResourceClaim.from_api(created)
+        record.created = ResourceClaim.from_api(created)
+        return record.created
 
     async def _write_extended_status(self, namespace: str, name: str, extended: Variant,
                                      claim_name: str, term: int | None) -> None:
@@ -543,12 +559,24 @@ class ClaimWriter:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RESOLVE_MAX_DELAY_S)
 
-    async def remove_claim(self, namespace: str, name: str, uid: str) -> None:
+    async def clear_node_allocatable(self, namespace: str, name: str, *, term: int | None) -> None:
+        """Clear the pod's nodeAllocatableResourceClaimStatuses (with an empty list, as upstream's
+        Unreserve) once the claims it describes were freed. Raises BindError."""
+        try:
+            await self._write_pod_status(namespace, name, STATUS_FIELD, [], term)
+        except _LostAuthority:
+            raise BindError(f"pod {namespace}/{name}: {STATUS_FIELD} not cleared: this replica is no longer "
+                            "the leader") from None
+
+    async def remove_claim(self, namespace: str, name: str, uid: str, *, term: int | None) -> None:
         """Delete a special claim (ours): its delete-protection finalizer first, as upstream does, so it
-        goes at once. Raises BindError."""
+        goes at once. Nothing is written once `term` is over. Raises BindError."""
         record = _Written(namespace, name, uid, created_from=uid)
         try:
-            await self._delete_created(record)
+            await self._delete_created(record, term)
+        except _LostAuthority:
+            raise BindError(f"ResourceClaim {record.key}: not deleted: this replica is no longer the "
+                            "leader") from None
         except _CALL_ERRORS as err:
             raise BindError(f"ResourceClaim {record.key}: {_describe(err)}") from err
 
@@ -602,12 +630,14 @@ class ClaimWriter:
             if not already_reserved:
                 new_status["reservedFor"] = [*reserved, consumer]
             record.reserved = True
+            recheck = None
             if allocation is not None:
-                self._check_devices_free(record, allocation)
+                recheck = functools.partial(self._check_devices_free, record, allocation)
+                recheck()
                 record.pending_write_rv = metadata_of(obj).get("resourceVersion")
             try:
                 await self._send(record, obj, term, self._store.update_claim_status,
-                                 {**obj, "status": new_status})
+                                 {**obj, "status": new_status}, recheck=recheck)
             except ApiError as err:
                 record.pending_write_rv = None  # refused: it will never apply
                 if err.conflict:
@@ -638,16 +668,23 @@ class ClaimWriter:
                                 f"{owner} in the meantime")
 
     async def _send(self, record: _Written, base: dict, term: int | None,
-                    write: Callable[[dict], Awaitable[dict]], body: dict) -> dict:
+                    write: Callable[[dict], Awaitable[dict]], body: dict, *,
+                    recheck: Callable[[], None] | None = None) -> dict:
         """`write(body)`, a write conditioned on the resourceVersion of `base`, the claim it was decided
         from. When its outcome is unknown, the claim is read again: a new version raises _Moved (this
-        write can never apply now); the same version means it has not applied, so it is sent again.
-        _Unsettled when that stays unknown for the resolve budget; ApiError for a refusal."""
+        write can never apply now); the same version means it has not applied, so it is sent again,
+        after `recheck()` (which raises to stop it: what the write rests on may have changed while its
+        outcome was resolved). _Unsettled when that stays unknown for the resolve budget; ApiError for a
+        refusal."""
         base_rv = metadata_of(base).get("resourceVersion")
         deadline = self._clock() + self._resolve_budget
         delay = RESOLVE_FIRST_DELAY_S
+        resending = False
         while True:
             self._check_authority(term)
+            if resending and recheck is not None:
+                recheck()
+            resending = True
             try:
                 return await write(body)
             except _CALL_ERRORS as err:
@@ -808,12 +845,14 @@ class ClaimWriter:
         reservations and the device statuses, then (as the resourceclaim controller does) our finalizer.
 
         `still(claim)` says why it must not be done any more (None: go on); it is asked of `raw` and of
-        every fresh copy read after a conflict or a lost answer. Returns None once deallocated, else
-        that reason. Raises BindError when the API server refuses or cannot be reached, or this
-        replica's term is over. A finalizer that cannot be removed is left to the sweeper of half-written
-        claims (extender/plugin/fence.py)."""
+        every fresh copy read after a conflict or a lost answer. Returns None once deallocated (also when
+        a status write of unknown outcome is followed by a claim without `raw`'s allocation: whether or
+        not that write applied, the claim is deallocated), else that reason. Raises BindError when the
+        API server refuses or cannot be reached, or this replica's term is over. A finalizer that cannot
+        be removed is left to the sweeper of half-written claims (extender/plugin/fence.py)."""
         record = _Written.of(raw)
         obj, read_again = raw, False
+        freeing = (raw.get("status") or {}).get("allocation")
         try:
             for _attempt in range(MAX_ATTEMPTS):
                 if read_again:
@@ -837,7 +876,9 @@ class ClaimWriter:
                     raise BindError(f"ResourceClaim {record.key}: deallocating: {_describe(err)}") from err
                 except _Moved as moved:
                     obj, read_again = moved.fresh, False
-                    continue
+                    if _allocated_as(obj, freeing):
+                        continue
+                    # Our write applied, or another writer freed the claim first: deallocated either way.
                 except _Unsettled as unsettled:
                     raise BindError(f"ResourceClaim {record.key}: deallocating: {unsettled}") from None
                 if half_written(obj):
@@ -887,24 +928,22 @@ class ClaimWriter:
                 log.error("could not undo bind writes on ResourceClaim %s: %s", record.key, err)
             if record.pending_write_rv is not None:
                 unsettled[record.uid] = record.pending_write_rv
-                if record.created_from is not None:
-                    unsettled[record.created_from] = record.pending_write_rv  # the scheduler's name for it
         if touched or status_written:
             self.undone += 1
         return problems, unsettled
 
-    async def _delete_created(self, record: _Written) -> None:
+    async def _delete_created(self, record: _Written, term: int | None) -> None:
         """Delete a special claim, retrying on conflicts (the claim changed between read and write)."""
         for _ in range(MAX_ATTEMPTS):
             try:
-                return await self._delete_once(record)
+                return await self._delete_once(record, term)
             except ApiError as err:
                 if not err.conflict:
                     raise
             await asyncio.sleep(self._retry_delay)
         raise BindError(f"still conflicting after {MAX_ATTEMPTS} attempts")
 
-    async def _delete_once(self, record: _Written) -> None:
+    async def _delete_once(self, record: _Written, term: int | None) -> None:
         try:
             obj = await self._fresh_claim(record)
         except BindError:
@@ -912,8 +951,10 @@ class ClaimWriter:
             return  # already gone
         if FINALIZER in (metadata_of(obj).get("finalizers") or []):
             # Also fences off a status write of unknown outcome: the version it was sent at is gone.
+            self._check_authority(term)
             await self._store.update_claim(_without_finalizer(obj))
             record.pending_write_rv = None
+        self._check_authority(term)
         try:
             await self._store.delete_claim(record.namespace, record.name, record.uid)
         except ApiError as err:
@@ -927,7 +968,7 @@ class ClaimWriter:
         if record.created_from is not None:
             if record.uid == record.created_from:
                 return  # the create failed: there is nothing to delete
-            await self._delete_created(record)
+            await self._delete_created(record, term)
             return
         for attempt in range(MAX_ATTEMPTS):
             if attempt:
@@ -995,6 +1036,11 @@ def _pending(written: Sequence[_Written]) -> dict[str, str]:
     return {record.uid: record.pending_write_rv for record in written if record.pending_write_rv is not None}
 
 
+def _created(written: Sequence[_Written]) -> dict[str, ResourceClaim]:
+    return {record.created_from: record.created for record in written
+            if record.created_from is not None and record.created is not None}
+
+
 def same_devices(allocation: Mapping, other: Mapping) -> bool:
     """Do two allocations name the same devices for the same requests? (The mutating webhook adds the
     requests' tolerations to what we wrote, and a timestamp may differ: neither makes it another
@@ -1004,6 +1050,12 @@ def same_devices(allocation: Mapping, other: Mapping) -> bool:
         return sorted((str(r.get("request")), str(r.get("driver")), str(r.get("pool")), str(r.get("device")),
                        str(r.get("shareID") or "")) for r in results if isinstance(r, Mapping))
     return devices(allocation) == devices(other)
+
+
+def _allocated_as(raw: Mapping, allocation: Mapping | None) -> bool:
+    """Does the claim `raw` hold `allocation` (the same devices)?"""
+    current = (raw.get("status") or {}).get("allocation")
+    return current is not None and allocation is not None and same_devices(current, allocation)
 
 
 def _undone_consumer(record: _Written, pod_uid: str) -> str | None:

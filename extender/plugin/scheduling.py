@@ -43,14 +43,15 @@ from extender.plugin.bindingconditions import (
     State,
     release_blocker,
 )
-from extender.plugin.claimwriter import BindError, KeepClaims
+from extender.plugin.claimwriter import BindError, ClaimRef, KeepClaims
 from extender.plugin.evaluation import SEARCH
 from extender.plugin.explanation import EventSink, Explanations
 from extender.plugin.extendedresources import Variant, special_claim_owner
 from extender.plugin.filtercache import CachedEvaluation, FilterCache
 from extender.plugin.holds import FilterHolds
 from extender.plugin.metrics import Metrics
-from extender.plugin.nodeallocatable import NodeFit, as_fit_units, pod_requests
+from extender.plugin.nodeallocatable import GATE as NODE_ALLOCATABLE_GATE
+from extender.plugin.nodeallocatable import STATUS_FIELD, NodeFit, as_fit_units, pod_requests
 from extender.plugin.nodecheck import NodeChecker
 from extender.plugin.placement import NodeScorer
 from extender.plugin.planning import Planner, PodPlan, SchedulingError
@@ -99,7 +100,7 @@ class _BindWork(NamedTuple):
     consumers: dict[str, dict]         # by claim UID, the PodGroup to reserve a shared claim for
     extended: Variant | None           # the special claim to create (extended resources)
     footprint: NodeFit | None          # DRANodeAllocatableResources: what the devices add to the pod
-    allocated: list[str]               # keys of the pod's claims that are allocated already
+    allocated: list[ClaimRef]          # the pod's claims that are allocated already
     # Writes an allocation that other pods of its PodGroup's cycle share: their binds wait for it.
     shared: bool = False
 
@@ -119,11 +120,13 @@ class BindWriter(Protocol):
     conflicts: int  # write conflicts answered by a fresh read (a metric)
 
     async def bind(self, pod: dict, node: str, claims: list[ClaimWrite], consumers: Mapping[str, dict], *,
-                   extended: Variant | None = None, node_allocatable: Sequence[dict] = (),
-                   term: int | None = None, binding: bool = True,
-                   before_binding: Callable[[Sequence[str]], Awaitable[None]] | None = None) -> None: ...
+                   extended: Variant | None = None, node_allocatable: Sequence[dict] | None = None,
+                   term: int | None = None, binding: bool = True, held: Sequence[str] = (),
+                   before_binding: Callable[[Sequence[ClaimRef]], Awaitable[None]] | None = None) -> None: ...
 
-    async def remove_claim(self, namespace: str, name: str, uid: str) -> None: ...
+    async def remove_claim(self, namespace: str, name: str, uid: str, *, term: int | None) -> None: ...
+
+    async def clear_node_allocatable(self, namespace: str, name: str, *, term: int | None) -> None: ...
 
     async def deallocate(self, raw: dict, *, still: Callable[[dict], str | None],
                          term: int | None) -> str | None: ...
@@ -331,14 +334,16 @@ class Scheduler:
         """Delete the pod's special claim of an earlier attempt (upstream's PostFilter does), unless a
         bind of the pod is writing it or the pod is bound."""
         stale = self.planner.extended.stale_claim(pod)
-        if stale is None or pod_uid(pod) in self._binding or (pod.get("spec") or {}).get("nodeName"):
+        term = self.authority.term
+        if (stale is None or term is None or pod_uid(pod) in self._binding
+                or (pod.get("spec") or {}).get("nodeName")):
             return
         if self.planner.awaits_binding(stale, pod):
             return  # its devices' binding conditions decide (_settle_bindings)
         log.info("removing extended resource claim %s of an earlier attempt for pod %s", stale.key,
                  pod_key(pod))
         try:
-            await self.writer.remove_claim(stale.namespace, stale.name, stale.uid)
+            await self.writer.remove_claim(stale.namespace, stale.name, stale.uid, term=term)
         except BindError as error:
             log.warning("could not remove extended resource claim %s: %s", stale.key, error)
 
@@ -359,12 +364,13 @@ class Scheduler:
         self.metrics.binding_conditions.labels(outcome=str(bad[0].state)).inc()
         return FilterResult([], {}, {}, message)
 
-    async def _free_failed_bindings(self, pod: dict, bad: Sequence[ClaimBinding],
-                                    term: int | None) -> tuple[str, bool]:
+    async def _free_failed_bindings(self, pod: dict, bad: Sequence[ClaimBinding], term: int | None, *,
+                                    statuses_written: bool = False) -> tuple[str, bool]:
         """Deallocate (the pod's special claim: delete) each claim whose binding failed or timed out, as
-        upstream does to reschedule the pod. Returns what happened, for kube-scheduler, and whether a
-        claim could not be freed because others use it."""
-        parts, in_use = [], False
+        upstream does to reschedule the pod, and clear the pod's nodeAllocatableResourceClaimStatuses
+        (`statuses_written`: the calling bind wrote them, which the cache may not show yet). Returns what
+        happened, for kube-scheduler, and whether a claim could not be freed because others use it."""
+        parts, in_use, freed = [], False, False
         workload_claims = self.cache.features.enabled(WORKLOAD_CLAIMS)
         for binding in bad:
             text = binding.describe()
@@ -374,11 +380,12 @@ class Scheduler:
                 continue
             if special_claim_owner(claim.raw) == pod_uid(pod):
                 try:
-                    await self.writer.remove_claim(claim.namespace, claim.name, claim.uid)
+                    await self.writer.remove_claim(claim.namespace, claim.name, claim.uid, term=term)
                 except BindError as error:
                     parts.append(f"{text}; deleting the claim failed: {error}")
                 else:
                     parts.append(f"{text}; the claim was deleted")
+                    freed = True
                 continue
             blocker = release_blocker(claim.raw, pod, self.cache, workload_claims=workload_claims)
             if blocker is not None:
@@ -400,8 +407,11 @@ class Scheduler:
             if why_not is None:
                 log.info("pod %s: %s: deallocated the claim to schedule the pod again", pod_key(pod), text)
                 parts.append(f"{text}; the claim was deallocated")
+                freed = True
             else:
                 parts.append(f"{text}; the claim is not deallocated: {why_not}")
+        if freed and (statuses_written or self._carries_statuses(pod)):
+            await self._clear_node_allocatable(pod, term)
         if not in_use:
             parts.append("the pod is scheduled again")
         message = "; ".join(parts)
@@ -410,6 +420,22 @@ class Scheduler:
             # message (the wait's): this one says what became of it.
             self.events.record(pod, EVENT_FAILED, message, event_type="Warning")
         return message, in_use
+
+    def _carries_statuses(self, pod: dict) -> bool:
+        """Does the pod carry nodeAllocatableResourceClaimStatuses (as the cache has it now)?"""
+        return (self.cache.features.enabled(NODE_ALLOCATABLE_GATE)
+                and bool((self._cached_copy(pod).get("status") or {}).get(STATUS_FIELD)))
+
+    async def _clear_node_allocatable(self, pod: dict, term: int | None) -> None:
+        """Upstream's Unreserve after a failed PreBind: the pod's nodeAllocatableResourceClaimStatuses,
+        written by its bind, no longer describe its claims once they are freed. A clear that fails is
+        made good by the pod's next bind (see _node_allocatable_to_write)."""
+        meta = metadata_of(pod)
+        try:
+            await self.writer.clear_node_allocatable(str(meta.get("namespace")), str(meta.get("name")),
+                                                     term=term)
+        except BindError as error:
+            log.warning("pod %s: could not clear %s: %s", pod_key(pod), STATUS_FIELD, error)
 
     async def _await_claims(self, pod: dict, plan: PodPlan, *, deadline: float) -> tuple[dict, PodPlan]:
         """Wait up to `claim_wait_s` (and at most half of what is left of the filter's budget) until
@@ -521,20 +547,28 @@ class Scheduler:
         self._binding.add(uid)
         group_write = self._start_group_write(pod) if consumers or work.shared else None
 
-        async def binding_conditions(written: Sequence[str]) -> None:
-            await self._await_binding_conditions(pod, node_name, [*work.allocated, *written], term=term)
+        node_allocatable = self._node_allocatable_to_write(pod, footprint)
 
+        async def binding_conditions(written: Sequence[ClaimRef]) -> None:
+            await self._await_binding_conditions(pod, node_name, [*work.allocated, *written], term=term,
+                                                 statuses_written=bool(node_allocatable))
+
+        written_uids = {claim.uid for claim, _ in writes}
         try:
             await self.writer.bind(pod, node_name, writes, consumers, extended=extended,
-                                   node_allocatable=footprint.statuses if footprint is not None else (),
+                                   node_allocatable=node_allocatable,
                                    term=term, binding=binding,
+                                   held=[ref.uid for ref in work.allocated if ref.uid not in written_uids],
                                    before_binding=binding_conditions if self.binding.enabled else None)
         except BaseException as error:
             unsettled = error.unsettled if isinstance(error, BindError) else {}
+            created = error.created if isinstance(error, BindError) else {}
             for claim, allocation in writes:
                 if allocation is None:
                     continue
                 self.assume.release(claim.uid)
+                # The special claim's write went to the claim the bind created: watch events name that one.
+                claim = created.get(claim.uid, claim)
                 pending_at = unsettled.get(claim.uid)
                 cached = self.cache.claim_by_uid(claim.uid)
                 if pending_at is not None and _may_still_apply(cached, pending_at):
@@ -561,6 +595,15 @@ class Scheduler:
             # The created claim, allocated, is in the cache now (the writer stores what it wrote): the
             # in-memory claim's entry, under a UID no watch event will ever confirm, has done its job.
             self.assume.release(extended.claim.uid)
+
+    def _node_allocatable_to_write(self, pod: dict, footprint: NodeFit | None) -> list[dict] | None:
+        """The pod's nodeAllocatableResourceClaimStatuses for bind to write: the footprint's, or an empty
+        list when it has none and the pod still carries some (of claims freed since, whose clearing was
+        lost); None: nothing to write."""
+        statuses = list(footprint.statuses) if footprint is not None else []
+        if statuses:
+            return statuses
+        return [] if self._carries_statuses(pod) else None
 
     def _admitted(self, pod: dict | None, namespace: str, name: str, *, uid: str, node_name: str) -> dict:
         """`pod`, when kube-scheduler could have asked to bind it to `node_name`; otherwise BindFailed,
@@ -655,10 +698,10 @@ class Scheduler:
         footprint = self.checker.node_fit(plan, node, verdict) if node is not None else None
         return _BindWork(writes, consumers,
                          extended if extended is not None and extended.claim is not None else None,
-                         footprint, [claim.key for claim in plan.allocated], shared)
+                         footprint, [ClaimRef(claim.key, claim.uid) for claim in plan.allocated], shared)
 
-    async def _await_binding_conditions(self, pod: dict, node_name: str, keys: Sequence[str], *,
-                                        term: int) -> None:
+    async def _await_binding_conditions(self, pod: dict, node_name: str, refs: Sequence[ClaimRef], *,
+                                        term: int, statuses_written: bool = False) -> None:
         """Upstream's PreBind wait for device binding conditions, for at most `bind_wait_s` of this call.
 
         Every condition True: return (the pod is bound). A failure condition True, or the binding
@@ -666,8 +709,11 @@ class Scheduler:
         over, KeepClaims says what is still awaited: kube-scheduler records it in the pod's condition
         and retries the pod after its backoff, while the claims stay allocated and reserved for it; a
         later call (of this process or another, after a restart or a change of leader) decides again
-        from the claims alone. Wakes on every change of one of the claims and at the binding timeout."""
-        keys = list(dict.fromkeys(keys))
+        from the claims alone. A claim gone (or replaced), being deleted, no longer allocated or no longer
+        reserved for the pod ends the wait with BindError (what the bind wrote is undone): upstream never
+        binds then either. Wakes on every change of one of the claims and at the binding timeout."""
+        refs = list(dict.fromkeys(refs))
+        keys = [ref.key for ref in refs]
         until = self.clock() + self.bind_wait_s
         uid = pod_uid(pod)
         changed = asyncio.Event()
@@ -676,9 +722,7 @@ class Scheduler:
         try:
             while True:
                 changed.clear()
-                claims = [claim for key in keys
-                          if (claim := self.cache.claim(*key.split("/", 1))) is not None]
-                bindings = self.binding.of_all(claims)
+                bindings = self.binding.of_all(self._claims_to_bind(pod, refs))
                 if all(binding.state == State.READY for binding in bindings):
                     if bindings:
                         self.metrics.binding_conditions.labels(outcome=str(State.READY)).inc()
@@ -686,7 +730,8 @@ class Scheduler:
                 bad = [binding for binding in bindings if binding.state in SETTLED_BADLY]
                 if bad:
                     self.metrics.binding_conditions.labels(outcome=str(bad[0].state)).inc()
-                    message, _ = await self._free_failed_bindings(pod, bad, term)
+                    message, _ = await self._free_failed_bindings(pod, bad, term,
+                                                                  statuses_written=statuses_written)
                     raise KeepClaims(message)
                 pending = [binding for binding in bindings if binding.state == State.PENDING]
                 self.waiting_binds[uid] = {"pod": pod_key(pod), "node": node_name,
@@ -712,6 +757,27 @@ class Scheduler:
                     waiters.discard(changed)
                     if not waiters:
                         del self._binding_waiters[key]
+
+    def _claims_to_bind(self, pod: dict, refs: Sequence[ClaimRef]) -> list[ResourceClaim]:
+        """The claims `refs` names from the cache; BindError when one is not there for the pod any more."""
+        accept_group = self.cache.features.enabled(WORKLOAD_CLAIMS)
+        claims = []
+        for ref in refs:
+            claim = self.cache.claim(*ref.key.split("/", 1))
+            if claim is None or claim.uid != ref.uid:
+                problem = "was deleted"
+            elif metadata_of(claim.raw).get("deletionTimestamp"):
+                problem = "is being deleted"
+            elif claim.allocation is None:
+                problem = "is not allocated any more"
+            elif not reserved_for_pod(claim.raw, pod, accept_group=accept_group):
+                problem = "is not reserved for the pod any more"
+            else:
+                claims.append(claim)
+                continue
+            raise BindError(f"ResourceClaim {ref.key} {problem} while the pod waited for device binding "
+                            "conditions")
+        return claims
 
     def _announce_waiting(self, pod: dict, node_name: str, pending: Sequence[ClaimBinding]) -> None:
         """Upstream's Normal event BindingConditionsPending, once per pod and allocation (not per call)."""

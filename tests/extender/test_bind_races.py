@@ -11,7 +11,7 @@ import dra_objects as o
 import pytest
 
 from allocator import FeatureGates, ResourceClaim
-from extender.plugin.claimwriter import ClaimWriter
+from extender.plugin.claimwriter import ClaimRef, ClaimWriter
 from extender.plugin.extendedresources import Variant
 from extender.plugin.scheduling import BindFailed, Scheduler
 from extender.state.assume import AssumeCache
@@ -35,14 +35,14 @@ class GatedWriter(ClaimWriter):
 
     async def bind(self, pod: dict, node: str, claims: list[tuple[ResourceClaim, dict | None]],
                    consumers: Mapping[str, dict] | None = None, *, extended: Variant | None = None,
-                   node_allocatable: Sequence[dict] = (), term: int | None = None,
-                   binding: bool = True,
-                   before_binding: Callable[[Sequence[str]], Awaitable[None]] | None = None) -> None:
+                   node_allocatable: Sequence[dict] | None = None, term: int | None = None,
+                   binding: bool = True, held: Sequence[str] = (),
+                   before_binding: Callable[[Sequence[ClaimRef]], Awaitable[None]] | None = None) -> None:
         gate = self.gates.get(pod["metadata"]["name"])
         if gate is not None:
             await gate.wait()
         await super().bind(pod, node, claims, consumers, extended=extended, node_allocatable=node_allocatable,
-                           term=term, binding=binding, before_binding=before_binding)
+                           term=term, binding=binding, held=held, before_binding=before_binding)
 
 
 def make(objs: list[dict[str, Any]], **options: Any) -> tuple[Scheduler, GatedWriter, Clock]:

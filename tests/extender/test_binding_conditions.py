@@ -567,3 +567,96 @@ async def test_the_special_claim_of_extended_resources_is_kept_while_it_waits() 
     assert said.startswith(f"device binding failed: claim default/{special['metadata']['name']}")
     assert "the claim was deleted" in said
     assert special_claims(scheduler) == []
+
+
+async def waiting_again(extender: Extender) -> asyncio.Future[None]:
+    """kube-scheduler's retry of the pod, its bind now waiting for the claim allocated by the first call."""
+    extender.scheduler.bind_wait_s = 10.0
+    await extender.caught_up()
+    bind = asyncio.ensure_future(extender.bind("node-0"))
+    await wait_until(lambda: extender.scheduler.waiting_binds != {})
+    return bind
+
+
+async def test_a_claim_deallocated_while_the_bind_waits_is_never_bound(
+        fake_api: FakeApiServer, kube: KubeClient, extenders: list[Extender]) -> None:
+    """Someone (an admin, a driver's controller) clears the claim's status: with no allocation left to
+    wait for, the pod must not be bound (upstream's PreBind finds the claim not ready)."""
+    extender = await allocated_and_waiting(fake_api, kube, extenders)
+    bind = await waiting_again(extender)
+    current = await kube.get(f"{CLAIMS}/c0")
+    current["status"] = {}
+    await kube.update(f"{CLAIMS}/c0/status", current)
+    with pytest.raises(BindFailed, match="ResourceClaim default/c0 is not allocated any more while the pod "
+                                         "waited for device binding conditions"):
+        await asyncio.wait_for(bind, 5)
+    assert not stored(fake_api, "Pod", "p0")["spec"].get("nodeName")
+    assert extender.scheduler.waiting_binds == {}
+
+
+async def test_a_claim_unreserved_while_the_bind_waits_is_never_bound(
+        fake_api: FakeApiServer, kube: KubeClient, extenders: list[Extender]) -> None:
+    extender = await allocated_and_waiting(fake_api, kube, extenders)
+    bind = await waiting_again(extender)
+    current = await kube.get(f"{CLAIMS}/c0")
+    current["status"]["reservedFor"] = [{"resource": "pods", "name": "user", "uid": "uid-of-user"}]
+    await kube.update(f"{CLAIMS}/c0/status", current)
+    with pytest.raises(BindFailed, match="ResourceClaim default/c0 is not reserved for the pod any more"):
+        await asyncio.wait_for(bind, 5)
+    assert not stored(fake_api, "Pod", "p0")["spec"].get("nodeName")
+    assert stored(fake_api, "ResourceClaim", "c0")["status"]["allocation"], "theirs now: left alone"
+
+
+@pytest.mark.parametrize("recreated", [False, True])
+async def test_a_claim_deleted_while_the_bind_waits_is_never_bound(
+        fake_api: FakeApiServer, kube: KubeClient, extenders: list[Extender], recreated: bool) -> None:
+    """Force-deleted (its finalizers removed), or deleted and created again under the same name: the
+    claim the pod waited on is gone."""
+    extender = await allocated_and_waiting(fake_api, kube, extenders)
+    bind = await waiting_again(extender)
+    fake_api.remove_object("ResourceClaim", "c0", "default")
+    if recreated:
+        again = o.allocate(o.claim("c0"), "node-0", ["gpu-0"], reserved_for=[
+            {"resource": "pods", "name": "p0", "uid": extender.pod()["metadata"]["uid"]}])
+        again["metadata"]["uid"] = "uid-of-the-new-c0"
+        fake_api.put_object(again)
+    with pytest.raises(BindFailed, match="ResourceClaim default/c0 was deleted while the pod waited"):
+        await asyncio.wait_for(bind, 5)
+    assert not stored(fake_api, "Pod", "p0")["spec"].get("nodeName")
+
+
+async def test_a_waiting_bind_keeps_the_sweeper_off_the_claim_an_earlier_call_allocated(
+        fake_api: FakeApiServer, kube: KubeClient, extenders: list[Extender]) -> None:
+    """The retry does not write c0 (allocated and reserved by the first call) but waits on it: the
+    sweeper must not free it under the bind."""
+    extender = await allocated_and_waiting(fake_api, kube, extenders)
+    uid = stored(fake_api, "ResourceClaim", "c0")["metadata"]["uid"]
+    assert not extender.writer.writing(uid)
+    bind = await waiting_again(extender)
+    assert extender.writer.writing(uid)
+    await report(kube, "c0", "node-0/gpu-0", condition(ATTACHED))
+    await asyncio.wait_for(bind, 5)
+    assert not extender.writer.writing(uid)
+    assert stored(fake_api, "Pod", "p0")["spec"]["nodeName"] == "node-0"
+
+
+async def test_a_deallocation_whose_answer_was_lost_is_done(
+        fake_api: FakeApiServer, kube: KubeClient, extenders: list[Extender]) -> None:
+    """The sweeper's deallocation applies but its answer is lost: the claim read again shows no
+    allocation, so it was deallocated (and the pod hears it), not "its binding conditions changed"."""
+    extender = await allocated_and_waiting(fake_api, kube, extenders)
+    await report(kube, "c0", "node-0/gpu-0", condition(FAILED))
+    await extender.caught_up()
+    now = [0.0]
+    warned: list[str] = []
+    sweeper = BindingSweeper(extender.cache, extender.writer, extender.scheduler.binding, extender.authority,
+                             clock=lambda: now[0], grace_s=1.0,
+                             report=lambda pod, reason, message: warned.append(pod["metadata"]["name"]))
+    assert await sweeper.sweep_once() == 0
+    now[0] = 5.0
+    fake_api.lose_answers("update", "resourceclaims", subresource="status")
+    assert await sweeper.sweep_once() == 1
+    raw = stored(fake_api, "ResourceClaim", "c0")
+    assert raw["status"] == {}
+    assert FINALIZER not in (raw["metadata"].get("finalizers") or ())
+    assert warned == ["p0"] and sweeper.freed == 1

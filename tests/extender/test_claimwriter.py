@@ -13,6 +13,7 @@ from waiting import wait_until
 from allocator import FeatureGates, ResourceClaim
 from extender.kube.client import KubeClient
 from extender.kube.informer import ClusterWatcher
+from extender.plugin.authority import Authority
 from extender.plugin.claimwriter import FINALIZER, BindError, ClaimWriter
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
@@ -368,3 +369,49 @@ async def test_binding_whose_answer_was_lost_but_that_happened_is_a_success(clus
     claim = cluster.claim("a")
     assert claim["status"]["allocation"]["devices"] == allocation("gpu-0")["devices"]
     assert claim["status"]["reservedFor"] == [ref("p1")], "the claims of a bound pod are not undone"
+
+
+async def test_a_resent_allocation_is_checked_against_devices_taken_meanwhile(cluster: Cluster) -> None:
+    """The status write's answer is lost (it did not apply) and, while the claim is read again, another
+    writer's allocation of the same device reaches the cache: the write is not sent again."""
+    sent: list[ApiRequest] = []
+
+    def another_writer_takes_the_device(request: ApiRequest) -> None:
+        if request.subresource == "status" and request.name == "a":
+            sent.append(request)
+            if len(sent) == 1:
+                theirs = raw_claim("b", allocation=allocation("gpu-0"), reserved=[ref("theirs")])
+                cluster.cache.apply("ResourceClaim", "ADDED", cluster.fake.put_object(theirs))
+
+    cluster.fake.intercept(another_writer_takes_the_device)
+    cluster.fake.fail_next("update", "resourceclaims", subresource="status", status=504)
+    with pytest.raises(BindError, match=f"device {DRIVER}/node-1/gpu-0 was allocated to ResourceClaim ns/b "
+                                        "in the meantime"):
+        await cluster.bind("p1", "node-1", ("a", allocation("gpu-0")))
+    assert len(sent) == 1, "the allocation was not sent again"
+    claim = cluster.claim("a")
+    assert not (claim.get("status") or {}).get("allocation")
+    assert FINALIZER not in (claim["metadata"].get("finalizers") or ()), "undone, the lost write fenced off"
+    assert cluster.claim("b")["status"]["allocation"] == allocation("gpu-0")
+    assert "nodeName" not in cluster.pod("p1")["spec"]
+
+
+async def test_removing_a_special_claim_writes_nothing_once_the_term_is_over(
+        fake_api: FakeApiServer, kube: KubeClient) -> None:
+    authority = Authority()
+    term = authority.begin()
+    special = raw_claim("special")
+    special["metadata"]["finalizers"] = [FINALIZER]
+    cluster = Cluster(fake_api, kube, special)
+    writer = ClaimWriter(kube, cluster.cache, retry_delay_s=0, authority=authority)
+    authority.end("standby")
+    with pytest.raises(BindError, match="ResourceClaim ns/special: not deleted: this replica is no longer "
+                                        "the leader"):
+        await writer.remove_claim("ns", "special", "uid-special", term=term)
+    assert not [label for label in fake_api.requests if not label.startswith(("get", "list", "watch"))]
+    assert cluster.claim("special")["metadata"]["finalizers"] == [FINALIZER]
+    authority.begin()
+    with pytest.raises(BindError, match="no longer the leader"):
+        await writer.remove_claim("ns", "special", "uid-special", term=term)  # a later term is not its own
+    await writer.remove_claim("ns", "special", "uid-special", term=authority.term)
+    assert cluster.claim("special") is None

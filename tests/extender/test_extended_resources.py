@@ -369,3 +369,39 @@ async def test_extended_bind_waits_for_a_pod_the_watch_has_not_delivered_yet() -
     scheduler.cache.apply("Pod", "ADDED", late)
     await bind
     assert pod_of(scheduler, "p")["spec"]["nodeName"] == "node-0" and len(special_claims(scheduler)) == 1
+
+
+async def test_extended_unsettled_write_is_held_under_the_created_claim_until_it_settles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The special claim's allocation write goes unanswered and the API server stays unreachable while
+    the bind undoes: the devices stay held, under the claim the bind created (whose watch events end the
+    hold), not under the in-memory claim's UID, which no event ever carries."""
+    scheduler = make([extended_class(), *o.cluster(1, 2)[1:], gpu_pod("p")])
+    scheduler.writer._resolve_budget = 0.2
+    pod = pod_of(scheduler, "p")
+    assert (await scheduler.filter(pod, ["node-0"])).passed == ["node-0"]
+    store = scheduler.writer._store
+
+    async def lost(claim: dict) -> dict:
+        raise TimeoutError()
+
+    async def unreachable(*args: Any, **kwargs: Any) -> dict:
+        raise ApiError(503, "ServiceUnavailable", "down")
+
+    monkeypatch.setattr(store, "update_claim_status", lost)
+    monkeypatch.setattr(store, "get_claim", unreachable)
+    with pytest.raises(BindFailed, match="outcome unknown"):
+        await scheduler.bind("default", "p", uid=pod["metadata"]["uid"], node_name="node-0")
+    [created] = special_claims(scheduler)
+    [held] = scheduler.assume.describe()
+    assert held["claimUID"] == created["metadata"]["uid"]
+    assert held["unsettledAtResourceVersion"] == created["metadata"]["resourceVersion"]
+    assert held["devices"] == [f"{o.DRIVER}/node-0/gpu-0", f"{o.DRIVER}/node-0/gpu-1"]
+    monkeypatch.undo()  # the API server answers again
+    # The retry's filter removes the claim of the earlier attempt (its finalizer first, at the version the
+    # write was sent at, which fences that write off): the hold ends and the pod gets its devices.
+    assert await schedule(scheduler, "p") == "node-0"
+    [special] = special_claims(scheduler)
+    assert special["metadata"]["uid"] != created["metadata"]["uid"]
+    assert scheduler.assume.describe() == []

@@ -642,3 +642,53 @@ async def test_failed_status_write_undoes_the_claims(fake_api: Any) -> None:
     stored_claim = fake_api.get_object("ResourceClaim", "c", "default")
     assert not (stored_claim.get("status") or {}).get("allocation")
     assert not fake_api.get_object("Pod", "p", "default")["spec"].get("nodeName")
+
+
+def with_binding_conditions(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The CPU groups report an "attached" binding condition (failure condition "failed")."""
+    for obj in objs:
+        if obj["kind"] == "ResourceSlice" and obj["spec"]["driver"] == CPU_DRIVER:
+            for device in obj["spec"]["devices"]:
+                device["bindingConditions"] = ["attached"]
+                device["bindingFailureConditions"] = ["failed"]
+    return objs
+
+
+async def test_freeing_claims_whose_binding_failed_clears_the_status() -> None:
+    """As upstream's Unreserve after a failed PreBind: once the claims the statuses describe are freed, the
+    pod no longer carries them."""
+    scheduler = make(with_binding_conditions(world(extra=[claim("c", "cpus", count=2), pod("p", ["c"])])))
+    scheduler.bind_wait_s = 0.01
+    with pytest.raises(BindFailed, match="waiting for device binding conditions"):
+        await scheduler.bind("default", "p", uid="", node_name="node-0")
+    assert current(scheduler, "p")["status"]["nodeAllocatableResourceClaimStatuses"] == [
+        {"resourceClaimName": "c", "containers": ["main"], "mapping": [{"name": "cpu", "quantity": "4"}]}]
+    failed = copy.deepcopy(scheduler.cache.raw("ResourceClaim", "default/c"))
+    assert failed is not None
+    failed["status"]["devices"] = [
+        {"driver": CPU_DRIVER, "pool": "node-0", "device": result["device"],
+         "conditions": [{"type": "failed", "status": "True", "reason": "Testing", "message": "",
+                         "lastTransitionTime": "2030-01-01T00:00:01Z"}]}
+        for result in failed["status"]["allocation"]["devices"]["results"]]
+    failed["metadata"]["resourceVersion"] = str(int(failed["metadata"]["resourceVersion"]) + 1)
+    scheduler.cache.apply("ResourceClaim", "MODIFIED", failed)
+    result = await scheduler.filter(current(scheduler, "p"), NODES)  # kube-scheduler's retry
+    assert "the claim was deallocated" in result.error
+    assert current(scheduler, "p")["status"]["nodeAllocatableResourceClaimStatuses"] == []
+
+
+async def test_a_bind_whose_devices_add_nothing_clears_statuses_left_on_the_pod() -> None:
+    """Statuses of claims freed earlier (their clearing lost) never go with the pod to its node."""
+    plain = "plain.example.com"
+    extra = [o.device_class("plain", f'device.driver == "{plain}"'),
+             driver_slice("node-0", plain, [{"name": "d"}]), claim("d", "plain")]
+    stale = pod("p", ["d"])
+    stale["status"]["nodeAllocatableResourceClaimStatuses"] = [
+        {"resourceClaimName": "c", "containers": ["main"], "mapping": [{"name": "cpu", "quantity": "4"}]}]
+    scheduler = make(world(extra=[*extra, stale]))
+    await scheduler.bind("default", "p", uid="", node_name="node-0")
+    bound = current(scheduler, "p")
+    assert bound["spec"]["nodeName"] == "node-0"
+    assert bound["status"]["nodeAllocatableResourceClaimStatuses"] == []
+    usage = scheduler.checker.node_usage
+    assert usage is not None and usage.requested("node-0") == {"cpu": 1000, "memory": 2**30}
