@@ -397,10 +397,12 @@ class Device:
             raise ck.fail(path, "must be an object")
         self.raw = raw
         self.name = ck.string(raw, "name", f"{path}.", required=True)
-        self.attributes: dict[str, AttributeValue] = {
+        attributes: dict[str, AttributeValue] = {
             key: _parse_attribute(ck, value, f"{path}.attributes[{key}]")
             for key, value in ck.mapping(raw, "attributes", f"{path}.").items()
         }
+        # Devices of one model repeat the same attributes on every node: one dict for all of them.
+        self.attributes = _shared(("attributes", *attributes.items()), lambda: attributes)
         self.capacity: dict[str, DeviceCapacity] = {}
         for key, cap in ck.mapping(raw, "capacity", f"{path}.").items():
             where = f"{path}.capacity[{key}]"
@@ -418,6 +420,10 @@ class Device:
                     ("capacity", value),
                     lambda: DeviceCapacity(ck.quantity(value, f"{where}.value"), None))  # noqa: B023
         self.has_request_policies = any(c.policy is not None for c in self.capacity.values())
+        if not self.has_request_policies:
+            # Capacities without a policy are shared objects (above), so equal ones are identical.
+            capacity = self.capacity
+            self.capacity = _shared(("capacities", *capacity.items()), lambda: capacity)
         uses = [
             _parse_counter_use(ck, item, f"{path}.consumesCounters[{i}]")
             for i, item in enumerate(ck.list(raw, "consumesCounters", f"{path}."))
@@ -449,7 +455,8 @@ class Device:
         self.memo_key = (*memo_prefix, self.name)
         # Everything except the name: two devices with equal signatures in the same pool behave identically
         # for every selector, constraint, counter, taint and capacity check.
-        self.signature = _signature({k: v for k, v in raw.items() if k != "name"})
+        signature = _signature({k: v for k, v in raw.items() if k != "name"})
+        self.signature = _shared(("signature", signature), lambda: signature)
         self._cel: Any = None
 
     def cel_device(self, driver: str) -> Any:

@@ -86,10 +86,8 @@ class ObjectSharer:
             if not isinstance(device, dict):
                 continue
             self._share_strings(device, ("name",))
-            attributes = device.get("attributes")
-            if isinstance(attributes, dict):
-                device["attributes"] = {self.string(name): self.value(value)
-                                        for name, value in attributes.items()}
+            if "attributes" in device:
+                device["attributes"] = self.value(device["attributes"])
             if "capacity" in device:
                 device["capacity"] = self.value(device["capacity"])
         return raw
