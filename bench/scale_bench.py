@@ -23,6 +23,9 @@ server of the tests, run in a child process so that its copies of the objects do
 - ``longest_stall_ms``: the slowest ``/healthz`` answer while a third claim shape is filtered cold over
   every node and then used for scheduling cycles (a probe every 2 ms): how long the server's event
   loop let other requests wait, plus one round trip;
+- ``relist_s`` / ``relist_longest_stall_ms``: the fake API server ends every watch and forgets its
+  history (a compaction), so the server lists every kind again, while filters over the window keep
+  coming: how long until every kind was listed again, and the slowest ``/healthz`` answer meanwhile;
 - ``bytes_per_object``: the deep size of one cached object of each kind, measured in this process by
   syncing a ClusterCache through the same ClusterWatcher from the same fake API server.
 
@@ -40,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import os
 import socket
@@ -115,14 +119,29 @@ def serve_fake_api(nodes: int, devices: int, probes: int, cycles: int) -> None:
         url = await fake.start()
         print(url, flush=True)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, sys.stdin.read)
+        # One command a line ("relist"), until stdin closes.
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            if line.strip() == "relist":
+                fake.force_relist()
         await fake.stop()
 
     asyncio.run(main())
 
 
+@dataclasses.dataclass
+class FakeApi:
+    url: str
+    child: subprocess.Popen[str]
+
+    def relist(self) -> None:
+        """Have every watcher of the fake API server list its kind again (see FakeApiServer.force_relist)."""
+        assert self.child.stdin is not None
+        self.child.stdin.write("relist\n")
+        self.child.stdin.flush()
+
+
 @contextlib.contextmanager
-def fake_api_process(args: argparse.Namespace, nodes: int) -> Iterator[str]:
+def fake_api_process(args: argparse.Namespace, nodes: int) -> Iterator[FakeApi]:
     child = subprocess.Popen(
         [sys.executable, __file__, "--fake-api-child", "--nodes", str(nodes), "--devices", str(args.devices),
          "--probes", str(args.probes), "--cycles", str(args.cycles + args.stall_cycles)],
@@ -133,7 +152,7 @@ def fake_api_process(args: argparse.Namespace, nodes: int) -> Iterator[str]:
         url = child.stdout.readline().strip()
         if not url.startswith("http"):
             raise RuntimeError(f"the fake API server did not start (printed {url!r})")
-        yield url
+        yield FakeApi(url, child)
     finally:
         if child.stdin is not None:
             child.stdin.close()
@@ -286,7 +305,8 @@ class Extender:
         return not answer.get("Error")
 
 
-async def measure_server(args: argparse.Namespace, nodes: int, url: str) -> dict[str, Any]:
+async def measure_server(args: argparse.Namespace, nodes: int, fake: FakeApi) -> dict[str, Any]:
+    url = fake.url
     cluster = build_cluster(nodes, args.devices, args.probes, args.cycles + args.stall_cycles)
     pods = {obj["metadata"]["name"]: obj for obj in cluster
             if obj["kind"] == "Pod" and obj["metadata"]["name"].startswith(("probe-", "cycle-"))}
@@ -333,6 +353,8 @@ async def measure_server(args: argparse.Namespace, nodes: int, url: str) -> dict
                     stall_filter = (await ext.filter("probe-2", names))[1]
                     for index in range(cycled, cycled + args.stall_cycles):
                         await ext.cycle(f"cycle-{index}", names[:window])
+                relist = await measure_relist(session, f"http://127.0.0.1:{debug_port}", ext, fake,
+                                              names[:window])
         finally:
             server.terminate()
             try:
@@ -362,7 +384,37 @@ async def measure_server(args: argparse.Namespace, nodes: int, url: str) -> dict
         "longest_stall_ms": round(probe.longest_ms, 1),
         "stall_probes": probe.probes,
         "stall_phase_cold_full_filter_ms": round(stall_filter, 1),
+        **relist,
     }
+
+
+async def relists_done(session: aiohttp.ClientSession, debug: str) -> dict[str, int]:
+    """Lists done so far per watched kind, from /debug/state."""
+    async with session.get(f"{debug}/debug/state") as response:
+        state = orjson.loads(await response.read())
+    return {kind: health["lists"] for kind, health in state["watch"]["kinds"].items()}
+
+
+async def measure_relist(session: aiohttp.ClientSession, debug: str, ext: Extender, fake: FakeApi,
+                         window: list[str]) -> dict[str, Any]:
+    """Every kind listed again (the watches expired) while filters over the window keep coming: the
+    slowest /healthz answer meanwhile, and how long until every kind was listed again."""
+    before = await relists_done(session, debug)
+    probes = [name for name in ext.pods if name.startswith("probe-")]
+    filters = 0
+    async with StallProbe(session, f"{debug}/healthz") as probe:
+        started = time.perf_counter()
+        fake.relist()
+        while time.perf_counter() - started < 300:
+            await ext.filter(probes[filters % len(probes)], window)
+            filters += 1
+            if filters % 10 == 0:
+                done = await relists_done(session, debug)
+                if all(done[kind] > count for kind, count in before.items()):
+                    break
+        relist_s = time.perf_counter() - started
+    return {"relist_s": round(relist_s, 2), "relist_longest_stall_ms": round(probe.longest_ms, 1),
+            "relist_stall_probes": probe.probes, "relist_filters": filters}
 
 
 # ---- bytes per cached object ------------------------------------------------------------------
@@ -527,7 +579,8 @@ async def profile_cycles(args: argparse.Namespace, cache: Any, scheduler: Any,
 
 
 async def run_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
-    with fake_api_process(args, nodes) as url:
+    with fake_api_process(args, nodes) as fake:
+        url = fake.url
         if args.profile_memory:
             return {"nodes": nodes, **await profile_memory(args, url)}
         if args.profile_cpu:
@@ -535,7 +588,7 @@ async def run_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
         result: dict[str, Any] = {"nodes": nodes, "devices_per_node": args.devices,
                                   "pods": nodes * PODS_PER_NODE + args.probes + args.cycles,
                                   "allocated_claims": nodes * PODS_PER_NODE // 2}
-        result.update(await measure_server(args, nodes, url))
+        result.update(await measure_server(args, nodes, fake))
         if not args.skip_object_sizes:
             gc.collect()
             result["bytes_per_object"] = await bytes_per_object(url)
