@@ -217,6 +217,9 @@ async def test_a_long_list_page_lets_other_tasks_run_between_its_slices(
         def finish(self) -> None:
             raise AssertionError("a page does not finish the replacement")
 
+        def finishing(self) -> list[None]:
+            raise AssertionError("a page does not finish the replacement")
+
     turns: list[int] = []
     replacement = Recording()
 
@@ -278,3 +281,23 @@ def test_an_unknown_list_strategy_is_refused() -> None:
         ListStrategy("chunks")
     with pytest.raises(ValueError, match="page size must be positive"):
         ListStrategy("paged", page_size=0)
+
+
+def test_a_replacement_finishes_in_steps_and_deletes_what_was_not_seen(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from extender.state import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "FINISH_STEP", 2)
+    store = ClusterCache(FeatureGates())
+    for name in ("a", "b", "c", "d", "e"):
+        store.apply("Node", "ADDED", node(name))
+    replacement = store.replacing("Node")
+    for name in ("a", "d"):
+        replacement.add(node(name))
+    steps = replacement.finishing()
+    next(steps)   # a, b: b deleted
+    assert store.node_names() == ["a", "c", "d", "e"]
+    store.apply("Node", "DELETED", node("c"))   # changed between two steps
+    store.apply("Node", "ADDED", node("f"))     # stored after the finishing started: kept
+    assert list(steps) == [None, None]
+    assert store.node_names() == ["a", "d", "f"]
