@@ -36,6 +36,7 @@ Where the memory and the time go, in this process (the same watcher, cache and s
 
     python bench/scale_bench.py --nodes 5000 --profile-memory   # tracemalloc, top lines after sync
     python bench/scale_bench.py --nodes 5000 --profile-cpu      # cProfile of sync, a cold filter, cycles
+    python bench/scale_bench.py --nodes 20000 --profile-relist  # the event loop's steps in a re-list, CPU ms
 """
 
 from __future__ import annotations
@@ -578,6 +579,54 @@ async def profile_cycles(args: argparse.Namespace, cache: Any, scheduler: Any,
             "cycle_cpu_ms_per_pod": round(cycle_cpu_ms, 2)}
 
 
+async def profile_relist(args: argparse.Namespace, fake: FakeApi, nodes: int) -> dict[str, Any]:
+    """Sync here as serve does, then have every kind listed again: the CPU time (this thread's) of the
+    event loop's longest steps meanwhile, by task, and of the collections. Unlike relist_longest_stall_ms
+    it does not grow when other processes take the cores."""
+    import asyncio.events
+
+    from extender.tuning import tune_gc_after_sync
+
+    client, watcher, _ = await synced_cluster(fake.url)
+    tune_gc_after_sync()
+    steps: list[tuple[float, str]] = []
+    collections: list[float] = []
+    run = asyncio.events.Handle._run
+    collecting = [0.0]
+
+    def timed_run(handle: Any) -> None:
+        started = time.thread_time()
+        run(handle)
+        owner = getattr(handle._callback, "__self__", None)
+        name = owner.get_name() if isinstance(owner, asyncio.Task) else repr(handle._callback)[:60]
+        steps.append(((time.thread_time() - started) * 1000, name))
+
+    def on_gc(phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            collecting[0] = time.thread_time()
+        else:
+            collections.append((time.thread_time() - collecting[0]) * 1000)
+
+    lists = {kind: health["lists"] for kind, health in watcher.health()["kinds"].items()}
+    asyncio.events.Handle._run = timed_run   # type: ignore[method-assign]
+    gc.callbacks.append(on_gc)
+    try:
+        started = time.perf_counter()
+        fake.relist()
+        while not all(health["lists"] > lists[kind] for kind, health in watcher.health()["kinds"].items()):
+            await asyncio.sleep(0.05)
+        relist_s = time.perf_counter() - started
+    finally:
+        asyncio.events.Handle._run = run   # type: ignore[method-assign]
+        gc.callbacks.remove(on_gc)
+        await watcher.stop()
+        await client.close()
+    steps.sort(reverse=True)
+    return {"nodes": nodes, "relist_s": round(relist_s, 2),
+            "longest_steps_cpu_ms": [[round(ms, 1), name] for ms, name in steps[:args.profile_top]],
+            "longest_collection_cpu_ms": round(max(collections, default=0.0), 1)}
+
+
 async def run_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
     with fake_api_process(args, nodes) as fake:
         url = fake.url
@@ -585,6 +634,8 @@ async def run_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
             return {"nodes": nodes, **await profile_memory(args, url)}
         if args.profile_cpu:
             return await profile_cpu(args, url, nodes)
+        if args.profile_relist:
+            return await profile_relist(args, fake, nodes)
         result: dict[str, Any] = {"nodes": nodes, "devices_per_node": args.devices,
                                   "pods": nodes * PODS_PER_NODE + args.probes + args.cycles,
                                   "allocated_claims": nodes * PODS_PER_NODE // 2}
@@ -628,6 +679,9 @@ def main() -> int:
                         help="instead of the figures: sync here under tracemalloc, print the top lines")
     parser.add_argument("--profile-cpu", action="store_true",
                         help="instead of the figures: cProfile the sync and a cold full filter here")
+    parser.add_argument("--profile-relist", action="store_true",
+                        help="instead of the figures: sync here, re-list every kind, print the event "
+                             "loop's longest steps in CPU time")
     parser.add_argument("--profile-top", type=int, default=30, help="lines per profile (default 30)")
     parser.add_argument("--fake-api-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
