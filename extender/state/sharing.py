@@ -54,8 +54,11 @@ class ObjectSharer:
             if key in raw:
                 raw[key] = self.string(raw[key])
         meta = raw.get("metadata")
-        if isinstance(meta, dict) and "namespace" in meta:
-            meta["namespace"] = self.string(meta["namespace"])
+        if isinstance(meta, dict):
+            if "namespace" in meta:
+                meta["namespace"] = self.string(meta["namespace"])
+            if "finalizers" in meta:   # the same one or two names on every claim (delete-protection)
+                meta["finalizers"] = self.value(meta["finalizers"])
         return raw
 
     @staticmethod

@@ -159,3 +159,15 @@ def test_claims_with_one_spec_share_its_parse_and_a_changed_spec_is_parsed_again
     cache.apply("ResourceClaim", "ADDED", o.claim("d"))
     d = cache.claim("default", "d")
     assert d is not None and d.requests is b.requests and d.raw["spec"] is b.raw["spec"]
+
+
+def test_equal_finalizer_lists_are_one_list() -> None:
+    cache = ClusterCache(FeatureGates())
+    claims = [o.claim("a"), o.claim("b"), o.claim("c")]
+    protection = "resource.kubernetes.io/delete-protection"
+    for raw, finalizers in zip(claims, ([protection], [protection], ["other"]), strict=True):
+        raw["metadata"]["finalizers"] = finalizers
+        cache.apply("ResourceClaim", "ADDED", raw)
+    a, b, c = (cache.raw("ResourceClaim", f"default/{name}") for name in "abc")
+    assert a["metadata"]["finalizers"] is b["metadata"]["finalizers"]   # type: ignore[index]
+    assert c["metadata"]["finalizers"] == ["other"]   # type: ignore[index]
