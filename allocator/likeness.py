@@ -45,7 +45,22 @@ def likeness(node_name: str, pools: NodePools) -> Likeness | None:
         if devices is None:
             return None
         parts.append((pool.driver, pool.has_binding_conditions, devices))
-    return tuple(parts)
+    return _interned(tuple(parts))
+
+
+# Alike nodes have equal likenesses, and every node's view keeps its own: one tuple for all of them.
+# Bounded: emptied when full, so a cluster of unique nodes cannot grow it for ever.
+_LIKENESSES: dict[Likeness, Likeness] = {}
+MAX_LIKENESSES = 10_000
+
+
+def _interned(alike: Likeness) -> Likeness:
+    found = _LIKENESSES.get(alike)
+    if found is None:
+        if len(_LIKENESSES) >= MAX_LIKENESSES:
+            _LIKENESSES.clear()
+        found = _LIKENESSES[alike] = alike
+    return found
 
 
 def node_devices(node_name: str, pool: Pool) -> tuple[object, ...] | None:

@@ -367,6 +367,72 @@ def _parse_node_allocatable(ck: _Checker, raw: dict[str, Any], path: str,
 _NO_NODE_ALLOCATABLE: Mapping[str, NodeAllocatableResource] = MappingProxyType({})
 
 
+class _DeviceContent:
+    """What a device's entry says apart from its name, parsed and checked: shared by every device whose
+    entry says the same (see Device)."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, ck: _Checker, raw: dict[str, Any], path: str, signature: str) -> None:
+        attributes: dict[str, AttributeValue] = {
+            key: _parse_attribute(ck, value, f"{path}.attributes[{key}]")
+            for key, value in ck.mapping(raw, "attributes", f"{path}.").items()
+        }
+        # Devices that differ elsewhere (a taint, a counter) may still have the same attributes.
+        attributes = _shared(("attributes", *attributes.items()), lambda: attributes)
+        capacity: dict[str, DeviceCapacity] = {}
+        for key, cap in ck.mapping(raw, "capacity", f"{path}.").items():
+            where = f"{path}.capacity[{key}]"
+            if not isinstance(cap, dict) or cap.get("value") is None:
+                raise ck.fail(f"{where}.value", "required field is missing")
+            policy = cap.get("requestPolicy")
+            value = cap["value"]
+            if isinstance(policy, dict) or not isinstance(value, str):
+                capacity[key] = DeviceCapacity(
+                    ck.quantity(value, f"{where}.value"),
+                    _parse_policy(ck, policy, f"{where}.requestPolicy") if isinstance(policy, dict) else None,
+                )
+            else:
+                capacity[key] = _shared(  # parsed (and checked) only when not seen before
+                    ("capacity", value),
+                    lambda: DeviceCapacity(ck.quantity(value, f"{where}.value"), None))  # noqa: B023
+        has_request_policies = any(c.policy is not None for c in capacity.values())
+        if not has_request_policies:
+            # Capacities without a policy are shared objects (above), so equal ones are identical.
+            capacity = _shared(("capacities", *capacity.items()), lambda: capacity)
+        uses = [
+            _parse_counter_use(ck, item, f"{path}.consumesCounters[{i}]")
+            for i, item in enumerate(ck.list(raw, "consumesCounters", f"{path}."))
+        ]
+        consumes_counters: tuple[tuple[str, dict[str, Quantity]], ...] = tuple(
+            (counter_set, counters) for counter_set, counters, _ in uses
+        )
+        # DRADeviceCompatibilityGroups: per counter set consumed (in consumesCounters order), the groups
+        # declared for it; empty when the device declares none anywhere.
+        compatibility_groups: tuple[tuple[str, frozenset[str]], ...] = (
+            tuple((counter_set, groups) for counter_set, _, groups in uses)
+            if any(groups for _, _, groups in uses)
+            else ()
+        )
+        node_name = ck.string(raw, "nodeName", f"{path}.")
+        node_selector = ck.node_selector(raw, "nodeSelector", f"{path}.")
+        all_nodes = bool(ck.boolean(raw, "allNodes", f"{path}."))
+        taints: tuple[dict[str, Any], ...] = tuple(
+            _parse_taint(ck, t, f"{path}.taints[{i}]")
+            for i, t in enumerate(ck.list(raw, "taints", f"{path}."))
+        )
+        binds_to_node = bool(ck.boolean(raw, "bindsToNode", f"{path}."))
+        binding_conditions = ck.string_list(raw, "bindingConditions", f"{path}.")
+        binding_failure_conditions = ck.string_list(raw, "bindingFailureConditions", f"{path}.")
+        allow_multiple_allocations = bool(ck.boolean(raw, "allowMultipleAllocations", f"{path}."))
+        # Empty (one shared empty mapping) for almost every device.
+        node_allocatable = (_parse_node_allocatable(ck, raw, path, capacity)
+                            if raw.get("nodeAllocatableResources") is not None else _NO_NODE_ALLOCATABLE)
+        self.fields = (attributes, capacity, has_request_policies, consumes_counters, compatibility_groups,
+                       node_name, node_selector, all_nodes, taints, binds_to_node, binding_conditions,
+                       binding_failure_conditions, allow_multiple_allocations, node_allocatable, signature)
+
+
 class Device:
     """One entry of a ResourceSlice's spec.devices."""
 
@@ -397,60 +463,27 @@ class Device:
             raise ck.fail(path, "must be an object")
         self.raw = raw
         self.name = ck.string(raw, "name", f"{path}.", required=True)
-        self.attributes: dict[str, AttributeValue] = {
-            key: _parse_attribute(ck, value, f"{path}.attributes[{key}]")
-            for key, value in ck.mapping(raw, "attributes", f"{path}.").items()
-        }
-        self.capacity: dict[str, DeviceCapacity] = {}
-        for key, cap in ck.mapping(raw, "capacity", f"{path}.").items():
-            where = f"{path}.capacity[{key}]"
-            if not isinstance(cap, dict) or cap.get("value") is None:
-                raise ck.fail(f"{where}.value", "required field is missing")
-            policy = cap.get("requestPolicy")
-            value = cap["value"]
-            if isinstance(policy, dict) or not isinstance(value, str):
-                self.capacity[key] = DeviceCapacity(
-                    ck.quantity(value, f"{where}.value"),
-                    _parse_policy(ck, policy, f"{where}.requestPolicy") if isinstance(policy, dict) else None,
-                )
-            else:
-                self.capacity[key] = _shared(  # parsed (and checked) only when not seen before
-                    ("capacity", value),
-                    lambda: DeviceCapacity(ck.quantity(value, f"{where}.value"), None))  # noqa: B023
-        self.has_request_policies = any(c.policy is not None for c in self.capacity.values())
-        uses = [
-            _parse_counter_use(ck, item, f"{path}.consumesCounters[{i}]")
-            for i, item in enumerate(ck.list(raw, "consumesCounters", f"{path}."))
-        ]
-        self.consumes_counters: tuple[tuple[str, dict[str, Quantity]], ...] = tuple(
-            (counter_set, counters) for counter_set, counters, _ in uses
-        )
-        # DRADeviceCompatibilityGroups: per counter set consumed (in consumesCounters order), the groups
-        # declared for it; empty when the device declares none anywhere.
-        self.compatibility_groups: tuple[tuple[str, frozenset[str]], ...] = (
-            tuple((counter_set, groups) for counter_set, _, groups in uses)
-            if any(groups for _, _, groups in uses)
-            else ()
-        )
-        self.node_name = ck.string(raw, "nodeName", f"{path}.")
-        self.node_selector = ck.node_selector(raw, "nodeSelector", f"{path}.")
-        self.all_nodes = bool(ck.boolean(raw, "allNodes", f"{path}."))
-        self.taints: tuple[dict[str, Any], ...] = tuple(
-            _parse_taint(ck, t, f"{path}.taints[{i}]")
-            for i, t in enumerate(ck.list(raw, "taints", f"{path}."))
-        )
-        self.binds_to_node = bool(ck.boolean(raw, "bindsToNode", f"{path}."))
-        self.binding_conditions = ck.string_list(raw, "bindingConditions", f"{path}.")
-        self.binding_failure_conditions = ck.string_list(raw, "bindingFailureConditions", f"{path}.")
-        self.allow_multiple_allocations = bool(ck.boolean(raw, "allowMultipleAllocations", f"{path}."))
-        # Empty (one shared empty mapping) for almost every device.
-        self.node_allocatable = (_parse_node_allocatable(ck, raw, path, self.capacity)
-                                 if raw.get("nodeAllocatableResources") is not None else _NO_NODE_ALLOCATABLE)
         self.memo_key = (*memo_prefix, self.name)
+        self._cel: Any = None
         # Everything except the name: two devices with equal signatures in the same pool behave identically
         # for every selector, constraint, counter, taint and capacity check.
-        self.signature = _signature({k: v for k, v in raw.items() if k != "name"})
-        self._cel: Any = None
+        content = {k: v for k, v in raw.items() if k != "name"}
+        try:
+            # Decoded to a fresh str: orjson's bytes keep the whole buffer it wrote into (about 4 KB).
+            signature = orjson.dumps(content, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
+        except TypeError:  # values orjson cannot encode: parsed every time (a representation is no proof)
+            self._set_content(_DeviceContent(ck, raw, path, repr(content)))
+            return
+        # Devices of one model repeat the same content on every node: it is parsed (and checked) once, and
+        # every such device shares the parsed parts. Only content that parsed without error is kept.
+        self._set_content(_shared(("device", signature),
+                                  lambda: _DeviceContent(ck, raw, path, signature)))
+
+    def _set_content(self, content: _DeviceContent) -> None:
+        (self.attributes, self.capacity, self.has_request_policies, self.consumes_counters,
+         self.compatibility_groups, self.node_name, self.node_selector, self.all_nodes, self.taints,
+         self.binds_to_node, self.binding_conditions, self.binding_failure_conditions,
+         self.allow_multiple_allocations, self.node_allocatable, self.signature) = content.fields
 
     def cel_device(self, driver: str) -> Any:
         """The CEL input for this device, built on first use and kept for the slice's lifetime."""
@@ -465,15 +498,6 @@ class Device:
                 memo_key=self.memo_key,
             )
         return self._cel
-
-
-def _signature(content: dict[str, Any]) -> bytes | str:
-    try:
-        # Decoded to a fresh str: orjson's bytes keep the whole buffer it wrote into (about 4 KB
-        # whatever the length), and one is kept per stored part.
-        return orjson.dumps(content, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
-    except TypeError:  # values orjson cannot encode: fall back to a representation (less sharing, still safe)
-        return repr(content)
 
 
 def _parse_counter_use(ck: _Checker, raw: Any, path: str) -> tuple[str, dict[str, Quantity], frozenset[str]]:

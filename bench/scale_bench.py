@@ -23,6 +23,9 @@ server of the tests, run in a child process so that its copies of the objects do
 - ``longest_stall_ms``: the slowest ``/healthz`` answer while a third claim shape is filtered cold over
   every node and then used for scheduling cycles (a probe every 2 ms): how long the server's event
   loop let other requests wait, plus one round trip;
+- ``relist_s`` / ``relist_longest_stall_ms``: the fake API server ends every watch and forgets its
+  history (a compaction), so the server lists every kind again, while filters over the window keep
+  coming: how long until every kind was listed again, and the slowest ``/healthz`` answer meanwhile;
 - ``bytes_per_object``: the deep size of one cached object of each kind, measured in this process by
   syncing a ClusterCache through the same ClusterWatcher from the same fake API server.
 
@@ -33,6 +36,7 @@ Where the memory and the time go, in this process (the same watcher, cache and s
 
     python bench/scale_bench.py --nodes 5000 --profile-memory   # tracemalloc, top lines after sync
     python bench/scale_bench.py --nodes 5000 --profile-cpu      # cProfile of sync, a cold filter, cycles
+    python bench/scale_bench.py --nodes 20000 --profile-relist  # the event loop's steps in a re-list, CPU ms
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import os
 import socket
@@ -115,14 +120,29 @@ def serve_fake_api(nodes: int, devices: int, probes: int, cycles: int) -> None:
         url = await fake.start()
         print(url, flush=True)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, sys.stdin.read)
+        # One command a line ("relist"), until stdin closes.
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            if line.strip() == "relist":
+                fake.force_relist()
         await fake.stop()
 
     asyncio.run(main())
 
 
+@dataclasses.dataclass
+class FakeApi:
+    url: str
+    child: subprocess.Popen[str]
+
+    def relist(self) -> None:
+        """Have every watcher of the fake API server list its kind again (see FakeApiServer.force_relist)."""
+        assert self.child.stdin is not None
+        self.child.stdin.write("relist\n")
+        self.child.stdin.flush()
+
+
 @contextlib.contextmanager
-def fake_api_process(args: argparse.Namespace, nodes: int) -> Iterator[str]:
+def fake_api_process(args: argparse.Namespace, nodes: int) -> Iterator[FakeApi]:
     child = subprocess.Popen(
         [sys.executable, __file__, "--fake-api-child", "--nodes", str(nodes), "--devices", str(args.devices),
          "--probes", str(args.probes), "--cycles", str(args.cycles + args.stall_cycles)],
@@ -133,7 +153,7 @@ def fake_api_process(args: argparse.Namespace, nodes: int) -> Iterator[str]:
         url = child.stdout.readline().strip()
         if not url.startswith("http"):
             raise RuntimeError(f"the fake API server did not start (printed {url!r})")
-        yield url
+        yield FakeApi(url, child)
     finally:
         if child.stdin is not None:
             child.stdin.close()
@@ -286,7 +306,8 @@ class Extender:
         return not answer.get("Error")
 
 
-async def measure_server(args: argparse.Namespace, nodes: int, url: str) -> dict[str, Any]:
+async def measure_server(args: argparse.Namespace, nodes: int, fake: FakeApi) -> dict[str, Any]:
+    url = fake.url
     cluster = build_cluster(nodes, args.devices, args.probes, args.cycles + args.stall_cycles)
     pods = {obj["metadata"]["name"]: obj for obj in cluster
             if obj["kind"] == "Pod" and obj["metadata"]["name"].startswith(("probe-", "cycle-"))}
@@ -333,6 +354,8 @@ async def measure_server(args: argparse.Namespace, nodes: int, url: str) -> dict
                     stall_filter = (await ext.filter("probe-2", names))[1]
                     for index in range(cycled, cycled + args.stall_cycles):
                         await ext.cycle(f"cycle-{index}", names[:window])
+                relist = await measure_relist(session, f"http://127.0.0.1:{debug_port}", ext, fake,
+                                              names[:window])
         finally:
             server.terminate()
             try:
@@ -362,7 +385,37 @@ async def measure_server(args: argparse.Namespace, nodes: int, url: str) -> dict
         "longest_stall_ms": round(probe.longest_ms, 1),
         "stall_probes": probe.probes,
         "stall_phase_cold_full_filter_ms": round(stall_filter, 1),
+        **relist,
     }
+
+
+async def relists_done(session: aiohttp.ClientSession, debug: str) -> dict[str, int]:
+    """Lists done so far per watched kind, from /debug/state."""
+    async with session.get(f"{debug}/debug/state") as response:
+        state = orjson.loads(await response.read())
+    return {kind: health["lists"] for kind, health in state["watch"]["kinds"].items()}
+
+
+async def measure_relist(session: aiohttp.ClientSession, debug: str, ext: Extender, fake: FakeApi,
+                         window: list[str]) -> dict[str, Any]:
+    """Every kind listed again (the watches expired) while filters over the window keep coming: the
+    slowest /healthz answer meanwhile, and how long until every kind was listed again."""
+    before = await relists_done(session, debug)
+    probes = [name for name in ext.pods if name.startswith("probe-")]
+    filters = 0
+    async with StallProbe(session, f"{debug}/healthz") as probe:
+        started = time.perf_counter()
+        fake.relist()
+        while time.perf_counter() - started < 300:
+            await ext.filter(probes[filters % len(probes)], window)
+            filters += 1
+            if filters % 10 == 0:
+                done = await relists_done(session, debug)
+                if all(done[kind] > count for kind, count in before.items()):
+                    break
+        relist_s = time.perf_counter() - started
+    return {"relist_s": round(relist_s, 2), "relist_longest_stall_ms": round(probe.longest_ms, 1),
+            "relist_stall_probes": probe.probes, "relist_filters": filters}
 
 
 # ---- bytes per cached object ------------------------------------------------------------------
@@ -526,16 +579,67 @@ async def profile_cycles(args: argparse.Namespace, cache: Any, scheduler: Any,
             "cycle_cpu_ms_per_pod": round(cycle_cpu_ms, 2)}
 
 
+async def profile_relist(args: argparse.Namespace, fake: FakeApi, nodes: int) -> dict[str, Any]:
+    """Sync here as serve does, then have every kind listed again: the CPU time (this thread's) of the
+    event loop's longest steps meanwhile, by task, and of the collections. Unlike relist_longest_stall_ms
+    it does not grow when other processes take the cores."""
+    import asyncio.events
+
+    from extender.tuning import tune_gc_after_sync
+
+    client, watcher, _ = await synced_cluster(fake.url)
+    tune_gc_after_sync()
+    steps: list[tuple[float, str]] = []
+    collections: list[float] = []
+    run = asyncio.events.Handle._run
+    collecting = [0.0]
+
+    def timed_run(handle: Any) -> None:
+        started = time.thread_time()
+        run(handle)
+        owner = getattr(handle._callback, "__self__", None)
+        name = owner.get_name() if isinstance(owner, asyncio.Task) else repr(handle._callback)[:60]
+        steps.append(((time.thread_time() - started) * 1000, name))
+
+    def on_gc(phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            collecting[0] = time.thread_time()
+        else:
+            collections.append((time.thread_time() - collecting[0]) * 1000)
+
+    lists = {kind: health["lists"] for kind, health in watcher.health()["kinds"].items()}
+    asyncio.events.Handle._run = timed_run   # type: ignore[method-assign]
+    gc.callbacks.append(on_gc)
+    try:
+        started = time.perf_counter()
+        fake.relist()
+        while not all(health["lists"] > lists[kind] for kind, health in watcher.health()["kinds"].items()):
+            await asyncio.sleep(0.05)
+        relist_s = time.perf_counter() - started
+    finally:
+        asyncio.events.Handle._run = run   # type: ignore[method-assign]
+        gc.callbacks.remove(on_gc)
+        await watcher.stop()
+        await client.close()
+    steps.sort(reverse=True)
+    return {"nodes": nodes, "relist_s": round(relist_s, 2),
+            "longest_steps_cpu_ms": [[round(ms, 1), name] for ms, name in steps[:args.profile_top]],
+            "longest_collection_cpu_ms": round(max(collections, default=0.0), 1)}
+
+
 async def run_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
-    with fake_api_process(args, nodes) as url:
+    with fake_api_process(args, nodes) as fake:
+        url = fake.url
         if args.profile_memory:
             return {"nodes": nodes, **await profile_memory(args, url)}
         if args.profile_cpu:
             return await profile_cpu(args, url, nodes)
+        if args.profile_relist:
+            return await profile_relist(args, fake, nodes)
         result: dict[str, Any] = {"nodes": nodes, "devices_per_node": args.devices,
                                   "pods": nodes * PODS_PER_NODE + args.probes + args.cycles,
                                   "allocated_claims": nodes * PODS_PER_NODE // 2}
-        result.update(await measure_server(args, nodes, url))
+        result.update(await measure_server(args, nodes, fake))
         if not args.skip_object_sizes:
             gc.collect()
             result["bytes_per_object"] = await bytes_per_object(url)
@@ -575,6 +679,9 @@ def main() -> int:
                         help="instead of the figures: sync here under tracemalloc, print the top lines")
     parser.add_argument("--profile-cpu", action="store_true",
                         help="instead of the figures: cProfile the sync and a cold full filter here")
+    parser.add_argument("--profile-relist", action="store_true",
+                        help="instead of the figures: sync here, re-list every kind, print the event "
+                             "loop's longest steps in CPU time")
     parser.add_argument("--profile-top", type=int, default=30, help="lines per profile (default 30)")
     parser.add_argument("--fake-api-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

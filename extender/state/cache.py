@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TypeVar, cast
 
 from allocator import (
@@ -48,6 +48,9 @@ KINDS: dict[str, tuple[str, bool]] = {
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
 # Bounded so a flood of broken objects cannot grow /debug/state without limit.
 MAX_INVALID_DETAILS = 100
+# Distinct claim specs whose parse is kept for the next claim with the same spec (one per template or
+# workload shape in practice); a stream of unique specs empties the table, which costs only re-parses.
+MAX_PARSED_SPECS = 4096
 
 Subscriber = Callable[[str, str, dict, "dict | None"], None]
 
@@ -115,6 +118,8 @@ class ClusterCache:
         self._pod_keys_by_uid: dict[str, str] = {}
         self._pods_by_group: dict[str, set[str]] = {}   # "ns/podgroup" -> pod keys
         self._claims: dict[str, ResourceClaim] = {}
+        # id(spec) -> a claim parsed with that spec object (see _parsed_spec_of); bounded, emptied when full.
+        self._claims_by_spec: dict[int, ResourceClaim] = {}
         self._claim_keys_by_uid: dict[str, str] = {}
         # Invalid claims whose status.allocation is still counted: key -> (uid it is recorded under, reading).
         self._invalid_claim_allocations: dict[str, tuple[str, AllocationReading]] = {}
@@ -410,7 +415,13 @@ class ClusterCache:
             for index in self._pod_indexes.values():
                 index.update(key, raw)
         elif kind == "ResourceClaim":
-            self._index_claim(key, ResourceClaim.from_api(raw, spec_of=self._claims.get(key)))
+            claim = ResourceClaim.from_api(raw, spec_of=self._parsed_spec_of(key, raw))
+            self._index_claim(key, claim)
+            spec = raw.get("spec")
+            if isinstance(spec, dict):
+                if len(self._claims_by_spec) >= MAX_PARSED_SPECS:
+                    self._claims_by_spec.clear()
+                self._claims_by_spec[id(spec)] = claim
         elif kind == "ResourceSlice":
             self.inventory.upsert_slice(ResourceSlice.from_api(raw))
         elif kind == "DeviceClass":
@@ -423,6 +434,17 @@ class ClusterCache:
             _check_pod(raw)  # the same shape: a uid, and spec.resourceClaims a list when present
             check_group_claims((raw.get("spec") or {}).get("resourceClaims") or [])
         # ResourceClaimTemplate: only stored raw.
+
+    def _parsed_spec_of(self, key: str, raw: dict) -> ResourceClaim | None:
+        """A claim whose spec is the very object `raw` has (the sharer makes equal specs one object), so
+        that its parsed requests are taken rather than parsed again: the previous version of this claim,
+        or any claim indexed with that spec. Claims made from one template all have the same spec."""
+        spec = raw.get("spec")
+        previous = self._claims.get(key)
+        if previous is not None and previous.raw.get("spec") is spec:
+            return previous
+        # The entry keeps its claim, and so the spec, alive: an id found here is that spec's.
+        return self._claims_by_spec.get(id(spec))
 
     def _index_claim(self, key: str, claim: ResourceClaim) -> None:
         previous = self._claims.get(key)
@@ -498,6 +520,10 @@ class ClaimWatch:
             self.claims.pop(uid, None)
 
 
+# Stored objects a replacement's finishing checks per step: about 1 ms.
+FINISH_STEP = 5000
+
+
 class Replacement:
     """The complete contents of one kind, applied object by object; `finish` deletes the rest."""
 
@@ -514,9 +540,21 @@ class Replacement:
         self._cache.apply(self._kind, "MODIFIED" if existing is not None else "ADDED", raw)
 
     def finish(self) -> None:
-        for key, old in list(self._cache._objects[self._kind].items()):
-            if key not in self._seen:
-                self._cache.apply(self._kind, "DELETED", old)
+        for _ in self.finishing():
+            pass
+
+    def finishing(self) -> Iterator[None]:
+        """`finish` in steps of FINISH_STEP objects, for a caller that lets others run in between: the
+        objects stored when it starts and not seen since are deleted, as stored when their step comes."""
+        store = self._cache._objects[self._kind]
+        keys = list(store)   # keys only: a list of (key, object) pairs of a large kind is slow to make
+        for first in range(0, len(keys), FINISH_STEP):
+            for key in keys[first:first + FINISH_STEP]:
+                if key not in self._seen:
+                    old = store.get(key)
+                    if old is not None:
+                        self._cache.apply(self._kind, "DELETED", old)
+            yield
 
 
 def _allocated_id(claim: ResourceClaim) -> str:

@@ -54,8 +54,11 @@ class ObjectSharer:
             if key in raw:
                 raw[key] = self.string(raw[key])
         meta = raw.get("metadata")
-        if isinstance(meta, dict) and "namespace" in meta:
-            meta["namespace"] = self.string(meta["namespace"])
+        if isinstance(meta, dict):
+            if "namespace" in meta:
+                meta["namespace"] = self.string(meta["namespace"])
+            if "finalizers" in meta:   # the same one or two names on every claim (delete-protection)
+                meta["finalizers"] = self.value(meta["finalizers"])
         return raw
 
     @staticmethod
@@ -86,10 +89,8 @@ class ObjectSharer:
             if not isinstance(device, dict):
                 continue
             self._share_strings(device, ("name",))
-            attributes = device.get("attributes")
-            if isinstance(attributes, dict):
-                device["attributes"] = {self.string(name): self.value(value)
-                                        for name, value in attributes.items()}
+            if "attributes" in device:
+                device["attributes"] = self.value(device["attributes"])
             if "capacity" in device:
                 device["capacity"] = self.value(device["capacity"])
         return raw

@@ -203,6 +203,49 @@ def test_a_list_response_lets_go_of_each_item_once_the_cache_has_it() -> None:
     assert handed == [{"a": 1}, {"b": 2}] and items == [None, None]
 
 
+async def test_a_long_list_page_lets_other_tasks_run_between_its_slices(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from extender.kube import informer
+
+    class Recording:
+        def __init__(self) -> None:
+            self.added: list[dict] = []
+
+        def add(self, raw: dict) -> None:
+            self.added.append(raw)
+
+        def finish(self) -> None:
+            raise AssertionError("a page does not finish the replacement")
+
+        def finishing(self) -> list[None]:
+            raise AssertionError("a page does not finish the replacement")
+
+    turns: list[int] = []
+    replacement = Recording()
+
+    async def other_task() -> None:
+        while True:
+            turns.append(len(replacement.added))
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(informer, "LIST_SLICE_S", 0.0)   # every object takes its whole slice
+    task = asyncio.create_task(other_task())
+    await asyncio.sleep(0)
+    items = [{"n": index} for index in range(4)]
+    await informer._apply_in_slices(replacement, items)
+    task.cancel()
+    assert replacement.added == [{"n": index} for index in range(4)] and items == [None] * 4
+    assert turns[:5] == [0, 1, 2, 3, 4]   # the other task ran after each object
+
+    turns.clear()
+    monkeypatch.setattr(informer, "LIST_SLICE_S", 60.0)
+    task = asyncio.create_task(other_task())
+    await asyncio.sleep(0)
+    await informer._apply_in_slices(replacement, [{"n": index} for index in range(4)])
+    task.cancel()
+    assert turns == [4]   # a short page is applied in one go
+
+
 @pytest.mark.parametrize("strategy", [ListStrategy("paged", page_size=2), ListStrategy("watchlist")],
                          ids=["paged", "watchlist"])
 async def test_paged_and_watch_list_sync_relist_and_follow(
@@ -238,3 +281,23 @@ def test_an_unknown_list_strategy_is_refused() -> None:
         ListStrategy("chunks")
     with pytest.raises(ValueError, match="page size must be positive"):
         ListStrategy("paged", page_size=0)
+
+
+def test_a_replacement_finishes_in_steps_and_deletes_what_was_not_seen(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from extender.state import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "FINISH_STEP", 2)
+    store = ClusterCache(FeatureGates())
+    for name in ("a", "b", "c", "d", "e"):
+        store.apply("Node", "ADDED", node(name))
+    replacement = store.replacing("Node")
+    for name in ("a", "d"):
+        replacement.add(node(name))
+    steps = replacement.finishing()
+    next(steps)   # a, b: b deleted
+    assert store.node_names() == ["a", "c", "d", "e"]
+    store.apply("Node", "DELETED", node("c"))   # changed between two steps
+    store.apply("Node", "ADDED", node("f"))     # stored after the finishing started: kept
+    assert list(steps) == [None, None]
+    assert store.node_names() == ["a", "d", "f"]

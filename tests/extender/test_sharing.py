@@ -132,3 +132,42 @@ def test_deleted_and_stale_objects_are_not_shared() -> None:
     gone["metadata"]["resourceVersion"] = "5"
     cache.apply("ResourceClaim", "DELETED", gone)
     assert shared == ["1"] and cache.raw("ResourceClaim", "default/a") is None
+
+
+def test_devices_of_one_model_share_their_parsed_attributes_capacity_and_signature() -> None:
+    cache = ClusterCache(FeatureGates())
+    cache.apply("ResourceSlice", "ADDED", o.gpu_slice("node-1", 2))
+    cache.apply("ResourceSlice", "ADDED", o.gpu_slice("node-2", 2))
+    first, second = sorted(cache.inventory.slices(), key=lambda slice_: slice_.pool)
+    one, two = first.devices[0], second.devices[0]
+    assert one.attributes is two.attributes and one.capacity is two.capacity
+    assert one.signature is two.signature and one.raw["attributes"] is two.raw["attributes"]
+    assert one.attributes is not first.devices[1].attributes   # another index: other attributes
+    assert one.memo_key != two.memo_key
+
+
+def test_claims_with_one_spec_share_its_parse_and_a_changed_spec_is_parsed_again() -> None:
+    cache = ClusterCache(FeatureGates())
+    cache.apply("ResourceClaim", "ADDED", o.claim("a"))
+    cache.apply("ResourceClaim", "ADDED", o.claim("b"))
+    cache.apply("ResourceClaim", "ADDED", o.claim("c", count=2))
+    a, b, c = (cache.claim("default", name) for name in "abc")
+    assert a is not None and b is not None and c is not None
+    assert a.requests is b.requests and a.requests is not c.requests
+    assert c.requests[0].exactly is not None and c.requests[0].exactly.count == 2
+    cache.apply("ResourceClaim", "DELETED", o.claim("a"))
+    cache.apply("ResourceClaim", "ADDED", o.claim("d"))
+    d = cache.claim("default", "d")
+    assert d is not None and d.requests is b.requests and d.raw["spec"] is b.raw["spec"]
+
+
+def test_equal_finalizer_lists_are_one_list() -> None:
+    cache = ClusterCache(FeatureGates())
+    claims = [o.claim("a"), o.claim("b"), o.claim("c")]
+    protection = "resource.kubernetes.io/delete-protection"
+    for raw, finalizers in zip(claims, ([protection], [protection], ["other"]), strict=True):
+        raw["metadata"]["finalizers"] = finalizers
+        cache.apply("ResourceClaim", "ADDED", raw)
+    a, b, c = (cache.raw("ResourceClaim", f"default/{name}") for name in "abc")
+    assert a["metadata"]["finalizers"] is b["metadata"]["finalizers"]   # type: ignore[index]
+    assert c["metadata"]["finalizers"] == ["other"]   # type: ignore[index]

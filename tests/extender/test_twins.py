@@ -146,3 +146,14 @@ async def test_a_twins_allocations_are_built_when_first_read(monkeypatch: pytest
     assert outcome is not None and outcome.allocations is outcome.allocations
     assert built == ["node-2"]
     assert outcome.allocations[0]["devices"]["results"][0]["pool"] == "pool-node-2"
+
+
+def test_alike_nodes_keep_one_likeness_and_other_nodes_their_own() -> None:
+    cache = ClusterCache(FeatureGates())
+    for name, devices in (("node-1", 2), ("node-2", 2), ("node-3", 3)):
+        cache.apply("Node", "ADDED", o.node(name))
+        cache.apply("ResourceSlice", "ADDED", o.gpu_slice(name, devices))
+    alike = [cache.inventory.node_likeness(cache.node(name), cache.features)[1]   # type: ignore[arg-type]
+             for name in ("node-1", "node-2", "node-3")]
+    assert alike[0] is not None and alike[0] is alike[1]
+    assert alike[2] is not None and alike[2] != alike[0]

@@ -260,6 +260,14 @@ class FakeApiServer:
         self._history.clear()
         self._history_floor = self._rv
 
+    def force_relist(self) -> None:
+        """Make every watcher list again: end the watches and forget the history past the last version
+        any of them can have seen, so that each resumes with a 410 Gone (a compaction during a dropped
+        connection)."""
+        self.close_watches()
+        self._rv += 1
+        self.expire_history()
+
     def send_bookmarks(self) -> None:
         for watch in self._watches:
             watch.queue.put_nowait(self._bookmark_line(watch.resource))
