@@ -10,11 +10,12 @@ serving context untouched until the next poll sees the complete pair.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import ssl
 from collections.abc import Callable
+
+from common.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +132,5 @@ class ReloadingTLS:
             self._task = asyncio.get_running_loop().create_task(self._poll(), name=f"{self.name}-cert-reload")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)

@@ -9,7 +9,6 @@ for humans, never worth unbounded memory or a stalled controller.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections import deque
@@ -18,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from common.objects import metadata_of
+from common.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +100,7 @@ class EventRecorder:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     async def flush(self) -> None:
         """Until every event recorded so far has been sent (or failed); needs `start` first."""

@@ -19,7 +19,6 @@ with client-go's defaults, for the two clocks' rates and this process's own paus
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import time
@@ -27,6 +26,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
+
+from common.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -148,10 +149,7 @@ class LeaderElector:
 
     async def stop(self, *, release: bool = True) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         if self.is_leader:
             await self._step_down()
             if release:
@@ -335,10 +333,7 @@ class LeaseFollower:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         await self._stop_following("stopping")
 
     async def _run(self) -> None:
