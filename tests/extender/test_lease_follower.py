@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from pathlib import Path
 from typing import Any
 
-import dra_objects as o
 import pytest
 from fakeapi import FakeApiServer
-from test_leader_verbs import bind, eventually, get, kubeconfig, replica
+from test_leader_verbs import bind, config, eventually, get, replica  # noqa: F401 (config: the fixture)
 
 from extender.kube.leader import LeaderElector, LeaseFollower
 from extender.options import LeaderOptions, OptionsError
@@ -243,15 +241,6 @@ def test_options_refuse_two_deciders_and_a_malformed_lease() -> None:
     LeaderOptions(enabled=True, verbs=False, follow_scheduler_lease="dra-extender/dra-scheduler")
 
 
-@pytest.fixture
-def config(fake_api: FakeApiServer, tmp_path: Path) -> str:
-    objs = o.cluster(1, 2)
-    for index in range(2):
-        objs += [o.claim(f"c{index}"), o.pod(f"p{index}", [f"c{index}"])]
-    fake_api.seed(objs)
-    return kubeconfig(tmp_path / "kubeconfig", fake_api.url)
-
-
 def hold(fake_api: FakeApiServer, holder: str, renewal: int) -> None:
     fake_api.put_object({
         "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -261,7 +250,7 @@ def hold(fake_api: FakeApiServer, holder: str, renewal: int) -> None:
 
 
 async def test_the_sidecar_allocates_only_while_its_scheduler_leads_and_fences_first(
-        fake_api: FakeApiServer, config: str) -> None:
+        fake_api: FakeApiServer, config: str) -> None:  # noqa: F811 (the fixture imported above)
     following = LeaderOptions(follow_scheduler_lease="dra-extender/dra-scheduler")
     own = f"{socket.gethostname()}_1"
     hold(fake_api, "other-pod_9", 1)
