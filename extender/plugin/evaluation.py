@@ -66,6 +66,8 @@ class VerdictMemo:
 
     def known(self, names: list[str]) -> tuple[dict[str, NodeVerdict], list[str]]:
         """(the verdicts the memo has for `names`, in their order; the names it has none for)."""
+        if not self.fitting and not self.failing:  # a claims spec filtered for the first time
+            return {}, names
         found = list(map(self.fitting.get, names))
         if self.failing:  # a node is in one dict at most: failing.get falls back to the fits verdict
             found = list(map(self.failing.get, names, found))
