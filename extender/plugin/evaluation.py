@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 from allocator import AllocationOutcome, Node
 from extender.plugin.scoring import NodeFit
-from extender.plugin.verdicts import ClaimRefs, NodeVerdict
+from extender.plugin.verdicts import AllFit, ClaimRefs, NodeVerdict
 
 if TYPE_CHECKING:
     from extender.plugin.planning import PodPlan
@@ -72,7 +72,10 @@ class VerdictMemo:
         if self.failing:  # a node is in one dict at most: failing.get falls back to the fits verdict
             found = list(map(self.failing.get, names, found))
         if all(found):
-            return dict(zip(names, cast("list[NodeVerdict]", found), strict=True)), []
+            complete = cast("list[NodeVerdict]", found)
+            if not self.failing:  # fits verdicts only
+                return AllFit(zip(names, complete, strict=True)), []
+            return dict(zip(names, complete, strict=True)), []
         known = dict(zip(compress(names, found), filter(None, found), strict=True))
         return known, list(compress(names, map(not_, found)))
 

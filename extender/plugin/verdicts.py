@@ -233,12 +233,22 @@ def allocated_devices(outcome: AllocationOutcome | None) -> int:
     return sum(len((a.get("devices") or {}).get("results") or []) for a in outcome.allocations)
 
 
+class AllFit(dict[str, NodeVerdict]):
+    """Verdicts by node name every one of which fits: made so from verdicts known to fit (the filter
+    cache's kept fits verdicts, evaluation.VerdictMemo) and never changed afterwards, so the answer
+    need not read each verdict again."""
+
+    __slots__ = ()
+
+
 _FITS = attrgetter("fits")
 
 
 def fitting_names(verdicts: Mapping[str, NodeVerdict]) -> list[str]:
     """The nodes whose verdict fits, in order (in C: a filter where every node fits needs nothing else
     of its verdicts, see answer)."""
+    if type(verdicts) is AllFit:
+        return list(verdicts)
     return list(compress(verdicts, map(_FITS, verdicts.values())))
 
 
