@@ -13,8 +13,10 @@ Pods of one workload have claims with identical specs (one template), so after t
 filter only recomputes the nodes whose pools changed. For the same reason each claims spec has a
 snapshot of its entries by node name (`hits_for`), brought up to date with a log of what changed
 since (bumped pools, Node events; a new inventory version starts every snapshot again): a filter works
-out the node key of the changed nodes only. A miss may still be answered without a search by a node
-that is alike (twins.py).
+out the node key of the changed nodes only. The snapshot also keeps the verdicts filters made from its
+entries (evaluation.VerdictMemo), dropped with the entry, so a warm filter answers its nodes without a
+Python step per node (`known_verdicts`). A miss may still be answered without a search by a node that
+is alike (twins.py).
 
 A successful outcome names no claim, so it is shared by every claim with the same spec. A failure's
 messages name the claims: for other claims with the same specs they can be carried over with the names
@@ -32,9 +34,16 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 from allocator import AllocatedState, AllocationOutcome, Node
 from common.objects import metadata_of
-from extender.plugin.evaluation import SEARCH, FitMemo, Known, KnownFor, NodeEvaluation
+from extender.plugin.evaluation import SEARCH, FitMemo, Known, KnownFor, NodeEvaluation, VerdictMemo
 from extender.plugin.twins import TwinKey, TwinVerdicts
-from extender.plugin.verdicts import ClaimRefs, ClaimsSignature, claims_signature, renames, unresolvable
+from extender.plugin.verdicts import (
+    ClaimRefs,
+    ClaimsSignature,
+    NodeVerdict,
+    claims_signature,
+    renames,
+    unresolvable,
+)
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
 
@@ -73,14 +82,16 @@ class _InFlight(NamedTuple):
 
 
 class _Snapshot:
-    """One claims spec's entries and prioritize's fits by node name, as the node keys found them, up
-    to date with the change log up to `position`."""
+    """One claims spec's entries, the filter's verdicts made from them and prioritize's fits by node
+    name, as the node keys found them, up to date with the change log up to `position`. A node's
+    verdicts and fit go whenever its entry does."""
 
-    __slots__ = ("fits", "found", "position")
+    __slots__ = ("fits", "found", "position", "verdicts")
 
     def __init__(self, position: int) -> None:
         self.found: dict[str, Entry] = {}
         self.fits: FitMemo = {}
+        self.verdicts = VerdictMemo()
         self.position = position
 
 
@@ -108,6 +119,7 @@ class FilterCache:
         self._node_memo: dict[str, _NodeMemo] = {}
         self._last_token = 0
         self.hits = 0
+        self.verdict_hits = 0  # the hits answered with a verdict kept from an earlier filter
         self.misses = 0
         # Outcomes shared by nodes that are alike (twins.py): a miss here that a twin answers costs
         # no search.
@@ -258,13 +270,25 @@ class FilterCache:
                 self._snapshots.popitem(last=False)
         elif snapshot.position < end:
             found, fits, pool_nodes = snapshot.found, snapshot.fits, self._pool_nodes
+            drop = snapshot.verdicts.drop
             for change in self._changes[snapshot.position - self._changes_start:]:
                 for name in (change,) if isinstance(change, str) else pool_nodes.get(change, ()):
                     found.pop(name, None)
                     fits.pop(name, None)
+                    drop(name)
             snapshot.position = end
         self._snapshots.move_to_end(spec)
         return snapshot
+
+    def known_verdicts(self, signature: ClaimsSignature,
+                       names: list[str]) -> tuple[dict[str, NodeVerdict], list[str], VerdictMemo]:
+        """The verdicts kept for `names` from this spec's entries (VerdictMemo), for these claims: a
+        warm filter's nodes without a Python step each."""
+        memo = self._snapshot(signature.spec).verdicts.for_claims(signature.claims)
+        verdicts, rest = memo.known(names)
+        self.hits += len(verdicts)
+        self.verdict_hits += len(verdicts)
+        return verdicts, rest, memo
 
     def fits_memo(self, spec: str) -> FitMemo:
         """Prioritize's memo of node fits for claims `spec`, by node name: kept in the spec's snapshot,
@@ -309,6 +333,7 @@ class FilterCache:
             # `node_key` is the node's key now: a change since the snapshot's last update is still in
             # the log, and the next update drops the entry again.
             snapshot.found[node] = entry
+            snapshot.verdicts.drop(node)  # made from the entry this one replaces
         if len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
@@ -337,7 +362,8 @@ class FilterCache:
         self.twins.put(signature.spec, key, node, pools, outcome)
 
     def stats(self) -> dict[str, int]:
-        return {"entries": len(self._entries), "hits": self.hits, "misses": self.misses,
+        return {"entries": len(self._entries), "hits": self.hits, "verdictHits": self.verdict_hits,
+                "misses": self.misses,
                 **self.twins.stats()}
 
 
@@ -386,6 +412,12 @@ class CachedEvaluation:
         if plan.signature is None:
             return self.inner.known_for(plan, names, node_of)
         return self.cache.hits_for(plan.signature, names, node_of)
+
+    def known_verdicts(self, plan: PodPlan,
+                       names: list[str]) -> tuple[dict[str, NodeVerdict], list[str], VerdictMemo]:
+        if plan.signature is None:
+            return self.inner.known_verdicts(plan, names)
+        return self.cache.known_verdicts(plan.signature, names)
 
     def refresh(self, plan: PodPlan) -> None:
         if plan.signature is not None:

@@ -28,7 +28,6 @@ from allocator import (
 )
 from common.objects import metadata_of
 from extender.plugin.evaluation import SEARCH, NodeEvaluation
-from extender.plugin.filtercache import MAX_SNAPSHOTS
 from extender.plugin.nodeallocatable import (
     ClaimUse,
     NodeAllocatableError,
@@ -62,9 +61,6 @@ MIN_AHEAD = 32
 # verdict per node).
 RESULT_TTL_S = 30.0
 RESULT_PODS = 64
-# Claim specs whose fits verdicts are kept for reuse (a dict entry per node each): as many as the filter
-# cache keeps snapshots for.
-FITTING_SPECS = MAX_SNAPSHOTS
 NODE_OPERATIONS_MESSAGE = (f"{NOT_AVAILABLE}: its devices skip node operations, and the node does not "
                            "declare DRAOptionalNodeOperations in status.declaredFeatures")
 
@@ -80,8 +76,6 @@ class NodeChecker:
         self.node_usage = node_usage(cache)
         self._filtered: TTLCache[str, dict[str, NodeVerdict]] = TTLCache(maxsize=RESULT_PODS,
                                                                          ttl=RESULT_TTL_S)
-        # Claims spec -> fits verdicts by node name (_fitting_verdicts), for the specs filtered last.
-        self._fitting: LRUCache[str, dict[str, NodeVerdict]] = LRUCache(maxsize=FITTING_SPECS)
         # DRANodeAllocatableResources: each pod's requests per footprint, by pod UID and resourceVersion.
         self._demands: LRUCache[tuple[str, str], PodDemand] = LRUCache(maxsize=RESULT_PODS)
 
@@ -254,9 +248,13 @@ class NodeChecker:
         if use_cache:
             self.evaluation.prepare(plan)
         reused = (self._filtered.get(reuse_for) or {}) if reuse_for else {}
-        verdicts: dict[str, NodeVerdict] = {}
         started = self.clock()
         missing = [name for name in names if name not in reused] if reused else names
+        # The verdicts kept from earlier filters first, all at once (no step per node in Python, well
+        # under YIELD_AFTER_S even for MAX_NODES); the batches below only for the nodes left.
+        verdicts, missing = self._remembered_verdicts(plan, missing, node_objects) if use_cache else (
+            {}, missing)
+        remembered = len(verdicts)
         position, ahead, stretch = 0, MIN_AHEAD, 0
         while position < len(missing):
             batch = missing[position:position + ahead]
@@ -291,6 +289,8 @@ class NodeChecker:
             else:
                 ahead = min(HIT_BATCH, 2 * ahead) if hits else MIN_AHEAD
         if not reused:
+            if remembered and len(verdicts) > remembered:  # back in the order of `names`
+                verdicts = dict(zip(names, map(verdicts.__getitem__, names), strict=True))
             return verdicts
         return {name: reused.get(name) or verdicts[name] for name in names}
 
@@ -300,38 +300,49 @@ class NodeChecker:
         self.evaluation.refresh(plan)
         return self.clock()
 
+    def _plain(self, plan: PodPlan, node_objects: Mapping[str, dict] | None) -> bool:
+        """The usual plan: claims to allocate and nothing else to check per node (no allocated claim,
+        no node allocatable footprint), so a node's verdict is its cached outcome's."""
+        return not (plan.signature is None or plan.blocked is not None or plan.allocated
+                    or plan.pending or node_objects is not None or self._footprints())
+
+    def _remembered_verdicts(
+        self, plan: PodPlan, names: list[str], node_objects: Mapping[str, dict] | None
+    ) -> tuple[dict[str, NodeVerdict], list[str]]:
+        """(the verdicts earlier filters of the plan's claims spec made and that still hold, the names
+        without one)."""
+        if plan.extended is not None or not self._plain(plan, node_objects):
+            return {}, names
+        verdicts, rest, _ = self.evaluation.known_verdicts(plan, names)
+        return verdicts, rest
+
     def _cached_verdicts(self, plan: PodPlan, names: list[str],
                          node_objects: Mapping[str, dict] | None) -> dict[str, NodeVerdict]:
-        """The verdicts the filter cache already has for `names`, in one pass (what `check` would
+        """The verdicts the filter cache already has for `names`, in their order (what `check` would
         answer for them, without its per-node overhead: most of a filter's nodes are hits). Only for
-        the usual plan, claims to allocate and nothing else to check per node (no allocated claim, no
-        node allocatable footprint); with anything else every node goes through `check`."""
+        a `_plain` plan; with anything else every node goes through `check`.
+
+        The verdicts made here are kept (VerdictMemo) while their outcomes stay, so the next filter of
+        the claims spec answers those nodes without a step per node in Python."""
         signature = plan.signature
-        if (signature is None or plan.blocked is not None or plan.allocated
-                or plan.pending or node_objects is not None or self._footprints()):
+        if signature is None or not self._plain(plan, node_objects):
             return {}
-        verdicts: dict[str, NodeVerdict] = {}
         node_of = self.cache.node
         if plan.extended is not None:  # device-plugin nodes have a plan (and cache entries) of their own
             nodes = [node for node in map(node_of, names) if node is not None]
             names = [node.name for node in nodes if self.planner.for_node(plan, node) is plan]
-        fitting = self._fitting_verdicts(signature.spec)
-        claims = signature.claims
-        for name, outcome, computed_for, beyond_eviction in self.evaluation.known_for(plan, names, node_of):
+        verdicts, rest, memo = self.evaluation.known_verdicts(plan, names)
+        if not rest:
+            return verdicts
+        remembered = len(verdicts)
+        fitting, failing, claims = memo.fitting, memo.failing, signature.claims
+        for name, outcome, computed_for, beyond_eviction in self.evaluation.known_for(plan, rest, node_of):
             if outcome.success:
-                verdict = fitting.get(name)
-                if verdict is None or verdict._outcome is not outcome:
-                    verdict = fitting[name] = NodeVerdict(name, fits=True, outcome=outcome)
-                verdicts[name] = verdict
+                verdict = fitting[name] = NodeVerdict(name, fits=True, outcome=outcome)
             else:
-                verdicts[name] = cached_verdict(name, outcome, computed_for, claims, beyond_eviction)
+                verdict = failing[name] = cached_verdict(name, outcome, computed_for, claims, beyond_eviction)
+            verdicts[name] = verdict
+        if remembered and len(verdicts) > remembered:  # back in the order of `names`
+            ordered = list(filter(verdicts.__contains__, names))
+            verdicts = dict(zip(ordered, map(verdicts.__getitem__, ordered), strict=True))
         return verdicts
-
-    def _fitting_verdicts(self, spec: str) -> dict[str, NodeVerdict]:
-        """The fits verdicts made from cache entries for claims `spec`, by node name: the same for every
-        pod of a workload while the entry (compared by outcome identity) stays, so a warm filter makes no
-        verdict objects for the nodes that fit."""
-        fitting = self._fitting.get(spec)
-        if fitting is None:
-            fitting = self._fitting[spec] = {}
-        return fitting

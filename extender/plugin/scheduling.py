@@ -57,7 +57,15 @@ from extender.plugin.placement import NodeScorer
 from extender.plugin.planning import Planner, PodPlan, SchedulingError
 from extender.plugin.podgroups import GANG_PREFIX, OWNER_PREFIX, gang_owner, reserved_for_pod
 from extender.plugin.requeue import RequeueNudge
-from extender.plugin.verdicts import CONFLICT_REASONS, FilterResult, Reason, Words, answer, blocked
+from extender.plugin.verdicts import (
+    CONFLICT_REASONS,
+    FilterResult,
+    Reason,
+    Words,
+    answer,
+    blocked,
+    fitting_names,
+)
 from extender.state.assume import AssumeCache
 from extender.state.cache import ClusterCache
 
@@ -306,14 +314,18 @@ class Scheduler:
         except SchedulingError as error:
             self._count_outcome(Reason.ERROR, len(node_names))
             return FilterResult([], {}, {}, str(error))
-        for reason, count in Counter(map(_REASON_OF, verdicts.values())).items():
-            self._count_outcome(reason, count)
+        passed = fitting_names(verdicts)
+        if len(passed) == len(verdicts):  # the usual warm filter: no verdict to read again
+            self._count_outcome(Reason.FITS, len(passed))
+        else:
+            for reason, count in Counter(map(_REASON_OF, verdicts.values())).items():
+                self._count_outcome(reason, count)
         self.checker.remember(uid, verdicts)
         if plan.to_allocate and (holding or (plan.allocates_for_group() and not binding)):
             result = self.holds.hold_best(pod, plan=plan, verdicts=verdicts, words=words, pod_holds=holding)
         else:
             self.holds.extend_group_holds(plan)
-            result = answer(verdicts, words=words)
+            result = answer(verdicts, words=words, passed=passed)
             if result.passed and plan.gang is not None and not binding:
                 self.holds.share(uid, plan)
         if plan.extended_variant is not None and words != Words.UPSTREAM:

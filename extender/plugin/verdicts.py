@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import compress
+from operator import attrgetter
 from typing import NamedTuple
 
 import orjson
@@ -231,7 +233,27 @@ def allocated_devices(outcome: AllocationOutcome | None) -> int:
     return sum(len((a.get("devices") or {}).get("results") or []) for a in outcome.allocations)
 
 
-def answer(verdicts: Mapping[str, NodeVerdict], *, words: Words = Words.FULL) -> FilterResult:
+class AllFit(dict[str, NodeVerdict]):
+    """Verdicts by node name every one of which fits: made so from verdicts known to fit (the filter
+    cache's kept fits verdicts, evaluation.VerdictMemo) and never changed afterwards, so the answer
+    need not read each verdict again."""
+
+    __slots__ = ()
+
+
+_FITS = attrgetter("fits")
+
+
+def fitting_names(verdicts: Mapping[str, NodeVerdict]) -> list[str]:
+    """The nodes whose verdict fits, in order (in C: a filter where every node fits needs nothing else
+    of its verdicts, see answer)."""
+    if type(verdicts) is AllFit:
+        return list(verdicts)
+    return list(compress(verdicts, map(_FITS, verdicts.values())))
+
+
+def answer(verdicts: Mapping[str, NodeVerdict], *, words: Words = Words.FULL,
+           passed: list[str] | None = None) -> FilterResult:
     """The filter answer, with timed-out nodes treated as "not known", not as "does not fit".
 
     Reporting a timeout as unresolvable (what upstream's plugin first did) parks the pod in
@@ -241,15 +263,20 @@ def answer(verdicts: Mapping[str, NodeVerdict], *, words: Words = Words.FULL) ->
     pod after its backoff (seconds). We deliberately differ from upstream when another node fits: there
     a node's Error aborts the whole attempt; here the pod goes to a node known to fit and the timed-out
     nodes are only resolvable failures.
+
+    `passed`: fitting_names(verdicts), when the caller has worked it out (the answer takes the list).
     """
-    some_fit, timed_out_count, first_timed_out = False, 0, ""
-    for verdict in verdicts.values():
-        if verdict.fits:
-            some_fit = True
-        elif verdict.reason == _TIMEOUT:
-            timed_out_count += 1
-            first_timed_out = first_timed_out or verdict.node
-    if timed_out_count and not some_fit:
+    if passed is None:
+        passed = fitting_names(verdicts)
+    if len(passed) == len(verdicts):  # every node fits: nothing timed out, nothing to say
+        return FilterResult(passed, {}, {})
+    some_fit, timed_out_count, first_timed_out = bool(passed), 0, ""
+    if not some_fit:  # where some node fits, the timeouts change nothing
+        for verdict in verdicts.values():
+            if verdict.reason == _TIMEOUT:
+                timed_out_count += 1
+                first_timed_out = first_timed_out or verdict.node
+    if timed_out_count:
         if words == Words.UPSTREAM:
             return FilterResult([], {}, {}, f"node {first_timed_out}: {TIMED_OUT_MESSAGE}")
         return FilterResult([], {}, {}, f"{TIMED_OUT_MESSAGE} on {timed_out_count} of {len(verdicts)} "

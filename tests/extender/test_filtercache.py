@@ -63,6 +63,47 @@ async def test_pods_of_a_workload_share_the_fits_verdicts_until_a_nodes_entry_ch
     assert not fourth["node-1"].fits and "needs 2 devices, 0 match" in fourth["node-1"].message
 
 
+async def test_a_warm_filter_answers_with_the_verdicts_kept_for_its_claims() -> None:
+    """The same pod filtered again gets the very verdicts of its last filter, failures too; a pod with
+    other claims of the same spec gets its own failures, and a Node event drops that node's verdicts."""
+    scheduler = make([*workload(2, count=2), o.claim("big", count=3), o.pod("pb", ["big"])])
+    await scheduler.bind("default", "p1", uid=pod(scheduler, "p1")["metadata"]["uid"], node_name="node-1")
+    checker, cache = scheduler.checker, scheduler.filter_cache
+    assert cache is not None
+
+    async def verdicts(name: str) -> dict[str, Any]:
+        return await checker.check_all(scheduler.planner.plan(pod(scheduler, name)), NODES, use_cache=True)
+
+    await verdicts("p0")
+    second, third = await verdicts("p0"), await verdicts("p0")
+    assert all(second[node] is third[node] for node in NODES)
+    assert [third[node].fits for node in NODES] == [True, False, True]
+    assert cache.stats()["verdictHits"] == 3
+    await verdicts("pb")  # another spec: its own verdicts, nothing of p0's dropped
+    big = await verdicts("pb")
+    assert not any(verdict.fits for verdict in big.values()) and "default/big" in big["node-0"].message
+    fourth = await verdicts("p0")
+    assert all(fourth[node] is third[node] for node in NODES)
+    node = scheduler.cache.raw("Node", "node-2")
+    scheduler.cache.apply("Node", "MODIFIED", {**node, "metadata": {
+        **node["metadata"], "labels": {"zone": "b"}, "resourceVersion": "9"}})
+    after = await verdicts("p0")
+    assert [after[node] is third[node] for node in NODES] == [True, True, False] and after["node-2"].fits
+    assert list(after) == NODES  # in the order asked, although node-2 was looked up after the others
+
+
+async def test_a_kept_failure_is_never_shown_for_other_claims() -> None:
+    scheduler = make(workload(3, count=3))  # 3 devices wanted, 2 per node: every node fails
+    for _ in range(3):
+        first = await scheduler.filter(pod(scheduler, "p0"), NODES)
+    second = await scheduler.filter(pod(scheduler, "p1"), NODES)
+    again = await scheduler.filter(pod(scheduler, "p0"), NODES)
+    assert scheduler.filter_cache is not None and scheduler.filter_cache.stats()["verdictHits"] == 3
+    assert all(message.startswith("claim default/c0:") for message in first.unresolvable.values())
+    assert all(message.startswith("claim default/c1:") for message in second.unresolvable.values())
+    assert again.unresolvable == first.unresolvable
+
+
 async def test_a_bind_invalidates_only_its_node() -> None:
     scheduler = make(workload(4, count=2))
     cache = scheduler.filter_cache

@@ -365,6 +365,7 @@ async def test_cached_filter_equals_uncached_filter(seed: int) -> None:
         await world.compare(op, step)
     stats = world.cached.filter_cache.stats()
     assert stats["hits"] > 0, "the sequence must exercise cache hits, or it proves nothing"
+    assert stats["verdictHits"] > 0, "and verdicts kept from earlier filters, or they are not proven"
     assert world.cached.scorer.memoised_fits(), (
         "scoring must have memoised node fits, or the scores prove nothing")
 
