@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import gc
 
 from allocator import AllocationError
+from common.heap import return_free_memory
 from extender.kube.informer import ClusterWatcher
 from extender.plugin.filtercache import FilterCache
 from extender.state.cache import ClusterCache
@@ -28,16 +28,6 @@ def tune_gc_after_sync() -> None:
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     return_free_memory()
-
-
-def return_free_memory() -> None:
-    """Ask the C allocator to return its free pages (glibc's malloc_trim; elsewhere nothing happens):
-    decoding the initial lists leaves part of the heap free but held."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 # The initial lists allocate millions of objects that all stay alive: collecting while they arrive
@@ -81,7 +71,8 @@ async def after_sync(cache: ClusterCache, watcher: ClusterWatcher | None,
                      filter_cache: FilterCache | None = None) -> None:
     """Once synced: tune the collector, warm the node views, then move the views out of the collector's
     sight too: built after the freeze, they would otherwise sit in the young generations and be walked
-    again by the next collections of generation 1."""
+    again by the next collections of generation 1; and free pages returned once more."""
     await _tune_gc_when_ready(watcher)
     await warm_node_views(cache, filter_cache)
     gc.freeze()
+    return_free_memory()

@@ -22,6 +22,7 @@ import aiohttp
 
 from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
+from common.heap import return_free_memory
 from common.objects import list_metadata_of, metadata_of
 from extender.kube.client import ApiError, KubeClient
 
@@ -299,6 +300,9 @@ class ClusterWatcher:
             version = await self._list_pages(watched)
         health.resource_version = version
         health.lists += 1
+        if health.lists > 1:
+            # The kind's old objects the re-list replaced are freed by now.
+            return_free_memory()
         health.available = True
         health.last_event_time = time.time()
         health.backoff.reset()
