@@ -9,8 +9,9 @@ managedFields). kube-scheduler's informers drop managedFields the same way; here
 allow-list, so a field added to the Pod API later stays out until someone needs it.
 
 Kept:
-- metadata: identity and versioning (name, namespace, uid, resourceVersion, generation, timestamps),
-  labels, ownerReferences, finalizers, and only our own annotations (`dra-extender.io/...`);
+- metadata: identity and versioning (name, namespace, uid, resourceVersion, deletionTimestamp and its
+  grace period), labels, ownerReferences, finalizers, and only our own annotations
+  (`dra-extender.io/...`); not creationTimestamp or generation, which nothing here reads;
 - spec: the scheduling fields (nodeName, schedulerName, resourceClaims, tolerations, priority and
   preemption, nodeSelector, schedulingGates, schedulingGroup, overhead and pod-level resources), of
   affinity only the required node affinity (bind's checks, extender.plugin.bindchecks) and, per
@@ -33,8 +34,8 @@ from typing import Any
 OWN_ANNOTATION_PREFIX = "dra-extender.io/"
 
 METADATA_FIELDS = frozenset({
-    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
-    "deletionGracePeriodSeconds", "labels", "ownerReferences", "finalizers",
+    "name", "namespace", "uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
+    "labels", "ownerReferences", "finalizers",
 })
 SPEC_FIELDS = frozenset({
     "nodeName", "schedulerName", "resourceClaims", "tolerations", "priority", "priorityClassName",
