@@ -416,6 +416,7 @@ class ClusterCache:
                 index.update(key, raw)
         elif kind == "ResourceClaim":
             claim = ResourceClaim.from_api(raw, spec_of=self._parsed_spec_of(key, raw))
+            claim.key = key   # equal: one string for the store's key and the claim's
             self._index_claim(key, claim)
             spec = raw.get("spec")
             if isinstance(spec, dict):
