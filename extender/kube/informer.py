@@ -310,26 +310,38 @@ class ClusterWatcher:
 
     async def _list_pages(self, watched: WatchedKind) -> str:
         """The whole collection, in one response or in pages of `page_size` (limit and continue); each
-        part goes to the cache as it arrives. Returns the list's resourceVersion."""
+        part goes to the cache as it arrives, while the next is already being read. Returns the list's
+        resourceVersion."""
         replacement = self.cache.replacing(watched.kind)
         self.listed_items[watched.kind] = 0
         limit = self._list_strategy.page_size if self._list_strategy.mode == "paged" else None
-        token: str | None = None
-        while True:
-            listing = await self.client.list(watched.path, limit=limit, **{"continue": token})
-            items = listing.get("items")
-            meta = list_metadata_of(listing)
-            version = meta.get("resourceVersion")
-            if not isinstance(items, list) or not isinstance(version, str):
-                raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
-            self.listed_items[watched.kind] += len(items)
-            del listing
-            await _apply_in_slices(replacement, items)
-            del items
-            token = meta.get("continue") or None
-            if token is None:
-                await _in_slices(replacement.finishing())
-                return version
+
+        def read(token: str | None) -> asyncio.Task[dict[str, Any]]:
+            return asyncio.ensure_future(self.client.list(watched.path, limit=limit, **{"continue": token}))
+
+        reading: asyncio.Task[dict[str, Any]] | None = read(None)
+        try:
+            while reading is not None:
+                listing = await reading
+                items = listing.get("items")
+                meta = list_metadata_of(listing)
+                version = meta.get("resourceVersion")
+                if not isinstance(items, list) or not isinstance(version, str):
+                    raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
+                self.listed_items[watched.kind] += len(items)
+                del listing
+                token = meta.get("continue") or None
+                # The API server prepares the next page while this one goes into the cache.
+                reading = read(token) if token is not None else None
+                await _apply_in_slices(replacement, items)
+                del items
+            await _in_slices(replacement.finishing())
+            return version
+        finally:
+            if reading is not None:
+                reading.cancel()
+                # Its outcome no longer matters: retrieved so that a failure is not reported as lost.
+                reading.add_done_callback(lambda task: task.cancelled() or task.exception())
 
     async def _watch_list(self, watched: WatchedKind) -> str:
         """The whole collection as a watch's initial events (WatchList: sendInitialEvents=true), up to
