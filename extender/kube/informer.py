@@ -315,33 +315,20 @@ class ClusterWatcher:
         replacement = self.cache.replacing(watched.kind)
         self.listed_items[watched.kind] = 0
         limit = self._list_strategy.page_size if self._list_strategy.mode == "paged" else None
-
-        def read(token: str | None) -> asyncio.Task[dict[str, Any]]:
-            return asyncio.ensure_future(self.client.list(watched.path, limit=limit, **{"continue": token}))
-
-        reading: asyncio.Task[dict[str, Any]] | None = read(None)
-        try:
-            while reading is not None:
-                listing = await reading
+        version: str | None = None
+        async with contextlib.aclosing(self.client.pages(watched.path, limit=limit)) as pages:
+            async for listing in pages:
                 items = listing.get("items")
-                meta = list_metadata_of(listing)
-                version = meta.get("resourceVersion")
+                version = list_metadata_of(listing).get("resourceVersion")
                 if not isinstance(items, list) or not isinstance(version, str):
                     raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
                 self.listed_items[watched.kind] += len(items)
                 del listing
-                token = meta.get("continue") or None
-                # The API server prepares the next page while this one goes into the cache.
-                reading = read(token) if token is not None else None
                 await _apply_in_slices(replacement, items)
                 del items
-            await _in_slices(replacement.finishing())
-            return version
-        finally:
-            if reading is not None:
-                reading.cancel()
-                # Its outcome no longer matters: retrieved so that a failure is not reported as lost.
-                reading.add_done_callback(lambda task: task.cancelled() or task.exception())
+        await _in_slices(replacement.finishing())
+        assert version is not None   # pages yields at least one response
+        return version
 
     async def _watch_list(self, watched: WatchedKind) -> str:
         """The whole collection as a watch's initial events (WatchList: sendInitialEvents=true), up to

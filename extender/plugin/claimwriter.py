@@ -42,6 +42,7 @@ proxy, in a queue of the API server) when we give up on it or crash. So:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import datetime
 import functools
@@ -56,7 +57,7 @@ from typing import NamedTuple, Protocol
 import aiohttp
 
 from allocator import ResourceClaim
-from common.objects import list_metadata_of, metadata_of
+from common.objects import metadata_of
 from common.rules import RESERVED_FOR_MAX
 from extender.kube.client import ApiError, KubeClient
 from extender.plugin.authority import Authority
@@ -202,14 +203,9 @@ class _ApiStore:
     async def claim_pages(self) -> AsyncIterator[list[dict]]:
         """Every claim, read from the API server a page at a time (a quorum read: the first page has no
         resourceVersion, the next ones continue that same snapshot)."""
-        token = None
-        while True:
-            more: dict[str, str] = {"continue": token} if token else {}
-            page = await self.client.list(ALL_CLAIMS, limit=LIST_PAGE, **more)
-            token = list_metadata_of(page).get("continue")
-            yield page.get("items") or []
-            if not token:
-                return
+        async with contextlib.aclosing(self.client.pages(ALL_CLAIMS, limit=LIST_PAGE)) as pages:
+            async for page in pages:
+                yield page.get("items") or []
 
     def _remember(self, written: dict) -> None:
         # The next scheduling cycle must see this write before the watch delivers it; the cache
