@@ -326,8 +326,9 @@ class ClusterWatcher:
                 del listing
                 await _apply_in_slices(replacement, items)
                 del items
+        if version is None:   # not reached: pages yields at least one response
+            raise ValueError(f"list of {watched.path} returned nothing")
         await _in_slices(replacement.finishing())
-        assert version is not None   # pages yields at least one response
         return version
 
     async def _watch_list(self, watched: WatchedKind) -> str:
