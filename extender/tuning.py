@@ -37,14 +37,20 @@ SYNC_GC_PAUSE_S = 120.0
 
 
 async def _tune_gc_when_ready(watcher: ClusterWatcher | None) -> None:
-    if watcher is not None:
-        gc.disable()
-        try:
-            await watcher.wait_ready(SYNC_GC_PAUSE_S)
-        finally:
+    if watcher is None:
+        tune_gc_after_sync()
+        return
+    gc.disable()
+    try:
+        if not await watcher.wait_ready(SYNC_GC_PAUSE_S):
             gc.enable()
-        await watcher.wait_ready()
-    tune_gc_after_sync()
+            await watcher.wait_ready()
+        # Tuned before the collector is back on: enabled first, its next automatic collection would walk
+        # everything the lists made (all of it still in the youngest generation), before tuning walks
+        # it again.
+        tune_gc_after_sync()
+    finally:
+        gc.enable()
 
 
 # Nodes whose view of their pools is built per turn of the event loop when warming them after the sync.
