@@ -24,8 +24,8 @@ GC_THRESHOLDS = (20_000, 20, 20)
 def tune_gc_after_sync() -> None:
     """Move everything alive now (the synced cache) out of the collector's sight and collect less often;
     give the memory the initial lists left free back to the system. Not collected first: the lists
-    leave no cyclic garbage to find, and at 20,000 nodes that collection held the event loop for a
-    second before the fence could start."""
+    leave no cyclic garbage to find, and a collection walking the whole synced heap held the event
+    loop (the fence, /readyz) meanwhile."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     return_free_memory()
