@@ -15,7 +15,7 @@ import os
 import re
 import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -221,7 +221,8 @@ class KubeClient:
                 items.extend(item for item in listing.get("items") or () if isinstance(item, dict))
         return items
 
-    async def pages(self, path: str, *, limit: int | None, **params: Any) -> AsyncIterator[dict[str, Any]]:
+    async def pages(self, path: str, *, limit: int | None,
+                    **params: Any) -> AsyncGenerator[dict[str, Any], None]:
         """A collection's list responses: with `limit`, one page after the other (continue), the next
         one read while the caller works on the current one; without, the one response. Use it under
         `contextlib.aclosing`, so that stopping early stops the read in flight."""
