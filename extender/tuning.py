@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+from collections.abc import Callable
 
 from allocator import AllocationError
 from common.heap import return_free_memory
@@ -74,12 +75,28 @@ async def warm_node_views(cache: ClusterCache, filter_cache: FilterCache | None 
         await asyncio.sleep(0)
 
 
+# How long the warm-up waits for this replica's fence to finish (a standby never begins a term).
+FENCE_WAIT_S = 30.0
+
+
+async def _until(done: Callable[[], bool], limit_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    until = loop.time() + limit_s
+    while not done() and loop.time() < until:
+        await asyncio.sleep(0.05)
+
+
 async def after_sync(cache: ClusterCache, watcher: ClusterWatcher | None,
-                     filter_cache: FilterCache | None = None) -> None:
+                     filter_cache: FilterCache | None = None, *,
+                     fenced: Callable[[], bool] | None = None) -> None:
     """Once synced: tune the collector, warm the node views, then move the views out of the collector's
     sight too: built after the freeze, they would otherwise sit in the young generations and be walked
     again by the next collections of generation 1; and free pages returned once more."""
     await _tune_gc_when_ready(watcher)
+    if fenced is not None:
+        # The fence's read of every claim comes first: no filter is answered before it is done, and
+        # warming meanwhile only took turns with it.
+        await _until(fenced, FENCE_WAIT_S)
     await warm_node_views(cache, filter_cache)
     gc.freeze()
     return_free_memory()
