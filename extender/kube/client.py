@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import os
 import re
 import ssl
@@ -216,32 +215,22 @@ class KubeClient:
                        **params: Any) -> builtins.list[dict[str, Any]]:
         """Every item of a collection, read in pages of `page_size` (limit and continue)."""
         items: builtins.list[dict[str, Any]] = []
-        async with contextlib.aclosing(self.pages(path, limit=page_size, **params)) as pages:
-            async for listing in pages:
-                items.extend(item for item in listing.get("items") or () if isinstance(item, dict))
+        async for listing in self.pages(path, limit=page_size, **params):
+            items.extend(item for item in listing.get("items") or () if isinstance(item, dict))
         return items
 
     async def pages(self, path: str, *, limit: int | None,
                     **params: Any) -> AsyncGenerator[dict[str, Any], None]:
-        """A collection's list responses: with `limit`, one page after the other (continue), the next
-        one read while the caller works on the current one; without, the one response. Use it under
-        `contextlib.aclosing`, so that stopping early stops the read in flight."""
-        def read(token: str | None) -> asyncio.Task[dict[str, Any]]:
-            return asyncio.ensure_future(self.list(path, limit=limit, **{"continue": token}, **params))
-
-        reading: asyncio.Task[dict[str, Any]] | None = read(None)
-        try:
-            while reading is not None:
-                listing = await reading
-                token = list_metadata_of(listing).get("continue") or None
-                reading = read(token) if token is not None and limit is not None else None
-                yield listing
-                del listing
-        finally:
-            if reading is not None:
-                reading.cancel()
-                # Its outcome no longer matters: retrieved, so that a failure is not reported as lost.
-                reading.add_done_callback(lambda task: task.cancelled() or task.exception())
+        """A collection's list responses: with `limit`, one page after the other (continue), each read
+        once the caller is done with the one before; without, the one response."""
+        token: str | None = None
+        while True:
+            listing = await self.list(path, limit=limit, **{"continue": token}, **params)
+            token = list_metadata_of(listing).get("continue") or None
+            yield listing
+            del listing
+            if token is None or limit is None:
+                return
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._request("POST", path, body=body)

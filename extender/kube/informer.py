@@ -310,22 +310,20 @@ class ClusterWatcher:
 
     async def _list_pages(self, watched: WatchedKind) -> str:
         """The whole collection, in one response or in pages of `page_size` (limit and continue); each
-        part goes to the cache as it arrives, while the next is already being read. Returns the list's
-        resourceVersion."""
+        part goes to the cache as it arrives. Returns the list's resourceVersion."""
         replacement = self.cache.replacing(watched.kind)
         self.listed_items[watched.kind] = 0
         limit = self._list_strategy.page_size if self._list_strategy.mode == "paged" else None
         version: str | None = None
-        async with contextlib.aclosing(self.client.pages(watched.path, limit=limit)) as pages:
-            async for listing in pages:
-                items = listing.get("items")
-                version = list_metadata_of(listing).get("resourceVersion")
-                if not isinstance(items, list) or not isinstance(version, str):
-                    raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
-                self.listed_items[watched.kind] += len(items)
-                del listing
-                await _apply_in_slices(replacement, items)
-                del items
+        async for listing in self.client.pages(watched.path, limit=limit):
+            items = listing.get("items")
+            version = list_metadata_of(listing).get("resourceVersion")
+            if not isinstance(items, list) or not isinstance(version, str):
+                raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
+            self.listed_items[watched.kind] += len(items)
+            del listing
+            await _apply_in_slices(replacement, items)
+            del items
         if version is None:   # not reached: pages yields at least one response
             raise ValueError(f"list of {watched.path} returned nothing")
         await _in_slices(replacement.finishing())

@@ -42,7 +42,6 @@ proxy, in a queue of the API server) when we give up on it or crash. So:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import datetime
 import functools
@@ -203,9 +202,8 @@ class _ApiStore:
     async def claim_pages(self) -> AsyncIterator[list[dict]]:
         """Every claim, read from the API server a page at a time (a quorum read: the first page has no
         resourceVersion, the next ones continue that same snapshot)."""
-        async with contextlib.aclosing(self.client.pages(ALL_CLAIMS, limit=LIST_PAGE)) as pages:
-            async for page in pages:
-                yield page.get("items") or []
+        async for page in self.client.pages(ALL_CLAIMS, limit=LIST_PAGE):
+            yield page.get("items") or []
 
     def _remember(self, written: dict) -> None:
         # The next scheduling cycle must see this write before the watch delivers it; the cache
