@@ -438,6 +438,7 @@ class Device:
 
     __slots__ = (
         "_cel",
+        "_memo_prefix",
         "all_nodes",
         "allow_multiple_allocations",
         "attributes",
@@ -448,7 +449,6 @@ class Device:
         "compatibility_groups",
         "consumes_counters",
         "has_request_policies",
-        "memo_key",
         "name",
         "node_allocatable",
         "node_name",
@@ -463,7 +463,7 @@ class Device:
             raise ck.fail(path, "must be an object")
         self.raw = raw
         self.name = ck.string(raw, "name", f"{path}.", required=True)
-        self.memo_key = (*memo_prefix, self.name)
+        self._memo_prefix = memo_prefix   # the slice's: memo_key is made when CEL first needs it
         self._cel: Any = None
         # Everything except the name: two devices with equal signatures in the same pool behave identically
         # for every selector, constraint, counter, taint and capacity check.
@@ -484,6 +484,12 @@ class Device:
          self.compatibility_groups, self.node_name, self.node_selector, self.all_nodes, self.taints,
          self.binds_to_node, self.binding_conditions, self.binding_failure_conditions,
          self.allow_multiple_allocations, self.node_allocatable, self.signature) = content.fields
+
+    @property
+    def memo_key(self) -> tuple[Any, ...]:
+        """What CEL results for this device are memoized under: the slice's identity and version, and
+        the device's name."""
+        return (*self._memo_prefix, self.name)
 
     def cel_device(self, driver: str) -> Any:
         """The CEL input for this device, built on first use and kept for the slice's lifetime."""
@@ -845,6 +851,10 @@ def _check_allocation(ck: _Checker, allocation: Any) -> None:
             ck.quantity(value, f"{where}.consumedCapacity[{name}]")
 
 
+# Most nodes declare no features: one empty set for all of them (an empty frozenset is 216 bytes).
+_NOTHING_DECLARED: frozenset[str] = frozenset()
+
+
 class Node:
     """A node as allocation sees it: its name, labels (node selectors) and status.declaredFeatures.
 
@@ -866,7 +876,8 @@ class Node:
         self.labels: dict[str, str] = labels
         self.labels_key = tuple(sorted(labels.items()))
         status = ck.mapping(raw, "status", "")
-        self.declared_features = frozenset(ck.string_list(status, "declaredFeatures", "status."))
+        declared = ck.string_list(status, "declaredFeatures", "status.")
+        self.declared_features = frozenset(declared) if declared else _NOTHING_DECLARED
         self.verdict_key = (self.labels_key, tuple(sorted(self.declared_features)))
 
     @classmethod

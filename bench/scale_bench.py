@@ -6,7 +6,7 @@ server of the tests, run in a child process so that its copies of the objects do
 `dra-extender serve` process lists and watches it; this process measures that server from outside:
 
 - ``ready_s``: from starting the server until ``/readyz`` answers 200 (list of every kind, cache
-  built);
+  built); ``ready_cpu_ms`` the server's CPU time until then (its start-up included);
 - ``settle_s``: from ready until the server is idle (under 3% of a core in two 1-second windows in a
   row: the node views warmed in the background are built), which the figures below wait for;
 - ``rss_mb_after_sync`` / ``rss_mb_after_cycles`` / ``peak_rss_mb``: the server's resident memory
@@ -323,6 +323,7 @@ async def measure_server(args: argparse.Namespace, nodes: int, fake: FakeApi) ->
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
                 ready_s = await wait_ready(session, f"http://127.0.0.1:{debug_port}/readyz", server,
                                            args.ready_timeout)
+                ready_cpu = cpu_ms(server.pid)
                 # Let the post-sync work settle (GC tuning, the banner, the node views warmed in the
                 # background): on a busy machine that takes longer than any fixed pause.
                 settle_s = await wait_idle(server.pid)
@@ -367,6 +368,7 @@ async def measure_server(args: argparse.Namespace, nodes: int, fake: FakeApi) ->
         raise RuntimeError(f"dra-extender serve exited with {server.returncode}: {stderr[-2000:]!r}")
     return {
         "ready_s": round(ready_s, 2),
+        "ready_cpu_ms": round(ready_cpu),
         "settle_s": round(settle_s, 2),
         "rss_mb_after_sync": round(after_sync["VmRSS"], 1),
         "rss_mb_after_cycles": round(after_cycles["VmRSS"], 1),

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import gc
+from collections.abc import Callable
 
 from allocator import AllocationError
+from common.heap import return_free_memory
 from extender.kube.informer import ClusterWatcher
 from extender.plugin.filtercache import FilterCache
 from extender.state.cache import ClusterCache
@@ -23,21 +24,12 @@ GC_THRESHOLDS = (20_000, 20, 20)
 
 def tune_gc_after_sync() -> None:
     """Move everything alive now (the synced cache) out of the collector's sight and collect less often;
-    give the memory the initial lists left free back to the system."""
-    gc.collect()
+    give the memory the initial lists left free back to the system. Not collected first: the lists
+    leave no cyclic garbage to find, and a collection walking the whole synced heap held the event
+    loop (the fence, /readyz) meanwhile."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     return_free_memory()
-
-
-def return_free_memory() -> None:
-    """Ask the C allocator to return its free pages (glibc's malloc_trim; elsewhere nothing happens):
-    decoding the initial lists leaves part of the heap free but held."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 # The initial lists allocate millions of objects that all stay alive: collecting while they arrive
@@ -47,14 +39,20 @@ SYNC_GC_PAUSE_S = 120.0
 
 
 async def _tune_gc_when_ready(watcher: ClusterWatcher | None) -> None:
-    if watcher is not None:
-        gc.disable()
-        try:
-            await watcher.wait_ready(SYNC_GC_PAUSE_S)
-        finally:
+    if watcher is None:
+        tune_gc_after_sync()
+        return
+    gc.disable()
+    try:
+        if not await watcher.wait_ready(SYNC_GC_PAUSE_S):
             gc.enable()
-        await watcher.wait_ready()
-    tune_gc_after_sync()
+            await watcher.wait_ready()
+        # Tuned before the collector is back on: enabled first, its next automatic collection would walk
+        # everything the lists made (all of it still in the youngest generation), before tuning walks
+        # it again.
+        tune_gc_after_sync()
+    finally:
+        gc.enable()
 
 
 # Nodes whose view of their pools is built per turn of the event loop when warming them after the sync.
@@ -77,11 +75,28 @@ async def warm_node_views(cache: ClusterCache, filter_cache: FilterCache | None 
         await asyncio.sleep(0)
 
 
+# How long the warm-up waits for this replica's fence to finish (a standby never begins a term).
+FENCE_WAIT_S = 30.0
+
+
+async def _until(done: Callable[[], bool], limit_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    until = loop.time() + limit_s
+    while not done() and loop.time() < until:
+        await asyncio.sleep(0.05)
+
+
 async def after_sync(cache: ClusterCache, watcher: ClusterWatcher | None,
-                     filter_cache: FilterCache | None = None) -> None:
+                     filter_cache: FilterCache | None = None, *,
+                     fenced: Callable[[], bool] | None = None) -> None:
     """Once synced: tune the collector, warm the node views, then move the views out of the collector's
     sight too: built after the freeze, they would otherwise sit in the young generations and be walked
-    again by the next collections of generation 1."""
+    again by the next collections of generation 1; and free pages returned once more."""
     await _tune_gc_when_ready(watcher)
+    if fenced is not None:
+        # The fence's read of every claim comes first: no filter is answered before it is done, and
+        # warming meanwhile only took turns with it.
+        await _until(fenced, FENCE_WAIT_S)
     await warm_node_views(cache, filter_cache)
     gc.freeze()
+    return_free_memory()

@@ -396,7 +396,8 @@ class App:
             self.server.add_headroom(HeadroomGauges(Headroom(self.cluster.cache, self.scheduler.assume),
                                                     options.headroom))
         tuning = asyncio.create_task(
-            after_sync(self.cluster.cache, self.cluster.watcher, self.scheduler.filter_cache))
+            after_sync(self.cluster.cache, self.cluster.watcher, self.scheduler.filter_cache,
+                       fenced=lambda: self.scheduler.authority.term is not None))
         stack.callback(tuning.cancel)
         extender_tls = extender_serving_tls(network)
         await self.server.start(network.bind_address, network.extender_port, network.debug_port,

@@ -215,13 +215,22 @@ class KubeClient:
                        **params: Any) -> builtins.list[dict[str, Any]]:
         """Every item of a collection, read in pages of `page_size` (limit and continue)."""
         items: builtins.list[dict[str, Any]] = []
+        async for listing in self.pages(path, limit=page_size, **params):
+            items.extend(item for item in listing.get("items") or () if isinstance(item, dict))
+        return items
+
+    async def pages(self, path: str, *, limit: int | None,
+                    **params: Any) -> AsyncGenerator[dict[str, Any], None]:
+        """A collection's list responses: with `limit`, one page after the other (continue), each read
+        once the caller is done with the one before; without, the one response."""
         token: str | None = None
         while True:
-            listing = await self.list(path, limit=page_size, **{"continue": token}, **params)
-            items.extend(item for item in listing.get("items") or () if isinstance(item, dict))
+            listing = await self.list(path, limit=limit, **{"continue": token}, **params)
             token = list_metadata_of(listing).get("continue") or None
-            if token is None:
-                return items
+            yield listing
+            del listing
+            if token is None or limit is None:
+                return
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._request("POST", path, body=body)

@@ -22,6 +22,7 @@ import aiohttp
 
 from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
+from common.heap import return_free_memory
 from common.objects import list_metadata_of, metadata_of
 from extender.kube.client import ApiError, KubeClient
 
@@ -299,6 +300,9 @@ class ClusterWatcher:
             version = await self._list_pages(watched)
         health.resource_version = version
         health.lists += 1
+        if health.lists > 1:
+            # The kind's old objects the re-list replaced are freed by now.
+            return_free_memory()
         health.available = True
         health.last_event_time = time.time()
         health.backoff.reset()
@@ -310,22 +314,20 @@ class ClusterWatcher:
         replacement = self.cache.replacing(watched.kind)
         self.listed_items[watched.kind] = 0
         limit = self._list_strategy.page_size if self._list_strategy.mode == "paged" else None
-        token: str | None = None
-        while True:
-            listing = await self.client.list(watched.path, limit=limit, **{"continue": token})
+        version: str | None = None
+        async for listing in self.client.pages(watched.path, limit=limit):
             items = listing.get("items")
-            meta = list_metadata_of(listing)
-            version = meta.get("resourceVersion")
+            version = list_metadata_of(listing).get("resourceVersion")
             if not isinstance(items, list) or not isinstance(version, str):
                 raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
             self.listed_items[watched.kind] += len(items)
             del listing
             await _apply_in_slices(replacement, items)
             del items
-            token = meta.get("continue") or None
-            if token is None:
-                await _in_slices(replacement.finishing())
-                return version
+        if version is None:   # not reached: pages yields at least one response
+            raise ValueError(f"list of {watched.path} returned nothing")
+        await _in_slices(replacement.finishing())
+        return version
 
     async def _watch_list(self, watched: WatchedKind) -> str:
         """The whole collection as a watch's initial events (WatchList: sendInitialEvents=true), up to

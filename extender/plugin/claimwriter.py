@@ -49,14 +49,14 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 import aiohttp
 
 from allocator import ResourceClaim
-from common.objects import list_metadata_of, metadata_of
+from common.objects import metadata_of
 from common.rules import RESERVED_FOR_MAX
 from extender.kube.client import ApiError, KubeClient
 from extender.plugin.authority import Authority
@@ -140,7 +140,7 @@ class _Store(Protocol):
     async def create_claim(self, claim: dict) -> dict: ...
     async def delete_claim(self, namespace: str, name: str, uid: str) -> None: ...
     async def patch_pod_status(self, namespace: str, name: str, status: dict) -> None: ...
-    async def list_claims(self) -> list[dict]: ...
+    def claim_pages(self) -> AsyncIterator[list[dict]]: ...
 
 
 class _ApiStore:
@@ -199,18 +199,11 @@ class _ApiStore:
     async def patch_pod_status(self, namespace: str, name: str, status: dict) -> None:
         await self.client.patch(POD_STATUS_PATH.format(namespace=namespace, name=name), {"status": status})
 
-    async def list_claims(self) -> list[dict]:
-        """Every claim, read from the API server (a quorum read: the first page has no resourceVersion,
-        the next ones continue that same snapshot)."""
-        items: list[dict] = []
-        token = None
-        while True:
-            more: dict[str, str] = {"continue": token} if token else {}
-            page = await self.client.list(ALL_CLAIMS, limit=LIST_PAGE, **more)
-            items += page.get("items") or []
-            token = list_metadata_of(page).get("continue")
-            if not token:
-                return items
+    async def claim_pages(self) -> AsyncIterator[list[dict]]:
+        """Every claim, read from the API server a page at a time (a quorum read: the first page has no
+        resourceVersion, the next ones continue that same snapshot)."""
+        async for page in self.client.pages(ALL_CLAIMS, limit=LIST_PAGE):
+            yield page.get("items") or []
 
     def _remember(self, written: dict) -> None:
         # The next scheduling cycle must see this write before the watch delivers it; the cache
@@ -331,8 +324,10 @@ class _MemoryStore:
         written["metadata"]["resourceVersion"] = self._next_version(written)
         self.cache.apply("Pod", "MODIFIED", written)
 
-    async def list_claims(self) -> list[dict]:
-        return [copy.deepcopy(raw) for raw in self.cache.valid_objects("ResourceClaim")]
+    async def claim_pages(self) -> AsyncIterator[list[dict]]:
+        claims = self.cache.valid_objects("ResourceClaim")
+        for first in range(0, len(claims), LIST_PAGE):
+            yield [copy.deepcopy(raw) for raw in claims[first:first + LIST_PAGE]]
 
 
 @dataclass
@@ -796,9 +791,10 @@ class ClaimWriter:
 
     # ---- fencing ----------------------------------------------------------------------------------
 
-    async def list_claims(self) -> list[dict]:
-        """Every claim as the API server has it now (a quorum read)."""
-        return await self._store.list_claims()
+    def claim_pages(self) -> AsyncIterator[list[dict]]:
+        """Every claim as the API server has it now (a quorum read), a page at a time: at tens of
+        thousands of claims, all of them decoded at once would stand beside the whole cache."""
+        return self._store.claim_pages()
 
     async def clear_half_written(self, raw: dict) -> bool:
         """Remove our finalizer from a claim that has it and no allocation, at the version `raw` shows, so

@@ -28,6 +28,7 @@ from allocator import (
 )
 from common.claimrefs import check_group_claims, group_name_of
 from common.objects import metadata_of
+from extender.state.nodetransform import slim_node
 from extender.state.podtransform import slim_pod
 from extender.state.sharing import ObjectSharer
 
@@ -176,8 +177,9 @@ class ClusterCache:
         roll that back. An equal copy with the same resourceVersion (the watch echoing that write, or
         an unchanged object in a re-list) is skipped without parsing it again; passing the stored
         object itself again re-indexes it. The cache owns `raw` from here on (its managedFields are
-        dropped); a Pod is stored as `slim_pod(raw)`, and Pods, ResourceSlices and ResourceClaims as
-        copies whose parts equal to other stored objects' are shared with them (`_shared`).
+        dropped); a Pod is stored as `slim_pod(raw)`, a Node as `slim_node(raw)`, and Pods,
+        ResourceSlices and ResourceClaims as copies whose parts equal to other stored objects' are
+        shared with them (`_shared`).
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -202,8 +204,11 @@ class ClusterCache:
             del meta["managedFields"]
         store = self._objects[kind]
         old = store.get(key)
-        if kind == "Pod" and raw is not old:
-            raw = slim_pod(raw)
+        if raw is not old:
+            if kind == "Pod":
+                raw = slim_pod(raw)
+            elif kind == "Node":
+                raw = slim_node(raw)
         old_indexed = old is not None and key not in self._invalid[kind]
         if event_type == "DELETED":
             if old is None:
@@ -416,6 +421,7 @@ class ClusterCache:
                 index.update(key, raw)
         elif kind == "ResourceClaim":
             claim = ResourceClaim.from_api(raw, spec_of=self._parsed_spec_of(key, raw))
+            claim.key = key   # equal: one string for the store's key and the claim's
             self._index_claim(key, claim)
             spec = raw.get("spec")
             if isinstance(spec, dict):

@@ -9,8 +9,9 @@ managedFields). kube-scheduler's informers drop managedFields the same way; here
 allow-list, so a field added to the Pod API later stays out until someone needs it.
 
 Kept:
-- metadata: identity and versioning (name, namespace, uid, resourceVersion, generation, timestamps),
-  labels, ownerReferences, finalizers, and only our own annotations (`dra-extender.io/...`);
+- metadata: identity and versioning (name, namespace, uid, resourceVersion, deletionTimestamp and its
+  grace period), labels, ownerReferences, finalizers, and only our own annotations
+  (`dra-extender.io/...`); not creationTimestamp or generation, which nothing here reads;
 - spec: the scheduling fields (nodeName, schedulerName, resourceClaims, tolerations, priority and
   preemption, nodeSelector, schedulingGates, schedulingGroup, overhead and pod-level resources), of
   affinity only the required node affinity (bind's checks, extender.plugin.bindchecks) and, per
@@ -33,8 +34,8 @@ from typing import Any
 OWN_ANNOTATION_PREFIX = "dra-extender.io/"
 
 METADATA_FIELDS = frozenset({
-    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
-    "deletionGracePeriodSeconds", "labels", "ownerReferences", "finalizers",
+    "name", "namespace", "uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
+    "labels", "ownerReferences", "finalizers",
 })
 SPEC_FIELDS = frozenset({
     "nodeName", "schedulerName", "resourceClaims", "tolerations", "priority", "priorityClassName",
@@ -48,7 +49,7 @@ STATUS_FIELDS = frozenset({
 })
 
 
-def _pick(value: Any, fields: frozenset[str]) -> Any:
+def pick(value: Any, fields: frozenset[str]) -> Any:
     """The listed fields of an object; anything that is not an object is kept as it is (the cache
     reports malformed objects, so they must reach it unchanged)."""
     if not isinstance(value, dict):
@@ -59,18 +60,18 @@ def _pick(value: Any, fields: frozenset[str]) -> Any:
 def _containers(value: Any) -> Any:
     if not isinstance(value, list):
         return value
-    return [_pick(container, CONTAINER_FIELDS) for container in value]
+    return [pick(container, CONTAINER_FIELDS) for container in value]
 
 
 def _required_node_affinity(affinity: Any) -> Any:
     """Of `affinity`, only nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution (pod affinity
     terms name other pods' labels, and preferences are kube-scheduler's scoring, not ours)."""
     if not isinstance(affinity, dict):
-        return affinity  # malformed: kept, as _pick keeps it
+        return affinity  # malformed: kept, as pick keeps it
     node_affinity = affinity.get("nodeAffinity")
     if not isinstance(node_affinity, dict):
         return {} if node_affinity is None else {"nodeAffinity": node_affinity}
-    required = _pick(node_affinity, REQUIRED_NODE_AFFINITY)
+    required = pick(node_affinity, REQUIRED_NODE_AFFINITY)
     return {"nodeAffinity": required} if required else {}
 
 
@@ -79,7 +80,7 @@ def slim_pod(pod: dict) -> dict:
     slim: dict[str, Any] = {key: pod[key] for key in ("apiVersion", "kind") if key in pod}
     meta = pod.get("metadata")
     if meta is not None:
-        slim["metadata"] = _pick(meta, METADATA_FIELDS)
+        slim["metadata"] = pick(meta, METADATA_FIELDS)
         annotations = meta.get("annotations") if isinstance(meta, dict) else None
         if isinstance(annotations, dict):
             own = {key: value for key, value in annotations.items()
@@ -88,7 +89,7 @@ def slim_pod(pod: dict) -> dict:
                 slim["metadata"]["annotations"] = own
     spec = pod.get("spec")
     if spec is not None:
-        slim["spec"] = _pick(spec, SPEC_FIELDS)
+        slim["spec"] = pick(spec, SPEC_FIELDS)
         if isinstance(spec, dict):
             for key in ("containers", "initContainers"):
                 if key in spec:
@@ -99,5 +100,5 @@ def slim_pod(pod: dict) -> dict:
                     slim["spec"]["affinity"] = affinity
     status = pod.get("status")
     if status is not None:
-        slim["status"] = _pick(status, STATUS_FIELDS)
+        slim["status"] = pick(status, STATUS_FIELDS)
     return slim

@@ -55,8 +55,7 @@ class ObjectSharer:
                 raw[key] = self.string(raw[key])
         meta = raw.get("metadata")
         if isinstance(meta, dict):
-            if "namespace" in meta:
-                meta["namespace"] = self.string(meta["namespace"])
+            self._share_strings(meta, ("namespace", "creationTimestamp"))   # objects made in one second
             if "finalizers" in meta:   # the same one or two names on every claim (delete-protection)
                 meta["finalizers"] = self.value(meta["finalizers"])
         return raw
@@ -103,7 +102,15 @@ class ObjectSharer:
             kept = self._kept(raw["spec"], previous, "spec")
             raw["spec"] = kept if kept is not None else self.value(raw["spec"])
         status = raw.get("status")
-        if not isinstance(status, dict) or not isinstance(status.get("allocation"), dict):
+        if not isinstance(status, dict):
+            return raw
+        if not status:   # every claim not allocated yet
+            raw["status"] = self.value(status)
+            return raw
+        reserved = status.get("reservedFor")
+        for consumer in reserved if isinstance(reserved, list) else ():
+            self._share_strings(consumer, ("resource",))
+        if not isinstance(status.get("allocation"), dict):
             return raw
         allocation = status["allocation"]
         kept = self._kept(allocation, previous.get("status") if previous is not None else None, "allocation")
@@ -130,5 +137,22 @@ class ObjectSharer:
             for key in ("tolerations", "containers", "initContainers"):
                 if key in spec:
                     spec[key] = self.value(spec[key])
-        self._share_strings(raw.get("status"), ("phase",))
+            self._pod_claims(spec)
+        status = raw.get("status")
+        if isinstance(status, dict) and status.keys() <= {"phase"}:
+            raw["status"] = self.value(status)   # what most pods' kept status is: the same few
+        else:
+            self._share_strings(status, ("phase",))
         return raw
+
+    def _pod_claims(self, spec: dict) -> None:
+        """A pod's claim references: the same list on every pod of a workload made from claim templates;
+        naming claims directly, a list of its own whose reference names still repeat."""
+        refs = spec.get("resourceClaims")
+        if not isinstance(refs, list):
+            return
+        if not any(isinstance(ref, dict) and "resourceClaimName" in ref for ref in refs):
+            spec["resourceClaims"] = self.value(refs)
+            return
+        for ref in refs:
+            self._share_strings(ref, ("name", "resourceClaimTemplateName"))

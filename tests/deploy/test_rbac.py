@@ -31,7 +31,7 @@ from extender.options import LEADER
 SOURCE_PACKAGES = ("common", "extender", "webhook")
 # The client itself: its methods are the calls, not call sites.
 CLIENT_MODULE = "extender/kube/client.py"
-CLIENT_METHODS = {"get", "list", "watch", "create", "update", "patch", "delete"}
+CLIENT_METHODS = {"get", "list", "pages", "watch", "create", "update", "patch", "delete"}
 CLIENT_NAMES = {"client", "_client"}
 CONTROLLERS_PREFIX = "extender/controllers/"
 # Modules under CONTROLLERS_PREFIX whose calls every replica makes, controllers or not: their rules are
@@ -233,6 +233,7 @@ def permission_for(method: str, path: str) -> Permission:
     verb = {
         "get": "get" if named else "list",
         "list": "list",
+        "pages": "list",
         "watch": "watch",
         "create": "create",
         "update": "update",
@@ -253,7 +254,7 @@ def _with_synthetic(module: str, permission: Permission) -> Iterator[tuple[str, 
 def derived_calls() -> set[tuple[str, Permission]]:
     derived: set[tuple[str, Permission]] = set()
     for site in call_sites():
-        if (site.module == "extender/kube/informer.py" and site.method in ("list", "watch")
+        if (site.module == "extender/kube/informer.py" and site.method in ("list", "pages", "watch")
                 and site.path is None):
             # The informer's path is the watched kind's: every kind in DEFAULT_KINDS, and PodGroups
             # with the DRAWorkloadResourceClaims gate.

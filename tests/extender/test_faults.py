@@ -14,6 +14,7 @@ from fakeapi import ApiRequest, FakeApiServer
 
 from allocator import FeatureGates
 from extender.kube.client import ApiError, KubeClient
+from extender.plugin import claimwriter
 from extender.plugin.authority import Authority
 from extender.plugin.claimwriter import FINALIZER, ClaimWriter
 from extender.plugin.fence import ClaimFence, HalfWrittenSweeper
@@ -374,6 +375,23 @@ async def test_the_fence_cleans_a_crash_between_the_finalizer_and_the_allocation
     await replica.fence.run()
     assert_invariants(fake_api)
     await replica.bind("p0", "node-0")
+    assert_invariants(fake_api)
+
+
+async def test_the_fence_reads_the_claims_a_page_at_a_time(
+        fake_api: FakeApiServer, client: KubeClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each page is checked and freed before the next is read; a half-written claim on the last page
+    is fenced all the same."""
+    monkeypatch.setattr(claimwriter, "LIST_PAGE", 2)
+    seed(fake_api, pods=5)
+    current = claim(fake_api, "c4")
+    current["metadata"]["finalizers"] = [FINALIZER]
+    fake_api.put_object(current)
+    replica = Replica(fake_api, client)
+    lists = fake_api.requests.get("list resourceclaims", 0)
+    await replica.fence.run()
+    assert fake_api.requests["list resourceclaims"] - lists == 3
+    assert replica.fence.fenced == 1 and not claim(fake_api, "c4")["metadata"].get("finalizers")
     assert_invariants(fake_api)
 
 

@@ -160,6 +160,20 @@ async def test_list_items_carry_no_type_meta_and_list_has_resource_version(
     assert "kind" not in listed["items"][0]
 
 
+async def test_pages_reads_a_page_once_the_caller_is_done_with_the_one_before(
+        kube: KubeClient, fake_api: FakeApiServer) -> None:
+    for index in range(5):
+        await kube.create(CLAIMS, claim(f"c{index}"))
+    names: list[str] = []
+    async for listing in kube.pages(CLAIMS, limit=2):
+        names += [item["metadata"]["name"] for item in listing["items"]]
+        await asyncio.sleep(0.01)
+        assert fake_api.requests["list resourceclaims"] == (len(names) + 1) // 2
+    assert names == [f"c{index}" for index in range(5)] and fake_api.requests["list resourceclaims"] == 3
+    whole = [listing async for listing in kube.pages(CLAIMS, limit=None)]
+    assert len(whole) == 1 and len(whole[0]["items"]) == 5
+
+
 async def test_injected_failures(kube: KubeClient, fake_api: FakeApiServer) -> None:
     created = await kube.create(CLAIMS, claim("a"))
     fake_api.fail_next("update", "resourceclaims", subresource="status", count=2, status=500)

@@ -449,7 +449,7 @@ async def test_the_collector_is_off_while_the_cache_syncs_and_for_at_most_the_pa
     assert not gc.isenabled()
     watcher.synced.set()
     await task
-    assert gc.isenabled() and tuned == [True]
+    assert gc.isenabled() and tuned == [False]   # tuned before the collector is back on
 
     monkeypatch.setattr(tuning, "SYNC_GC_PAUSE_S", 0.01)   # an API server that never answers
     never = Watcher()
@@ -471,6 +471,26 @@ async def test_after_the_sync_the_warmed_node_views_are_frozen_too(monkeypatch: 
     monkeypatch.setattr(tuning.gc, "freeze", lambda: steps.append("freeze"))
     await tuning.after_sync(None, None)
     assert steps == ["tune", "warm", "freeze"]
+
+
+async def test_the_node_views_are_warmed_once_the_fence_is_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    steps: list[str] = []
+    fenced = False
+
+    async def warm(cache: Any, filter_cache: Any) -> None:
+        steps.append(f"warm, fenced: {fenced}")
+
+    monkeypatch.setattr(tuning, "tune_gc_after_sync", lambda: None)
+    monkeypatch.setattr(tuning, "warm_node_views", warm)
+    task = asyncio.create_task(tuning.after_sync(None, None, fenced=lambda: fenced))
+    await asyncio.sleep(0.2)
+    assert steps == [] and not task.done()
+    fenced = True
+    await asyncio.wait_for(task, 5)
+    assert steps == ["warm, fenced: True"]
+    monkeypatch.setattr(tuning, "FENCE_WAIT_S", 0.05)   # a standby: its term never begins
+    await asyncio.wait_for(tuning.after_sync(None, None, fenced=lambda: False), 5)
+    assert steps[-1] == "warm, fenced: True" and len(steps) == 2
 
 
 async def test_node_views_warmed_after_the_sync_are_the_ones_filters_use(
