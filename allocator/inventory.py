@@ -45,6 +45,10 @@ class Inventory:
         # Names of the slices with a device declaring nodeAllocatableResources.
         self._node_allocatable_slices: set[str] = set()
         self.version = 0
+        # describe_pools' answer per pool, kept until one of the pool's slices changes: /debug/state
+        # summed every pool of a 20,000-node cluster in one event-loop step of about 150 ms.
+        self._pool_summaries: dict[tuple[str, str], tuple[bool, dict[str, Any]]] = {}
+        self._pool_order: list[tuple[str, str]] | None = None
 
     # --- slices -------------------------------------------------------------------------------------
     def upsert_slice(self, slice_: ResourceSlice) -> None:
@@ -54,7 +58,13 @@ class Inventory:
         self._slices[slice_.name] = slice_
         if any(device.node_allocatable for device in slice_.devices):
             self._node_allocatable_slices.add(slice_.name)
-        self._by_pool.setdefault((slice_.driver, slice_.pool), {})[slice_.name] = slice_
+        pool_key = (slice_.driver, slice_.pool)
+        in_pool = self._by_pool.get(pool_key)
+        if in_pool is None:
+            in_pool = self._by_pool[pool_key] = {}
+            self._pool_order = None
+        in_pool[slice_.name] = slice_
+        self._pool_summaries.pop(pool_key, None)
         if slice_.node_name:
             self._by_node.setdefault(slice_.node_name, {})[slice_.name] = slice_
             if slice_.counter_sets:
@@ -71,11 +81,14 @@ class Inventory:
 
     def _unindex(self, slice_: ResourceSlice) -> None:
         self._node_allocatable_slices.discard(slice_.name)
-        pool = self._by_pool.get((slice_.driver, slice_.pool))
+        pool_key = (slice_.driver, slice_.pool)
+        self._pool_summaries.pop(pool_key, None)
+        pool = self._by_pool.get(pool_key)
         if pool is not None:
             pool.pop(slice_.name, None)
             if not pool:
-                del self._by_pool[(slice_.driver, slice_.pool)]
+                del self._by_pool[pool_key]
+                self._pool_order = None
         if slice_.node_name:
             self._counter_slices.pop(slice_.name, None)
             on_node = self._by_node.get(slice_.node_name)
@@ -189,41 +202,49 @@ class Inventory:
         return self._by_pool.get((driver, pool), {}).values()
 
     def describe_pools(self, features: FeatureGates | None = None) -> list[dict[str, Any]]:
-        """Cluster-wide pool summary (newest generation of each pool), sorted by driver and pool."""
+        """Cluster-wide pool summary (newest generation of each pool), sorted by driver and pool. The
+        entries are kept between calls: read them, do not change them."""
         groups_off = not (features or FeatureGates()).enabled("DRADeviceCompatibilityGroups")
+        if self._pool_order is None:
+            self._pool_order = sorted(self._by_pool)
+        summaries = self._pool_summaries
         summary = []
-        for (driver, pool_name), by_name in sorted(self._by_pool.items()):
-            newest = max(s.pool_generation for s in by_name.values())
-            current = sorted(
-                (s for s in by_name.values() if s.pool_generation == newest), key=lambda s: s.name
-            )
-            expected = current[0].resource_slice_count
-            ignored = sum(1 for s in current if groups_off and s.uses_compatibility_groups)
-            status, reason = COMPLETE, ""
-            if len(current) != expected:
-                status, reason = INCOMPLETE, f"{len(current)} of {expected} slices published"
-            elif ignored:
-                status = INCOMPLETE
-                reason = (
-                    f"{ignored} of {expected} slices declare compatibility groups, ignored while "
-                    "DRADeviceCompatibilityGroups is off"
-                )
-            else:
-                reason = _pool_problem(current)
-                if reason:
-                    status = INVALID
-            summary.append(
-                {
-                    "driver": driver,
-                    "pool": pool_name,
-                    "generation": newest,
-                    "slices": len(current),
-                    "devices": sum(len(s.devices) for s in current),
-                    "status": status,
-                    "reason": reason,
-                }
-            )
+        for key in self._pool_order:
+            kept = summaries.get(key)
+            if kept is None or kept[0] != groups_off:
+                kept = summaries[key] = (groups_off, _summarize_pool(key, self._by_pool[key], groups_off))
+            summary.append(kept[1])
         return summary
+
+
+def _summarize_pool(key: tuple[str, str], by_name: dict[str, ResourceSlice],
+                    groups_off: bool) -> dict[str, Any]:
+    newest = max(s.pool_generation for s in by_name.values())
+    current = sorted((s for s in by_name.values() if s.pool_generation == newest), key=lambda s: s.name)
+    expected = current[0].resource_slice_count
+    ignored = sum(1 for s in current if groups_off and s.uses_compatibility_groups)
+    status, reason = COMPLETE, ""
+    if len(current) != expected:
+        status, reason = INCOMPLETE, f"{len(current)} of {expected} slices published"
+    elif ignored:
+        status = INCOMPLETE
+        reason = (
+            f"{ignored} of {expected} slices declare compatibility groups, ignored while "
+            "DRADeviceCompatibilityGroups is off"
+        )
+    else:
+        reason = _pool_problem(current)
+        if reason:
+            status = INVALID
+    return {
+        "driver": key[0],
+        "pool": key[1],
+        "generation": newest,
+        "slices": len(current),
+        "devices": sum(len(s.devices) for s in current),
+        "status": status,
+        "reason": reason,
+    }
 
 
 def _pool_problem(slices: list[ResourceSlice]) -> str:

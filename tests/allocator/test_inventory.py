@@ -58,6 +58,28 @@ def test_describe_pools() -> None:
     }
 
 
+def test_pool_descriptions_follow_every_change_to_their_pool() -> None:
+    inv = inventory([slice_obj("s1", [dev("a")], pool="p1", count=2), slice_obj("s9", [dev("z")], pool="p9")])
+
+    def described() -> dict[str, tuple[str, int, str]]:
+        return {p["pool"]: (p["status"], p["devices"], p["reason"]) for p in inv.describe_pools()}
+
+    assert described() == {"p1": ("incomplete", 1, "1 of 2 slices published"), "p9": ("complete", 1, "")}
+    unchanged = inv.describe_pools()[1]
+    inv.upsert_slice(ResourceSlice.from_api(slice_obj("s2", [dev("a")], pool="p1", count=2)))
+    assert described()["p1"] == ("invalid", 2, "duplicate device name a")
+    inv.upsert_slice(ResourceSlice.from_api(slice_obj("s2", [dev("b"), dev("c")], pool="p1", count=2)))
+    assert described()["p1"] == ("complete", 3, "")
+    inv.upsert_slice(ResourceSlice.from_api(slice_obj("s2", [dev("b")], pool="p0", count=1)))
+    assert described() == {"p0": ("complete", 1, ""), "p1": ("incomplete", 1, "1 of 2 slices published"),
+                           "p9": ("complete", 1, "")}
+    assert [p["pool"] for p in inv.describe_pools()] == ["p0", "p1", "p9"]
+    inv.remove_slice("s2")
+    inv.remove_slice("s1")
+    assert described() == {"p9": ("complete", 1, "")}
+    assert inv.describe_pools()[0] is unchanged  # kept: nothing in its pool changed
+
+
 def test_node_local_counter_slices_are_seen_by_their_node_only() -> None:
     # Like upstream, which splits slices by nodeName before gathering pools.
     counters = {"name": "set", "counters": {"memory": {"value": "8Gi"}}}
