@@ -331,8 +331,12 @@ class ClusterCache:
         """The stored object of `kind` under `key` ("name" or "namespace/name"), valid or not."""
         return self._objects.get(kind, {}).get(key)
 
+    def object_counts(self) -> dict[str, int]:
+        """Valid objects stored, per kind."""
+        return {kind: len(objs) - len(self._invalid[kind]) for kind, objs in self._objects.items()}
+
     def stats(self) -> dict[str, Any]:
-        counts = {kind: len(objs) - len(self._invalid[kind]) for kind, objs in self._objects.items()}
+        counts = self.object_counts()
         details = [
             {"kind": kind, "key": key, "error": message}
             for kind, entries in self._invalid.items()

@@ -221,6 +221,19 @@ async def test_debug_explain_json_and_text(example: ExtenderServer) -> None:
     assert (await get(debug + "/debug/explain?pod=default/inference&format=xml"))[0] == 400
 
 
+async def test_debug_state_sections(example: ExtenderServer) -> None:
+    debug = example.urls["debug"] + "/debug/state"
+    everything = orjson.loads((await get(debug))[1])
+    assert {"cache", "pools", "binds", "watch"} <= set(everything)
+    status, text = await get(debug + "?section=watch")
+    assert status == 200 and orjson.loads(text) == {"watch": {"mode": "snapshot"}}
+    status, text = await get(debug + "?section=pools,binds&section=cache")
+    assert status == 200 and list(orjson.loads(text)) == ["cache", "pools", "binds"]
+    assert orjson.loads(text)["pools"] == everything["pools"]
+    status, text = await get(debug + "?section=watch,pool")
+    assert status == 400 and "section: unknown pool (known: cache, pools, " in text
+
+
 async def test_snapshot_reads_back_into_the_same_cache(example: ExtenderServer, tmp_path: Path) -> None:
     status, text = await get(example.urls["debug"] + "/debug/snapshot")
     assert status == 200
