@@ -14,6 +14,7 @@ import logging
 import shlex
 import signal
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -72,11 +73,27 @@ def register(subparsers: Any) -> None:
 BANNER_NODES = 3
 
 
-def example_pod(cache: ClusterCache) -> dict | None:
-    """A pending pod with claims from the cache, for the printed curl commands (the first by key)."""
-    pending = [raw for raw in cache.valid_objects("Pod")
-               if not (raw.get("spec") or {}).get("nodeName") and has_claims(raw)]
+# Pods looked at per event-loop step while the banner looks for its example (80,000 pods in one step
+# held the loop for about 150 ms just as the server turned ready).
+BANNER_PODS_PER_STEP = 5_000
+
+
+def example_pod(pods: Iterable[dict]) -> dict | None:
+    """A pending pod with claims, for the printed curl commands (the first by namespace and name)."""
+    pending = [raw for raw in pods if not (raw.get("spec") or {}).get("nodeName") and has_claims(raw)]
     return min(pending, key=lambda raw: (raw["metadata"]["namespace"], raw["metadata"]["name"]), default=None)
+
+
+async def find_example_pod(cache: ClusterCache) -> dict | None:
+    """`example_pod` of the cache's pods, a slice of them per event-loop step."""
+    pods = cache.valid_objects("Pod")
+    found = []
+    for start in range(0, len(pods), BANNER_PODS_PER_STEP):
+        pod = example_pod(pods[start:start + BANNER_PODS_PER_STEP])
+        if pod is not None:
+            found.append(pod)
+        await asyncio.sleep(0)
+    return example_pod(found)
 
 
 def example_nodes(cache: ClusterCache) -> tuple[list[str], list[str]]:
@@ -89,9 +106,11 @@ def example_nodes(cache: ClusterCache) -> tuple[list[str], list[str]]:
         "save the JSON body to a file and pass it with -d @FILE)"]
 
 
-def usage_banner(server: ExtenderServer, cache: ClusterCache, *, kubectl_template: bool = False) -> str:
-    """URLs and ready-to-paste curl commands for a pending pod with claims; without such a pod, with
-    `kubectl_template` (an API server to read pods from), a curl template that fetches one."""
+def usage_banner(server: ExtenderServer, cache: ClusterCache, pod: dict | None, *,
+                 kubectl_template: bool = False) -> str:
+    """URLs and ready-to-paste curl commands for `pod` (a pending pod with claims, `example_pod`);
+    without one, with `kubectl_template` (an API server to read pods from), a curl template that
+    fetches one."""
     extender, debug = server.urls["extender"], server.urls["debug"]
     insecure = "-k " if extender.startswith("https") else ""
     lines = [
@@ -101,7 +120,6 @@ def usage_banner(server: ExtenderServer, cache: ClusterCache, *, kubectl_templat
         f"{debug}/debug/snapshot, {debug}/metrics, {debug}/livez, {debug}/readyz",
     ]
     post = f"curl -s {insecure}-X POST -H 'Content-Type: application/json' {extender}/filter"
-    pod = example_pod(cache)
     node_names, more_nodes = example_nodes(cache)
     if pod is not None:
         meta = pod["metadata"]
@@ -149,7 +167,8 @@ async def print_banner_when_synced(server: ExtenderServer, cluster: Cluster) -> 
     until = loop.time() + BANNER_FENCE_WAIT_S
     while authority.term is None and loop.time() < until:
         await asyncio.sleep(0.02)
-    print(usage_banner(server, cluster.cache, kubectl_template=cluster.client is not None), flush=True)
+    pod = await find_example_pod(cluster.cache)
+    print(usage_banner(server, cluster.cache, pod, kubectl_template=cluster.client is not None), flush=True)
 
 
 def run(args: argparse.Namespace) -> int:

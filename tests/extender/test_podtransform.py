@@ -13,7 +13,7 @@ from aiohttp.test_utils import make_mocked_request
 from test_server import EXAMPLES, build_server, get
 
 from allocator import FeatureGates
-from extender.commands.serve import usage_banner
+from extender.commands.serve import example_pod, usage_banner
 from extender.http.server import _debug_gate
 from extender.kube.objects_io import load_objects
 from extender.state.cache import ClusterCache
@@ -107,7 +107,8 @@ async def test_snapshot_and_banner_carry_no_secret_and_the_snapshot_replays() ->
     try:
         status, text = await get(server.urls["debug"] + "/debug/snapshot")
         assert status == 200 and SECRET not in text
-        assert SECRET not in usage_banner(server, server.cache)
+        banner = usage_banner(server, server.cache, example_pod(server.cache.valid_objects("Pod")))
+        assert SECRET not in banner
         replayed = build_server(list(yaml.safe_load_all(text)))
         names = ["node-1", "node-2", "node-3"]
         original = await server.scheduler.filter(pod, names)

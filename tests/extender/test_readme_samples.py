@@ -76,7 +76,7 @@ def _bodies(served: Served, where: Path) -> None:
     """The filter bodies the README names: what serve's banner prints for the example pod, all of its
     nodes and only node-2 and node-3."""
     cache = served.app.cluster.cache
-    pod = example_pod(cache)
+    pod = example_pod(cache.valid_objects("Pod"))
     nodes, _ = example_nodes(cache)
     for name, offered in (("a100-job-args.json", nodes), ("a100-job-node-2-3.json", ["node-2", "node-3"])):
         (where / name).write_bytes(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": offered}))

@@ -242,9 +242,9 @@ async def test_serve_against_an_api_server_via_kubeconfig(
             await super().start(*args, **kwargs)
             ports_open.set()
 
-    def banner(server: Any, cache: Any, **options: Any) -> str:
+    def banner(server: Any, cache: Any, pod: Any, **options: Any) -> str:
         ready_when_printed.append(cache.ready)
-        return usage_banner(server, cache, **options)
+        return usage_banner(server, cache, pod, **options)
 
     async def hold_pod_list(request: Any) -> None:
         if request.verb == "list" and request.resource.plural == "pods":
@@ -407,7 +407,7 @@ def test_every_duration_flag_takes_go_durations_and_plain_seconds() -> None:
 def test_banner_of_a_large_cluster_names_a_few_nodes_and_says_how_to_ask_about_more() -> None:
     from types import SimpleNamespace
 
-    from extender.commands.serve import BANNER_NODES, usage_banner
+    from extender.commands.serve import BANNER_NODES, example_pod, usage_banner
     from extender.state.cache import ClusterCache
 
     example = [obj for obj in load_objects([Path(__file__).resolve().parents[2] / "examples" / "cluster"])
@@ -417,11 +417,40 @@ def test_banner_of_a_large_cluster_names_a_few_nodes_and_says_how_to_ask_about_m
     cache = ClusterCache.from_objects(example + nodes, FeatureGates())
     server = SimpleNamespace(urls={"extender": "http://127.0.0.1:8888/scheduler",
                                    "debug": "http://127.0.0.1:8889"})
-    banner = usage_banner(server, cache)  # type: ignore[arg-type]
+    banner = usage_banner(server, cache, example_pod(cache.valid_objects("Pod")))  # type: ignore[arg-type]
     assert len(banner) < 10_000
     filter_line = next(line for line in banner.splitlines() if "/scheduler/filter" in line)
     assert orjson.loads(shlex.split(filter_line)[-1])["NodeNames"] == ["node-0000", "node-0001", "node-0002"]
     assert f"asks about {BANNER_NODES} of the 5000 nodes" in banner and "-d @FILE" in banner
+
+
+async def test_the_banner_finds_its_example_pod_a_slice_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from extender.commands import serve as serve_command
+    from extender.state.cache import ClusterCache
+
+    def pod(namespace: str, name: str, node: str = "") -> dict[str, Any]:
+        claims = [{"name": "gpu", "resourceClaimName": "claim"}]
+        spec = {"nodeName": node, "containers": [{"name": "c", "image": "i"}], "resourceClaims": claims}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+                "spec": spec}
+
+    pods = [pod("b", f"p-{index}") for index in range(7)]
+    pods += [pod("a", "bound", node="node-1"), pod("a-b", "x"), pod("a", "z"), pod("a", "y")]
+    cache = ClusterCache.from_objects(pods, FeatureGates())
+    steps = 0
+    real_sleep = asyncio.sleep
+
+    async def counted_sleep(delay: float) -> None:
+        nonlocal steps
+        steps += 1
+        await real_sleep(delay)
+
+    monkeypatch.setattr(serve_command, "BANNER_PODS_PER_STEP", 3)
+    monkeypatch.setattr(serve_command.asyncio, "sleep", counted_sleep)
+    found = await serve_command.find_example_pod(cache)
+    assert found is not None and (found["metadata"]["namespace"], found["metadata"]["name"]) == ("a", "y")
+    assert found is serve_command.example_pod(cache.valid_objects("Pod")) and steps == 4
+    assert await serve_command.find_example_pod(ClusterCache.from_objects([], FeatureGates())) is None
 
 
 async def test_the_collector_is_off_while_the_cache_syncs_and_for_at_most_the_pause(
@@ -460,17 +489,19 @@ async def test_the_collector_is_off_while_the_cache_syncs_and_for_at_most_the_pa
 
 
 async def test_after_the_sync_the_warmed_node_views_are_frozen_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
 
     steps: list[str] = []
 
     async def warm(cache: Any, filter_cache: Any) -> None:
-        steps.append("warm")
+        steps.append(f"warm, collector on: {gc.isenabled()}")
 
     monkeypatch.setattr(tuning, "tune_gc_after_sync", lambda: steps.append("tune"))
     monkeypatch.setattr(tuning, "warm_node_views", warm)
-    monkeypatch.setattr(tuning.gc, "freeze", lambda: steps.append("freeze"))
+    monkeypatch.setattr(gc, "freeze", lambda: steps.append("freeze"))
+    gc.enable()
     await tuning.after_sync(None, None)
-    assert steps == ["tune", "warm", "freeze"]
+    assert steps == ["tune", "warm, collector on: False", "freeze"] and gc.isenabled()
 
 
 async def test_the_node_views_are_warmed_once_the_fence_is_done(monkeypatch: pytest.MonkeyPatch) -> None:
