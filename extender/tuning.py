@@ -12,7 +12,7 @@ import gc
 from collections.abc import Callable
 
 from allocator import AllocationError
-from common.heap import return_free_memory
+from common.heap import collector_paused, return_free_memory
 from extender.kube.informer import ClusterWatcher
 from extender.plugin.filtercache import FilterCache
 from extender.state.cache import ClusterCache
@@ -89,14 +89,15 @@ async def _until(done: Callable[[], bool], limit_s: float) -> None:
 async def after_sync(cache: ClusterCache, watcher: ClusterWatcher | None,
                      filter_cache: FilterCache | None = None, *,
                      fenced: Callable[[], bool] | None = None) -> None:
-    """Once synced: tune the collector, warm the node views, then move the views out of the collector's
-    sight too: built after the freeze, they would otherwise sit in the young generations and be walked
-    again by the next collections of generation 1; and free pages returned once more."""
+    """Once synced: tune the collector, warm the node views with the collector paused, which moves the
+    views out of its sight too (built after the freeze, they would otherwise sit in the young
+    generations and be walked again by the next collections of generation 1), and return free pages
+    once more."""
     await _tune_gc_when_ready(watcher)
     if fenced is not None:
         # The fence's read of every claim comes first: no filter is answered before it is done, and
         # warming meanwhile only took turns with it.
         await _until(fenced, FENCE_WAIT_S)
-    await warm_node_views(cache, filter_cache)
-    gc.freeze()
+    with collector_paused():
+        await warm_node_views(cache, filter_cache)
     return_free_memory()

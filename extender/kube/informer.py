@@ -22,7 +22,7 @@ import aiohttp
 
 from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
-from common.heap import return_free_memory
+from common.heap import collector_paused, return_free_memory
 from common.objects import list_metadata_of, metadata_of
 from extender.kube.client import ApiError, KubeClient
 
@@ -294,10 +294,12 @@ class ClusterWatcher:
             await asyncio.sleep(health.backoff.next())
 
     async def _list(self, watched: WatchedKind, health: KindHealth) -> None:
-        if self._list_strategy.mode == "watchlist":
-            version = await self._watch_list(watched)
-        else:
-            version = await self._list_pages(watched)
+        # The first lists have the collector off already (extender/tuning.py); a re-list gets the same.
+        with collector_paused() if health.lists else contextlib.nullcontext():
+            if self._list_strategy.mode == "watchlist":
+                version = await self._watch_list(watched)
+            else:
+                version = await self._list_pages(watched)
         health.resource_version = version
         health.lists += 1
         if health.lists > 1:

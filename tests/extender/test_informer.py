@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -96,7 +97,11 @@ async def test_dropped_watch_resumes_without_relisting(fake_api: FakeApiServer, 
 
 async def test_gone_relists_and_detects_deletions(fake_api: FakeApiServer, watcher: ClusterWatcher,
                                                   cache: ClusterCache, restarts: list[str]) -> None:
+    collector_on: dict[str, bool] = {}
+    cache.subscribe(lambda _kind, _type, new, _old: collector_on.setdefault(new["metadata"]["name"],
+                                                                            gc.isenabled()))
     fake_api.seed([claim("stays"), claim("goes")])
+    gc.enable()
     await watcher.start()
     await watcher.wait_ready(30)
     await eventually(lambda: fake_api.open_watches == len(watcher.kinds))
@@ -107,6 +112,8 @@ async def test_gone_relists_and_detects_deletions(fake_api: FakeApiServer, watch
     fake_api.expire_history()
     await eventually(lambda: cache.claim("ns", "goes") is None and cache.claim("ns", "new") is not None)
     assert cache.claim("ns", "stays") is not None
+    # The re-list ran with the collector paused (common/heap.py), the first list as it found it.
+    assert collector_on == {"stays": True, "goes": True, "new": False} and gc.isenabled()
     health = watcher.health()["kinds"]["ResourceClaim"]
     assert health["lists"] == 2 and health["restarts"] == 2     # the drop, then the 410
     assert restarts == ["ResourceClaim", "ResourceClaim"]
