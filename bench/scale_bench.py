@@ -591,7 +591,8 @@ async def profile_cycles(args: argparse.Namespace, cache: Any, scheduler: Any,
 
 async def profile_relist(args: argparse.Namespace, fake: FakeApi, nodes: int) -> dict[str, Any]:
     """Sync here as serve does, then have every kind listed again: the CPU time (this thread's) of the
-    event loop's longest steps meanwhile, by task, and of the collections. Unlike relist_longest_stall_ms
+    event loop's longest turns meanwhile (every step run between two polls, which a request arriving
+    waits for), of its longest steps, by task, and of the collections. Unlike relist_longest_stall_ms
     it does not grow when other processes take the cores."""
     import asyncio.events
 
@@ -600,9 +601,16 @@ async def profile_relist(args: argparse.Namespace, fake: FakeApi, nodes: int) ->
     client, watcher, _ = await synced_cluster(fake.url)
     tune_gc_after_sync()
     steps: list[tuple[float, str]] = []
+    turns: list[float] = []
     collections: list[float] = []
     run = asyncio.events.Handle._run
+    run_once = asyncio.base_events.BaseEventLoop._run_once
     collecting = [0.0]
+
+    def timed_run_once(loop: Any) -> None:
+        started = time.thread_time()
+        run_once(loop)
+        turns.append((time.thread_time() - started) * 1000)
 
     def timed_run(handle: Any) -> None:
         started = time.thread_time()
@@ -619,6 +627,7 @@ async def profile_relist(args: argparse.Namespace, fake: FakeApi, nodes: int) ->
 
     lists = {kind: health["lists"] for kind, health in watcher.health()["kinds"].items()}
     asyncio.events.Handle._run = timed_run   # type: ignore[method-assign]
+    asyncio.base_events.BaseEventLoop._run_once = timed_run_once   # type: ignore[method-assign]
     gc.callbacks.append(on_gc)
     try:
         started = time.perf_counter()
@@ -628,11 +637,14 @@ async def profile_relist(args: argparse.Namespace, fake: FakeApi, nodes: int) ->
         relist_s = time.perf_counter() - started
     finally:
         asyncio.events.Handle._run = run   # type: ignore[method-assign]
+        asyncio.base_events.BaseEventLoop._run_once = run_once   # type: ignore[method-assign]
         gc.callbacks.remove(on_gc)
         await watcher.stop()
         await client.close()
     steps.sort(reverse=True)
+    turns.sort(reverse=True)
     return {"nodes": nodes, "relist_s": round(relist_s, 2),
+            "longest_turns_cpu_ms": [round(ms, 1) for ms in turns[:args.profile_top]],
             "longest_steps_cpu_ms": [[round(ms, 1), name] for ms, name in steps[:args.profile_top]],
             "longest_collection_cpu_ms": round(max(collections, default=0.0), 1)}
 

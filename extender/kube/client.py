@@ -219,14 +219,23 @@ class KubeClient:
             items.extend(item for item in listing.get("items") or () if isinstance(item, dict))
         return items
 
-    async def pages(self, path: str, *, limit: int | None,
+    async def pages(self, path: str, *, limit: int | None, page_bytes: int | None = None,
                     **params: Any) -> AsyncGenerator[dict[str, Any], None]:
         """A collection's list responses: with `limit`, one page after the other (continue), each read
-        once the caller is done with the one before; without, the one response."""
+        once the caller is done with the one before; without, the one response. With `page_bytes`,
+        a page asks for fewer objects than `limit` when the objects read so far were large, so that
+        a page is about that many bytes (it is decoded in one step of the event loop)."""
         token: str | None = None
+        size = limit
         while True:
-            listing = await self.list(path, limit=limit, **{"continue": token}, **params)
+            status, payload = await self._payload("GET", path, {"limit": size, "continue": token, **params})
+            listing = self._decoded("GET", path, status, payload)
             token = list_metadata_of(listing).get("continue") or None
+            if page_bytes is not None and limit is not None and payload:
+                items = listing.get("items")
+                if isinstance(items, builtins.list) and items:
+                    size = max(1, min(limit, len(items) * page_bytes // len(payload)))
+            del payload
             yield listing
             del listing
             if token is None or limit is None:
@@ -393,6 +402,11 @@ class KubeClient:
     async def _request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
                        body: Any = None, content_type: str = JSON) -> dict[str, Any]:
         data = orjson.dumps(body) if body is not None else None
+        return self._decoded(method, path, *await self._payload(method, path, params, data, content_type))
+
+    async def _payload(self, method: str, path: str, params: Mapping[str, Any] | None = None,
+                       data: bytes | None = None, content_type: str = JSON) -> tuple[int, bytes]:
+        """The status and body of a successful answer; an ApiError for any other."""
         target = self._target(path, params)
         requests = self._requests_()
         for attempt in range(2):
@@ -404,13 +418,16 @@ class KubeClient:
             if status >= 300:
                 raise self._error(status, payload)
             break
+        return status, payload
+
+    @staticmethod
+    def _decoded(method: str, path: str, status: int, payload: bytes) -> dict[str, Any]:
         if not payload:
             return {}
         try:
             result = orjson.loads(payload)
         except orjson.JSONDecodeError as err:
-            message = f"{method} {path}: response is not JSON: {err}"
-            raise ApiError(status, "InternalError", message) from err
+            raise ApiError(status, "InternalError", f"{method} {path}: response is not JSON: {err}") from err
         return result if isinstance(result, dict) else {"items": result}
 
 

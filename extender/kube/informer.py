@@ -146,11 +146,14 @@ class ListStrategy:
 
     mode: str = "paged"
     page_size: int = 500
+    # A page is decoded in one step of the event loop (about 15 ms per MiB): once the first page shows
+    # the kind's objects are large, the next ask for fewer, about this many bytes a page.
+    page_bytes: int = 512 * 1024
 
     def __post_init__(self) -> None:
         if self.mode not in ("list", "paged", "watchlist"):
             raise ValueError(f"unknown list strategy {self.mode!r}; expected list, paged or watchlist")
-        if self.page_size < 1:
+        if self.page_size < 1 or self.page_bytes < 1:
             raise ValueError("page size must be positive")
 
 
@@ -172,24 +175,39 @@ def _handed_over(items: list[Any]) -> Iterator[Any]:
 LIST_SLICE_S = 0.005
 
 
-async def _in_slices(steps: Iterable[object]) -> None:
+class SharedSlices:
+    """The lists running at once (a re-list reads every kind together): each runs for its share of
+    LIST_SLICE_S between two yields, so that one turn of the event loop, which runs a slice of each,
+    stays about LIST_SLICE_S long. With a whole slice each, requests waited for the sum of them."""
+
+    def __init__(self) -> None:
+        self.running = 0
+
+
+async def _in_slices(steps: Iterable[object], shared: SharedSlices | None = None) -> None:
     """Run `steps` (an iterator doing one piece of work per item), yielding to the event loop every
-    LIST_SLICE_S."""
-    until = time.perf_counter() + LIST_SLICE_S
-    for _ in steps:
-        if time.perf_counter() >= until:
-            await asyncio.sleep(0)
-            until = time.perf_counter() + LIST_SLICE_S
+    LIST_SLICE_S, or every share of it when `shared` with other lists."""
+    shared = shared or SharedSlices()
+    shared.running += 1
+    try:
+        until = time.perf_counter() + LIST_SLICE_S / shared.running
+        for _ in steps:
+            if time.perf_counter() >= until:
+                await asyncio.sleep(0)
+                until = time.perf_counter() + LIST_SLICE_S / shared.running
+    finally:
+        shared.running -= 1
 
 
-async def _apply_in_slices(replacement: Replacing, items: list[Any]) -> None:
-    """Hand `items` to `replacement` (see _handed_over), yielding to the event loop every LIST_SLICE_S."""
+async def _apply_in_slices(replacement: Replacing, items: list[Any],
+                           shared: SharedSlices | None = None) -> None:
+    """Hand `items` to `replacement` (see _handed_over), a slice at a time (`_in_slices`)."""
     def adding() -> Iterator[None]:
         for raw in _handed_over(items):
             replacement.add(raw)
             yield
 
-    await _in_slices(adding())
+    await _in_slices(adding(), shared)
 
 
 class ClusterWatcher:
@@ -223,6 +241,7 @@ class ClusterWatcher:
             k.kind: KindHealth(backoff=Backoff(backoff_initial_s, backoff_max_s)) for k in kinds
         }
         self._tasks: list[asyncio.Task[None]] = []
+        self._list_slices = SharedSlices()
         self._ready = asyncio.Event()
         self._settled = asyncio.Event()  # ready, or failed for good (fail_fast)
 
@@ -315,20 +334,21 @@ class ClusterWatcher:
         part goes to the cache as it arrives. Returns the list's resourceVersion."""
         replacement = self.cache.replacing(watched.kind)
         self.listed_items[watched.kind] = 0
-        limit = self._list_strategy.page_size if self._list_strategy.mode == "paged" else None
+        strategy = self._list_strategy
+        limit = strategy.page_size if strategy.mode == "paged" else None
         version: str | None = None
-        async for listing in self.client.pages(watched.path, limit=limit):
+        async for listing in self.client.pages(watched.path, limit=limit, page_bytes=strategy.page_bytes):
             items = listing.get("items")
             version = list_metadata_of(listing).get("resourceVersion")
             if not isinstance(items, list) or not isinstance(version, str):
                 raise ValueError(f"list of {watched.path} returned no items or resourceVersion")
             self.listed_items[watched.kind] += len(items)
             del listing
-            await _apply_in_slices(replacement, items)
+            await _apply_in_slices(replacement, items, self._list_slices)
             del items
         if version is None:   # not reached: pages yields at least one response
             raise ValueError(f"list of {watched.path} returned nothing")
-        await _in_slices(replacement.finishing())
+        await _in_slices(replacement.finishing(), self._list_slices)
         return version
 
     async def _watch_list(self, watched: WatchedKind) -> str:
@@ -347,7 +367,7 @@ class ClusterWatcher:
                         version = meta.get("resourceVersion")
                         if not isinstance(version, str) or not version:
                             raise ValueError(f"watch-list of {watched.path}: a bookmark without version")
-                        await _in_slices(replacement.finishing())
+                        await _in_slices(replacement.finishing(), self._list_slices)
                         return version
                 elif event.get("type") in ("ADDED", "MODIFIED"):
                     replacement.add(obj)

@@ -253,6 +253,49 @@ async def test_a_long_list_page_lets_other_tasks_run_between_its_slices(
     assert turns == [4]   # a short page is applied in one go
 
 
+async def test_lists_running_at_once_share_one_slice_per_turn_of_the_event_loop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+    from types import SimpleNamespace
+
+    from extender.kube import informer
+
+    now = [0.0]
+    loop_turn = [0]
+    added: dict[int, list[str]] = {}
+
+    class Recording:
+        def __init__(self, kind: str) -> None:
+            self.kind = kind
+
+        def add(self, raw: dict) -> None:
+            now[0] += 0.001   # each object takes 1 ms of the fake clock
+            added.setdefault(loop_turn[0], []).append(self.kind)
+
+    async def ticker() -> None:
+        while True:
+            loop_turn[0] += 1
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(informer, "LIST_SLICE_S", 0.004)
+    monkeypatch.setattr(informer, "time", SimpleNamespace(perf_counter=lambda: now[0], time=time.time,
+                                                          monotonic=time.monotonic))
+
+    async def two_lists(shared: informer.SharedSlices | None) -> list[list[str]]:
+        added.clear()
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        await asyncio.gather(*(informer._apply_in_slices(Recording(kind), [{}] * 12, shared)
+                               for kind in "ab"))
+        task.cancel()
+        return [len(kinds) for _, kinds in sorted(added.items())]
+
+    # The first list starts alone (its first slice is whole), then both take half a slice per turn.
+    shared = await two_lists(informer.SharedSlices())
+    assert shared == [6, 4, 4, 4, 4, 2]   # the first list ends a turn before the second
+    assert await two_lists(None) == [8, 8, 8]   # each list a whole slice per turn
+
+
 @pytest.mark.parametrize("strategy", [ListStrategy("paged", page_size=2), ListStrategy("watchlist")],
                          ids=["paged", "watchlist"])
 async def test_paged_and_watch_list_sync_relist_and_follow(

@@ -174,6 +174,24 @@ async def test_pages_reads_a_page_once_the_caller_is_done_with_the_one_before(
     assert len(whole) == 1 and len(whole[0]["items"]) == 5
 
 
+async def test_pages_of_large_objects_ask_for_fewer_of_them(kube: KubeClient,
+                                                             fake_api: FakeApiServer) -> None:
+    for index in range(7):
+        bulky = claim(f"c{index}")
+        bulky["metadata"]["annotations"] = {"example.com/note": "x" * 1000}
+        await kube.create(CLAIMS, bulky)
+    sizes: list[int] = []
+    names: list[str] = []
+    async for listing in kube.pages(CLAIMS, limit=4, page_bytes=2500):
+        sizes.append(len(listing["items"]))
+        names += [item["metadata"]["name"] for item in listing["items"]]
+    # About 1.2 KB an object: after the first page of 4, pages of about 2 (never 0, never over the limit).
+    assert sizes[0] == 4 and all(1 <= size <= 2 for size in sizes[1:]) and sum(sizes) == 7
+    assert names == [f"c{index}" for index in range(7)]
+    roomy = [len(listing["items"]) async for listing in kube.pages(CLAIMS, limit=4, page_bytes=1 << 20)]
+    assert roomy == [4, 3]
+
+
 async def test_injected_failures(kube: KubeClient, fake_api: FakeApiServer) -> None:
     created = await kube.create(CLAIMS, claim("a"))
     fake_api.fail_next("update", "resourceclaims", subresource="status", count=2, status=500)
