@@ -29,7 +29,7 @@ def collector_paused() -> Iterator[None]:
     together) share one pause. When the last ends, everything alive is frozen (`gc.freeze`), then the
     collector is back on. A collector someone else turned off is left as it is.
 
-    For blocks that make many objects that stay alive (a re-list, the node views built after the sync):
+    For blocks that make many objects that stay alive (the first lists, a re-list, the node views):
     collecting meanwhile walks them again and again and frees nothing (at 20,000 nodes collections of
     generation 1 and 2 held the event loop for 100-150 ms each), and, not frozen, they would all be
     walked by the first collections afterwards. The price: cyclic garbage made during the block (tens

@@ -42,17 +42,16 @@ async def _tune_gc_when_ready(watcher: ClusterWatcher | None) -> None:
     if watcher is None:
         tune_gc_after_sync()
         return
-    gc.disable()
-    try:
-        if not await watcher.wait_ready(SYNC_GC_PAUSE_S):
-            gc.enable()
-            await watcher.wait_ready()
-        # Tuned before the collector is back on: enabled first, its next automatic collection would walk
-        # everything the lists made (all of it still in the youngest generation), before tuning walks
-        # it again.
+    # Tuned inside the pause, before the collector is back on: enabled first, its next automatic
+    # collection would walk everything the lists made before tuning moves it out of sight. Past the
+    # limit the pause ends (freezing what is listed so far) and the tuning waits for the sync.
+    with collector_paused():
+        synced = await watcher.wait_ready(SYNC_GC_PAUSE_S)
+        if synced:
+            tune_gc_after_sync()
+    if not synced:
+        await watcher.wait_ready()
         tune_gc_after_sync()
-    finally:
-        gc.enable()
 
 
 # Nodes whose view of their pools is built per turn of the event loop when warming them after the sync.
