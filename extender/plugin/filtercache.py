@@ -118,6 +118,11 @@ class FilterCache:
         # reused, so a key made for other labels, declared features or an older inventory can never match.
         self._node_memo: dict[str, _NodeMemo] = {}
         self._last_token = 0
+        # Node keys hits_for worked out for the nodes it had no entry for, for `get` to take (a cold
+        # filter asks both for every node). Emptied by every change, so each is what node_key would
+        # give now.
+        self._missed_keys: dict[str, tuple[int, ...]] = {}
+        self._missed_version = -1  # the inventory version they were made under
         self.hits = 0
         self.verdict_hits = 0  # the hits answered with a verdict kept from an earlier filter
         self.misses = 0
@@ -138,6 +143,7 @@ class FilterCache:
     # ---- invalidation -------------------------------------------------------------------------
 
     def _bump(self, pools: Iterable[PoolId]) -> None:
+        self._missed_keys.clear()
         for pool in pools:
             self._pool_versions[pool] += 1
             self.epoch += 1
@@ -154,6 +160,7 @@ class FilterCache:
         self._changes.append(change)
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+        self._missed_keys.clear()  # slices, classes and rules move the inventory version: keys change
         if kind == "Node":
             self._log(str(metadata_of(new).get("name")))  # its labels are in its node key
             return
@@ -215,7 +222,11 @@ class FilterCache:
         """(node key, cached outcome or None, the claims a failure was worked out for when they are not
         the signature's: rename with `renames` before showing its reasons, and whether the failure is
         `unresolvable`)."""
-        node_key = self.node_key(node)
+        node_key = None
+        if self._missed_version == self.cache.inventory.version:
+            node_key = self._missed_keys.pop(node.name, None)
+        if node_key is None:
+            node_key = self.node_key(node)
         found = self._usable(signature, node_key)
         if found is None:
             self.misses += 1
@@ -238,6 +249,9 @@ class FilterCache:
         entries = self._entries
         spec, claims = signature
         node_key = self.node_key
+        missed = self._missed_keys
+        missed.clear()
+        self._missed_version = self.cache.inventory.version
         for name in names:
             entry = found.get(name)
             if entry is None:
@@ -247,6 +261,7 @@ class FilterCache:
                 key = (spec, node_key(node))
                 entry = entries.get(key)
                 if entry is None:
+                    missed[name] = key[1]
                     continue
                 entries.move_to_end(key)
                 found[name] = entry
@@ -338,19 +353,24 @@ class FilterCache:
             self._entries.popitem(last=False)
 
     def warm(self, node: Node) -> None:
-        """Work out now what the first filter of any claims would for `node`: its node key and its
-        likeness id (serve does this for every node once synced, as it builds the node views)."""
-        self.node_key(node)
-        pools, alike = self.cache.inventory.node_likeness(node, self.cache.features)
-        self.twins.likeness_id(node, pools, alike)
-
-    def twin(self, signature: ClaimsSignature, node: Node,
-             view: AllocatedState) -> tuple[TwinKey | None, AllocationOutcome | None]:
-        """For a node `get` missed: its twin key under `view` (None when the node is not shared) and the
-        outcome of a twin searched before, for this node (None when there is none)."""
+        """Work out now what the first filter of any claims would for `node`: its node key, its
+        likeness id and which of its devices are in use (serve does this for every node once synced,
+        as it builds the node views)."""
+        self.sync_in_flight()  # the node key then describes the view below
+        node_key = self.node_key(node)
         inventory = self.cache.inventory
         pools, alike = inventory.node_likeness(node, self.cache.features)
-        key = self.twins.key(node, pools, alike, view, inventory.version)
+        view = self.assume.allocated_view(self.cache)
+        self.twins.key(node, pools, alike, view, inventory.version, node_key)
+
+    def twin(self, signature: ClaimsSignature, node: Node, view: AllocatedState,
+             node_key: tuple | None = None) -> tuple[TwinKey | None, AllocationOutcome | None]:
+        """For a node `get` missed: its twin key under `view` (None when the node is not shared) and the
+        outcome of a twin searched before, for this node (None when there is none). `node_key`: the
+        node's key, when `view` is what it describes (see TwinVerdicts.key)."""
+        inventory = self.cache.inventory
+        pools, alike = inventory.node_likeness(node, self.cache.features)
+        key = self.twins.key(node, pools, alike, view, inventory.version, node_key)
         if key is None:
             return None, None
         return key, self.twins.get(signature.spec, key, node, pools)
@@ -398,7 +418,8 @@ class CachedEvaluation:
         if signature is None or handle is None:
             return self.inner.evaluate(plan, node, handle, search)
         assert plan.view is not None  # made by the search's allocator before this is called
-        twin_key, outcome = cache.twin(signature, node, plan.view)
+        current = cache.epoch == plan.cache_epoch
+        twin_key, outcome = cache.twin(signature, node, plan.view, cast(tuple, handle) if current else None)
         if outcome is None:
             outcome = self.inner.evaluate(plan, node, None, search)
             if twin_key is not None:

@@ -56,9 +56,17 @@ class Twin(NamedTuple):
     pool_ids: PoolIds
 
 
-class _LikenessMemo(NamedTuple):
-    pools: NodePools  # compared by identity
-    likeness_id: int | None  # None: the node has no twins
+class _NodeMemo:
+    """What the twin key of one node was made from, kept while its pools stay the same objects."""
+
+    __slots__ = ("in_use", "in_use_key", "likeness_id", "pools")
+
+    def __init__(self, pools: NodePools, likeness_id: int | None) -> None:
+        self.pools = pools  # compared by identity
+        self.likeness_id = likeness_id  # None: the node has no twins
+        # The node's devices_in_use, and the filter cache's node key it was read under (None: not kept)
+        self.in_use_key: tuple | None = None
+        self.in_use: tuple[bool, ...] = ()
 
 
 class TwinVerdicts:
@@ -69,23 +77,35 @@ class TwinVerdicts:
         self._inventory_version = -1
         # likeness -> a small id, so a twin key hashes a few ints, not every device signature
         self._likeness_ids: dict[Likeness, int] = {}
-        # node name -> its likeness id and the NodePools it was worked out for
-        self._likenesses: dict[str, _LikenessMemo] = {}
+        # node name -> its likeness id and the NodePools it was worked out for, and its devices in use
+        self._likenesses: dict[str, _NodeMemo] = {}
         self.hits = 0
 
     def key(self, node: Node, pools: NodePools, alike: Likeness | None, view: AllocatedState,
-            inventory_version: int) -> TwinKey | None:
-        """The node's twin key under `view`, or None when the node has no twins."""
+            inventory_version: int, node_key: tuple | None = None) -> TwinKey | None:
+        """The node's twin key under `view`, or None when the node has no twins.
+
+        `node_key`: the filter cache's key of the node, given when `view` is the one node keys
+        describe (the allocated state and what is in flight, nothing changed since the key was made).
+        Which devices are in use is then read once per key: a cold filter of each new claim shape
+        reads it for every node, and it changes only with the node's pools' allocations."""
         if inventory_version != self._inventory_version:
             self._twins.clear()  # classes or slices changed: every outcome may have
             self._inventory_version = inventory_version
-        likeness_id = self.likeness_id(node, pools, alike)
-        if likeness_id is None:
+        memo = self._memo(node, pools, alike)
+        if memo.likeness_id is None:
             return None
-        return likeness_id, devices_in_use(pools, view), declared_features(node)
+        if node_key is None:
+            in_use = devices_in_use(pools, view)
+        elif memo.in_use_key == node_key:
+            in_use = memo.in_use
+        else:
+            in_use = memo.in_use = devices_in_use(pools, view)
+            memo.in_use_key = node_key
+        return memo.likeness_id, in_use, declared_features(node)
 
-    def likeness_id(self, node: Node, pools: NodePools, alike: Likeness | None) -> int | None:
-        """The small id of the node's likeness (None: no twins), memoised while its pools stay."""
+    def _memo(self, node: Node, pools: NodePools, alike: Likeness | None) -> _NodeMemo:
+        """The node's memo: its likeness id (None: no twins) is worked out again when its pools change."""
         memo = self._likenesses.get(node.name)
         if memo is None or memo.pools is not pools:
             likeness_id = None
@@ -96,9 +116,9 @@ class TwinVerdicts:
                 likeness_id = self._likeness_ids.setdefault(alike, len(self._likeness_ids))
             if len(self._likenesses) >= MAX_LIKENESSES:
                 self._likenesses.clear()
-            memo = _LikenessMemo(pools, likeness_id)
+            memo = _NodeMemo(pools, likeness_id)
             self._likenesses[node.name] = memo
-        return memo.likeness_id
+        return memo
 
     def get(self, spec: str, key: TwinKey, node: Node, pools: NodePools) -> AllocationOutcome | None:
         """The outcome for `node` of a twin searched before, with the node's names put in."""

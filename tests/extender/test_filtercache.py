@@ -369,3 +369,49 @@ async def test_a_shapes_snapshot_looks_up_again_only_the_nodes_that_changed(
     scheduler.cache.apply("Node", "MODIFIED", labelled)
     await scheduler.filter(pod(scheduler, "p2"), NODES)
     assert set(keyed) == {"node-2"}
+
+
+async def test_a_cold_filter_works_out_each_nodes_key_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    scheduler = make(workload(3, count=2))
+    keyed: list[str] = []
+    original = FilterCache.node_key
+
+    def counting(self: FilterCache, node: Any) -> tuple[int, ...]:
+        keyed.append(node.name)
+        return original(self, node)
+
+    monkeypatch.setattr(FilterCache, "node_key", counting)
+    assert (await scheduler.filter(pod(scheduler, "p0"), NODES)).passed == NODES
+    assert sorted(keyed) == sorted(NODES)
+
+
+def test_a_key_found_missing_is_never_used_after_a_change() -> None:
+    scheduler = make(workload(3, count=2))
+    cache = scheduler.filter_cache
+    assert cache is not None
+    plan = scheduler.planner.plan(pod(scheduler, "p0"))
+    scheduler.checker.evaluation.prepare(plan)
+    assert plan.signature is not None
+
+    def node(name: str) -> Any:
+        found = scheduler.cache.node(name)
+        assert found is not None
+        return found
+
+    def changes() -> list[Any]:
+        taken = o.allocate(o.claim("taken"), "node-1", ["gpu-0"])
+        labelled = o.node("node-2", {"zone": "b"})
+        labelled["metadata"]["resourceVersion"] = "2"
+        other_class = o.device_class(expression='device.driver == "other.example.com"')
+        return [lambda: scheduler.cache.apply("ResourceClaim", "ADDED", taken),
+                lambda: scheduler.cache.apply("Node", "MODIFIED", labelled),
+                lambda: scheduler.cache.apply("DeviceClass", "MODIFIED", other_class)]
+
+    for change in changes():
+        assert cache.hits_for(plan.signature, NODES, scheduler.cache.node) == []
+        before = {name: cache.node_key(node(name)) for name in NODES}
+        change()
+        after = {name: cache.node_key(node(name)) for name in NODES}
+        assert after != before, "the change must move a key, or this proves nothing"
+        for name in NODES:
+            assert cache.get(plan.signature, node(name))[0] == after[name]

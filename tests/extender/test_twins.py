@@ -11,7 +11,7 @@ from typing import Any
 import dra_objects as o
 import pytest
 
-from allocator import Allocator, FeatureGates
+from allocator import AllocatedState, Allocator, FeatureGates
 from extender.plugin.claimwriter import ClaimWriter
 from extender.plugin.filtercache import FilterCache
 from extender.plugin.scheduling import Scheduler
@@ -157,3 +157,84 @@ def test_alike_nodes_keep_one_likeness_and_other_nodes_their_own() -> None:
              for name in ("node-1", "node-2", "node-3")]
     assert alike[0] is not None and alike[0] is alike[1]
     assert alike[2] is not None and alike[2] != alike[0]
+
+
+@pytest.fixture
+def reads_in_use(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """The device keys whose use a twin key read (AllocatedState.allocated_flags), in order."""
+    read: list[tuple[Any, ...]] = []
+    original = AllocatedState.allocated_flags
+
+    def counting(self: AllocatedState, keys: tuple[Any, ...]) -> tuple[bool, ...]:
+        read.append(keys)
+        return original(self, keys)
+
+    monkeypatch.setattr(AllocatedState, "allocated_flags", counting)
+    return read
+
+
+def shapes(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pods p1, p2, p3 whose claims are of three shapes (one, two and three devices)."""
+    for count in (1, 2, 3):
+        objs += [o.claim(f"c{count}", count=count), o.pod(f"p{count}", [f"c{count}"])]
+    return objs
+
+
+def pools_read(reads: list[tuple[Any, ...]]) -> list[str]:
+    return [keys[0][1] for keys in reads]
+
+
+async def test_devices_in_use_are_read_once_per_node_until_its_pool_changes(
+        searches: list[str], reads_in_use: list[tuple[Any, ...]]) -> None:
+    scheduler = make(shapes(o.cluster(4, 4)))
+    assert (await scheduler.filter(pod(scheduler, "p1"), NODES)).passed == NODES
+    assert pools_read(reads_in_use) == NODES
+    reads_in_use.clear()
+    # Another claim shape: a new twin search, but what is in use on each node is known.
+    assert (await scheduler.filter(pod(scheduler, "p2"), NODES)).passed == NODES
+    assert reads_in_use == [] and searches == ["node-0", "node-0"]
+
+    # A device of node-1 allocated (written) and one of node-2 in flight: only those are read again,
+    # and neither node is taken for its old twins any more.
+    taken = o.claim("taken")
+    scheduler.cache.apply("ResourceClaim", "ADDED", o.allocate(taken, "node-1", ["gpu-0", "gpu-1"]))
+    flying = scheduler.cache.claim("default", "c1")
+    assert flying is not None
+    scheduler.assume.reserve(flying, o.allocate(o.claim("c1"), "node-2", ["gpu-3", "gpu-2"])["status"]
+                             ["allocation"], "someone")
+    searches.clear()
+    reads_in_use.clear()
+    result = await scheduler.filter(pod(scheduler, "p3"), NODES)
+    assert result.passed == ["node-0", "node-3"]
+    assert pools_read(reads_in_use) == ["node-1", "node-2"]
+    searches.clear()
+    reads_in_use.clear()
+    assert (await scheduler.filter(pod(scheduler, "p2"), NODES)).passed == NODES
+    assert reads_in_use == [] and searches == ["node-1", "node-2"]
+    plan = scheduler.planner.plan(pod(scheduler, "p2"))
+    for node, free in (("node-1", ["gpu-2", "gpu-3"]), ("node-2", ["gpu-0", "gpu-1"])):
+        verdict = scheduler.checker.check(plan, node, use_cache=True)
+        assert verdict.outcome is not None
+        assert sorted(r["device"] for r in verdict.outcome.allocations[0]["devices"]["results"]) == free
+
+
+async def test_the_warm_up_reads_devices_in_use_for_the_first_filter(
+        reads_in_use: list[tuple[Any, ...]]) -> None:
+    taken = o.claim("taken")
+    scheduler = make([*shapes(o.cluster(4, 4)), o.allocate(taken, "node-3", ["gpu-0"])])
+    filter_cache = scheduler.filter_cache
+    assert filter_cache is not None
+    for name in NODES:
+        node = scheduler.cache.node(name)
+        assert node is not None
+        filter_cache.warm(node)
+    assert pools_read(reads_in_use) == NODES
+    reads_in_use.clear()
+    plan = scheduler.planner.plan(pod(scheduler, "p3"))
+    verdicts = await scheduler.checker.check_all(plan, NODES, use_cache=True)
+    assert reads_in_use == []
+    assert [name for name, verdict in verdicts.items() if verdict.fits] == NODES
+    outcome = verdicts["node-3"].outcome
+    assert outcome is not None
+    devices = sorted(result["device"] for result in outcome.allocations[0]["devices"]["results"])
+    assert devices == ["gpu-1", "gpu-2", "gpu-3"]
