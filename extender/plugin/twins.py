@@ -79,6 +79,7 @@ class TwinVerdicts:
         self._likeness_ids: dict[Likeness, int] = {}
         # node name -> its likeness id and the NodePools it was worked out for, and its devices in use
         self._likenesses: dict[str, _NodeMemo] = {}
+        self._in_use_patterns: dict[tuple[bool, ...], tuple[bool, ...]] = {}
         self.hits = 0
 
     def key(self, node: Node, pools: NodePools, alike: Likeness | None, view: AllocatedState,
@@ -100,7 +101,11 @@ class TwinVerdicts:
         elif memo.in_use_key == node_key:
             in_use = memo.in_use
         else:
-            in_use = memo.in_use = devices_in_use(pools, view)
+            in_use = devices_in_use(pools, view)
+            if len(self._in_use_patterns) >= MAX_LIKENESSES:
+                self._in_use_patterns.clear()
+            # Kept for every node: one tuple per pattern (most nodes of a kind have the same one in use)
+            in_use = memo.in_use = self._in_use_patterns.setdefault(in_use, in_use)
             memo.in_use_key = node_key
         return memo.likeness_id, in_use, declared_features(node)
 
