@@ -523,6 +523,8 @@ class Scheduler:
         pod = self.cache.pod(namespace, name) or await self._await_pod(namespace, name, uid=uid)
         # Waits before the checks below: from them to `_binding.add` nothing may await, or a retried
         # request for the same pod would pass them too and bind it a second time.
+        if pod is not None:
+            pod = await self._await_claim_names(pod)
         if pod is not None and await self._await_group_writes(pod):
             pod = self.cache.pod(namespace, name)
         pod = self._admitted(pod, namespace, name, uid=uid, node_name=node_name)
@@ -641,6 +643,20 @@ class Scheduler:
             if pod is not None and (not uid or pod_uid(pod) == uid):
                 return pod
         return None
+
+    async def _await_claim_names(self, pod: dict) -> dict:
+        """The cached pod once it names its generated claims, waiting as filter does (`claim_wait_s`).
+
+        Filter saw kube-scheduler's copy of the pod, which can be ahead of ours: when bind comes, the
+        claim names the resourceclaim controller wrote into the pod's status may not have reached our
+        watch yet. Refusing then would cost the pod kube-scheduler's backoff (a second or more) for a
+        bind filter allowed."""
+        if not self.planner.needs_dra(pod):
+            return pod
+        plan = self.planner.plan(pod)
+        if plan.claims_missing:
+            pod, _ = await self._await_claims(pod, plan, deadline=self.clock() + 2 * self.claim_wait_s)
+        return pod
 
     async def _await_group_writes(self, pod: dict) -> bool:
         """Wait while another bind writes the shared claims of this pod's PodGroup, or an allocation

@@ -439,6 +439,36 @@ async def test_prioritize_scores_kube_schedulers_stale_copy_as_filter_found_it()
     assert stale["node-1"] > stale["node-0"]  # binpack: the node already half used
 
 
+async def test_bind_waits_for_the_claim_names_kube_scheduler_saw_before_our_watch() -> None:
+    """Filter saw kube-scheduler's copy of the pod, which already named its generated claim; ours did
+    not when bind came. Bind waits for our copy as filter would, rather than refusing the pod."""
+    pending = o.pod("p", [], templates={"gpu": "one-gpu"})
+    generated = o.claim("p-gpu-x", owner_pod=pending)
+    current = {**pending, "metadata": {**pending["metadata"], "resourceVersion": "2"},
+               "status": {**pending["status"], "resourceClaimStatuses": [
+                   {"name": "gpu", "resourceClaimName": "p-gpu-x"}]}}
+    scheduler = make([*o.cluster(1, 1), pending, generated], claim_wait_s=5.0)
+    assert (await scheduler.filter(current, ["node-0"])).passed == ["node-0"]
+
+    async def watch_catches_up() -> None:
+        await asyncio.sleep(0.05)
+        scheduler.cache.apply("Pod", "MODIFIED", current)
+
+    caught_up = asyncio.create_task(watch_catches_up())
+    await scheduler.bind("default", "p", uid=pending["metadata"]["uid"], node_name="node-0")
+    await caught_up
+    claim = scheduler.cache.claim("default", "p-gpu-x")
+    assert claim is not None and claim.allocation is not None
+
+    # A claim that never appears: refused once the wait is over.
+    lonely = o.pod("q", [], templates={"gpu": "one-gpu"})
+    scheduler = make([*o.cluster(1, 1), lonely], claim_wait_s=0.05)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(BindFailed, match="ResourceClaim not created yet"):
+        await scheduler.bind("default", "q", uid=lonely["metadata"]["uid"], node_name="node-0")
+    assert asyncio.get_running_loop().time() - started >= 0.04
+
+
 async def test_a_claim_that_never_appears_is_not_created_yet_after_the_wait() -> None:
     pending = o.pod("p", [], templates={"gpu": "one-gpu"})
     scheduler = make([*o.cluster(1, 1), pending], claim_wait_s=0.05)
