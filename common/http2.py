@@ -20,7 +20,9 @@ the limits of common.httpguard applied the HTTP/2 way:
   with GOAWAY naming the error; it never reaches a handler.
 
 A stream's answer is written as one HEADERS frame and DATA frames within the peer's flow-control
-window. Requests are handed to `dispatch` only once complete, as the HTTP/1.1 path does.
+window: at once for the paths given as `answer_at_once`, otherwise at the end of the loop's turn,
+together with the other answers finished in it. Requests are handed to `dispatch` only once complete,
+as the HTTP/1.1 path does.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -108,8 +110,12 @@ class H2Protocol(asyncio.Protocol):
     """One HTTP/2 connection, already past TLS with `h2` negotiated."""
 
     def __init__(self, route: Router, limits: HttpLimits, bodies: BodyReader, budget: StreamBudget,
-                 *, on_close: Callable[[H2Protocol], None] | None = None) -> None:
+                 *, on_close: Callable[[H2Protocol], None] | None = None,
+                 answer_at_once: Collection[str] = ()) -> None:
         self._route = route
+        # Paths whose answers are written the moment they are ready; the others' wait for the rest of
+        # the loop's turn, to share one TLS record and one write with answers finished in that turn.
+        self._answer_at_once = frozenset(answer_at_once)
         self._limits = limits
         self._bodies = bodies
         self._budget = budget
@@ -271,7 +277,10 @@ class H2Protocol(asyncio.Protocol):
             answer = text_answer(500, f"internal error: {type(error).__name__}")
         if stream_id in self._streams:
             self._answer(stream_id, answer)
-            self._flush_soon()
+            if request.path in self._answer_at_once:
+                self._flush()
+            else:
+                self._flush_soon()
 
     async def _slot(self, stream_id: int, stream: _Stream, deadline: float) -> None:
         try:

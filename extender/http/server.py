@@ -227,7 +227,10 @@ class ExtenderServer:
 
         def connection(forget: Callable[[Any], None]) -> http2.H2Protocol:
             self.metrics.scheduler_http2_connections.inc()
-            return http2.H2Protocol(route, self.limits, self.bodies, budget, on_close=forget)
+            # filter and prioritize are steps of kube-scheduler's one-pod-at-a-time scheduling cycle,
+            # which waits for them; binds run concurrently, and their answers may share writes.
+            return http2.H2Protocol(route, self.limits, self.bodies, budget, on_close=forget,
+                                    answer_at_once=(f"{self.prefix}/filter", f"{self.prefix}/prioritize"))
 
         return connection
 

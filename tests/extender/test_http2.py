@@ -10,6 +10,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import h2.config
+import h2.connection
+import h2.events
 import orjson
 import pytest
 from h2.errors import ErrorCodes
@@ -18,8 +21,9 @@ from h2client import H2Client
 from test_server import EXAMPLES, JSON, PAYLOADS, build_server
 from tls_material import TLSFiles, write_ca_and_certs
 
+from common import http2
 from common.http2 import ALPN_H2
-from common.httpguard import LARGE_BODY_BYTES, LARGE_BODY_SLOTS, MAX_BIND_BYTES, HttpLimits
+from common.httpguard import LARGE_BODY_BYTES, LARGE_BODY_SLOTS, MAX_BIND_BYTES, BodyReader, HttpLimits
 from common.tls import ReloadingTLS
 from extender.http.server import ExtenderServer
 from extender.kube.objects_io import load_objects
@@ -293,3 +297,55 @@ async def test_a_replica_that_may_not_answer_sends_kube_scheduler_elsewhere(serv
     assert (await client.request("/scheduler/filter", FILTER)).status == 200
     assert not client.closed.is_set()
     await client.close()
+
+
+class _Writes(asyncio.Transport):
+    """A transport that keeps what is written (the protocol's only use of it here)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.data.append(bytes(data))
+
+    def close(self) -> None:
+        pass
+
+
+async def test_scheduling_cycle_answers_are_written_without_waiting_for_the_loops_turn() -> None:
+    """kube-scheduler waits for filter and prioritize in its one-pod-at-a-time cycle: their answers go
+    out as soon as they are ready. A bind's waits for the rest of the loop's turn, to share a write with
+    answers finished in the same turn."""
+    limits = HttpLimits()
+
+    async def verb(request: http2.Request) -> http2.Answer:
+        return http2.Answer(200, "application/json", b"{}")
+
+    protocol = http2.H2Protocol(lambda method, path: verb, limits, BodyReader(limits),
+                                http2.StreamBudget(4), answer_at_once=("/filter",))
+    transport = _Writes()
+    protocol.connection_made(transport)
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    protocol.data_received(client.data_to_send())
+    client.receive_data(b"".join(transport.data))
+    for stream_id, path in ((1, "/filter"), (3, "/bind")):
+        transport.data.clear()
+        client.send_headers(stream_id, [(":method", "POST"), (":path", path), (":scheme", "https"),
+                                        (":authority", "x"), ("content-type", "application/json"),
+                                        ("content-length", "2")])
+        client.send_data(stream_id, b"{}", end_stream=True)
+        protocol.data_received(client.data_to_send())
+        transport.data.clear()  # acknowledgements of the request's data
+        await asyncio.sleep(0)  # one turn of the loop: the verb runs and answers
+        answered = [event for event in client.receive_data(b"".join(transport.data))
+                    if isinstance(event, h2.events.StreamEnded)]
+        if path == "/filter":
+            assert [event.stream_id for event in answered] == [stream_id]
+        else:
+            assert answered == []
+            await asyncio.sleep(0)
+            ended = [event for event in client.receive_data(b"".join(transport.data))
+                     if isinstance(event, h2.events.StreamEnded)]
+            assert [event.stream_id for event in ended] == [stream_id]
