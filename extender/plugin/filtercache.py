@@ -119,9 +119,9 @@ class FilterCache:
         self._node_memo: dict[str, _NodeMemo] = {}
         self._last_token = 0
         # Node keys hits_for worked out for the nodes it had no entry for, for `get` to take (a cold
-        # filter asks both for every node). Emptied by every change, so each is what node_key would
-        # give now.
-        self._missed_keys: dict[str, tuple[int, ...]] = {}
+        # filter asks both for every node), with the Node object each is for. Emptied by every
+        # change, so each is what node_key would give now.
+        self._missed_keys: dict[str, tuple[Node, tuple[int, ...]]] = {}
         self._missed_version = -1  # the inventory version they were made under
         self.hits = 0
         self.verdict_hits = 0  # the hits answered with a verdict kept from an earlier filter
@@ -222,10 +222,10 @@ class FilterCache:
         """(node key, cached outcome or None, the claims a failure was worked out for when they are not
         the signature's: rename with `renames` before showing its reasons, and whether the failure is
         `unresolvable`)."""
-        node_key = None
-        if self._missed_version == self.cache.inventory.version:
-            node_key = self._missed_keys.pop(node.name, None)
-        if node_key is None:
+        missed = self._missed_keys.pop(node.name, None)
+        if missed is not None and missed[0] is node and self._missed_version == self.cache.inventory.version:
+            node_key = missed[1]
+        else:
             node_key = self.node_key(node)
         found = self._usable(signature, node_key)
         if found is None:
@@ -261,7 +261,7 @@ class FilterCache:
                 key = (spec, node_key(node))
                 entry = entries.get(key)
                 if entry is None:
-                    missed[name] = key[1]
+                    missed[name] = (node, key[1])
                     continue
                 entries.move_to_end(key)
                 found[name] = entry

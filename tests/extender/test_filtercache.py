@@ -6,7 +6,7 @@ from typing import Any
 import dra_objects as o
 import pytest
 
-from allocator import AllocationOutcome, FeatureGates
+from allocator import AllocationOutcome, FeatureGates, Node
 from extender.plugin.claimwriter import ClaimWriter
 from extender.plugin.filtercache import FilterCache
 from extender.plugin.nodecheck import NodeChecker
@@ -415,3 +415,8 @@ def test_a_key_found_missing_is_never_used_after_a_change() -> None:
         assert after != before, "the change must move a key, or this proves nothing"
         for name in NODES:
             assert cache.get(plan.signature, node(name))[0] == after[name]
+
+    # A Node kube-scheduler sent (nodeCacheCapable false) is not the cached one: its own key.
+    assert cache.hits_for(plan.signature, NODES, scheduler.cache.node) == []
+    sent = Node.from_api(o.node("node-0", {"zone": "c"}))
+    assert cache.get(plan.signature, sent)[0] == cache.node_key(sent) != cache.node_key(node("node-0"))
