@@ -342,21 +342,27 @@ async def test_a_cold_check_looks_each_node_up_in_the_cache_about_once(
     assert sum(looked_up) < 1.5 * len(names)
 
 
-async def test_a_shapes_snapshot_looks_up_again_only_the_nodes_that_changed(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def keyed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The nodes whose filter-cache key was worked out, in order."""
+    names: list[str] = []
+    original = FilterCache.node_key
+
+    def counting(self: FilterCache, node: Any) -> tuple[int, ...]:
+        names.append(node.name)
+        return original(self, node)
+
+    monkeypatch.setattr(FilterCache, "node_key", counting)
+    return names
+
+
+async def test_a_shapes_snapshot_looks_up_again_only_the_nodes_that_changed(keyed: list[str]) -> None:
     scheduler = make(workload(3))
     cache = scheduler.filter_cache
     assert cache is not None
     await scheduler.filter(pod(scheduler, "p0"), NODES)
     await scheduler.filter(pod(scheduler, "p0"), NODES)  # the snapshot now has every node
-    keyed: list[str] = []
-    original = FilterCache.node_key
-
-    def counting(self: FilterCache, node: Any) -> tuple[int, ...]:
-        keyed.append(node.name)
-        return original(self, node)
-
-    monkeypatch.setattr(FilterCache, "node_key", counting)
+    keyed.clear()
     assert (await scheduler.filter(pod(scheduler, "p1"), NODES)).passed == NODES
     assert keyed == []
     await scheduler.bind("default", "p1", uid=pod(scheduler, "p1")["metadata"]["uid"], node_name="node-1")
@@ -371,16 +377,8 @@ async def test_a_shapes_snapshot_looks_up_again_only_the_nodes_that_changed(
     assert set(keyed) == {"node-2"}
 
 
-async def test_a_cold_filter_works_out_each_nodes_key_once(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_cold_filter_works_out_each_nodes_key_once(keyed: list[str]) -> None:
     scheduler = make(workload(3, count=2))
-    keyed: list[str] = []
-    original = FilterCache.node_key
-
-    def counting(self: FilterCache, node: Any) -> tuple[int, ...]:
-        keyed.append(node.name)
-        return original(self, node)
-
-    monkeypatch.setattr(FilterCache, "node_key", counting)
     assert (await scheduler.filter(pod(scheduler, "p0"), NODES)).passed == NODES
     assert sorted(keyed) == sorted(NODES)
 
