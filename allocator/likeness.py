@@ -13,7 +13,6 @@ an outcome found on one node for its twin.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 from allocator.model import Node
@@ -93,28 +92,51 @@ def moved_to(outcome: AllocationOutcome, pool_ids: Sequence[tuple[str, str]], no
     """A successful `outcome` found on a twin with pools `pool_ids`, for `node` (pools `pools`): the
     results name the node's pools and the node selector the node."""
     assert outcome.success, "only a fit is moved: a failure's reasons name the devices' users"
-    # Most moved outcomes are never read: their allocations are built when one is (a partial, not a
-    # closure: two objects for the collector to track instead of six, for every node of a cold filter).
-    return AllocationOutcome(success=True, reasons=[], steps=outcome.steps,
-                             subrequest_ranks=outcome.subrequest_ranks,
-                             allocations=partial(_moved_allocations, outcome, pool_ids, node.name,
-                                                 pools.pool_ids))
+    return MovedOutcome(outcome, pool_ids, node.name, pools.pool_ids)
 
 
-def _moved_allocations(outcome: AllocationOutcome, pool_ids: Sequence[tuple[str, str]], node_name: str,
-                       new_pool_ids: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    pool_of = {old: new[1] for old, new in zip(pool_ids, new_pool_ids, strict=True)}
-    pinned = {"nodeSelectorTerms": [
-        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}]}
-    allocations: list[dict[str, Any]] = []
-    for allocation in outcome.allocations:
-        devices = allocation["devices"]
-        results = [{**result, "pool": pool_of[_pool_id(result)]} for result in devices["results"]]
-        moved = {**allocation, "devices": {**devices, "results": results}}
-        if "nodeSelector" in allocation:
-            moved["nodeSelector"] = pinned
-        allocations.append(moved)
-    return allocations
+class MovedOutcome(AllocationOutcome):
+    """A twin's fit, for another node. One is made for every node of a cold filter and kept in the
+    filter cache, and most are never bound: their allocations are built when first read, and what
+    prioritize reads of them (the pools and number of the devices taken) comes from the twin's."""
+
+    __slots__ = ("_new_pool_ids", "_node_name", "_pool_ids", "_twin")
+
+    def __init__(self, twin: AllocationOutcome, pool_ids: Sequence[tuple[str, str]], node_name: str,
+                 new_pool_ids: Sequence[tuple[str, str]]) -> None:
+        super().__init__(success=True, allocations=None, reasons=[], steps=twin.steps,
+                         subrequest_ranks=twin.subrequest_ranks)
+        self._twin = twin
+        self._pool_ids = pool_ids
+        self._node_name = node_name
+        self._new_pool_ids = new_pool_ids
+
+    @property
+    def allocations(self) -> list[dict[str, Any]]:
+        if self._allocations is None:
+            pool_of = self._pool_of()
+            pinned = {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [self._node_name]}]}]}
+            allocations: list[dict[str, Any]] = []
+            for allocation in self._twin.allocations:
+                devices = allocation["devices"]
+                results = [{**result, "pool": pool_of[_pool_id(result)]} for result in devices["results"]]
+                moved = {**allocation, "devices": {**devices, "results": results}}
+                if "nodeSelector" in allocation:
+                    moved["nodeSelector"] = pinned
+                allocations.append(moved)
+            self._allocations = allocations
+        return self._allocations
+
+    def result_pools(self) -> set[tuple[str, str]]:
+        pool_of = self._pool_of()
+        return {(driver, pool_of[driver, pool]) for driver, pool in self._twin.result_pools()}
+
+    def result_count(self) -> int:
+        return self._twin.result_count()
+
+    def _pool_of(self) -> dict[tuple[str, str], str]:
+        return {old: new[1] for old, new in zip(self._pool_ids, self._new_pool_ids, strict=True)}
 
 
 def _pool_id(result: dict[str, Any]) -> tuple[str, str]:

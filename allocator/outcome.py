@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -90,30 +90,26 @@ class AllocationOutcome:
 
     ``reasons`` of a failure are worked out on first access (a filter pass over many nodes rarely
     needs them); read them before changing the inventory or allocated state the allocation used.
-    ``allocations`` may be given as a function too, called on first access: an outcome moved to a
-    twin node (likeness.moved_to) is built for every node of a cold filter, and most are never read.
+    An outcome moved to a twin node (likeness.MovedOutcome) builds its ``allocations`` on first access:
+    one is made for every node of a cold filter, and most are never read.
     """
 
     __slots__ = (
-        "_allocations", "_explain", "_make_allocations", "_reasons", "_rejection_keys", "steps",
-        "subrequest_ranks", "success"
+        "_allocations", "_explain", "_reasons", "_rejection_keys", "steps", "subrequest_ranks", "success"
     )
 
     def __init__(
         self,
         *,
         success: bool,
-        allocations: list[dict[str, Any]] | Callable[[], list[dict[str, Any]]],
+        allocations: list[dict[str, Any]] | None,
         reasons: list[Reason] | Callable[[], list[Reason]],
         steps: int,
         subrequest_ranks: list[dict[str, int]],
     ) -> None:
+        """`allocations` None: a subclass builds them when first read."""
         self.success = success
-        if callable(allocations):
-            self._allocations: list[dict[str, Any]] | None = None
-            self._make_allocations: Callable[[], list[dict[str, Any]]] | None = allocations
-        else:
-            self._allocations, self._make_allocations = allocations, None
+        self._allocations = allocations
         self.steps = steps
         self.subrequest_ranks = subrequest_ranks
         self._rejection_keys: frozenset[Rejection] | None = None
@@ -125,11 +121,16 @@ class AllocationOutcome:
 
     @property
     def allocations(self) -> list[dict[str, Any]]:
-        if self._allocations is None:
-            assert self._make_allocations is not None
-            self._allocations = self._make_allocations()
-            self._make_allocations = None
+        assert self._allocations is not None
         return self._allocations
+
+    def result_pools(self) -> set[tuple[str, str]]:
+        """The (driver, pool) of every device the allocations take."""
+        return {(result["driver"], result["pool"]) for result in _results(self.allocations)}
+
+    def result_count(self) -> int:
+        """How many devices the allocations take."""
+        return sum(1 for _ in _results(self.allocations))
 
     @property
     def explanation(self) -> object | None:
@@ -176,3 +177,8 @@ class AllocationOutcome:
         return (
             f"AllocationOutcome(success={self.success}, steps={self.steps}, allocations={self.allocations!r})"
         )
+
+
+def _results(allocations: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for allocation in allocations:
+        yield from (allocation.get("devices") or {}).get("results") or []

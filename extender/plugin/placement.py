@@ -11,7 +11,7 @@ from allocator import AllocationOutcome, Node
 from extender.plugin.evaluation import SEARCH, FitMemo, MemoisedFit, NodeEvaluation
 from extender.plugin.planning import Planner, PodPlan
 from extender.plugin.scoring import NodeFit, node_scores, policy_for, rank_points
-from extender.plugin.verdicts import NodeVerdict, allocated_devices
+from extender.plugin.verdicts import NodeVerdict
 from extender.state.cache import ClusterCache
 
 
@@ -48,7 +48,7 @@ class NodeScorer:
             node = node_of(verdict.node) if placed else None
             if node is None:
                 fits[verdict.node] = NodeFit(rank_points(outcome.subrequest_ranks), 0, 0,
-                                             allocated_devices(outcome))
+                                             outcome.result_count())
             else:
                 fits[verdict.node] = self._placed_fit(node, outcome, plan=plan, memo=memo)
         return node_scores(policy, fits)
@@ -66,11 +66,7 @@ class NodeScorer:
         pod, and between two pods only the nodes that got devices changed. Only while nothing moved
         since the plan was made (its epoch), so a memoised fit always matches the plan's view: `memo`
         is None otherwise."""
-        pools = {
-            (result.get("driver"), result.get("pool"))
-            for allocation in outcome.allocations
-            for result in (allocation.get("devices") or {}).get("results") or []
-        }
+        pools = outcome.result_pools()
         self.planner.allocator_for(plan)
         view = plan.view
         assert view is not None
@@ -79,7 +75,7 @@ class NodeScorer:
             if entry.key[:2] in pools:
                 total += 1
                 used += view.is_allocated(entry.key)
-        fit = NodeFit(rank_points(outcome.subrequest_ranks), used, total, allocated_devices(outcome))
+        fit = NodeFit(rank_points(outcome.subrequest_ranks), used, total, outcome.result_count())
         if memo is not None:
             memo[node.name] = MemoisedFit(outcome, fit)
             self._memoised += 1

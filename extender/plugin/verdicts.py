@@ -227,12 +227,6 @@ def cached_verdict(node_name: str, outcome: AllocationOutcome, computed_for: Cla
     return NodeVerdict(node_name, False, "", beyond_eviction, _DEVICES, None, (outcome, computed_for, claims))
 
 
-def allocated_devices(outcome: AllocationOutcome | None) -> int:
-    if outcome is None:
-        return 0
-    return sum(len((a.get("devices") or {}).get("results") or []) for a in outcome.allocations)
-
-
 class AllFit(dict[str, NodeVerdict]):
     """Verdicts by node name every one of which fits: made so from verdicts known to fit (the filter
     cache's kept fits verdicts, evaluation.VerdictMemo) and never changed afterwards, so the answer

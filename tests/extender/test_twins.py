@@ -128,24 +128,51 @@ async def test_a_class_change_is_never_answered_by_an_older_twin(searches: list[
     assert searches == ["node-0", "node-2", "node-3"]
 
 
-async def test_a_twins_allocations_are_built_when_first_read(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The results a moved outcome rewrote for its node, as (driver, pool) of the twin's result."""
     likeness = importlib.import_module("allocator.likeness")  # the package's `likeness` is the function
-    built: list[str] = []
-    original = likeness._moved_allocations
+    rewritten: list[tuple[str, str]] = []
+    original = likeness._pool_id
 
-    def counting(outcome: Any, pool_ids: Any, node_name: str, new_pool_ids: Any) -> Any:
-        built.append(node_name)
-        return original(outcome, pool_ids, node_name, new_pool_ids)
+    def counting(result: dict[str, Any]) -> tuple[str, str]:
+        rewritten.append(original(result))
+        return original(result)
 
-    monkeypatch.setattr(likeness, "_moved_allocations", counting)
+    monkeypatch.setattr(likeness, "_pool_id", counting)
+    return rewritten
+
+
+async def test_a_twins_allocations_are_built_when_first_read(built: list[tuple[str, str]]) -> None:
     scheduler = make(workload(pooled_cluster()))
     plan = scheduler.planner.plan(pod(scheduler, "p0"))
     verdicts = await scheduler.checker.check_all(plan, NODES, use_cache=True)
     assert built == []
     outcome = verdicts["node-2"].outcome
     assert outcome is not None and outcome.allocations is outcome.allocations
-    assert built == ["node-2"]
+    assert built == [(o.DRIVER, "pool-node-0")]
     assert outcome.allocations[0]["devices"]["results"][0]["pool"] == "pool-node-2"
+
+
+async def test_prioritize_scores_twins_without_building_their_allocations(
+        built: list[tuple[str, str]]) -> None:
+    objs = workload(pooled_cluster())
+    taken = o.claim("taken")
+    (result,) = o.allocate(taken, "node-0", ["gpu-0"])["status"]["allocation"]["devices"]["results"]
+    result["pool"] = "pool-node-0"
+    scheduler = make([*objs, taken])
+    p0 = pod(scheduler, "p0")
+    assert (await scheduler.filter(p0, NODES)).passed == NODES
+    scores = await scheduler.prioritize(p0, NODES)
+    assert built == []
+    assert scores["node-0"] > scores["node-1"] == scores["node-2"] == scores["node-3"] > 0   # binpack
+    plan = scheduler.planner.plan(p0)
+    for node in NODES[1:]:
+        outcome = scheduler.checker.check(plan, node, use_cache=True).outcome
+        assert outcome is not None
+        expected = [(r["driver"], r["pool"]) for a in outcome.allocations for r in a["devices"]["results"]]
+        assert outcome.result_pools() == set(expected) == {(o.DRIVER, f"pool-{node}")}
+        assert outcome.result_count() == len(expected) == 1
 
 
 def test_alike_nodes_keep_one_likeness_and_other_nodes_their_own() -> None:
