@@ -104,7 +104,7 @@ class MovedOutcome(AllocationOutcome):
 
     def __init__(self, twin: AllocationOutcome, pool_ids: Sequence[tuple[str, str]], node_name: str,
                  new_pool_ids: Sequence[tuple[str, str]]) -> None:
-        super().__init__(success=True, allocations=None, reasons=[], steps=twin.steps,
+        super().__init__(success=True, allocations=None, reasons=twin.reasons, steps=twin.steps,
                          subrequest_ranks=twin.subrequest_ranks)
         self._twin = twin
         self._pool_ids = pool_ids
