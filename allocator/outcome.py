@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -125,12 +125,14 @@ class AllocationOutcome:
         return self._allocations
 
     def result_pools(self) -> set[tuple[str, str]]:
-        """The (driver, pool) of every device the allocations take."""
-        return {(result["driver"], result["pool"]) for result in _results(self.allocations)}
+        """The (driver, pool) of every device the allocations take (built by the allocator, so every
+        one has its devices' results)."""
+        return {(result["driver"], result["pool"])
+                for allocation in self.allocations for result in allocation["devices"]["results"]}
 
     def result_count(self) -> int:
         """How many devices the allocations take."""
-        return sum(1 for _ in _results(self.allocations))
+        return sum(len(allocation["devices"]["results"]) for allocation in self.allocations)
 
     @property
     def explanation(self) -> object | None:
@@ -177,8 +179,3 @@ class AllocationOutcome:
         return (
             f"AllocationOutcome(success={self.success}, steps={self.steps}, allocations={self.allocations!r})"
         )
-
-
-def _results(allocations: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for allocation in allocations:
-        yield from (allocation.get("devices") or {}).get("results") or []
