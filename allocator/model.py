@@ -11,8 +11,9 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -367,11 +368,18 @@ def _parse_node_allocatable(ck: _Checker, raw: dict[str, Any], path: str,
 _NO_NODE_ALLOCATABLE: Mapping[str, NodeAllocatableResource] = MappingProxyType({})
 
 
+_DEVICE_CONTENT_FIELDS = (
+    "all_nodes", "allow_multiple_allocations", "attributes", "binding_conditions",
+    "binding_failure_conditions", "binds_to_node", "capacity", "compatibility_groups", "consumes_counters",
+    "has_request_policies", "node_allocatable", "node_name", "node_selector", "signature", "taints",
+)
+
+
 class _DeviceContent:
     """What a device's entry says apart from its name, parsed and checked: shared by every device whose
     entry says the same (see Device)."""
 
-    __slots__ = ("fields",)
+    __slots__ = _DEVICE_CONTENT_FIELDS
 
     def __init__(self, ck: _Checker, raw: dict[str, Any], path: str, signature: str) -> None:
         attributes: dict[str, AttributeValue] = {
@@ -428,35 +436,48 @@ class _DeviceContent:
         # Empty (one shared empty mapping) for almost every device.
         node_allocatable = (_parse_node_allocatable(ck, raw, path, capacity)
                             if raw.get("nodeAllocatableResources") is not None else _NO_NODE_ALLOCATABLE)
-        self.fields = (attributes, capacity, has_request_policies, consumes_counters, compatibility_groups,
-                       node_name, node_selector, all_nodes, taints, binds_to_node, binding_conditions,
-                       binding_failure_conditions, allow_multiple_allocations, node_allocatable, signature)
+        self.attributes = attributes
+        self.capacity = capacity
+        self.has_request_policies = has_request_policies
+        self.consumes_counters = consumes_counters
+        self.compatibility_groups = compatibility_groups
+        self.node_name = node_name
+        self.node_selector = node_selector
+        self.all_nodes = all_nodes
+        self.taints = taints
+        self.binds_to_node = binds_to_node
+        self.binding_conditions = binding_conditions
+        self.binding_failure_conditions = binding_failure_conditions
+        self.allow_multiple_allocations = allow_multiple_allocations
+        self.node_allocatable = node_allocatable
+        self.signature = signature
 
 
 class Device:
-    """One entry of a ResourceSlice's spec.devices."""
+    """One entry of a ResourceSlice's spec.devices.
 
-    __slots__ = (
-        "_cel",
-        "_memo_prefix",
-        "all_nodes",
-        "allow_multiple_allocations",
-        "attributes",
-        "binding_conditions",
-        "binding_failure_conditions",
-        "binds_to_node",
-        "capacity",
-        "compatibility_groups",
-        "consumes_counters",
-        "has_request_policies",
-        "name",
-        "node_allocatable",
-        "node_name",
-        "node_selector",
-        "raw",
-        "signature",
-        "taints",
-    )
+    Everything but the name is read through the shared `_DeviceContent`: one pointer per device instead
+    of fifteen (18 MB at 160,000 devices). The reads are C-level attribute getters, a few nanoseconds
+    slower than a slot."""
+
+    __slots__ = ("_cel", "_content", "_memo_prefix", "name", "raw")
+
+    if TYPE_CHECKING:   # properties over _content, set after the class
+        attributes: dict[str, AttributeValue]
+        capacity: dict[str, DeviceCapacity]
+        has_request_policies: bool
+        consumes_counters: tuple[tuple[str, dict[str, Quantity]], ...]
+        compatibility_groups: tuple[tuple[str, frozenset[str]], ...]
+        node_name: str
+        node_selector: dict[str, Any] | None
+        all_nodes: bool
+        taints: tuple[dict[str, Any], ...]
+        binds_to_node: bool
+        binding_conditions: tuple[str, ...]
+        binding_failure_conditions: tuple[str, ...]
+        allow_multiple_allocations: bool
+        node_allocatable: Mapping[str, NodeAllocatableResource]
+        signature: str
 
     def __init__(self, ck: _Checker, raw: Any, path: str, memo_prefix: tuple[Any, ...]) -> None:
         if not isinstance(raw, dict):
@@ -472,18 +493,11 @@ class Device:
             # Decoded to a fresh str: orjson's bytes keep the whole buffer it wrote into (about 4 KB).
             signature = orjson.dumps(content, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
         except TypeError:  # values orjson cannot encode: parsed every time (a representation is no proof)
-            self._set_content(_DeviceContent(ck, raw, path, repr(content)))
+            self._content = _DeviceContent(ck, raw, path, repr(content))
             return
         # Devices of one model repeat the same content on every node: it is parsed (and checked) once, and
         # every such device shares the parsed parts. Only content that parsed without error is kept.
-        self._set_content(_shared(("device", signature),
-                                  lambda: _DeviceContent(ck, raw, path, signature)))
-
-    def _set_content(self, content: _DeviceContent) -> None:
-        (self.attributes, self.capacity, self.has_request_policies, self.consumes_counters,
-         self.compatibility_groups, self.node_name, self.node_selector, self.all_nodes, self.taints,
-         self.binds_to_node, self.binding_conditions, self.binding_failure_conditions,
-         self.allow_multiple_allocations, self.node_allocatable, self.signature) = content.fields
+        self._content = _shared(("device", signature), lambda: _DeviceContent(ck, raw, path, signature))
 
     @property
     def memo_key(self) -> tuple[Any, ...]:
@@ -504,6 +518,11 @@ class Device:
                 memo_key=self.memo_key,
             )
         return self._cel
+
+
+for _field in _DEVICE_CONTENT_FIELDS:   # typed above, for the checker; read from the shared content
+    setattr(Device, _field, property(attrgetter(f"_content.{_field}")))
+del _field
 
 
 def _parse_counter_use(ck: _Checker, raw: Any, path: str) -> tuple[str, dict[str, Quantity], frozenset[str]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from allocator_objects import claim_obj, class_obj, dev, first_available, req, slice_obj
 
@@ -43,6 +45,24 @@ def test_slice_fields_are_parsed_once() -> None:
     assert device.attributes["fast"].value is True
     assert str(device.capacity["memory"].value) == "80Gi"
     assert parsed.raw is raw
+
+
+def test_devices_of_one_model_keep_one_parsed_content_and_only_their_name_each() -> None:
+    model = {"attrs": {"model": "A100"}, "capacity": {"memory": {"value": "80Gi"}},
+             "taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}], "allowMultipleAllocations": True}
+    first = ResourceSlice.from_api(slice_obj("s1", [dev("gpu-0", **model)])).devices[0]
+    second = ResourceSlice.from_api(slice_obj("s2", [dev("gpu-1", **model)], node="node-2")).devices[0]
+    other = ResourceSlice.from_api(slice_obj("s3", [dev("gpu-2", attrs={"model": "H100"})])).devices[0]
+    assert (first.name, second.name) == ("gpu-0", "gpu-1")
+    for field in ("attributes", "capacity", "taints", "allow_multiple_allocations", "consumes_counters",
+                  "node_allocatable", "binding_conditions", "signature"):
+        assert getattr(first, field) is getattr(second, field), field
+    assert first.allow_multiple_allocations is True and other.allow_multiple_allocations is False
+    assert first.taints[0]["effect"] == "NoSchedule" and other.taints == ()
+    assert other.attributes["model"].value == "H100" and first.signature != other.signature
+    # 160,000 devices at 20,000 nodes: each keeps five pointers of its own (72 bytes on CPython 3.11 with
+    # its headers), not twenty (184).
+    assert sys.getsizeof(first) <= 80
 
 
 def test_a_claim_takes_the_parsed_spec_of_another_only_for_the_very_same_spec_object() -> None:
