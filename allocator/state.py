@@ -9,14 +9,20 @@ from allocator.model import ResourceClaim
 from allocator.pools import DeviceKey
 from allocator.quantity import Quantity
 
+_SharedUse = tuple[DeviceKey, str, dict[str, Quantity]]   # (device, shareID, consumed)
+
 
 class _ClaimUse:
+    """Tuples, not lists: one is kept per allocated claim, and most claims share no device (the empty
+    tuple is a single object)."""
+
     __slots__ = ("exclusive", "key", "shared")
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, exclusive: tuple[DeviceKey, ...] = (),
+                 shared: tuple[_SharedUse, ...] = ()) -> None:
         self.key = key
-        self.exclusive: list[DeviceKey] = []
-        self.shared: list[tuple[DeviceKey, str, dict[str, Quantity]]] = []  # (device, shareID, consumed)
+        self.exclusive = exclusive
+        self.shared = shared
 
 
 class AllocationReading(NamedTuple):
@@ -34,15 +40,16 @@ def _claim_use(claim_key: str, allocation: Any, problems: list[str]) -> _ClaimUs
 
     Lenient on purpose: the API server accepted this allocation, so every device it names must count
     as used even when other parts of the claim are beyond our object model."""
-    use = _ClaimUse(claim_key)
     if not isinstance(allocation, Mapping):
         problems.append("status.allocation: must be an object; no device counted")
-        return use
+        return _ClaimUse(claim_key)
     devices = allocation.get("devices") or {}
     results = (devices.get("results") or []) if isinstance(devices, Mapping) else None
     if not isinstance(results, list):
         problems.append(f"{_RESULTS_PATH}: must be a list of objects; no device counted")
-        return use
+        return _ClaimUse(claim_key)
+    exclusive: list[DeviceKey] = []
+    shared: list[_SharedUse] = []
     for i, result in enumerate(results):
         where = f"{_RESULTS_PATH}[{i}]"
         if not isinstance(result, Mapping):
@@ -59,10 +66,10 @@ def _claim_use(claim_key: str, allocation: Any, problems: list[str]) -> _ClaimUs
         share_id = result.get("shareID")
         if share_id:
             consumed = _consumed(result.get("consumedCapacity"), where, problems)
-            use.shared.append((key, str(share_id), consumed))
+            shared.append((key, str(share_id), consumed))
         else:
-            use.exclusive.append(key)
-    return use
+            exclusive.append(key)
+    return _ClaimUse(claim_key, tuple(exclusive), tuple(shared))
 
 
 def _consumed(raw: Any, where: str, problems: list[str]) -> dict[str, Quantity]:
