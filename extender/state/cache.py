@@ -128,7 +128,7 @@ class ClusterCache:
         self._subscribers: list[Subscriber] = []
         self._ignored = 0
         self._unnamed_invalid = 0   # objects without a usable name cannot be stored at all
-        self._sharer = ObjectSharer()
+        self._sharer = ObjectSharer(pod_by_uid=self.pod_by_uid)
         # Indexes over the valid pods that the scheduling plugin registers (see pod_index).
         self._pod_indexes: dict[str, PodIndex] = {}
 

@@ -15,6 +15,7 @@ grow them without limit; sharing then starts over with the objects that follow.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -23,8 +24,11 @@ MAX_ENTRIES = 100_000
 
 
 class ObjectSharer:
-    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(self, max_entries: int = MAX_ENTRIES,
+                 pod_by_uid: Callable[[str], dict | None] | None = None) -> None:
+        """`pod_by_uid`: the stored pods, whose name and uid strings a claim's reservedFor then shares."""
         self.max_entries = max_entries
+        self._pod_by_uid = pod_by_uid
         self._strings: dict[str, str] = {}
         self._values: dict[str, Any] = {}   # canonical JSON text -> the shared value
 
@@ -110,6 +114,7 @@ class ObjectSharer:
         reserved = status.get("reservedFor")
         for consumer in reserved if isinstance(reserved, list) else ():
             self._share_strings(consumer, ("resource",))
+            self._pod_consumer(consumer)
         if not isinstance(status.get("allocation"), dict):
             return raw
         allocation = status["allocation"]
@@ -125,9 +130,26 @@ class ObjectSharer:
             self._share_strings(result, ("request", "driver", "pool", "device"))
         return raw
 
+    def _pod_consumer(self, consumer: Any) -> None:
+        """A reserving pod's name and uid as the very strings its stored Pod holds (a claim reserved for a
+        pod the cache has not seen yet keeps its own)."""
+        if self._pod_by_uid is None or not isinstance(consumer, dict) or consumer.get("resource") != "pods":
+            return
+        uid = consumer.get("uid")
+        pod = self._pod_by_uid(uid) if isinstance(uid, str) else None
+        meta = pod.get("metadata") if pod is not None else None
+        if isinstance(meta, dict) and meta.get("uid") == uid and meta.get("name") == consumer.get("name"):
+            consumer["uid"], consumer["name"] = meta["uid"], meta["name"]
+
     def pod(self, raw: dict, previous: dict | None = None) -> dict:
-        """`previous`: as for resource_claim (the spec of a pod changes once, when it is bound)."""
+        """`previous`: as for resource_claim (the spec of a pod changes once, when it is bound). Its name
+        and uid strings are kept too, so the claims reserved for the pod go on sharing them."""
         self._common(raw)
+        meta, before = raw.get("metadata"), previous.get("metadata") if previous is not None else None
+        if isinstance(meta, dict) and isinstance(before, dict):
+            for key in ("name", "uid"):
+                if key in meta and meta[key] == before.get(key):
+                    meta[key] = before[key]
         spec = raw.get("spec")
         kept = self._kept(spec, previous, "spec")
         if kept is not None:

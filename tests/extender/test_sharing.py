@@ -114,6 +114,29 @@ def test_a_pod_update_that_leaves_the_spec_alone_keeps_the_stored_spec() -> None
     assert cache.raw("Pod", "default/p")["spec"]["nodeName"] == "node-1"   # type: ignore[index]
 
 
+def test_a_claim_reserved_for_a_stored_pod_shares_its_name_and_uid_strings_across_pod_versions() -> None:
+    cache = ClusterCache(FeatureGates())
+    cache.apply("Pod", "ADDED", json_of(o.pod("pod-one", ["c"])))
+    meta = cache.raw("Pod", "default/pod-one")["metadata"]   # type: ignore[index]
+    consumer = {"resource": "pods", "name": "pod-one", "uid": meta["uid"]}
+    cache.apply("ResourceClaim", "ADDED", json_of(o.allocate(o.claim("c"), "node-1", ["gpu-0"], [consumer])))
+    reserved = cache.raw("ResourceClaim", "default/c")["status"]["reservedFor"][0]   # type: ignore[index]
+    assert reserved == consumer and reserved["name"] is meta["name"] and reserved["uid"] is meta["uid"]
+    bound = json_of(o.pod("pod-one", ["c"]))
+    bound["metadata"]["resourceVersion"] = "2"
+    bound["spec"]["nodeName"] = "node-1"
+    cache.apply("Pod", "MODIFIED", bound)
+    now = cache.raw("Pod", "default/pod-one")["metadata"]   # type: ignore[index]
+    assert now["resourceVersion"] == "2" and now["name"] is meta["name"] and now["uid"] is meta["uid"]
+    # Another pod of that name (a new uid), or a uid the cache does not know: the claim keeps its own.
+    stranger = {"resource": "pods", "name": "pod-one", "uid": "not-the-pods-uid"}
+    unknown = {"resource": "pods", "name": "q", "uid": "uid-q"}
+    cache.apply("ResourceClaim", "ADDED",
+                json_of(o.allocate(o.claim("d"), "node-1", ["gpu-1"], [stranger, unknown])))
+    kept = cache.raw("ResourceClaim", "default/d")["status"]["reservedFor"]   # type: ignore[index]
+    assert kept == [stranger, unknown] and kept[0]["name"] is not meta["name"]
+
+
 def test_deleted_and_stale_objects_are_not_shared() -> None:
     cache = ClusterCache(FeatureGates())
     shared: list[str] = []
