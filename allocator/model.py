@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -822,7 +822,8 @@ class ResourceClaim:
         if allocation is not None:
             _check_allocation(ck, allocation)
         self.allocation: dict[str, Any] | None = allocation
-        self.reserved_for: list[dict[str, Any]] = ck.list(status, "reservedFor", "status.")
+        # Every claim not reserved (each pending one) shares one empty tuple, not a list of its own.
+        self.reserved_for: Sequence[dict[str, Any]] = ck.list(status, "reservedFor", "status.") or ()
 
     @classmethod
     def from_api(cls, raw: dict[str, Any], *, spec_of: ResourceClaim | None = None) -> ResourceClaim:

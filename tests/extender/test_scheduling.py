@@ -334,7 +334,7 @@ async def test_failed_bind_leaves_nothing_in_flight() -> None:
         await scheduler.bind("default", "p", uid=pod["metadata"]["uid"], node_name="node-0")
     assert len(scheduler.assume) == 0
     claim = scheduler.cache.claim("default", "c")
-    assert claim.allocation is None and claim.reserved_for == []
+    assert claim.allocation is None and not claim.reserved_for
     # The device is still free for the next pod.
     await scheduler.bind("default", "q", uid=pod_of(scheduler, "q")["metadata"]["uid"], node_name="node-0")
 
