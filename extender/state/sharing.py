@@ -2,9 +2,10 @@
 
 A large cluster repeats the same small values everywhere: every GPU of one model carries the same
 attribute values and capacity, every claim made for one kind of workload the same spec, every object on
-a node that node's name, every object of a kind the same apiVersion. The JSON decoder makes a fresh
-copy of each. `ObjectSharer` rewrites a ResourceSlice, ResourceClaim or Pod the cache takes (the cache
-owns what it is given) so that its parts equal to other stored objects' are the very same objects.
+a node that node's name, every object of a kind the same apiVersion, every reserved claim its pod's name
+and uid. The JSON decoder makes a fresh copy of each. `ObjectSharer` rewrites a ResourceSlice,
+ResourceClaim or Pod the cache takes (the cache owns what it is given) so that its parts equal to other
+stored objects' are the very same objects.
 
 Shared parts must never be edited in place. That already holds for the cache: stored objects are
 replaced, never changed (ClaimWriter and the controllers build new dicts for what they write).
