@@ -8,7 +8,6 @@ allocated claims feed `allocator.AllocatedState`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -185,15 +184,24 @@ class ClusterCache:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
         if event_type not in EVENT_TYPES:
             raise CacheError(f"unknown event type {event_type!r}; expected one of {', '.join(EVENT_TYPES)}")
-        api_version, namespaced = KINDS[kind]
+        self._apply_keyed(kind, event_type, raw, self._key_of(kind, raw))
+
+    def _key_of(self, kind: str, raw: object) -> str | None:
+        """`raw`'s key in the store, or None (reported) when it is not an object with a usable name."""
         if not isinstance(raw, dict):
             self._reject_unnamed(f"{kind}: object must be a mapping, got {type(raw).__name__}")
-            return
+            return None
         try:
-            key = object_key(raw, namespaced=namespaced)
+            return object_key(raw, namespaced=KINDS[kind][1])
         except ValueError as err:
             self._reject_unnamed(f"{kind} {_describe(raw)}: {err}")
+            return None
+
+    def _apply_keyed(self, kind: str, event_type: str, raw: object, key: str | None) -> None:
+        """`apply` with `raw`'s key worked out already (`_key_of`: None when it has none)."""
+        if key is None or not isinstance(raw, dict):
             return
+        api_version = KINDS[kind][0]
         raw.setdefault("kind", kind)
         raw.setdefault("apiVersion", api_version)
         meta = raw.get("metadata")
@@ -365,12 +373,6 @@ class ClusterCache:
 
     # ---- index maintenance --------------------------------------------------------------------
 
-    def _lookup_raw(self, kind: str, raw: Any, *, namespaced: bool) -> dict | None:
-        try:
-            return self._objects[kind].get(object_key(raw, namespaced=namespaced))
-        except (ValueError, AttributeError):
-            return None
-
     def _reject_unnamed(self, message: str) -> None:
         log.warning("ignoring invalid object: %s", message)
         self._unnamed_invalid += 1
@@ -540,14 +542,15 @@ class Replacement:
     def __init__(self, cache: ClusterCache, kind: str) -> None:
         self._cache = cache
         self._kind = kind
-        self._namespaced = KINDS[kind][1]
         self._seen: set[str] = set()
 
     def add(self, raw: dict) -> None:
-        with contextlib.suppress(ValueError, AttributeError):
-            self._seen.add(object_key(raw, namespaced=self._namespaced))
-        existing = self._cache._lookup_raw(self._kind, raw, namespaced=self._namespaced)
-        self._cache.apply(self._kind, "MODIFIED" if existing is not None else "ADDED", raw)
+        cache, kind = self._cache, self._kind
+        key = cache._key_of(kind, raw)   # once per object: the list's objects are most of a sync's work
+        if key is not None:
+            self._seen.add(key)
+        event_type = "MODIFIED" if key is not None and key in cache._objects[kind] else "ADDED"
+        cache._apply_keyed(kind, event_type, raw, key)
 
     def finish(self) -> None:
         for _ in self.finishing():

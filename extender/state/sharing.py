@@ -35,29 +35,29 @@ class ObjectSharer:
 
     def string(self, value: Any) -> Any:
         """The shared str equal to `value`; anything else comes back unchanged."""
-        return self._shared(self._strings, value, value) if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        found = self._strings.get(value)
+        return found if found is not None else self._added(self._strings, value, value)
 
     def value(self, value: Any) -> Any:
         """The shared JSON value equal to `value` (equal as JSON: 1, 1.0 and true stay apart)."""
         try:
+            # A fresh str: orjson's bytes would keep the whole buffer it wrote into (about 4 KB) per entry.
             key = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
         except TypeError:   # not JSON (a snapshot's YAML can hold anything): kept as it is
             return value
-        return self._shared(self._values, key, value)
+        found = self._values.get(key)
+        return found if found is not None else self._added(self._values, key, value)
 
-    def _shared(self, table: dict[str, Any], key: str, value: Any) -> Any:
-        found = table.get(key)
-        if found is not None:
-            return found
+    def _added(self, table: dict[Any, Any], key: Any, value: Any) -> Any:
         if len(table) >= self.max_entries:
             table.clear()
         table[key] = value
         return value
 
     def _common(self, raw: dict) -> dict:
-        for key in ("apiVersion", "kind"):
-            if key in raw:
-                raw[key] = self.string(raw[key])
+        self._share_strings(raw, ("apiVersion", "kind"))
         meta = raw.get("metadata")
         if isinstance(meta, dict):
             self._share_strings(meta, ("namespace", "creationTimestamp"))   # objects made in one second
@@ -76,10 +76,19 @@ class ObjectSharer:
         return before if before is not None and value == before else None
 
     def _share_strings(self, obj: Any, keys: tuple[str, ...]) -> None:
-        if isinstance(obj, dict):
-            for key in keys:
-                if key in obj:
-                    obj[key] = self.string(obj[key])
+        """`obj[key]`, for each of `keys` that holds a str, made the shared str (the sync runs this for
+        every string field of every object: written inline, and only where the object is another)."""
+        if not isinstance(obj, dict):
+            return
+        strings = self._strings
+        for key in keys:
+            value = obj.get(key)
+            if isinstance(value, str):
+                found = strings.get(value)
+                if found is None:
+                    self._added(strings, value, value)
+                elif found is not value:
+                    obj[key] = found
 
     def resource_slice(self, raw: dict) -> dict:
         self._common(raw)

@@ -10,6 +10,7 @@ import yaml
 
 from allocator import FeatureGates
 from common.claimrefs import known_claim_names
+from extender.state import cache as cache_module
 from extender.state.cache import CacheError, ClusterCache
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
@@ -211,6 +212,26 @@ def test_replace_deletes_what_the_new_list_lacks_and_notifies_subscribers() -> N
     assert seen == [("ResourceClaim", "ADDED", "a", False), ("ResourceClaim", "ADDED", "b", False),
                     ("ResourceClaim", "MODIFIED", "b", True), ("ResourceClaim", "ADDED", "c", False),
                     ("ResourceClaim", "DELETED", "a", True)]
+
+
+def test_a_list_reads_each_objects_name_once_and_reports_unnamed_ones_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = ClusterCache(FeatureGates())
+    cache.apply("ResourceClaim", "ADDED", claim("b", "uid-b"))
+    seen: list[tuple[str, str]] = []
+    cache.subscribe(lambda kind, event, new, old: seen.append((event, new["metadata"]["name"])))
+    keys: list[object] = []
+    real_object_key = cache_module.object_key
+    monkeypatch.setattr(cache_module, "object_key",
+                        lambda raw, **kw: keys.append(raw) or real_object_key(raw, **kw))
+    listed = [claim("b", "uid-b", rv="5"), {"metadata": {"namespace": "ns"}}, ["not", "a", "mapping"],
+              claim("c", "uid-c")]
+    cache.replace("ResourceClaim", listed)  # type: ignore[arg-type]
+    # The list's objects are most of a sync's work: each one's key is worked out once, not three times.
+    assert len(keys) == 3, "one key per object that is a mapping"
+    assert seen == [("MODIFIED", "b"), ("ADDED", "c")]
+    assert cache.stats()["unnamedInvalid"] == 2
+    assert [c.name for c in (cache.claim("ns", n) for n in "bc") if c] == ["b", "c"]
 
 
 def test_slices_classes_and_taint_rules_feed_the_inventory(cache: ClusterCache) -> None:
