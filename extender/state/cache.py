@@ -184,7 +184,9 @@ class ClusterCache:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
         if event_type not in EVENT_TYPES:
             raise CacheError(f"unknown event type {event_type!r}; expected one of {', '.join(EVENT_TYPES)}")
-        self._apply_keyed(kind, event_type, raw, self._key_of(kind, raw))
+        key = self._key_of(kind, raw)
+        if key is not None:
+            self._apply_keyed(kind, event_type, cast(dict, raw), key)
 
     def _key_of(self, kind: str, raw: object) -> str | None:
         """`raw`'s key in the store, or None (reported) when it is not an object with a usable name."""
@@ -197,10 +199,8 @@ class ClusterCache:
             self._reject_unnamed(f"{kind} {_describe(raw)}: {err}")
             return None
 
-    def _apply_keyed(self, kind: str, event_type: str, raw: object, key: str | None) -> None:
-        """`apply` with `raw`'s key worked out already (`_key_of`: None when it has none)."""
-        if key is None or not isinstance(raw, dict):
-            return
+    def _apply_keyed(self, kind: str, event_type: str, raw: dict, key: str) -> None:
+        """`apply` of an object whose key `_key_of` has worked out."""
         api_version = KINDS[kind][0]
         raw.setdefault("kind", kind)
         raw.setdefault("apiVersion", api_version)
@@ -547,10 +547,10 @@ class Replacement:
     def add(self, raw: dict) -> None:
         cache, kind = self._cache, self._kind
         key = cache._key_of(kind, raw)   # once per object: the list's objects are most of a sync's work
-        if key is not None:
-            self._seen.add(key)
-        event_type = "MODIFIED" if key is not None and key in cache._objects[kind] else "ADDED"
-        cache._apply_keyed(kind, event_type, raw, key)
+        if key is None:
+            return
+        self._seen.add(key)
+        cache._apply_keyed(kind, "MODIFIED" if key in cache._objects[kind] else "ADDED", raw, key)
 
     def finish(self) -> None:
         for _ in self.finishing():
