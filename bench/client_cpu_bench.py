@@ -201,4 +201,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from termination import stop_on_sigterm
+
+    stop_on_sigterm()
     sys.exit(main())

@@ -73,6 +73,7 @@ from e2e_objects import (  # noqa: E402
     create_template,
     pod_body,
 )
+from termination import stop_child, stop_on_sigterm  # noqa: E402
 
 DEVICES_PER_NODE = 10
 NAMESPACE = "bench"
@@ -354,13 +355,17 @@ def run_isolated(mode: str, nodes: int, pods: int, steady: int, work: Path, work
     idle_before = _settle(settle_s)
     command = [sys.executable, __file__, "--run-one", mode, "--nodes", str(nodes), "--pods", str(pods),
                "--steady-pods", str(steady), "--workload", workload, "--work", str(work)]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE)
     try:
-        done = subprocess.run(command, stdout=subprocess.PIPE, check=False)
+        stdout, _ = child.communicate()
+    except BaseException:
+        stop_child(child)  # it stops its control plane on the way out
+        raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{mode} set-up failed (exit {done.returncode}); its log is above")
-    return orjson.loads(done.stdout.splitlines()[-1]) | {"idle_before": idle_before}
+    if child.returncode != 0:
+        raise RuntimeError(f"{mode} set-up failed (exit {child.returncode}); its log is above")
+    return orjson.loads(stdout.splitlines()[-1]) | {"idle_before": idle_before}
 
 
 def _progress(mode: str, what: str) -> None:
@@ -370,8 +375,8 @@ def _progress(mode: str, what: str) -> None:
 def run_setup(mode: str, nodes: int, pods: int, steady: int, work: Path,
               workload: str = CLAIM_TEMPLATE) -> dict[str, Any]:
     plane = ControlPlane(build_control_plane.ensure_built(), work, scheduler_mode=mode, webhooks=False)
-    plane.start([])
     try:
+        plane.start([])
         api = plane.api
         assert api is not None
         api.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
@@ -496,8 +501,8 @@ def _reserved_for_shapes(api: Api) -> dict[str, int]:
 
 def run_podgroup_setup(mode: str, nodes: int, groups: int, pods: int, work: Path) -> dict[str, Any]:
     plane = _workload_plane(mode, work)
-    plane.start([])
     try:
+        plane.start([])
         api = plane.api
         assert api is not None
         api.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
@@ -741,4 +746,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    stop_on_sigterm()
     sys.exit(main())

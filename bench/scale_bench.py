@@ -47,7 +47,6 @@ import contextlib
 import dataclasses
 import gc
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -683,15 +682,6 @@ def growth(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def stop_on_sigterm() -> None:
-    """Let SIGTERM unwind the bench as Ctrl-C does, so that its `finally` blocks stop the processes it
-    started (killed outright, it left `dra-extender serve` running)."""
-    def stop(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -726,7 +716,6 @@ def main() -> int:
     if any(size < 1 for size in sizes) or min(args.cycles, args.stall_cycles) < 0 or (
             args.devices < PODS_PER_NODE):
         parser.error(f"node counts must be positive and --devices at least {PODS_PER_NODE}")
-    stop_on_sigterm()
     results = [asyncio.run(run_size(args, size)) for size in sizes]
     output: Any = results[0] if len(results) == 1 else {"sizes": results, "growth": growth(results)}
     print(orjson.dumps(output, option=orjson.OPT_INDENT_2).decode())
@@ -737,4 +726,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from termination import stop_on_sigterm
+
+    stop_on_sigterm()
     sys.exit(main())
