@@ -17,8 +17,9 @@ CHILD_STOP_S = 120.0
 
 def stop_on_sigterm() -> None:
     """Let SIGTERM unwind the bench as Ctrl-C does, through the `finally` blocks that stop what it
-    started; the exit status stays 128 + SIGTERM. Once it unwinds (from either signal), a later SIGTERM
-    is ignored: a parent stopping its bench children (`stop_child`) must not cut their cleanup short."""
+    started; the exit status stays 128 + SIGTERM. Once either signal has started the unwinding, later
+    SIGTERMs are ignored: a parent stopping its bench children (`stop_child`), or a group-wide signal
+    after Ctrl-C, must not cut their cleanup short. A second Ctrl-C still interrupts."""
     def stop(signum: int, frame: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if signum == signal.SIGINT:
