@@ -509,6 +509,7 @@ async def profile_cpu(args: argparse.Namespace, url: str, nodes: int) -> dict[st
     import io
     import pstats
 
+    from common.heap import collector_paused
     from extender.tuning import tune_gc_after_sync, warm_node_views
     from extender.wiring import Cluster, build_scheduler
 
@@ -520,16 +521,19 @@ async def profile_cpu(args: argparse.Namespace, url: str, nodes: int) -> dict[st
     profile = cProfile.Profile()
     started = time.perf_counter()
     profile.enable()
-    client, watcher, cache = await synced_cluster(url)
-    tune_gc_after_sync()
+    # As serve syncs: the collector off until the cache is synced and tuned (extender/tuning.py);
+    # collecting meanwhile would show up as time spent in whatever allocated at that moment.
+    with collector_paused():
+        client, watcher, cache = await synced_cluster(url)
+        tune_gc_after_sync()
     profile.disable()
     sync_s = time.perf_counter() - started
     report(profile, f"sync ({sync_s:.2f} s)")
     scheduler = build_scheduler(Cluster(cache, client, watcher))
     started = time.perf_counter()
-    # As serve does once synced (the views and the filter cache's node memos), then freezes them too.
-    await warm_node_views(cache, scheduler.filter_cache)
-    gc.freeze()
+    # As serve does once synced (the views and the filter cache's node memos), frozen when the pause ends.
+    with collector_paused():
+        await warm_node_views(cache, scheduler.filter_cache)
     warm_views_s = time.perf_counter() - started
     try:
         pod = cache.pod("default", "probe-0")
