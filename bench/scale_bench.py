@@ -43,9 +43,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import contextlib
 import dataclasses
 import gc
+import importlib.util
 import os
 import socket
 import statistics
@@ -249,6 +251,22 @@ class StallProbe:
             await self._task
 
 
+SERVER_PACKAGES = ("allocator", "common", "extender", "webhook")
+
+
+def byte_compile_server() -> None:
+    """The server's own modules compiled ahead, as the image's `pip install` compiles them. This tree is
+    installed editable, and with PYTHONDONTWRITEBYTECODE set (the image sets it too) no start ever
+    writes them: every start would then compile the source again, about 0.45 s of CPU on the 2 GHz
+    bench machine that `ready_s` and `ready_cpu_ms` would count and a deployed server does not pay.
+    The tree compiled is the one the server imports (PYTHONPATH's, as here), into its __pycache__
+    directories (git ignores them); a tree that cannot be written just keeps compiling at start."""
+    for package in SERVER_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        for location in (spec.submodule_search_locations or []) if spec is not None else []:
+            compileall.compile_dir(location, quiet=2)
+
+
 def serve_command() -> list[str]:
     script = Path(sys.executable).with_name("dra-extender")
     if script.exists():
@@ -314,6 +332,7 @@ async def measure_server(args: argparse.Namespace, nodes: int, fake: FakeApi) ->
     names = [f"node-{index}" for index in range(nodes)]
     window = window_size(nodes)
     extender_port, debug_port = free_port(), free_port()
+    byte_compile_server()
     with tempfile.TemporaryDirectory() as tmp:
         command = [*serve_command(), "serve", "--kubeconfig", str(write_kubeconfig(Path(tmp), url)),
                    "--extender-port", str(extender_port), "--debug-port", str(debug_port),
