@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Any, Protocol, TypeVar, cast
 
 from allocator import (
@@ -28,6 +28,7 @@ from allocator import (
 from common.claimrefs import check_group_claims, group_name_of
 from common.objects import metadata_of
 from extender.state.nodetransform import slim_node
+from extender.state.packing import PackedStore
 from extender.state.podtransform import slim_pod
 from extender.state.sharing import ObjectSharer
 
@@ -110,8 +111,10 @@ class ClusterCache:
         self.inventory = Inventory()
         self.allocated = AllocatedState()
         self.ready = False
-        # Every object currently known, valid or not (the snapshot endpoint returns all of them).
-        self._objects: dict[str, dict[str, dict]] = {kind: {} for kind in KINDS}
+        # Every object currently known, valid or not (the snapshot endpoint returns all of them). Pods,
+        # the most numerous, are kept packed (extender.state.packing): a read of one is a new dict.
+        self._objects: dict[str, MutableMapping[str, dict]] = {
+            kind: PackedStore() if kind == "Pod" else {} for kind in KINDS}
         self._invalid: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
         self._nodes: dict[str, Node] = {}
         self._node_names: list[str] | None = []
@@ -175,10 +178,11 @@ class ClusterCache:
         ClaimWriter stores what it wrote before the watch delivers it, and the late event must not
         roll that back. An equal copy with the same resourceVersion (the watch echoing that write, or
         an unchanged object in a re-list) is skipped without parsing it again; passing the stored
-        object itself again re-indexes it. The cache owns `raw` from here on (its managedFields are
-        dropped); a Pod is stored as `slim_pod(raw)`, a Node as `slim_node(raw)`, and Pods,
-        ResourceSlices and ResourceClaims as copies whose parts equal to other stored objects' are
-        shared with them (`_shared`).
+        object itself again re-indexes it (not a Pod: a Pod read from the cache is a copy, and an equal
+        copy is skipped). The cache owns `raw` from here on (its managedFields are dropped); a Pod is
+        stored as `slim_pod(raw)`, packed, a Node as `slim_node(raw)`, and Pods, ResourceSlices and
+        ResourceClaims as copies whose parts equal to other stored objects' are shared with them
+        (`_shared`).
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -331,9 +335,20 @@ class ClusterCache:
         return list(self._taint_rules.values())
 
     def valid_objects(self, kind: str) -> list[dict]:
-        """The valid stored objects of `kind` (a fresh list; stored objects are replaced, never edited)."""
+        """The valid stored objects of `kind` (a fresh list; stored objects are replaced, never edited).
+        For Pods, `each_valid` unless all of them are needed at once: every one is unpacked here."""
         invalid = self._invalid[kind]
         return [raw for key, raw in self._objects[kind].items() if key not in invalid]
+
+    def each_valid(self, kind: str) -> Iterator[dict]:
+        """The valid objects of `kind` stored when it starts, one at a time as it goes on (a Pod unpacked
+        when its turn comes); objects deleted or made invalid meanwhile are left out."""
+        store, invalid = self._objects[kind], self._invalid[kind]
+        for key in list(store):
+            if key not in invalid:
+                raw = store.get(key)
+                if raw is not None:
+                    yield raw
 
     def raw(self, kind: str, key: str) -> dict | None:
         """The stored object of `kind` under `key` ("name" or "namespace/name"), valid or not."""

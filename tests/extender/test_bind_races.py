@@ -9,6 +9,7 @@ from typing import Any
 
 import dra_objects as o
 import pytest
+from lost_binding import bound_in_cache
 
 from allocator import FeatureGates, ResourceClaim
 from extender.plugin.claimwriter import ClaimRef, ClaimWriter
@@ -209,7 +210,7 @@ async def test_a_definite_failure_releases_at_once() -> None:
     bind = asyncio.create_task(scheduler.bind("default", "p", uid=uid(scheduler, "p"), node_name="node-0"))
     await asyncio.sleep(0)
     # Bound by someone else after bind's own checks: the Binding is refused after the claim writes.
-    pod_of(scheduler, "p")["spec"]["nodeName"] = "elsewhere"
+    bound_in_cache(scheduler.cache, "default", "p", "elsewhere")
     writer.gates["p"].set()
     with pytest.raises(BindFailed, match="already assigned"):
         await bind

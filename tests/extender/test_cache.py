@@ -70,7 +70,7 @@ def test_snapshot_of_the_example_cluster(cache: ClusterCache) -> None:
     assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-0") == "default/training"
     assert cache.allocated.owner_of("gpu.example.com", "node-1", "gpu-2") is None
     worker = cache.pod("default", "worker")
-    assert cache.pod_by_uid(worker["metadata"]["uid"]) is worker
+    assert cache.pod_by_uid(worker["metadata"]["uid"]) == worker
     # template claim resolved through status.resourceClaimStatuses
     assert known_claim_names(worker) == ["worker-gpu-k8f2x"]
     assert known_claim_names(cache.pod("default", "inference")) == ["single-gpu"]

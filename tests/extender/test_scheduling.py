@@ -6,6 +6,7 @@ from typing import Any
 import dra_objects as o
 import pytest
 from loop_turns import loop_turns
+from lost_binding import bound_in_cache
 
 from allocator import FeatureGates, ResourceClaim
 from common.rules import RESERVED_FOR_MAX
@@ -329,7 +330,7 @@ async def test_failed_bind_leaves_nothing_in_flight() -> None:
         await scheduler.bind("default", "p", uid="not-the-uid", node_name="node-0")
     with pytest.raises(BindFailed, match="not known to dra-extender"):
         await scheduler.bind("default", "nobody", uid="u", node_name="node-0")
-    pod["spec"]["nodeName"] = "elsewhere"  # bound meanwhile: the Binding is refused after the claim writes
+    bound_in_cache(scheduler.cache, "default", "p", "elsewhere")  # bound meanwhile: the Binding is refused
     with pytest.raises(BindFailed):
         await scheduler.bind("default", "p", uid=pod["metadata"]["uid"], node_name="node-0")
     assert len(scheduler.assume) == 0

@@ -449,7 +449,7 @@ async def test_the_banner_finds_its_example_pod_a_slice_at_a_time(monkeypatch: p
     monkeypatch.setattr(serve_command.asyncio, "sleep", counted_sleep)
     found = await serve_command.find_example_pod(cache)
     assert found is not None and (found["metadata"]["namespace"], found["metadata"]["name"]) == ("a", "y")
-    assert found is serve_command.example_pod(cache.valid_objects("Pod")) and steps == 4
+    assert found == serve_command.example_pod(cache.valid_objects("Pod")) and steps == 4
     assert await serve_command.find_example_pod(ClusterCache.from_objects([], FeatureGates())) is None
 
 

@@ -1,0 +1,113 @@
+"""The cache's Pods kept packed (extender.state.packing): what is read back is what was stored."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Any
+
+import dra_objects as o
+import pytest
+
+from allocator import FeatureGates
+from extender.state import packing
+from extender.state.cache import ClusterCache
+from extender.state.packing import PackedStore
+from extender.state.podtransform import slim_pod
+
+
+def bound_pod(name: str) -> dict[str, Any]:
+    pod = o.pod(name, [f"{name}-gpu"])
+    owner = {"kind": "Job", "name": "train", "uid": "u-1", "controller": True}
+    pod["metadata"].update(resourceVersion="7", labels={"app": "train"}, ownerReferences=[owner])
+    pod["spec"]["nodeName"] = "node-1"
+    pod["status"] = {"phase": "Running", "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "x"}]}
+    return pod
+
+
+@pytest.mark.parametrize("obj", [
+    bound_pod("p"),
+    o.pod("pending", ["c"]),
+    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": "default", "uid": "u"}},
+    # Sections that are not objects, and empty ones, are kept as they are.
+    {"kind": "Pod", "metadata": {"name": "odd", "uid": "u"}, "spec": ["not", "an", "object"], "status": None},
+    {"kind": "Pod", "metadata": {}, "spec": {}, "status": {}, "extra": {"nested": {"kept": True}}},
+])
+def test_an_object_reads_back_equal_with_its_values_themselves(obj: dict[str, Any]) -> None:
+    store = PackedStore()
+    store["k"] = obj
+    read = store["k"]
+    assert read == obj and list(read) == list(obj)
+    for key, value in obj.items():
+        if key in packing.SECTIONS and type(value) is dict:
+            assert read[key] is not value and list(read[key]) == list(value)
+            assert all(read[key][name] is item for name, item in value.items())
+        else:
+            assert read[key] is value
+
+
+def test_a_read_is_a_copy_and_changing_it_changes_nothing_stored() -> None:
+    store = PackedStore()
+    store["k"] = bound_pod("p")
+    read = store["k"]
+    read["spec"]["nodeName"] = "elsewhere"
+    read["metadata"] = {}
+    assert store["k"] == bound_pod("p")
+    assert store.get("k") is not store.get("k")
+
+
+def test_the_mapping_protocol() -> None:
+    store = PackedStore()
+    assert len(store) == 0 and "a" not in store and store.get("a") is None and store.get("a", 1) == 1
+    store["a"], store["b"] = o.pod("a", ["c"]), o.pod("b", ["c"])
+    assert len(store) == 2 and "a" in store and list(store) == ["a", "b"]
+    assert dict(store.items()) == {"a": o.pod("a", ["c"]), "b": o.pod("b", ["c"])}
+    del store["a"]
+    assert list(store) == ["b"] and store.get("a") is None
+    with pytest.raises(KeyError):
+        store["a"]
+    with pytest.raises(KeyError):
+        del store["a"]
+
+
+def test_pods_of_one_shape_share_their_layout_and_take_less_than_dicts() -> None:
+    store = PackedStore()
+    pods = [bound_pod(f"p{index}") for index in range(3)]
+    for index, pod in enumerate(pods):
+        store[str(index)] = pod
+    packed = [store._packed[str(index)] for index in range(3)]
+    assert packed[0][0] is packed[1][0] is packed[2][0]
+    as_dicts = sum(sys.getsizeof(part) for part in (pods[0], *(pods[0][key] for key in packing.SECTIONS)))
+    assert sys.getsizeof(packed[0]) < as_dicts / 2
+
+
+def test_the_layout_table_is_bounded_and_what_is_stored_stays(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(packing, "MAX_LAYOUTS", 2)
+    store = PackedStore()
+    shapes = [{"kind": "Pod", "metadata": {"name": f"p{i}", f"field{i}": i}} for i in range(5)]
+    for index, obj in enumerate(shapes):
+        store[str(index)] = obj
+    assert len(store._layouts) <= 2
+    assert [store[str(index)] for index in range(5)] == shapes
+
+
+def test_the_cache_reads_its_pods_back_as_they_were_stored() -> None:
+    cache = ClusterCache(FeatureGates())
+    pod = slim_pod(bound_pod("p"))   # what the cache keeps of a Pod
+    cache.apply("Pod", "ADDED", copy.deepcopy(pod))
+    stored = cache.pod("default", "p")
+    assert stored == pod and cache.pod_by_uid(pod["metadata"]["uid"]) == pod
+    assert cache.valid_objects("Pod") == [pod] and cache.raw("Pod", "default/p") == pod
+    assert cache.objects() == [pod]
+    # A read changed in place changes nothing stored (the cache never does this itself).
+    stored["spec"]["nodeName"] = "elsewhere"
+    assert cache.pod("default", "p") == pod
+    # The same version again, equal: skipped; a new version: taken.
+    cache.apply("Pod", "MODIFIED", copy.deepcopy(pod))
+    newer = copy.deepcopy(pod)
+    newer["metadata"]["resourceVersion"] = "8"
+    newer["status"]["phase"] = "Succeeded"
+    cache.apply("Pod", "MODIFIED", copy.deepcopy(newer))
+    assert cache.pod("default", "p") == newer
+    cache.apply("Pod", "DELETED", newer)
+    assert cache.pod("default", "p") is None and cache.pod_by_uid(pod["metadata"]["uid"]) is None
