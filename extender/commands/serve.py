@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import logging
 import shlex
 import signal
@@ -86,10 +87,10 @@ def example_pod(pods: Iterable[dict]) -> dict | None:
 
 async def find_example_pod(cache: ClusterCache) -> dict | None:
     """`example_pod` of the cache's pods, a slice of them per event-loop step."""
-    pods = cache.valid_objects("Pod")
+    pods = cache.each_valid("Pod")
     found = []
-    for start in range(0, len(pods), BANNER_PODS_PER_STEP):
-        pod = example_pod(pods[start:start + BANNER_PODS_PER_STEP])
+    while step := list(itertools.islice(pods, BANNER_PODS_PER_STEP)):
+        pod = example_pod(step)
         if pod is not None:
             found.append(pod)
         await asyncio.sleep(0)

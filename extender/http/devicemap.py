@@ -209,7 +209,7 @@ class ClusterView:
 
     slices: list[ResourceSlice]
     claims: list[dict[str, Any]]
-    pods: list[dict[str, Any]]
+    pods: list[dict[str, Any]]   # pending ones (take_view leaves out the bound and finished)
     in_flight: list[dict[str, Any]]
     taint_rules: list[DeviceTaintRule]
     pod_names_by_uid: dict[str, str]
@@ -228,14 +228,16 @@ def take_view(cache: ClusterCache, in_flight: list[dict[str, Any]],
     """What the map shows, taken from the cache and the allocations in flight at one moment;
     `maps_extended(name)` says whether a DeviceClass maps that extended resource; `binding`, how long
     devices may wait for their binding conditions."""
-    pods = cache.valid_objects("Pod")
     wanted = {entry.get("podUID") for entry in in_flight}
     names: dict[str, str] = {}
     extended: dict[str, list[str]] = {}
-    for pod in pods:
+    pods = []  # the pending ones only (what the map lists): the cache's pods are read one at a time
+    for pod in cache.each_valid("Pod"):
         uid = metadata_of(pod).get("uid")
         if uid in wanted and isinstance(uid, str):
             names[uid] = pod_key(pod)
+        if not _settled(pod):
+            pods.append(pod)
         if maps_extended is not None and not (pod.get("spec") or {}).get("nodeName"):
             mapped = [name for name in requested_names(pod) if maps_extended(name)]
             if mapped:
@@ -310,13 +312,17 @@ def _device_binding(bindings: Mapping[str, ClaimBinding]) -> dict[str, str]:
     return notes
 
 
+def _settled(pod: Mapping[str, Any]) -> bool:
+    """Bound or finished: not a pod the map lists as pending."""
+    return bool((pod.get("spec") or {}).get("nodeName")) or (pod.get("status") or {}).get("phase") in (
+        "Succeeded", "Failed")
+
+
 def _pending(pods: Iterable[Mapping[str, Any]], extended: Mapping[str, list[str]],
              bindings: Mapping[str, ClaimBinding]) -> list[PendingPod]:
     pending = []
     for pod in pods:
-        spec = pod.get("spec") or {}
-        phase = (pod.get("status") or {}).get("phase")
-        if spec.get("nodeName") or phase in ("Succeeded", "Failed"):
+        if _settled(pod):
             continue
         try:
             refs = claim_references(pod)
