@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import sys
+from functools import partial
 from typing import Any
 
 import dra_objects as o
@@ -32,6 +33,10 @@ def bound_pod(name: str) -> dict[str, Any]:
     # Sections that are not objects, and empty ones, are kept as they are.
     {"kind": "Pod", "metadata": {"name": "odd", "uid": "u"}, "spec": ["not", "an", "object"], "status": None},
     {"kind": "Pod", "metadata": {}, "spec": {}, "status": {}, "extra": {"nested": {"kept": True}}},
+    # Keys that would break generated code if they were written unquoted.
+    {"kind": "Pod", "metadata": {"a'b\"c": 1, "}, p[0]": 2, "\n\\": 3, "__import__('os')": 4}},
+    # Keys that are not strings (a YAML snapshot can have them): rebuilt without generated code.
+    {"kind": "Pod", 7: "seven", "metadata": {1: "one", None: "none"}, "spec": {True: [1]}},
 ])
 def test_an_object_reads_back_equal_with_its_values_themselves(obj: dict[str, Any]) -> None:
     store = PackedStore()
@@ -44,6 +49,16 @@ def test_an_object_reads_back_equal_with_its_values_themselves(obj: dict[str, An
             assert all(read[key][name] is item for name, item in value.items())
         else:
             assert read[key] is value
+        assert store.section("k", key) == value
+    assert store.section("k", "absent") is None and store.section("absent", "metadata") is None
+
+
+def test_only_layouts_of_string_keys_rebuild_through_generated_code() -> None:
+    store = PackedStore()
+    store["str"] = bound_pod("p")
+    store["int"] = {"kind": "Pod", "metadata": {1: "one"}}
+    assert not isinstance(store._packed["str"][0].rebuild, partial)
+    assert isinstance(store._packed["int"][0].rebuild, partial)
 
 
 def test_a_read_is_a_copy_and_changing_it_changes_nothing_stored() -> None:
