@@ -386,9 +386,10 @@ class ClusterCache:
             "ignored": self._ignored,
         }
 
-    def objects(self) -> list[dict]:
-        """Every stored object (valid or not) with kind and apiVersion set, in a stable order."""
-        return [raw for kind in KINDS for _, raw in sorted(self._objects[kind].items())]
+    def objects(self, *kinds: str) -> list[dict]:
+        """Every stored object (valid or not) with kind and apiVersion set, in a stable order; only those
+        of `kinds` when given (Pods, kept packed, are unpacked only when asked for)."""
+        return [raw for kind in kinds or KINDS for _, raw in sorted(self._objects[kind].items())]
 
     # ---- index maintenance --------------------------------------------------------------------
 

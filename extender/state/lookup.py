@@ -30,8 +30,8 @@ class ClusterCacheLookup:
         return None if claim is None else claim.raw
 
     def allocated_claims(self) -> Iterable[dict]:
-        for raw in self._cache.objects():
-            if raw.get("kind") == "ResourceClaim" and (raw.get("status") or {}).get("allocation"):
+        for raw in self._cache.objects("ResourceClaim"):
+            if (raw.get("status") or {}).get("allocation"):
                 yield raw
 
     def devices(self) -> Iterable[tuple[str, str, str]]:

@@ -26,7 +26,6 @@ SECTIONS = frozenset({"metadata", "spec", "status"})
 MAX_LAYOUTS = 4096
 
 
-
 class Section(NamedTuple):
     """A layout entry for a top-level key whose object is flattened into the tuple."""
 
@@ -72,8 +71,8 @@ def _keys(entries: tuple[Entry, ...]) -> Iterator[Any]:
 
 
 def _compiled(entries: tuple[Entry, ...]) -> Callable[[tuple[Any, ...]], dict]:
-    """A function returning the object as one dict display: a third of the time of `_rebuild`'s loop
-    (a Pod read is about 1 us instead of 5 on the 2 GHz bench machine). Only for str keys, written as
+    """A function returning the object as one dict display, under a quarter of the time of `_rebuild`'s
+    loop (a Pod read 1.2 us instead of 5.5 on the 2 GHz bench machine). Only for str keys, written as
     their repr(), which is always a plain string literal; nothing else of the object goes in the code."""
     parts, position = [], 1
     for entry in entries:

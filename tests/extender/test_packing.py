@@ -113,7 +113,7 @@ def test_the_cache_reads_its_pods_back_as_they_were_stored() -> None:
     stored = cache.pod("default", "p")
     assert stored == pod and cache.pod_by_uid(pod["metadata"]["uid"]) == pod
     assert cache.valid_objects("Pod") == [pod] and cache.raw("Pod", "default/p") == pod
-    assert cache.objects() == [pod]
+    assert cache.objects() == [pod] == cache.objects("Pod") and cache.objects("ResourceClaim") == []
     # A read changed in place changes nothing stored (the cache never does this itself).
     stored["spec"]["nodeName"] = "elsewhere"
     assert cache.pod("default", "p") == pod
