@@ -28,7 +28,7 @@ from allocator import (
 from common.claimrefs import check_group_claims, group_name_of
 from common.objects import metadata_of
 from extender.state.nodetransform import slim_node
-from extender.state.packing import CLAIM_SECTIONS, PackedClaim, PackedStore
+from extender.state.packing import PackedStore
 from extender.state.podtransform import slim_pod
 from extender.state.sharing import ObjectSharer
 
@@ -111,17 +111,16 @@ class ClusterCache:
         self.inventory = Inventory()
         self.allocated = AllocatedState()
         self.ready = False
-        # Every object currently known, valid or not (the snapshot endpoint returns all of them). Pods
-        # and claims, the most numerous, are kept packed (extender.state.packing): a read is a new dict.
-        self._objects: dict[str, MutableMapping[str, dict]] = {kind: {} for kind in KINDS}
-        self._pod_store = self._objects["Pod"] = PackedStore()
-        self._claim_store = self._objects["ResourceClaim"] = PackedStore(CLAIM_SECTIONS)
+        # Every object currently known, valid or not (the snapshot endpoint returns all of them). Pods,
+        # the most numerous, are kept packed (extender.state.packing): a read of one is a new dict.
+        self._objects: dict[str, MutableMapping[str, dict]] = {
+            kind: PackedStore() if kind == "Pod" else {} for kind in KINDS}
         self._invalid: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
         self._nodes: dict[str, Node] = {}
         self._node_names: list[str] | None = []
         self._pod_keys_by_uid: dict[str, str] = {}
         self._pods_by_group: dict[str, set[str]] = {}   # "ns/podgroup" -> pod keys
-        self._claims: dict[str, PackedClaim] = {}
+        self._claims: dict[str, ResourceClaim] = {}
         # id(spec) -> a claim parsed with that spec object (see _parsed_spec_of); bounded, emptied when full.
         self._claims_by_spec: dict[int, ResourceClaim] = {}
         self._claim_keys_by_uid: dict[str, str] = {}
@@ -179,11 +178,11 @@ class ClusterCache:
         ClaimWriter stores what it wrote before the watch delivers it, and the late event must not
         roll that back. An equal copy with the same resourceVersion (the watch echoing that write, or
         an unchanged object in a re-list) is skipped without parsing it again; passing the stored
-        object itself again re-indexes it (not a Pod or a ResourceClaim: those are kept packed, what the
-        cache gives of them is a copy, and an equal copy is skipped). The cache owns `raw` from here on
-        (its managedFields are dropped); a Pod is stored as `slim_pod(raw)`, a Node as `slim_node(raw)`,
-        and Pods, ResourceSlices and ResourceClaims as copies whose parts equal to other stored objects'
-        are shared with them (`_shared`).
+        object itself again re-indexes it (not a Pod: a Pod read from the cache is a copy, and an equal
+        copy is skipped). The cache owns `raw` from here on (its managedFields are dropped); a Pod is
+        stored as `slim_pod(raw)`, packed, a Node as `slim_node(raw)`, and Pods, ResourceSlices and
+        ResourceClaims as copies whose parts equal to other stored objects' are shared with them
+        (`_shared`).
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -316,7 +315,7 @@ class ClusterCache:
 
     def _pod_metadata_by_uid(self, uid: str) -> dict | None:
         key = self._pod_keys_by_uid.get(uid)
-        return self._pod_store.section(key, "metadata") if key is not None else None
+        return cast(PackedStore, self._objects["Pod"]).section(key, "metadata") if key is not None else None
 
     def claim(self, namespace: str, name: str) -> ResourceClaim | None:
         return self._claims.get(f"{namespace}/{name}")
@@ -447,8 +446,7 @@ class ClusterCache:
             for index in self._pod_indexes.values():
                 index.update(key, raw)
         elif kind == "ResourceClaim":
-            claim = PackedClaim(raw, spec_of=self._parsed_spec_of(key, raw))
-            claim.keep(self._claim_store.packed(key))
+            claim = ResourceClaim.from_api(raw, spec_of=self._parsed_spec_of(key, raw))
             claim.key = key   # equal: one string for the store's key and the claim's
             self._index_claim(key, claim)
             spec = raw.get("spec")
@@ -480,7 +478,7 @@ class ClusterCache:
         # The entry keeps its claim, and so the spec, alive: an id found here is that spec's.
         return self._claims_by_spec.get(id(spec))
 
-    def _index_claim(self, key: str, claim: PackedClaim) -> None:
+    def _index_claim(self, key: str, claim: ResourceClaim) -> None:
         previous = self._claims.get(key)
         unchanged = False
         if previous is not None:

@@ -1,19 +1,16 @@
-"""The cache's Pods and ResourceClaims kept packed: one tuple per object instead of three or four dicts.
+"""The cache's Pods kept packed: one tuple per Pod instead of four dicts.
 
-A large cluster has more Pods and claims than anything else the cache keeps (80,000 of each at 20,000
-nodes in bench/scale_bench.py), and a Python dict costs 184 bytes or more even with one key. A stored
-Pod (as extender.state.podtransform slims it) is a top-level dict and three small ones, metadata, spec
-and status, that hold the values; a claim the same, with its spec kept whole (CLAIM_SECTIONS).
-`PackedStore` keeps each object as one tuple: a layout naming the keys in order (shared by every
-object of the same shape: a few per workload), then the values themselves. The values are the very
-objects the dicts held, so what extender.state.sharing shares stays shared. A claim's parse
-(`PackedClaim`) holds the same tuple rather than a dict of its own.
+A large cluster has more Pods than anything else the cache keeps (80,000 at 20,000 nodes in
+bench/scale_bench.py), and a Python dict costs 184 bytes or more even with one key. A stored Pod (as
+extender.state.podtransform slims it) is a top-level dict and three small ones, metadata, spec and
+status, that hold the values. `PackedStore` keeps each Pod as one tuple: a layout naming the keys in
+order (shared by every Pod of the same shape: a few per workload), then the values themselves. The
+values are the very objects the Pod held, so what extender.state.sharing shares stays shared.
 
-Reading an object unpacks it into new dicts, equal to the one stored, with its values as they were
-(about 1 us for a Pod on the 2 GHz bench machine, through a function generated per layout: see
-`Layout`). A read is therefore never the stored object itself, and changing it changes nothing stored
-(the cache never edits stored objects in place anyway); the values it holds are the stored ones, not
-to be changed either.
+Reading a Pod unpacks it into new dicts, equal to the one stored, with its values as they were (about
+1 us on the 2 GHz bench machine, through a function generated per layout: see `Layout`). A read is
+therefore never the stored object itself, and changing it changes nothing stored (the cache never
+edits stored objects in place anyway). Only the cache reads the store.
 """
 
 from __future__ import annotations
@@ -22,12 +19,8 @@ from collections.abc import Callable, Iterator, MutableMapping
 from functools import partial
 from typing import Any, NamedTuple, cast
 
-from allocator import ResourceClaim
-
-# Top-level keys whose object values are flattened into the tuple: a Pod's. A claim's spec is one object
-# shared by every claim of a template, whose identity the cache relies on: claims keep it whole.
+# Top-level keys whose object values are flattened into the tuple.
 SECTIONS = frozenset({"metadata", "spec", "status"})
-CLAIM_SECTIONS = frozenset({"metadata", "status"})
 # Distinct layouts kept for sharing; a stream of unusual shapes empties the table (packed Pods keep
 # their own layout alive, so nothing stored changes).
 MAX_LAYOUTS = 4096
@@ -57,14 +50,13 @@ class Layout:
             else partial(_rebuild, entries))
 
 
-def _entries(keys: tuple[Any, ...], inner_keys: tuple[tuple[Any, ...] | None, ...],
-             sections: frozenset[str]) -> tuple[Entry, ...]:
-    """A layout's entries from `pack`'s shape: the top-level keys, and the keys of each of `sections`'
-    objects in order (None where that key's value is not an object)."""
-    flattened = iter(inner_keys)
+def _entries(keys: tuple[Any, ...], sections: tuple[tuple[Any, ...] | None, ...]) -> tuple[Entry, ...]:
+    """A layout's entries from `pack`'s shape: the top-level keys, and the keys of each SECTIONS key's
+    object in order (None where that key's value is not an object)."""
+    flattened = iter(sections)
     entries: list[Entry] = []
     for key in keys:
-        inner = next(flattened) if key in sections else None
+        inner = next(flattened) if key in SECTIONS else None
         entries.append(key if inner is None else Section(key, inner))
     return tuple(entries)
 
@@ -113,10 +105,9 @@ def _rebuild(entries: tuple[Entry, ...], packed: tuple[Any, ...]) -> dict:
 class PackedStore(MutableMapping[str, dict]):
     """A mapping of key -> object, keeping every object packed (see the module's docstring)."""
 
-    __slots__ = ("_layouts", "_packed", "_sections")
+    __slots__ = ("_layouts", "_packed")
 
-    def __init__(self, sections: frozenset[str] = SECTIONS) -> None:
-        self._sections = sections
+    def __init__(self) -> None:
         self._packed: dict[str, tuple[Any, ...]] = {}
         self._layouts: dict[tuple[tuple[Any, ...], tuple[tuple[Any, ...] | None, ...]], Layout] = {}
 
@@ -124,9 +115,8 @@ class PackedStore(MutableMapping[str, dict]):
         values: list[Any] = []
         # The shape is found with plain tuples (made in C): Sections are made only for a new layout.
         sections: list[tuple[Any, ...] | None] = []
-        flattened = self._sections
         for key, value in obj.items():
-            if key in flattened:
+            if key in SECTIONS:
                 if type(value) is dict:
                     sections.append(tuple(value))
                     values.extend(value.values())
@@ -138,7 +128,7 @@ class PackedStore(MutableMapping[str, dict]):
         if layout is None:
             if len(self._layouts) >= MAX_LAYOUTS:
                 self._layouts.clear()
-            layout = self._layouts[shape] = Layout(_entries(*shape, flattened))
+            layout = self._layouts[shape] = Layout(_entries(*shape))
         return (layout, *values)
 
     @staticmethod
@@ -163,10 +153,6 @@ class PackedStore(MutableMapping[str, dict]):
                 position += 1
         return None
 
-    def packed(self, key: str) -> tuple[Any, ...]:
-        """The packed form of `self[key]`, for a PackedClaim to hold (KeyError when there is none)."""
-        return self._packed[key]
-
     def __getitem__(self, key: str) -> dict:
         return self.unpack(self._packed[key])
 
@@ -188,23 +174,3 @@ class PackedStore(MutableMapping[str, dict]):
 
     def __len__(self) -> int:
         return len(self._packed)
-
-
-class PackedClaim(ResourceClaim):
-    """A claim as the cache keeps it: parsed, with its raw object held in the store's packed form, so
-    the object is not kept twice. `raw` gives a copy (a new dict each time, equal to the stored one)."""
-
-    __slots__ = ("_packed",)
-
-    @property
-    def raw(self) -> dict[str, Any]:
-        packed = self._packed
-        return packed if isinstance(packed, dict) else PackedStore.unpack(packed)
-
-    @raw.setter
-    def raw(self, value: dict[str, Any]) -> None:
-        self._packed: dict[str, Any] | tuple[Any, ...] = value   # while parsing; then `keep`
-
-    def keep(self, packed: tuple[Any, ...]) -> None:
-        """Hold `packed` (the store's form of the object parsed) instead of the object."""
-        self._packed = packed

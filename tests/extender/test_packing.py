@@ -13,7 +13,7 @@ import pytest
 from allocator import FeatureGates
 from extender.state import packing
 from extender.state.cache import ClusterCache
-from extender.state.packing import PackedClaim, PackedStore
+from extender.state.packing import PackedStore
 from extender.state.podtransform import slim_pod
 
 
@@ -126,29 +126,3 @@ def test_the_cache_reads_its_pods_back_as_they_were_stored() -> None:
     assert cache.pod("default", "p") == newer
     cache.apply("Pod", "DELETED", newer)
     assert cache.pod("default", "p") is None and cache.pod_by_uid(pod["metadata"]["uid"]) is None
-
-
-def test_a_stored_claim_is_kept_once_packed_and_read_as_a_copy() -> None:
-    cache = ClusterCache(FeatureGates())
-    claim = o.allocate(o.claim("c"), "node-1", ["gpu-0"], [{"resource": "pods", "name": "p", "uid": "u"}])
-    claim["metadata"]["resourceVersion"] = "3"
-    cache.apply("ResourceClaim", "ADDED", copy.deepcopy(claim))
-    parsed = cache.claim("default", "c")
-    assert isinstance(parsed, PackedClaim) and parsed.allocation is not None
-    # The parsed claim holds the store's packed form itself: the object is not kept twice.
-    assert parsed._packed is cache._claim_store.packed("default/c")
-    read = parsed.raw
-    assert read == claim == cache.raw("ResourceClaim", "default/c") and read is not parsed.raw
-    # The spec stays one object (claims of a template share it, and its parse with it) and the
-    # allocation is the parsed claim's own.
-    assert read["spec"] is parsed.raw["spec"] and read["status"]["allocation"] is parsed.allocation
-    read["status"]["reservedFor"] = []
-    assert cache.claim("default", "c").raw == claim
-    # An equal copy at the same version is skipped; a new version is taken and parsed.
-    cache.apply("ResourceClaim", "MODIFIED", copy.deepcopy(claim))
-    assert cache.claim("default", "c") is parsed
-    released = copy.deepcopy(claim)
-    released["metadata"]["resourceVersion"] = "4"
-    del released["status"]["reservedFor"]
-    cache.apply("ResourceClaim", "MODIFIED", released)
-    assert cache.claim("default", "c").raw == released and cache.claim("default", "c").reserved_for == ()
