@@ -130,7 +130,7 @@ class ClusterCache:
         self._subscribers: list[Subscriber] = []
         self._ignored = 0
         self._unnamed_invalid = 0   # objects without a usable name cannot be stored at all
-        self._sharer = ObjectSharer(pod_metadata_by_uid=self._pod_metadata_by_uid)
+        self._sharer = ObjectSharer(pod_by_uid=self.pod_by_uid)
         # Indexes over the valid pods that the scheduling plugin registers (see pod_index).
         self._pod_indexes: dict[str, PodIndex] = {}
 
@@ -312,10 +312,6 @@ class ClusterCache:
     def pod_by_uid(self, uid: str) -> dict | None:
         key = self._pod_keys_by_uid.get(uid)
         return self._objects["Pod"].get(key) if key is not None else None
-
-    def _pod_metadata_by_uid(self, uid: str) -> dict | None:
-        key = self._pod_keys_by_uid.get(uid)
-        return cast(PackedStore, self._objects["Pod"]).section(key, "metadata") if key is not None else None
 
     def claim(self, namespace: str, name: str) -> ResourceClaim | None:
         return self._claims.get(f"{namespace}/{name}")

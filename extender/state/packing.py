@@ -135,24 +135,6 @@ class PackedStore(MutableMapping[str, dict]):
     def unpack(packed: tuple[Any, ...]) -> dict:
         return cast(Layout, packed[0]).rebuild(packed)
 
-    def section(self, key: str, name: str) -> Any:
-        """`self[key].get(name)` without unpacking the rest (None when there is no such object)."""
-        packed = self._packed.get(key)
-        if packed is None:
-            return None
-        position = 1
-        for entry in cast(Layout, packed[0]).entries:
-            if type(entry) is Section:
-                end = position + len(entry.keys)
-                if entry.name == name:
-                    return dict(zip(entry.keys, packed[position:end], strict=True))
-                position = end
-            else:
-                if entry == name:
-                    return packed[position]
-                position += 1
-        return None
-
     def __getitem__(self, key: str) -> dict:
         return self.unpack(self._packed[key])
 

@@ -26,11 +26,10 @@ MAX_ENTRIES = 100_000
 
 class ObjectSharer:
     def __init__(self, max_entries: int = MAX_ENTRIES,
-                 pod_metadata_by_uid: Callable[[str], dict | None] | None = None) -> None:
-        """`pod_metadata_by_uid`: the stored pods' metadata, whose name and uid strings a claim's
-        reservedFor then shares."""
+                 pod_by_uid: Callable[[str], dict | None] | None = None) -> None:
+        """`pod_by_uid`: the stored pods, whose name and uid strings a claim's reservedFor then shares."""
         self.max_entries = max_entries
-        self._pod_metadata_by_uid = pod_metadata_by_uid
+        self._pod_by_uid = pod_by_uid
         self._strings: dict[str, str] = {}
         self._values: dict[str, Any] = {}   # canonical JSON text -> the shared value
 
@@ -144,11 +143,11 @@ class ObjectSharer:
     def _pod_consumer(self, consumer: Any) -> None:
         """A reserving pod's name and uid as the very strings its stored Pod holds (a claim reserved for a
         pod the cache has not seen yet keeps its own)."""
-        metadata_of = self._pod_metadata_by_uid
-        if metadata_of is None or not isinstance(consumer, dict) or consumer.get("resource") != "pods":
+        if self._pod_by_uid is None or not isinstance(consumer, dict) or consumer.get("resource") != "pods":
             return
         uid = consumer.get("uid")
-        meta = metadata_of(uid) if isinstance(uid, str) else None
+        pod = self._pod_by_uid(uid) if isinstance(uid, str) else None
+        meta = pod.get("metadata") if pod is not None else None
         if isinstance(meta, dict) and meta.get("uid") == uid and meta.get("name") == consumer.get("name"):
             consumer["uid"], consumer["name"] = meta["uid"], meta["name"]
 

@@ -49,8 +49,8 @@ def test_an_object_reads_back_equal_with_its_values_themselves(obj: dict[str, An
             assert all(read[key][name] is item for name, item in value.items())
         else:
             assert read[key] is value
-        assert store.section("k", key) == value
-    assert store.section("k", "absent") is None and store.section("absent", "metadata") is None
+        assert store["k"].get(key) == value
+    assert store["k"].get("absent") is None and store.get("absent") is None
 
 
 def test_only_layouts_of_string_keys_rebuild_through_generated_code() -> None:
