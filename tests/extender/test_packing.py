@@ -1,4 +1,5 @@
-"""The cache's Pods kept packed (extender.state.packing): what is read back is what was stored."""
+"""The cache's Pods and ResourceSlices kept packed (extender.state.packing): what is read back is what was
+stored."""
 
 from __future__ import annotations
 
@@ -126,3 +127,70 @@ def test_the_cache_reads_its_pods_back_as_they_were_stored() -> None:
     assert cache.pod("default", "p") == newer
     cache.apply("Pod", "DELETED", newer)
     assert cache.pod("default", "p") is None and cache.pod_by_uid(pod["metadata"]["uid"]) is None
+
+
+def devices_store() -> PackedStore:
+    return PackedStore(listed=frozenset({("spec", "devices")}))
+
+
+def test_a_slice_reads_back_equal_with_its_devices_packed_one_by_one() -> None:
+    store = devices_store()
+    slice_ = o.gpu_slice("node-1", 3)
+    slice_["spec"]["devices"][1]["taints"] = [{"key": "k", "effect": "NoExecute"}]   # another device shape
+    store["s"] = slice_
+    packed = store._packed["s"]
+    devices = next(value for value in packed if type(value) is tuple)
+    assert len(devices) == 3 and devices[0][0] is devices[2][0] is not devices[1][0]
+    read = store["s"]
+    assert read == slice_ and list(read["spec"]) == list(slice_["spec"])
+    for got, device in zip(read["spec"]["devices"], slice_["spec"]["devices"], strict=True):
+        assert type(got) is dict and got is not device and list(got) == list(device)
+        assert all(got[key] is value for key, value in device.items())
+    read["spec"]["devices"][0]["name"] = "changed"
+    assert store["s"] == slice_ and store["s"]["spec"]["devices"] is not store["s"]["spec"]["devices"]
+
+
+@pytest.mark.parametrize("devices", [[], ["not", "objects"], [{"name": "a"}, 7], None, {"name": "a"}])
+def test_a_list_not_made_of_objects_only_is_kept_as_it_is(devices: Any) -> None:
+    store = devices_store()
+    slice_ = {"kind": "ResourceSlice", "metadata": {"name": "s"}, "spec": {"driver": "d", "devices": devices}}
+    store["s"] = slice_
+    assert store["s"] == slice_ and store["s"]["spec"]["devices"] is devices
+
+
+def test_listed_items_with_keys_that_are_not_strings_rebuild_without_generated_code() -> None:
+    store = devices_store()
+    slice_ = {"kind": "ResourceSlice", "metadata": {1: "one"},
+              "spec": {"devices": [{"name": "a", 2: "two"}, {"name": "b"}]}}
+    store["s"] = slice_
+    assert store["s"] == slice_
+    assert isinstance(store._packed["s"][0].rebuild, partial)
+    items = store._packed["s"][-1]
+    assert isinstance(items[0][0].rebuild, partial) and not isinstance(items[1][0].rebuild, partial)
+    # Only the lists named are packed: a pod store keeps a devices list as it is.
+    plain = PackedStore()
+    plain["s"] = slice_
+    assert plain._packed["s"][-1] is slice_["spec"]["devices"]
+
+
+def test_a_packed_slice_takes_under_half_of_its_dicts() -> None:
+    store = devices_store()
+    slice_ = o.gpu_slice("node-1", 8)
+    store["s"] = slice_
+    spec = slice_["spec"]
+    containers = [slice_, slice_["metadata"], spec, spec["devices"], *spec["devices"]]
+    packed = store._packed["s"]
+    devices = next(value for value in packed if type(value) is tuple)
+    assert sum(map(sys.getsizeof, (packed, devices, *devices))) < sum(map(sys.getsizeof, containers)) / 2
+
+
+def test_the_cache_stores_slices_packed_and_reads_them_back() -> None:
+    cache = ClusterCache(FeatureGates())
+    slice_ = o.gpu_slice("node-1", 2)
+    cache.apply("ResourceSlice", "ADDED", copy.deepcopy(slice_))
+    assert cache.raw("ResourceSlice", "node-1-gpu") == slice_ == cache.objects("ResourceSlice")[0]
+    assert isinstance(cache._objects["ResourceSlice"], PackedStore)
+    [parsed] = cache.inventory.slices()
+    assert [device.name for device in parsed.devices] == ["gpu-0", "gpu-1"]
+    cache.apply("ResourceSlice", "DELETED", slice_)
+    assert cache.raw("ResourceSlice", "node-1-gpu") is None and not list(cache.inventory.slices())
