@@ -1,9 +1,11 @@
 """Object model over the raw resource.k8s.io/v1 (and core Node) dicts.
 
 Every object is parsed and validated once; the allocator then works on these parsed forms. The original
-dict stays available as ``.raw``. Checks that upstream's allocator performs itself at allocation time (for
-example a selector without CEL, an unknown allocation mode) are deliberately left to the allocator so that
-it can report them with upstream's wording; here we reject input whose structure is unusable.
+dict stays available as ``.raw``, except for a ResourceSlice and its devices, the bulk of the cluster's
+objects, which keep only what they parse (the cache stores slices packed). Checks that upstream's
+allocator performs itself at allocation time (for example a selector without CEL, an unknown allocation
+mode) are deliberately left to the allocator so that it can report them with upstream's wording; here we
+reject input whose structure is unusable.
 """
 
 from __future__ import annotations
@@ -373,13 +375,16 @@ _DEVICE_CONTENT_FIELDS = (
     "binding_failure_conditions", "binds_to_node", "capacity", "compatibility_groups", "consumes_counters",
     "has_request_policies", "node_allocatable", "node_name", "node_selector", "signature", "taints",
 )
+# Also on _DeviceContent, read by Device itself: the entry's attributes, capacity and
+# allowMultipleAllocations as written, which CEL's device is made from.
+_DEVICE_CONTENT_SLOTS = (*_DEVICE_CONTENT_FIELDS, "cel_input")
 
 
 class _DeviceContent:
     """What a device's entry says apart from its name, parsed and checked: shared by every device whose
     entry says the same (see Device)."""
 
-    __slots__ = _DEVICE_CONTENT_FIELDS
+    __slots__ = _DEVICE_CONTENT_SLOTS
 
     def __init__(self, ck: _Checker, raw: dict[str, Any], path: str, signature: str) -> None:
         attributes: dict[str, AttributeValue] = {
@@ -451,6 +456,8 @@ class _DeviceContent:
         self.allow_multiple_allocations = allow_multiple_allocations
         self.node_allocatable = node_allocatable
         self.signature = signature
+        self.cel_input = (raw.get("attributes") or {}, raw.get("capacity") or {},
+                          raw.get("allowMultipleAllocations"))
 
 
 class Device:
@@ -458,9 +465,10 @@ class Device:
 
     Everything but the name is read through the shared `_DeviceContent`: one pointer per device instead
     of fifteen (18 MB at 160,000 devices). The reads are C-level attribute getters, a few nanoseconds
-    slower than a slot."""
+    slower than a slot. Unlike other parsed objects a device keeps no `raw`: the cache stores slices
+    packed (extender.state.packing), and a reference here would keep every device's dict alive."""
 
-    __slots__ = ("_cel", "_content", "_memo_prefix", "name", "raw")
+    __slots__ = ("_cel", "_content", "_memo_prefix", "name")
 
     if TYPE_CHECKING:   # properties over _content, set after the class
         attributes: dict[str, AttributeValue]
@@ -482,7 +490,6 @@ class Device:
     def __init__(self, ck: _Checker, raw: Any, path: str, memo_prefix: tuple[Any, ...]) -> None:
         if not isinstance(raw, dict):
             raise ck.fail(path, "must be an object")
-        self.raw = raw
         self.name = ck.string(raw, "name", f"{path}.", required=True)
         self._memo_prefix = memo_prefix   # the slice's: memo_key is made when CEL first needs it
         self._cel: Any = None
@@ -510,13 +517,10 @@ class Device:
         if self._cel is None:
             from allocator import cel
 
-            self._cel = cel.make_device(
-                driver,
-                self.raw.get("attributes") or {},
-                self.raw.get("capacity") or {},
-                allow_multiple_allocations=self.raw.get("allowMultipleAllocations"),
-                memo_key=self.memo_key,
-            )
+            attributes, capacity, allow_multiple_allocations = self._content.cel_input
+            self._cel = cel.make_device(driver, attributes, capacity,
+                                        allow_multiple_allocations=allow_multiple_allocations,
+                                        memo_key=self.memo_key)
         return self._cel
 
 
@@ -632,7 +636,6 @@ class ResourceSlice:
         "per_device_node_selection",
         "pool",
         "pool_generation",
-        "raw",
         "resource_slice_count",
         "shared_counters_set",
         "skip_node_operations",
@@ -642,7 +645,6 @@ class ResourceSlice:
 
     def __init__(self, raw: dict[str, Any]) -> None:
         ck, meta = _metadata(raw, "ResourceSlice")
-        self.raw = raw
         self.name: str = meta["name"]
         self.uid: str = meta.get("uid") or ""
         self.generation = meta.get("generation") or 0

@@ -306,9 +306,8 @@ def _skip_node_operations_problems(raw: dict[str, Any]) -> list[str]:
 def _request_policy_problems(parsed: ResourceSlice, gates: FeatureGates) -> list[str]:
     """The API server's checks of capacity requestPolicy (DRAFractionalCapacityRange: milli units)."""
     fractional = gates.enabled("DRAFractionalCapacityRange")
-    name = parsed.raw.get("metadata", {}).get("name", "<unnamed>")
     return [
-        f"ResourceSlice {name}: {problem}"
+        f"ResourceSlice {parsed.name}: {problem}"
         for i, device in enumerate(parsed.devices)
         for problem in request_policy_problems(device, f"spec.devices[{i}]", fractional=fractional)
     ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from common.objects import metadata_of
 from extender.controllers.tolerations import NO_EXECUTE
@@ -28,23 +28,47 @@ def slice_pool(raw: Mapping[str, Any]) -> tuple[PoolId, int] | None:
     return (driver, name), generation if isinstance(generation, int) else 0
 
 
+class _Slice(NamedTuple):
+    """What the index keeps of a slice: not the slice itself, which the cache stores packed."""
+
+    generation: int
+    devices: tuple[str, ...]  # names, in the slice's order
+    taints: dict[str, list[dict]]  # device name -> its NoExecute taints, for tainted devices only
+
+
+def _indexed(raw: Mapping[str, Any], generation: int) -> _Slice:
+    names: list[str] = []
+    taints: dict[str, list[dict]] = {}
+    for device in (raw.get("spec") or {}).get("devices") or []:
+        if not isinstance(device, dict) or not isinstance(device.get("name"), str):
+            continue
+        names.append(device["name"])
+        found = [t for t in device.get("taints") or []
+                 if isinstance(t, dict) and t.get("effect") == NO_EXECUTE]
+        if found:
+            taints.setdefault(device["name"], []).extend(found)
+    return _Slice(generation, tuple(names), taints or _NO_TAINTS)
+
+
+_NO_TAINTS: dict[str, list[dict]] = {}
+
+
 @dataclass
 class _Pool:
-    slices: dict[str, tuple[int, dict]] = field(default_factory=dict)  # name -> (generation, slice)
+    slices: dict[str, _Slice] = field(default_factory=dict)
     max_generation: int = 0
 
     def recompute(self) -> None:
-        self.max_generation = max(generation for generation, _ in self.slices.values())
+        self.max_generation = max(indexed.generation for indexed in self.slices.values())
 
-    def current(self) -> Iterator[dict]:
-        return (raw for generation, raw in self.slices.values() if generation == self.max_generation)
+    def current(self) -> Iterator[_Slice]:
+        return (indexed for indexed in self.slices.values() if indexed.generation == self.max_generation)
 
 
 class PoolIndex:
     def __init__(self) -> None:
         self._pools: dict[PoolId, _Pool] = {}
         self._pool_of_slice: dict[str, PoolId] = {}
-        self._taints: dict[PoolId, dict[str, list[dict]]] = {}  # memo, dropped when the pool changes
 
     def upsert(self, raw: dict) -> set[PoolId]:
         """Add or replace a slice; returns the pools whose contents changed (a slice may move pools)."""
@@ -55,10 +79,9 @@ class PoolIndex:
             return touched
         pool_id, generation = located
         pool = self._pools.setdefault(pool_id, _Pool())
-        pool.slices[name] = (generation, raw)
+        pool.slices[name] = _indexed(raw, generation)
         pool.recompute()
         self._pool_of_slice[name] = pool_id
-        self._taints.pop(pool_id, None)
         return touched | {pool_id}
 
     def remove(self, name: str) -> set[PoolId]:
@@ -71,39 +94,26 @@ class PoolIndex:
             pool.recompute()
         else:
             del self._pools[pool_id]
-        self._taints.pop(pool_id, None)
         return {pool_id}
 
     def has_pool(self, pool_id: PoolId) -> bool:
         return pool_id in self._pools
 
-    def devices(self, pool_id: PoolId) -> Iterator[tuple[str, dict]]:
-        """(device name, device) of the pool's newest generation."""
+    def device_names(self, pool_id: PoolId) -> Iterator[str]:
+        """The names of the devices in the pool's newest generation."""
         pool = self._pools.get(pool_id)
         if pool is None:
             return
-        for raw in pool.current():
-            for device in (raw.get("spec") or {}).get("devices") or []:
-                if isinstance(device, dict) and isinstance(device.get("name"), str):
-                    yield device["name"], device
+        for indexed in pool.current():
+            yield from indexed.devices
 
     def all_devices(self) -> Iterator[DeviceId]:
         for pool_id in list(self._pools):
-            for name, _ in self.devices(pool_id):
+            for name in self.device_names(pool_id):
                 yield (*pool_id, name)
 
     def no_execute_taints(self, device: DeviceId) -> list[dict]:
-        pool_id: PoolId = (device[0], device[1])
-        taints = self._taints.get(pool_id)
-        if taints is None:
-            taints = {}
-            for name, dev in self.devices(pool_id):
-                found = [
-                    t
-                    for t in dev.get("taints") or []
-                    if isinstance(t, dict) and t.get("effect") == NO_EXECUTE
-                ]
-                if found:
-                    taints.setdefault(name, []).extend(found)
-            self._taints[pool_id] = taints
-        return taints.get(device[2], [])
+        pool = self._pools.get((device[0], device[1]))
+        if pool is None:
+            return []
+        return [taint for indexed in pool.current() for taint in indexed.taints.get(device[2], ())]

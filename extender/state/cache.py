@@ -112,9 +112,12 @@ class ClusterCache:
         self.allocated = AllocatedState()
         self.ready = False
         # Every object currently known, valid or not (the snapshot endpoint returns all of them). Pods,
-        # the most numerous, are kept packed (extender.state.packing): a read of one is a new dict.
-        self._objects: dict[str, MutableMapping[str, dict]] = {
-            kind: PackedStore() if kind == "Pod" else {} for kind in KINDS}
+        # the most numerous, and ResourceSlices, the largest, are kept packed (extender.state.packing):
+        # a read of one is a new dict. Nothing but reads that need a slice whole unpacks one: the
+        # inventory keeps what allocation reads, parsed.
+        self._objects: dict[str, MutableMapping[str, dict]] = {kind: {} for kind in KINDS}
+        self._objects["Pod"] = PackedStore()
+        self._objects["ResourceSlice"] = PackedStore(listed=frozenset({("spec", "devices")}))
         self._invalid: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
         self._nodes: dict[str, Node] = {}
         self._node_names: list[str] | None = []

@@ -44,7 +44,10 @@ def test_slice_fields_are_parsed_once() -> None:
     assert device.attributes["index"].value == 3 and device.attributes["index"].type == "int"
     assert device.attributes["fast"].value is True
     assert str(device.capacity["memory"].value) == "80Gi"
-    assert parsed.raw is raw
+    # Neither keeps the dict it was parsed from (the cache stores slices packed): only what CEL reads.
+    assert not hasattr(parsed, "raw") and not hasattr(device, "raw")
+    assert device._content.cel_input == (raw["spec"]["devices"][0]["attributes"],
+                                         raw["spec"]["devices"][0]["capacity"], None)
 
 
 def test_devices_of_one_model_keep_one_parsed_content_and_only_their_name_each() -> None:

@@ -183,7 +183,8 @@ def test_devices_of_one_model_share_their_parsed_attributes_capacity_and_signatu
     first, second = sorted(cache.inventory.slices(), key=lambda slice_: slice_.pool)
     one, two = first.devices[0], second.devices[0]
     assert one.attributes is two.attributes and one.capacity is two.capacity
-    assert one.signature is two.signature and one.raw["attributes"] is two.raw["attributes"]
+    assert one.signature is two.signature and one.cel_device("d") is not two.cel_device("d")
+    assert one._content.cel_input[0] is two._content.cel_input[0]   # the attributes as written
     assert one.attributes is not first.devices[1].attributes   # another index: other attributes
     assert one.memo_key != two.memo_key
 
