@@ -116,10 +116,7 @@ class ClusterCache:
         # a read of one is a new dict. Nothing but reads that need a slice whole unpacks one: the
         # inventory keeps what allocation reads, parsed.
         self._objects: dict[str, MutableMapping[str, dict]] = {kind: {} for kind in KINDS}
-        # A Pod's claim references and statuses: one dict per claim, its own on every Pod that names its
-        # claims or has them made from templates.
-        self._objects["Pod"] = PackedStore(listed=frozenset({("spec", "resourceClaims"),
-                                                             ("status", "resourceClaimStatuses")}))
+        self._objects["Pod"] = PackedStore()
         self._objects["ResourceSlice"] = PackedStore(listed=frozenset({("spec", "devices")}))
         self._invalid: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
         self._nodes: dict[str, Node] = {}

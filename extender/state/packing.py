@@ -28,9 +28,6 @@ SECTIONS = frozenset({"metadata", "spec", "status"})
 # Distinct layouts kept for sharing; a stream of unusual shapes empties the table (packed Pods keep
 # their own layout alive, so nothing stored changes).
 MAX_LAYOUTS = 4096
-# Packed lists kept for sharing (`PackedStore._shared`); unique ones (a pod's own claim statuses) only
-# pass through, emptying the table now and then.
-MAX_SHARED_LISTS = 4096
 
 
 class Section(NamedTuple):
@@ -125,17 +122,15 @@ class PackedStore(MutableMapping[str, dict]):
     """A mapping of key -> object, keeping every object packed (see the module's docstring).
     `listed`: (section, key) of the lists whose objects are packed too, such as ("spec", "devices")."""
 
-    __slots__ = ("_item_layouts", "_layouts", "_listed", "_lists", "_packed")
+    __slots__ = ("_item_layouts", "_layouts", "_listed", "_packed")
 
     def __init__(self, listed: frozenset[tuple[str, str]] = frozenset()) -> None:
         self._packed: dict[str, tuple[Any, ...]] = {}
         self._layouts: dict[tuple[Any, ...], Layout] = {}
         self._item_layouts: dict[tuple[Any, ...], Layout] = {}
-        self._lists: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        # section -> the keys listed in it, in a fixed order (a shape names their positions in that order)
-        self._listed: dict[str, tuple[str, ...]] = {}
-        for section, key in sorted(listed):
-            self._listed[section] = (*self._listed.get(section, ()), key)
+        self._listed: dict[str, frozenset[str]] = {}
+        for section, key in listed:
+            self._listed[section] = self._listed.get(section, frozenset()) | {key}
 
     def pack(self, obj: dict) -> tuple[Any, ...]:
         values: list[Any] = []
@@ -145,16 +140,11 @@ class PackedStore(MutableMapping[str, dict]):
         for key, value in obj.items():
             if key in SECTIONS:
                 if type(value) is dict:
-                    keys = tuple(value)
-                    sections.append(keys)
-                    start = len(values)
-                    values.extend(value.values())
-                    for name in self._listed.get(key, ()):
-                        items = self._packed_list(value.get(name))
-                        if items is not None:
-                            position = keys.index(name)
-                            values[start + position] = items
-                            listed.append((key, position))
+                    sections.append(tuple(value))
+                    if key in self._listed:
+                        self._pack_section(key, value, values, listed)
+                    else:
+                        values.extend(value.values())
                     continue
                 sections.append(None)
             values.append(value)
@@ -166,37 +156,26 @@ class PackedStore(MutableMapping[str, dict]):
             layout = self._layouts[shape] = Layout(_entries(*shape))
         return (layout, *values)
 
-    def _packed_list(self, value: Any) -> tuple[Any, ...] | None:
-        """A list of objects as a tuple of packed items; None for anything else (kept as it is), empty
-        lists included."""
-        if type(value) is not list or not value:
-            return None
-        items = []
-        for item in value:
-            if type(item) is not dict:
-                return None
-            keys = tuple(item)
-            layout = self._item_layouts.get(keys)
-            if layout is None:
-                if len(self._item_layouts) >= MAX_LAYOUTS:
-                    self._item_layouts.clear()
-                layout = self._item_layouts[keys] = Layout(keys)
-            items.append((layout, *item.values()))
-        return self._shared(tuple(items))
+    def _pack_section(self, name: str, section: dict, values: list[Any],
+                      listed: list[tuple[str, int]]) -> None:
+        """A section's values onto `values`, the lists named in `listed` of objects only as a tuple of
+        packed items (their positions added to `listed`); other lists, empty ones included, as they are."""
+        keys = self._listed[name]
+        for position, (key, value) in enumerate(section.items()):
+            if key in keys and type(value) is list and value and all(type(item) is dict for item in value):
+                values.append(tuple(self._pack_item(item) for item in value))
+                listed.append((name, position))
+            else:
+                values.append(value)
 
-    def _shared(self, items: tuple[Any, ...]) -> tuple[Any, ...]:
-        """One tuple for equal packed lists of strings: a list the sharer (extender.state.sharing) made
-        one object for every Pod of a workload, say, stays one. Only strings: 1, 1.0 and True are equal
-        keys but not the same JSON, and objects (a device's attributes) cannot be keys at all."""
-        if not all(type(value) is str for item in items for value in item[1:]):
-            return items
-        found = self._lists.get(items)
-        if found is not None:
-            return found
-        if len(self._lists) >= MAX_SHARED_LISTS:
-            self._lists.clear()
-        self._lists[items] = items
-        return items
+    def _pack_item(self, item: dict) -> tuple[Any, ...]:
+        keys = tuple(item)
+        layout = self._item_layouts.get(keys)
+        if layout is None:
+            if len(self._item_layouts) >= MAX_LAYOUTS:
+                self._item_layouts.clear()
+            layout = self._item_layouts[keys] = Layout(keys)
+        return (layout, *item.values())
 
     @staticmethod
     def unpack(packed: tuple[Any, ...]) -> dict:
