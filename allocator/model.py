@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -797,7 +797,9 @@ class ResourceClaim:
         "namespace",
         "raw",
         "requests",
-        "reserved_for",
+        "reserved_uids",
+        "resource_version",
+        "spec",
         "uid",
     )
 
@@ -808,12 +810,16 @@ class ResourceClaim:
         self.namespace: str = meta.get("namespace") or ""
         self.uid: str = meta.get("uid") or ""
         self.key = f"{self.namespace}/{self.name}"
+        self.resource_version: str = str(meta.get("resourceVersion") or "")
         self.deleting = bool(meta.get("deletionTimestamp"))
         spec = ck.mapping(raw, "spec", "")
+        # The spec object itself: what `spec_of` is matched by, and what the filter's claim signature
+        # reads, without going through `raw` (the cache gives that as a copy).
+        self.spec: dict[str, Any] = spec
         self.requests: tuple[DeviceRequest, ...]
         self.constraints: tuple[DeviceConstraint, ...]
         self.config: list[dict[str, Any]]
-        if spec_of is not None and spec_of.raw is not raw and spec and spec is spec_of.raw.get("spec"):
+        if spec_of is not None and spec and spec is spec_of.spec and not spec_of.parsed_from(raw):
             # The very same spec object, parsed already (the parts are never changed after parsing).
             self.requests, self.constraints = spec_of.requests, spec_of.constraints
             self.config = spec_of.config
@@ -824,16 +830,23 @@ class ResourceClaim:
         if allocation is not None:
             _check_allocation(ck, allocation)
         self.allocation: dict[str, Any] | None = allocation
-        # Every claim not reserved (each pending one) shares one empty tuple, not a list of its own.
-        self.reserved_for: Sequence[dict[str, Any]] = ck.list(status, "reservedFor", "status.") or ()
+        # The uids of status.reservedFor, in order (its entries as written are read through `raw`).
+        # Every claim not reserved (each pending one) shares one empty tuple.
+        self.reserved_uids: tuple[str, ...] = tuple(
+            str(entry.get("uid"))
+            for entry in ck.list(status, "reservedFor", "status.") if isinstance(entry, dict))
+
+    def parsed_from(self, raw: dict[str, Any]) -> bool:
+        """Whether this claim was parsed from `raw`, the very object (not an equal one)."""
+        return self.raw is raw
 
     @classmethod
     def from_api(cls, raw: dict[str, Any], *, spec_of: ResourceClaim | None = None) -> ResourceClaim:
         """`spec_of`: a claim parsed before (an earlier version of this one, say); when `raw["spec"]` is
         its raw spec object itself, not merely equal, its parsed requests, constraints and config are
         taken as they are. Objects stored in the cluster cache are never edited in place and share equal
-        specs, so each new version of a claim skips parsing what did not change. `raw` that is
-        `spec_of.raw` itself is parsed again (re-applying a stored object re-indexes it)."""
+        specs, so each new version of a claim skips parsing what did not change. The very object
+        `spec_of` was parsed from is parsed again (re-applying a stored object re-indexes it)."""
         return cls(raw, spec_of=spec_of)
 
 

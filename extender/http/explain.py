@@ -84,7 +84,7 @@ async def explain_pod(
                     "podClaimName": entry.pod_claim_name,
                     "claim": claim.key,
                     "allocated": claim.allocation is not None,
-                    "reservedFor": len(claim.reserved_for),
+                    "reservedFor": len(claim.reserved_uids),
                 }
             )
             if group is not None and entry.pod_claim_name in group.pod_claim_names:

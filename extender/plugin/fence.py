@@ -104,9 +104,9 @@ class ClaimFence:
             # skips versions it has already, and never goes back to an older one.)
             for raw in claims:
                 meta = metadata_of(raw)
-                cached = self.cache.raw("ResourceClaim", f"{meta.get('namespace')}/{meta.get('name')}")
+                cached = self.cache.claim_version(str(meta.get("namespace")), str(meta.get("name")))
                 version = meta.get("resourceVersion")
-                if cached is None or metadata_of(cached).get("resourceVersion") != version:
+                if cached is None or cached != version:
                     raw.setdefault("kind", "ResourceClaim")
                     raw.setdefault("apiVersion", "resource.k8s.io/v1")
                     self.cache.apply("ResourceClaim", "MODIFIED", raw)

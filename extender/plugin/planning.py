@@ -188,7 +188,7 @@ class Planner:
                                   limit=RESERVED_FOR_MAX):
                     plan.blocked = blocked("resourceclaim in use", Reason.CLAIM_IN_USE)
                     return plan
-                others = (bool(claim.reserved_for)
+                others = (bool(claim.reserved_uids)
                           and not reserved_for_pod(claim.raw, pod, accept_group=workload_claims))
                 plan.blocked = self._mapped_claim_shared(claim, claim.allocation, others=others)
                 if plan.blocked is not None:

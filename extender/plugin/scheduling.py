@@ -794,7 +794,7 @@ class Scheduler:
             claim = self.cache.claim(*ref.key.split("/", 1))
             if claim is None or claim.uid != ref.uid:
                 problem = "was deleted"
-            elif metadata_of(claim.raw).get("deletionTimestamp"):
+            elif claim.deleting:
                 problem = "is being deleted"
             elif claim.allocation is None:
                 problem = "is not allocated any more"
@@ -886,8 +886,7 @@ class Scheduler:
                 claim = self.cache.claim(namespace, name)
                 if claim is None or claim.allocation is None:
                     continue
-                users = {str(entry.get("uid")) for entry in claim.reserved_for if isinstance(entry, dict)}
-                if users <= victim_uids:
+                if set(claim.reserved_uids) <= victim_uids:
                     freed.add(claim.uid or claim.key)
         return freed
 
@@ -899,7 +898,7 @@ def _may_still_apply(cached: ResourceClaim | None, pending_at: str) -> bool:
         return True
     if cached.allocation is not None:
         return False
-    version = metadata_of(cached.raw).get("resourceVersion")
+    version = cached.resource_version or None
     try:
         return version is None or int(version) <= int(pending_at)
     except (TypeError, ValueError):

@@ -105,7 +105,7 @@ class ClaimsSignature(NamedTuple):
 
 def claims_signature(claims: Sequence[ResourceClaim]) -> ClaimsSignature:
     spec = orjson.dumps(
-        [[claim.namespace, claim.raw.get("spec")] for claim in claims], option=orjson.OPT_SORT_KEYS
+        [[claim.namespace, claim.spec] for claim in claims], option=orjson.OPT_SORT_KEYS
     ).decode()  # a compact str: orjson's bytes keep their whole write buffer alive in every key
     return ClaimsSignature(spec, tuple((claim.key, claim.uid) for claim in claims))
 

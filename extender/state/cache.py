@@ -28,7 +28,7 @@ from allocator import (
 from common.claimrefs import check_group_claims, group_name_of
 from common.objects import metadata_of
 from extender.state.nodetransform import slim_node
-from extender.state.packing import PackedStore
+from extender.state.packing import CLAIM_SECTIONS, PackedClaim, PackedStore
 from extender.state.podtransform import slim_pod
 from extender.state.sharing import ObjectSharer
 
@@ -111,12 +111,14 @@ class ClusterCache:
         self.inventory = Inventory()
         self.allocated = AllocatedState()
         self.ready = False
-        # Every object currently known, valid or not (the snapshot endpoint returns all of them). Pods,
-        # the most numerous, and ResourceSlices, the largest, are kept packed (extender.state.packing):
-        # a read of one is a new dict. Nothing but reads that need a slice whole unpacks one: the
-        # inventory keeps what allocation reads, parsed.
+        # Every object currently known, valid or not (the snapshot endpoint returns all of them). Pods and
+        # claims, the most numerous, and ResourceSlices, the largest, are kept packed
+        # (extender.state.packing): a read of one is a new dict. What allocation and the hot paths read
+        # is parsed (the inventory's slices, the PackedClaims), so only reads of a whole object unpack it.
         self._objects: dict[str, MutableMapping[str, dict]] = {kind: {} for kind in KINDS}
         self._objects["Pod"] = PackedStore()
+        self._claim_store = self._objects["ResourceClaim"] = PackedStore(
+            listed=frozenset({("status", "reservedFor")}), sections=CLAIM_SECTIONS)
         self._objects["ResourceSlice"] = PackedStore(listed=frozenset({("spec", "devices")}))
         self._invalid: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
         self._nodes: dict[str, Node] = {}
@@ -181,11 +183,11 @@ class ClusterCache:
         ClaimWriter stores what it wrote before the watch delivers it, and the late event must not
         roll that back. An equal copy with the same resourceVersion (the watch echoing that write, or
         an unchanged object in a re-list) is skipped without parsing it again; passing the stored
-        object itself again re-indexes it (not a Pod: a Pod read from the cache is a copy, and an equal
-        copy is skipped). The cache owns `raw` from here on (its managedFields are dropped); a Pod is
-        stored as `slim_pod(raw)`, packed, a Node as `slim_node(raw)`, and Pods, ResourceSlices and
-        ResourceClaims as copies whose parts equal to other stored objects' are shared with them
-        (`_shared`).
+        object itself again re-indexes it (not a Pod, claim or slice: those are kept packed, what the
+        cache gives of them is a copy, and an equal copy is skipped). The cache owns `raw` from here on
+        (its managedFields are dropped); a Pod is stored as `slim_pod(raw)`, a Node as `slim_node(raw)`,
+        and Pods, ResourceSlices and ResourceClaims as copies whose parts equal to other stored objects'
+        are shared with them (`_shared`), then packed.
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -319,6 +321,16 @@ class ClusterCache:
     def claim(self, namespace: str, name: str) -> ResourceClaim | None:
         return self._claims.get(f"{namespace}/{name}")
 
+    def claim_version(self, namespace: str, name: str) -> str | None:
+        """The stored claim's resourceVersion, valid or not, without reading the claim whole (None when
+        none is stored)."""
+        key = f"{namespace}/{name}"
+        claim = self._claims.get(key)
+        if claim is not None:
+            return claim.resource_version
+        raw = self._objects["ResourceClaim"].get(key)
+        return None if raw is None else metadata_of(raw).get("resourceVersion")
+
     def claim_by_uid(self, uid: str) -> ResourceClaim | None:
         key = self._claim_keys_by_uid.get(uid)
         return self._claims.get(key) if key is not None else None
@@ -445,7 +457,8 @@ class ClusterCache:
             for index in self._pod_indexes.values():
                 index.update(key, raw)
         elif kind == "ResourceClaim":
-            claim = ResourceClaim.from_api(raw, spec_of=self._parsed_spec_of(key, raw))
+            claim = PackedClaim(raw, spec_of=self._parsed_spec_of(key, raw))
+            claim.keep(self._claim_store.packed(key))
             claim.key = key   # equal: one string for the store's key and the claim's
             self._index_claim(key, claim)
             spec = raw.get("spec")
@@ -472,7 +485,7 @@ class ClusterCache:
         or any claim indexed with that spec. Claims made from one template all have the same spec."""
         spec = raw.get("spec")
         previous = self._claims.get(key)
-        if previous is not None and previous.raw.get("spec") is spec:
+        if previous is not None and previous.spec is spec:
             return previous
         # The entry keeps its claim, and so the spec, alive: an id found here is that spec's.
         return self._claims_by_spec.get(id(spec))

@@ -1,4 +1,5 @@
-"""The cache's Pods and ResourceSlices kept packed: one tuple per object instead of many dicts.
+"""The cache's Pods, ResourceClaims and ResourceSlices kept packed: one tuple per object instead of
+many dicts.
 
 A large cluster has more Pods than anything else the cache keeps (80,000 at 20,000 nodes in
 bench/scale_bench.py), and a Python dict costs 184 bytes or more even with one key. A stored Pod (as
@@ -15,6 +16,10 @@ edits stored objects in place anyway). Only the cache reads the store.
 A ResourceSlice is mostly its devices, a dict each. A store made with `listed` also packs the lists
 named there (spec.devices for slices) item by item: each object in such a list becomes a tuple with its
 own layout, and reads back as a new dict. A slice with 8 devices takes about half the memory.
+
+Claims are packed the same way, with their spec kept whole (CLAIM_SECTIONS). The cache's parsed claim,
+`PackedClaim`, holds the store's tuple instead of the dicts and gives `raw` as a copy; what hot paths
+read of a claim is parsed (allocator.model.ResourceClaim), so they do not unpack it.
 """
 
 from __future__ import annotations
@@ -23,8 +28,12 @@ from collections.abc import Callable, Iterator, MutableMapping
 from functools import partial
 from typing import Any, NamedTuple, cast
 
-# Top-level keys whose object values are flattened into the tuple.
+from allocator import ResourceClaim
+
+# Top-level keys whose object values are flattened into the tuple: a Pod's or a slice's. A claim's spec
+# is one object for every claim of a template, whose identity reuses its parse: claims keep it whole.
 SECTIONS = frozenset({"metadata", "spec", "status"})
+CLAIM_SECTIONS = frozenset({"metadata", "status"})
 # Distinct layouts kept for sharing; a stream of unusual shapes empties the table (packed Pods keep
 # their own layout alive, so nothing stored changes).
 MAX_LAYOUTS = 4096
@@ -57,14 +66,14 @@ class Layout:
 
 
 def _entries(keys: tuple[Any, ...], sections: tuple[tuple[Any, ...] | None, ...],
-             listed: tuple[tuple[str, int], ...] = ()) -> tuple[Entry, ...]:
-    """A layout's entries from `pack`'s shape: the top-level keys, the keys of each SECTIONS key's
+             listed: tuple[tuple[str, int], ...], flattened_keys: frozenset[str]) -> tuple[Entry, ...]:
+    """A layout's entries from `pack`'s shape: the top-level keys, the keys of each flattened key's
     object in order (None where that key's value is not an object), and (section, position) of the
     values packed item by item."""
     flattened = iter(sections)
     entries: list[Entry] = []
     for key in keys:
-        inner = next(flattened) if key in SECTIONS else None
+        inner = next(flattened) if key in flattened_keys else None
         positions = tuple(position for section, position in listed if section == key)
         entries.append(key if inner is None else Section(key, inner, positions))
     return tuple(entries)
@@ -120,31 +129,43 @@ def _rebuild(entries: tuple[Entry, ...], packed: tuple[Any, ...]) -> dict:
 
 class PackedStore(MutableMapping[str, dict]):
     """A mapping of key -> object, keeping every object packed (see the module's docstring).
-    `listed`: (section, key) of the lists whose objects are packed too, such as ("spec", "devices")."""
+    `sections`: the top-level keys whose objects are flattened. `listed`: (section, key) of the lists
+    whose objects are packed too, such as ("spec", "devices")."""
 
-    __slots__ = ("_item_layouts", "_layouts", "_listed", "_packed")
+    __slots__ = ("_item_layouts", "_layouts", "_listed", "_packed", "_sections")
 
-    def __init__(self, listed: frozenset[tuple[str, str]] = frozenset()) -> None:
+    def __init__(self, listed: frozenset[tuple[str, str]] = frozenset(), *,
+                 sections: frozenset[str] = SECTIONS) -> None:
+        if not {section for section, _ in listed} <= sections:
+            raise ValueError(f"listed {sorted(listed)}: only lists in the sections {sorted(sections)}")
+        self._sections = sections
         self._packed: dict[str, tuple[Any, ...]] = {}
         self._layouts: dict[tuple[Any, ...], Layout] = {}
         self._item_layouts: dict[tuple[Any, ...], Layout] = {}
-        self._listed: dict[str, frozenset[str]] = {}
-        for section, key in listed:
-            self._listed[section] = self._listed.get(section, frozenset()) | {key}
+        # section -> the keys listed in it, in a fixed order (a shape names their positions in that order)
+        self._listed: dict[str, tuple[str, ...]] = {}
+        for section, key in sorted(listed):
+            self._listed[section] = (*self._listed.get(section, ()), key)
 
     def pack(self, obj: dict) -> tuple[Any, ...]:
         values: list[Any] = []
         # The shape is found with plain tuples (made in C): Sections are made only for a new layout.
         sections: list[tuple[Any, ...] | None] = []
         listed: list[tuple[str, int]] = []
+        flattened = self._sections
         for key, value in obj.items():
-            if key in SECTIONS:
+            if key in flattened:
                 if type(value) is dict:
-                    sections.append(tuple(value))
-                    if key in self._listed:
-                        self._pack_section(key, value, values, listed)
-                    else:
-                        values.extend(value.values())
+                    keys = tuple(value)
+                    sections.append(keys)
+                    start = len(values)
+                    values.extend(value.values())
+                    for name in self._listed.get(key, ()):
+                        items = self._packed_list(value.get(name))
+                        if items is not None:
+                            position = keys.index(name)
+                            values[start + position] = items
+                            listed.append((key, position))
                     continue
                 sections.append(None)
             values.append(value)
@@ -153,29 +174,30 @@ class PackedStore(MutableMapping[str, dict]):
         if layout is None:
             if len(self._layouts) >= MAX_LAYOUTS:
                 self._layouts.clear()
-            layout = self._layouts[shape] = Layout(_entries(*shape))
+            layout = self._layouts[shape] = Layout(_entries(*shape, flattened))
         return (layout, *values)
 
-    def _pack_section(self, name: str, section: dict, values: list[Any],
-                      listed: list[tuple[str, int]]) -> None:
-        """A section's values onto `values`, the lists named in `listed` of objects only as a tuple of
-        packed items (their positions added to `listed`); other lists, empty ones included, as they are."""
-        keys = self._listed[name]
-        for position, (key, value) in enumerate(section.items()):
-            if key in keys and type(value) is list and value and all(type(item) is dict for item in value):
-                values.append(tuple(self._pack_item(item) for item in value))
-                listed.append((name, position))
-            else:
-                values.append(value)
+    def _packed_list(self, value: Any) -> tuple[Any, ...] | None:
+        """A list of objects as a tuple of packed items; None for anything else (kept as it is), empty
+        lists included."""
+        if type(value) is not list or not value:
+            return None
+        items = []
+        for item in value:
+            if type(item) is not dict:
+                return None
+            keys = tuple(item)
+            layout = self._item_layouts.get(keys)
+            if layout is None:
+                if len(self._item_layouts) >= MAX_LAYOUTS:
+                    self._item_layouts.clear()
+                layout = self._item_layouts[keys] = Layout(keys)
+            items.append((layout, *item.values()))
+        return tuple(items)
 
-    def _pack_item(self, item: dict) -> tuple[Any, ...]:
-        keys = tuple(item)
-        layout = self._item_layouts.get(keys)
-        if layout is None:
-            if len(self._item_layouts) >= MAX_LAYOUTS:
-                self._item_layouts.clear()
-            layout = self._item_layouts[keys] = Layout(keys)
-        return (layout, *item.values())
+    def packed(self, key: str) -> tuple[Any, ...]:
+        """The packed form of `self[key]`, for a PackedClaim to hold (KeyError when there is none)."""
+        return self._packed[key]
 
     @staticmethod
     def unpack(packed: tuple[Any, ...]) -> dict:
@@ -202,3 +224,27 @@ class PackedStore(MutableMapping[str, dict]):
 
     def __len__(self) -> int:
         return len(self._packed)
+
+
+class PackedClaim(ResourceClaim):
+    """A claim as the cache keeps it: parsed, holding the store's packed tuple rather than the dicts, so
+    the object is not kept twice. `raw` is a copy, a new dict on every read: code on hot paths reads the
+    parsed fields (`spec`, `resource_version`, `reserved_uids`, `allocation`) instead."""
+
+    __slots__ = ("_packed",)
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        packed = self._packed
+        return packed if isinstance(packed, dict) else PackedStore.unpack(packed)
+
+    @raw.setter
+    def raw(self, value: dict[str, Any]) -> None:
+        self._packed: dict[str, Any] | tuple[Any, ...] = value   # while parsing; then `keep`
+
+    def keep(self, packed: tuple[Any, ...]) -> None:
+        """Hold `packed`, the store's form of the object this claim was parsed from, instead of it."""
+        self._packed = packed
+
+    def parsed_from(self, raw: dict[str, Any]) -> bool:
+        return self._packed is raw

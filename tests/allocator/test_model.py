@@ -95,7 +95,7 @@ def test_claim_defaults() -> None:
     )
     # Not reserved: the one shared empty tuple, not a list per claim.
     other = ResourceClaim.from_api(claim_obj("d", req("r")))
-    assert claim.reserved_for == () and claim.reserved_for is other.reserved_for
+    assert claim.reserved_uids == () and claim.reserved_uids is other.reserved_uids
     subs = ResourceClaim.from_api(claim_obj("c", first_available("r", req("a"), req("b", 2)))).requests[0]
     assert [s.name for s in subs.first_available] == ["a", "b"]
 

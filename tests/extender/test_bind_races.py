@@ -236,7 +236,7 @@ async def test_shared_claim_is_allocated_once_by_the_first_pod() -> None:
     await scheduler.bind("default", "p2", uid=uid(scheduler, "p2"), node_name="node-0")
     claim = scheduler.cache.claim("default", "shared")
     assert claim.allocation == allocation
-    assert [entry["uid"] for entry in claim.reserved_for] == [uid(scheduler, "p1"), uid(scheduler, "p2")]
+    assert list(claim.reserved_uids) == [uid(scheduler, "p1"), uid(scheduler, "p2")]
     assert devices_in_use(scheduler) == [(o.DRIVER, "node-0", "gpu-0")]
 
 

@@ -216,7 +216,7 @@ class Served:
         assert self.scheduler.bind_attempts == 0 and len(self.scheduler.assume) == 0
         for name in ("p", "q"):
             claim = self.cache.claim("default", f"{name}-gpu")
-            assert claim is not None and claim.allocation is None and not claim.reserved_for
+            assert claim is not None and claim.allocation is None and not claim.reserved_uids
             assert not self.pod(name)["spec"].get("nodeName")
 
 

@@ -288,7 +288,7 @@ def test_the_same_resource_version_is_applied_once() -> None:
     assert seen == ["ADDED"] and cache.raw("ResourceClaim", "ns/a") is not echo
     unversioned = claim("a", "uid-a", rv="")   # snapshot objects without versions always apply
     cache.apply("ResourceClaim", "MODIFIED", unversioned)
-    assert seen == ["ADDED", "MODIFIED"] and cache.raw("ResourceClaim", "ns/a") is unversioned
+    assert seen == ["ADDED", "MODIFIED"] and cache.raw("ResourceClaim", "ns/a") == unversioned
 
 
 def test_reapplying_the_stored_object_reindexes_it() -> None:
@@ -383,9 +383,11 @@ def test_a_new_version_of_a_claim_reuses_the_parsed_spec_only_when_the_spec_did_
     cache.apply("ResourceClaim", "MODIFIED", changed)
     third = cache.claim("ns", "a")
     assert third.requests is not first.requests and third.requests[0].exactly.count == 2
-    stored = cache.raw("ResourceClaim", "ns/a")
-    stored["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3   # edited in place
-    cache.apply("ResourceClaim", "MODIFIED", stored)   # the stored object itself: parsed again
+    # A claim read from the cache is a copy whose spec is the stored (shared) object: changed on a deep
+    # copy, at the same version, it is taken and parsed again.
+    stored = copy.deepcopy(cache.raw("ResourceClaim", "ns/a"))
+    stored["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
+    cache.apply("ResourceClaim", "MODIFIED", stored)
     assert cache.claim("ns", "a").requests[0].exactly.count == 3
     broken = claim("a", "uid-a", rv="4")
     broken["spec"]["devices"]["requests"][0]["exactly"]["count"] = 0

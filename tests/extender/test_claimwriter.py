@@ -286,7 +286,9 @@ async def test_snapshot_mode_updates_the_cache_objects() -> None:
     await writer.bind(pod, "node-1", [(before, allocation("gpu-2"))])
     claim = cache.claim("default", "single-gpu")
     assert claim.allocation["devices"] == allocation("gpu-2")["devices"]
-    assert claim.reserved_for == [{"resource": "pods", "name": "inference", "uid": pod["metadata"]["uid"]}]
+    consumer = {"resource": "pods", "name": "inference", "uid": pod["metadata"]["uid"]}
+    assert claim.raw["status"]["reservedFor"] == [consumer]
+    assert claim.reserved_uids == (pod["metadata"]["uid"],)
     assert claim.raw["metadata"]["finalizers"] == [FINALIZER]
     assert cache.pod("default", "inference")["spec"]["nodeName"] == "node-1"
     assert cache.allocated.owner_of(DRIVER, "node-1", "gpu-2") == "default/single-gpu"
@@ -301,7 +303,7 @@ async def test_snapshot_mode_undoes_on_a_failed_binding() -> None:
     with pytest.raises(BindError, match="already assigned"):
         await writer.bind(running, "node-2", [(claim, allocation("gpu-0", "node-2"))])
     after = cache.claim("default", "single-gpu")
-    assert after.allocation is None and not after.reserved_for
+    assert after.allocation is None and not after.reserved_uids
     assert not after.raw["metadata"].get("finalizers")
     assert cache.allocated.owner_of(DRIVER, "node-2", "gpu-0") is None
 
@@ -340,7 +342,7 @@ async def test_with_the_watcher_late_events_do_not_roll_back_the_written_claim(
         assert all(allocated_after_event), "an older event rolled the claim back"
         cached = cache.claim("ns", "a")
         assert cached.raw["metadata"]["resourceVersion"] == final_version
-        assert cached.allocation is not None and cached.reserved_for == [ref("p1")]
+        assert cached.allocation is not None and cached.raw["status"]["reservedFor"] == [ref("p1")]
         assert cache.allocated.owner_of(DRIVER, "node-1", "gpu-0") == "ns/a"
     finally:
         await watcher.stop()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import dra_objects as o
@@ -75,7 +76,7 @@ async def test_request_selector_rejections_are_counted() -> None:
     report = await explain_pod(cluster_with_a_busy_node(), "default", "p", ["node-1"])
     assert report["nodes"][0]["fits"]
     scheduler = cluster_with_a_busy_node()
-    want = scheduler.cache.claim("default", "want").raw
+    want = copy.deepcopy(scheduler.cache.claim("default", "want").raw)
     want["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
     scheduler.cache.apply("ResourceClaim", "MODIFIED", want)
     [node] = (await explain_pod(scheduler, "default", "p", ["node-1"]))["nodes"]

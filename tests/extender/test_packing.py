@@ -14,7 +14,7 @@ import pytest
 from allocator import FeatureGates
 from extender.state import packing
 from extender.state.cache import ClusterCache
-from extender.state.packing import PackedStore
+from extender.state.packing import PackedClaim, PackedStore
 from extender.state.podtransform import slim_pod
 
 
@@ -194,3 +194,52 @@ def test_the_cache_stores_slices_packed_and_reads_them_back() -> None:
     assert [device.name for device in parsed.devices] == ["gpu-0", "gpu-1"]
     cache.apply("ResourceSlice", "DELETED", slice_)
     assert cache.raw("ResourceSlice", "node-1-gpu") is None and not list(cache.inventory.slices())
+
+
+def test_the_cache_keeps_claims_packed_and_reads_what_hot_paths_need_from_the_parse() -> None:
+    cache = ClusterCache(FeatureGates())
+    cache.apply("Pod", "ADDED", o.pod("p", ["c"]))
+    uid = cache.pod("default", "p")["metadata"]["uid"]   # type: ignore[index]
+    claim = o.allocate(o.claim("c"), "node-1", ["gpu-0"], [{"resource": "pods", "name": "p", "uid": uid}])
+    claim["metadata"]["resourceVersion"] = "5"
+    cache.apply("ResourceClaim", "ADDED", copy.deepcopy(claim))
+    parsed = cache.claim("default", "c")
+    assert isinstance(parsed, PackedClaim) and type(parsed._packed) is tuple
+    assert parsed.raw == claim and parsed.raw is not parsed.raw   # a copy on every read
+    assert cache.raw("ResourceClaim", "default/c") == claim and cache.objects("ResourceClaim") == [claim]
+    assert parsed.spec is parsed.raw["spec"]   # kept whole: its identity reuses its parse
+    assert parsed.reserved_uids == (uid,) and parsed.resource_version == "5"
+    assert parsed.allocation == claim["status"]["allocation"]
+    assert cache.claim_version("default", "c") == "5" and cache.claim_version("default", "other") is None
+    # reservedFor's entries are packed one by one, metadata and status flattened.
+    stored = cache._objects["ResourceClaim"]._packed["default/c"]   # type: ignore[attr-defined]
+    assert not any(type(value) is dict and value is claim["metadata"] for value in stored)
+    # A new version at the same spec takes the parse; an invalid one drops the claim but keeps its version.
+    newer = copy.deepcopy(claim)
+    newer["metadata"]["resourceVersion"] = "6"
+    newer["status"].pop("reservedFor")
+    cache.apply("ResourceClaim", "MODIFIED", newer)
+    again = cache.claim("default", "c")
+    assert again is not None and again.requests is parsed.requests and again.reserved_uids == ()
+    broken = copy.deepcopy(newer)
+    broken["metadata"]["resourceVersion"] = "7"
+    broken["spec"]["devices"]["requests"] = "not a list"
+    cache.apply("ResourceClaim", "MODIFIED", broken)
+    assert cache.claim("default", "c") is None and cache.claim_version("default", "c") == "7"
+
+
+def test_a_packed_claim_takes_under_half_of_its_dicts() -> None:
+    store = PackedStore(listed=frozenset({("status", "reservedFor")}), sections=packing.CLAIM_SECTIONS)
+    claim = o.allocate(o.claim("c"), "node-1", ["gpu-0"], [{"resource": "pods", "name": "p", "uid": "u"}])
+    store["c"] = claim
+    packed = store._packed["c"]
+    reserved = next(value for value in packed if type(value) is tuple)
+    status = claim["status"]
+    flattened = [claim, claim["metadata"], status, status["reservedFor"], *status["reservedFor"]]
+    assert sum(map(sys.getsizeof, (packed, reserved, *reserved))) < sum(map(sys.getsizeof, flattened)) / 2
+    assert store["c"] == claim and store["c"]["spec"] is claim["spec"]
+
+
+def test_lists_can_be_packed_only_in_flattened_sections() -> None:
+    with pytest.raises(ValueError, match="only lists in the sections"):
+        PackedStore(listed=frozenset({("spec", "devices")}), sections=packing.CLAIM_SECTIONS)

@@ -74,9 +74,10 @@ def test_podgroup_entry_must_match_in_every_field() -> None:
     assert binding is not None and binding.pod_claim_names == frozenset()
     # The claim is not reserved for the group yet, so the member may still use it for itself (upstream
     # reserves it for the pod); once the group holds it, the non-matching entry is refused.
-    o.allocate(current(scheduler, "train-gpus", "ResourceClaim"), "node-0", ["gpu-0", "gpu-1"],
-               [g.group_reference(current(scheduler, "train", "PodGroup"))])
-    scheduler.cache.apply("ResourceClaim", "MODIFIED", current(scheduler, "train-gpus", "ResourceClaim"))
+    claim = current(scheduler, "train-gpus", "ResourceClaim")   # a copy, as every read of the cache
+    group = g.group_reference(current(scheduler, "train", "PodGroup"))
+    o.allocate(claim, "node-0", ["gpu-0", "gpu-1"], [group])
+    scheduler.cache.apply("ResourceClaim", "MODIFIED", claim)
     blocked = scheduler.planner.plan(current(scheduler, "w0")).blocked
     assert blocked is not None and "does not match the PodGroup's entry" in blocked.message
 

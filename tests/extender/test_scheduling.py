@@ -292,7 +292,7 @@ async def test_bind_writes_allocation_reservation_and_binding() -> None:
     assert claim.allocation is not None and {r["pool"] for r in claim.allocation["devices"]["results"]} == {
         "node-1"
     }
-    assert [entry["uid"] for entry in claim.reserved_for] == [pod["metadata"]["uid"]]
+    assert claim.reserved_uids == (pod["metadata"]["uid"],)
     assert "resource.kubernetes.io/delete-protection" in claim.raw["metadata"]["finalizers"]
     assert pod_of(scheduler, "p")["spec"]["nodeName"] == "node-1"
     assert len(scheduler.assume) == 0 and scheduler.bind_conflict_rate == 0.0
@@ -335,7 +335,7 @@ async def test_failed_bind_leaves_nothing_in_flight() -> None:
         await scheduler.bind("default", "p", uid=pod["metadata"]["uid"], node_name="node-0")
     assert len(scheduler.assume) == 0
     claim = scheduler.cache.claim("default", "c")
-    assert claim.allocation is None and not claim.reserved_for
+    assert claim.allocation is None and not claim.reserved_uids
     # The device is still free for the next pod.
     await scheduler.bind("default", "q", uid=pod_of(scheduler, "q")["metadata"]["uid"], node_name="node-0")
 
@@ -348,7 +348,7 @@ async def test_shared_allocated_claim_only_gets_the_reservation() -> None:
     pod = pod_of(scheduler, "p")
     await scheduler.bind("default", "p", uid=pod["metadata"]["uid"], node_name="node-0")
     claim = scheduler.cache.claim("default", "shared")
-    assert [entry["uid"] for entry in claim.reserved_for] == ["x", pod["metadata"]["uid"]]
+    assert claim.reserved_uids == ("x", pod["metadata"]["uid"])
     assert devices_of(scheduler) == [(o.DRIVER, "node-0", "gpu-0")]
 
 

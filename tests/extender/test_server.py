@@ -106,7 +106,7 @@ async def test_prioritize_bind_and_state(example: ExtenderServer) -> None:
     status, body = await post(base + "/bind", (PAYLOADS / "bind.json").read_bytes())
     assert (status, body) == (200, {"Error": ""})
     claim = example.cache.claim("default", "single-gpu")
-    assert claim.allocation is not None and claim.reserved_for[0]["name"] == "inference"
+    assert claim.allocation is not None and claim.raw["status"]["reservedFor"][0]["name"] == "inference"
     # Binding twice to another node is refused with a message, not an HTTP error, before any attempt.
     again = orjson.loads((PAYLOADS / "bind.json").read_bytes()) | {"Node": "node-2"}
     status, body = await post(base + "/bind", orjson.dumps(again))
