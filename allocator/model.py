@@ -832,9 +832,9 @@ class ResourceClaim:
         self.allocation: dict[str, Any] | None = allocation
         # The uids of status.reservedFor, in order (its entries as written are read through `raw`).
         # Every claim not reserved (each pending one) shares one empty tuple.
+        reserved = ck.list(status, "reservedFor", "status.")
         self.reserved_uids: tuple[str, ...] = tuple(
-            str(entry.get("uid"))
-            for entry in ck.list(status, "reservedFor", "status.") if isinstance(entry, dict))
+            [str(entry.get("uid")) for entry in reserved if isinstance(entry, dict)]) if reserved else ()
 
     def parsed_from(self, raw: dict[str, Any]) -> bool:
         """Whether this claim was parsed from `raw`, the very object (not an equal one)."""

@@ -116,7 +116,11 @@ class ClusterCache:
         # (extender.state.packing): a read of one is a new dict. What allocation and the hot paths read
         # is parsed (the inventory's slices, the PackedClaims), so only reads of a whole object unpack it.
         self._objects: dict[str, MutableMapping[str, dict]] = {kind: {} for kind in KINDS}
-        self._objects["Pod"] = PackedStore()
+        # A Pod's claim references and statuses: a dict per claim, on every Pod its own statuses, and its
+        # own references when it names its claims (a workload's pods share theirs: `shared`).
+        self._objects["Pod"] = PackedStore(
+            listed=frozenset({("spec", "resourceClaims"), ("status", "resourceClaimStatuses")}),
+            shared=frozenset({("spec", "resourceClaims")}))
         self._claim_store = self._objects["ResourceClaim"] = PackedStore(
             listed=frozenset({("status", "reservedFor")}), sections=CLAIM_SECTIONS)
         self._objects["ResourceSlice"] = PackedStore(listed=frozenset({("spec", "devices")}))

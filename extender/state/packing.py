@@ -37,6 +37,9 @@ CLAIM_SECTIONS = frozenset({"metadata", "status"})
 # Distinct layouts kept for sharing; a stream of unusual shapes empties the table (packed Pods keep
 # their own layout alive, so nothing stored changes).
 MAX_LAYOUTS = 4096
+# Packed lists kept for sharing (`PackedStore._shared`); unique ones (the claims a pod names) pass
+# through, emptying the table now and then.
+MAX_SHARED_LISTS = 4096
 
 
 class Section(NamedTuple):
@@ -132,12 +135,19 @@ class PackedStore(MutableMapping[str, dict]):
     `sections`: the top-level keys whose objects are flattened. `listed`: (section, key) of the lists
     whose objects are packed too, such as ("spec", "devices")."""
 
-    __slots__ = ("_item_layouts", "_layouts", "_listed", "_packed", "_sections")
+    __slots__ = ("_item_layouts", "_layouts", "_listed", "_lists", "_packed", "_sections", "_shared_lists")
 
     def __init__(self, listed: frozenset[tuple[str, str]] = frozenset(), *,
-                 sections: frozenset[str] = SECTIONS) -> None:
+                 sections: frozenset[str] = SECTIONS,
+                 shared: frozenset[tuple[str, str]] = frozenset()) -> None:
+        """`shared`: those of `listed` that are often equal on many objects (a workload's claim references,
+        which the sharer made one list): equal packed ones are kept as one tuple."""
         if not {section for section, _ in listed} <= sections:
             raise ValueError(f"listed {sorted(listed)}: only lists in the sections {sorted(sections)}")
+        if not shared <= listed:
+            raise ValueError(f"shared {sorted(shared)}: only lists that are listed {sorted(listed)}")
+        self._shared_lists = shared
+        self._lists: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._sections = sections
         self._packed: dict[str, tuple[Any, ...]] = {}
         self._layouts: dict[tuple[Any, ...], Layout] = {}
@@ -163,6 +173,8 @@ class PackedStore(MutableMapping[str, dict]):
                     for name in self._listed.get(key, ()):
                         items = self._packed_list(value.get(name))
                         if items is not None:
+                            if (key, name) in self._shared_lists:
+                                items = self._shared(items)
                             position = keys.index(name)
                             values[start + position] = items
                             listed.append((key, position))
@@ -194,6 +206,19 @@ class PackedStore(MutableMapping[str, dict]):
                 layout = self._item_layouts[keys] = Layout(keys)
             items.append((layout, *item.values()))
         return tuple(items)
+
+    def _shared(self, items: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The one tuple kept for packed lists equal to `items`, when they hold strings only: 1, 1.0 and
+        True are equal keys but not the same JSON."""
+        if not all(type(value) is str for item in items for value in item[1:]):
+            return items
+        found = self._lists.get(items)
+        if found is not None:
+            return found
+        if len(self._lists) >= MAX_SHARED_LISTS:
+            self._lists.clear()
+        self._lists[items] = items
+        return items
 
     def packed(self, key: str) -> tuple[Any, ...]:
         """The packed form of `self[key]`, for a PackedClaim to hold (KeyError when there is none)."""

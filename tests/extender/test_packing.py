@@ -243,3 +243,47 @@ def test_a_packed_claim_takes_under_half_of_its_dicts() -> None:
 def test_lists_can_be_packed_only_in_flattened_sections() -> None:
     with pytest.raises(ValueError, match="only lists in the sections"):
         PackedStore(listed=frozenset({("spec", "devices")}), sections=packing.CLAIM_SECTIONS)
+    with pytest.raises(ValueError, match="only lists that are listed"):
+        PackedStore(shared=frozenset({("spec", "devices")}))
+
+
+def test_equal_packed_lists_of_plain_values_are_one_tuple_and_others_their_own() -> None:
+    store = PackedStore(listed=frozenset({("spec", "resourceClaims"), ("status", "resourceClaimStatuses")}),
+                        shared=frozenset({("spec", "resourceClaims")}))
+    refs = [{"name": "gpu", "resourceClaimTemplateName": "train-gpu"}]
+    for name in ("a", "b"):
+        pod = o.pod(name, [])
+        pod["spec"]["resourceClaims"] = refs   # what the sharer makes of a workload's references
+        pod["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": f"{name}-gpu-x1"}]}
+        store[name] = pod
+    a, b = store._packed["a"], store._packed["b"]
+    shared = [value for value in a if type(value) is tuple and value in b]
+    assert len(shared) == 1 and any(value is shared[0] for value in b)   # the references: one tuple
+    assert store["b"]["status"]["resourceClaimStatuses"] == [{"name": "gpu", "resourceClaimName": "b-gpu-x1"}]
+    assert store["a"]["spec"]["resourceClaims"] == refs
+    # Devices hold objects: no table entry, each slice its own tuple.
+    slices = devices_store()
+    slices["s"] = o.gpu_slice("node-1", 2)
+    assert slices["s"] == o.gpu_slice("node-1", 2) and not slices._lists
+
+
+def test_the_shared_lists_table_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(packing, "MAX_SHARED_LISTS", 2)
+    store = PackedStore(listed=frozenset({("status", "resourceClaimStatuses")}),
+                        shared=frozenset({("status", "resourceClaimStatuses")}))
+    pods = []
+    for index in range(5):
+        pod = o.pod(f"p{index}", [])
+        pod["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": f"c{index}"}]}
+        store[str(index)] = pod
+        pods.append(pod)
+    assert len(store._lists) <= 2 and [store[str(index)] for index in range(5)] == pods
+
+
+def test_lists_equal_as_python_values_but_not_as_json_stay_apart() -> None:
+    store = PackedStore(listed=frozenset({("spec", "items")}), shared=frozenset({("spec", "items")}))
+    store["int"] = {"spec": {"items": [{"value": 1}]}}
+    store["bool"] = {"spec": {"items": [{"value": True}]}}
+    assert store["bool"]["spec"]["items"][0]["value"] is True
+    assert store["int"]["spec"]["items"][0]["value"] == 1
+    assert not store._lists

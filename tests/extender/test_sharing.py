@@ -123,9 +123,14 @@ def test_a_pod_update_that_leaves_the_spec_alone_keeps_the_stored_spec() -> None
     running["status"] = {"phase": "Running", "podIP": "10.0.0.1"}
     cache.apply("Pod", "MODIFIED", running)
     now = cache.raw("Pod", "default/p")
-    # Pods are stored packed (extender.state.packing): the spec's values are the stored ones themselves.
+    # Pods are stored packed (extender.state.packing): the spec's values are the stored ones themselves,
+    # but for the claim references, packed too: a read makes their list and dicts anew.
     assert now["spec"] == stored["spec"] and now["status"] == {"phase": "Running"}   # type: ignore[index]
-    assert all(now["spec"][key] is value for key, value in stored["spec"].items())   # type: ignore[index]
+    assert all(now["spec"][key] is value for key, value in stored["spec"].items()   # type: ignore[index]
+               if key != "resourceClaims")
+    assert all(ref[key] is value for ref, before in zip(now["spec"]["resourceClaims"],   # type: ignore[index]
+                                                         stored["spec"]["resourceClaims"], strict=True)   # type: ignore[index]
+               for key, value in before.items())
     bound = copy.deepcopy(running)
     bound["metadata"]["resourceVersion"] = "3"
     bound["spec"]["nodeName"] = "node-1"
