@@ -32,7 +32,7 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from allocator import DeviceClass, DeviceTaintRule, Quantity, ResourceSlice, cel
+from allocator import DeviceClass, DeviceTaintRule, Quantity, ResourceClaim, ResourceSlice, cel
 from common.claimrefs import is_group_reference, pod_key
 from common.objects import metadata_of
 from extender.http import wire
@@ -208,7 +208,8 @@ class ClusterView:
     rather than edits), so the building can run in a thread."""
 
     slices: list[ResourceSlice]
-    claims: list[dict[str, Any]]
+    # Parsed: the cache keeps claims packed, and their raw objects are unpacked by the building thread.
+    claims: list[ResourceClaim]
     pods: list[dict[str, Any]]   # pending ones (take_view leaves out the bound and finished)
     in_flight: list[dict[str, Any]]
     taint_rules: list[DeviceTaintRule]
@@ -245,7 +246,7 @@ def take_view(cache: ClusterCache, in_flight: list[dict[str, Any]],
     classes = [found for raw in cache.valid_objects("DeviceClass")
                if (found := cache.device_class(metadata_of(raw).get("name", ""))) is not None]
     waits = binding is not None and binding.enabled
-    return ClusterView(list(cache.inventory.slices()), cache.valid_objects("ResourceClaim"), pods, in_flight,
+    return ClusterView(list(cache.inventory.slices()), cache.claims(), pods, in_flight,
                        cache.taint_rules(), names, classes, extended, time.time(),
                        binding.timeout_s if binding is not None and waits else None,
                        binding.wall_clock() if binding is not None and waits else 0.0)
@@ -287,13 +288,13 @@ def _holders(claims: Iterable[Mapping[str, Any]]) -> dict[str, tuple[list[str], 
     return held
 
 
-def _bindings(view: ClusterView) -> dict[str, ClaimBinding]:
-    """Claim key -> the binding state of the allocated claims whose devices have binding conditions and
+def _bindings(view: ClusterView, claims: list[dict[str, Any]]) -> dict[str, ClaimBinding]:
+    """Claim key -> the binding state of the allocated `claims` whose devices have binding conditions and
     are not all ready."""
     if view.binding_timeout_s is None:
         return {}
     found = {}
-    for claim in view.claims:
+    for claim in claims:
         state = claim_binding(claim, timeout_s=view.binding_timeout_s, now=view.binding_now)
         if state is not None and state.state != State.READY:
             found[state.key] = state
@@ -359,9 +360,10 @@ def build_map(view: ClusterView) -> DeviceMap:
     for (driver, pool), members in sorted(_newest_pools(view.slices).items()):
         node = members[0].node_name or SHARED_POOLS
         groups.setdefault(node, []).append(PoolView(driver, pool, members[0].pool_generation, members))
-    bindings = _bindings(view)
+    claims = [claim.raw for claim in view.claims]
+    bindings = _bindings(view, claims)
     device_map = DeviceMap(groups, _pending(view.pods, view.extended, bindings), Counter(),
-                           _holders(view.claims), flying, view.taint_rules, classes=view.classes,
+                           _holders(claims), flying, view.taint_rules, classes=view.classes,
                            taken_at=view.taken_at, binding=_device_binding(bindings))
     device_map.count()
     return device_map

@@ -325,6 +325,10 @@ class ClusterCache:
     def claim(self, namespace: str, name: str) -> ResourceClaim | None:
         return self._claims.get(f"{namespace}/{name}")
 
+    def claims(self) -> list[ResourceClaim]:
+        """Every valid claim, parsed (a list copy; reading one's `raw` unpacks it)."""
+        return list(self._claims.values())
+
     def claim_version(self, namespace: str, name: str) -> str | None:
         """The stored claim's resourceVersion, valid or not, without reading the claim whole (None when
         none is stored)."""
