@@ -396,8 +396,9 @@ class ExtenderServer:
     async def snapshot(self, request: web.Request) -> web.Response:
         # Serialising a large cluster takes seconds: do it off the event loop so filters keep flowing.
         # The cache replaces objects on change and never edits a stored one, so the list is stable.
-        objects = self.cache.objects()
-        text = await asyncio.to_thread(lambda: yaml.dump_all(objects, Dumper=_YAML_DUMPER, sort_keys=False))
+        # Only a shallow copy is taken here: the objects kept packed are unpacked in the thread as well.
+        objects = self.cache.objects_taken()
+        text = await asyncio.to_thread(lambda: yaml.dump_all(objects(), Dumper=_YAML_DUMPER, sort_keys=False))
         return web.Response(text=text, content_type="application/yaml")
 
     async def healthz(self, request: web.Request) -> web.Response:

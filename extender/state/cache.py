@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from operator import itemgetter
 from typing import Any, Protocol, TypeVar, cast
 
 from allocator import (
@@ -407,8 +408,21 @@ class ClusterCache:
 
     def objects(self, *kinds: str) -> list[dict]:
         """Every stored object (valid or not) with kind and apiVersion set, in a stable order; only those
-        of `kinds` when given (Pods, kept packed, are unpacked only when asked for)."""
-        return [raw for kind in kinds or KINDS for _, raw in sorted(self._objects[kind].items())]
+        of `kinds` when given (Pods, claims and slices, kept packed, are unpacked only when asked for)."""
+        return self.objects_taken(*kinds)()
+
+    def objects_taken(self, *kinds: str) -> Callable[[], list[dict]]:
+        """`objects(*kinds)` in two steps: what is stored is taken now (a shallow copy, the packed
+        objects as their tuples, which never change), and the function returned sorts and unpacks it,
+        on another thread if need be: at 20,000 nodes that is about 0.4 s of work."""
+        taken: list[list[tuple[str, Any]]] = [
+            list(store.packed_items() if isinstance(store, PackedStore) else store.items())
+            for store in (self._objects[kind] for kind in kinds or KINDS)]
+
+        def read() -> list[dict]:
+            return [PackedStore.unpack(stored) if type(stored) is tuple else cast(dict, stored)
+                    for items in taken for _, stored in sorted(items, key=itemgetter(0))]
+        return read
 
     # ---- index maintenance --------------------------------------------------------------------
 

@@ -287,3 +287,20 @@ def test_lists_equal_as_python_values_but_not_as_json_stay_apart() -> None:
     assert store["bool"]["spec"]["items"][0]["value"] is True
     assert store["int"]["spec"]["items"][0]["value"] == 1
     assert not store._lists
+
+
+def test_objects_taken_now_are_read_later_as_they_were() -> None:
+    cache = ClusterCache(FeatureGates())
+    cache.apply("Pod", "ADDED", o.pod("p", ["c"]))
+    cache.apply("ResourceClaim", "ADDED", o.claim("c"))
+    cache.apply("ResourceSlice", "ADDED", o.gpu_slice("node-1", 2))
+    cache.apply("DeviceClass", "ADDED", o.device_class())
+    before = cache.objects()
+    read = cache.objects_taken()
+    newer = o.claim("c")
+    newer["metadata"]["resourceVersion"] = "9"
+    cache.apply("ResourceClaim", "MODIFIED", newer)
+    cache.apply("Pod", "DELETED", o.pod("p", ["c"]))
+    cache.apply("ResourceClaim", "ADDED", o.claim("d"))
+    assert len(before) == 4 and read() == before   # what was stored when taken, in the same order
+    assert cache.objects("ResourceClaim") == [newer, o.claim("d")] != read()
