@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from allocator.errors import AllocationError
@@ -14,6 +15,10 @@ from allocator.quantity import Quantity
 COMPLETE, INCOMPLETE, INVALID = "complete", "incomplete", "invalid"
 
 DeviceKey = tuple[str, str, str]  # (driver, pool, device)
+
+# What most pools have none of, shared by all of them: a view is built per node, and an empty dict and
+# list each were 120 bytes of every node's view (2.4 MB at 20,000 nodes).
+_NO_COUNTER_SETS: Mapping[str, dict[str, Quantity]] = MappingProxyType({})
 
 
 class DeviceEntry:
@@ -73,8 +78,8 @@ class Pool:
         self.status = COMPLETE
         self.reason = ""
         self.entries: list[DeviceEntry] = []
-        self.counter_sets: dict[str, dict[str, Quantity]] = {}
-        self.devices_not_targeting: list[Device] = []
+        self.counter_sets: Mapping[str, dict[str, Quantity]] = _NO_COUNTER_SETS
+        self.devices_not_targeting: tuple[Device, ...] = ()
         self.has_binding_conditions = False
         self.device_count = 0  # devices visible from the node, also for incomplete and invalid pools
         # Devices of slices ignored because they declare compatibility groups with the gate off.
@@ -98,9 +103,14 @@ class NodePools:
     def __init__(self, pools: list[Pool]) -> None:
         self.pools = pools
         self.pool_ids: tuple[tuple[str, str], ...] = tuple((p.driver, p.name) for p in pools)
-        # Per-candidate selection results, filled in as the claims are prepared (see preparation.py).
-        self.checks: dict[tuple[Any, ...], tuple[list[Any], list[Any]]] = {}
-        self.candidates: list[DeviceEntry] = [e for p in pools if p.status == COMPLETE for e in p.entries]
+        # Per-candidate selection results, filled in as the claims are prepared (see preparation.py); None
+        # until the first claim is, as most views are never searched between two changes of their pools.
+        self.checks: dict[tuple[Any, ...], tuple[list[Any], list[Any]]] | None = None
+        complete = [p for p in pools if p.status == COMPLETE]
+        # A node with one usable pool (the usual case) has that pool's list as its candidates: neither
+        # list changes once the view is built.
+        self.candidates: list[DeviceEntry] = (
+            complete[0].entries if len(complete) == 1 else [e for p in complete for e in p.entries])
         for index, entry in enumerate(self.candidates):
             entry.index = index
         self.candidate_keys = tuple(entry.key for entry in self.candidates)
@@ -256,17 +266,20 @@ def _build_pool(
             pool.entries.append(DeviceEntry(pool, slice_, device, node_ok=node_ok, taints=taints))
             if device.binding_conditions:
                 pool.has_binding_conditions = True
-    pool.devices_not_targeting = [
+    pool.devices_not_targeting = tuple(
         d for s in not_targeting if not (partitionable and s.shared_counters_set) for d in s.devices
-    ]
+    )
     if not partitionable:
         return
+    counter_sets: dict[str, dict[str, Quantity]] = {}
     for slice_ in (*slices, *not_targeting):  # counters may live in a slice that targets other nodes
         for set_name, counters in slice_.counter_sets:
-            if set_name in pool.counter_sets:
+            if set_name in counter_sets:
                 _invalidate(pool, f"duplicate counter set name {set_name}")
                 return
-            pool.counter_sets[set_name] = counters
+            counter_sets[set_name] = counters
+    if counter_sets:
+        pool.counter_sets = counter_sets
     for device in pool.all_devices():
         for set_name, counters in device.consumes_counters:
             counter_set = pool.counter_sets.get(set_name)
@@ -283,8 +296,8 @@ def _invalidate(pool: Pool, reason: str) -> None:
     pool.status = INVALID
     pool.reason = reason
     pool.entries = []
-    pool.devices_not_targeting = []
-    pool.counter_sets = {}
+    pool.devices_not_targeting = ()
+    pool.counter_sets = _NO_COUNTER_SETS
 
 
 def _assign_equivalence(pools: list[Pool]) -> None:

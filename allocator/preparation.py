@@ -186,12 +186,15 @@ class _Context:
         # Selection never changes for a node view, so requests with the same class object, selectors,
         # capacity requests and gates share per-candidate results, across allocate() calls too.
         shared_key = (device_class, request.selectors, capacity_key, switches)
-        shared = self.pools.checks.get(shared_key)
+        checks = self.pools.checks
+        if checks is None:
+            checks = self.pools.checks = {}
+        shared = checks.get(shared_key)
         if shared is None:
-            if len(self.pools.checks) >= _MAX_SHARED_CHECKS:
-                self.pools.checks.clear()
+            if len(checks) >= _MAX_SHARED_CHECKS:
+                checks.clear()
             n = len(self.pools.candidates)
-            shared = self.pools.checks[shared_key] = ([None] * n, [None] * n)
+            shared = checks[shared_key] = ([None] * n, [None] * n)
         rd.selectable, rd.eligible = shared
         if request.allocation_mode == "ExactCount":
             rd.num_devices = request.count
