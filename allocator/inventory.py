@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from allocator.features import FeatureGates
@@ -18,6 +18,52 @@ _MAX_CACHED_NODES = 20_000
 _NodeView = tuple[tuple[tuple[str, str], ...], FeatureGates, NodePools, Likeness | None]
 
 
+class _SliceGroups:
+    """Slices by a key (a node, a pool), by name. Most groups hold one slice (a node's own pool), kept
+    alone: a dict for each of them was 184 bytes a node for each of the two indexes."""
+
+    __slots__ = ("_groups",)
+
+    def __init__(self) -> None:
+        self._groups: dict[Any, ResourceSlice | dict[str, ResourceSlice]] = {}
+
+    def add(self, key: Any, slice_: ResourceSlice) -> bool:
+        """Adds `slice_` (replacing one of its name); True when the group is new."""
+        found = self._groups.get(key)
+        if found is None or (isinstance(found, ResourceSlice) and found.name == slice_.name):
+            self._groups[key] = slice_
+            return found is None
+        if isinstance(found, ResourceSlice):
+            self._groups[key] = {found.name: found, slice_.name: slice_}
+        else:
+            found[slice_.name] = slice_
+        return False
+
+    def remove(self, key: Any, name: str) -> bool:
+        """Removes the slice `name` from the group; True when that leaves the group empty (and gone)."""
+        found = self._groups.get(key)
+        if found is None:
+            return False
+        if isinstance(found, ResourceSlice):
+            if found.name != name:
+                return False
+            del self._groups[key]
+            return True
+        found.pop(name, None)
+        if len(found) == 1:
+            self._groups[key] = next(iter(found.values()))
+        return False
+
+    def members(self, key: Any) -> Collection[ResourceSlice]:
+        found = self._groups.get(key)
+        if found is None:
+            return ()
+        return (found,) if isinstance(found, ResourceSlice) else found.values()
+
+    def keys(self) -> Iterable[Any]:
+        return self._groups.keys()
+
+
 class Inventory:
     """What the cluster offers. Mutations invalidate only the cached node views they can affect.
 
@@ -27,8 +73,8 @@ class Inventory:
 
     def __init__(self) -> None:
         self._slices: dict[str, ResourceSlice] = {}
-        self._by_pool: dict[tuple[str, str], dict[str, ResourceSlice]] = {}
-        self._by_node: dict[str, dict[str, ResourceSlice]] = {}
+        self._by_pool = _SliceGroups()   # (driver, pool) -> its slices
+        self._by_node = _SliceGroups()   # node name -> its node-local slices
         self._shared: dict[str, ResourceSlice] = {}
         # Node-local slices with shared counters: upstream's stable variant takes them for every node.
         self._counter_slices: dict[str, ResourceSlice] = {}
@@ -59,14 +105,11 @@ class Inventory:
         if any(device.node_allocatable for device in slice_.devices):
             self._node_allocatable_slices.add(slice_.name)
         pool_key = (slice_.driver, slice_.pool)
-        in_pool = self._by_pool.get(pool_key)
-        if in_pool is None:
-            in_pool = self._by_pool[pool_key] = {}
+        if self._by_pool.add(pool_key, slice_):
             self._pool_order = None
-        in_pool[slice_.name] = slice_
         self._pool_summaries.pop(pool_key, None)
         if slice_.node_name:
-            self._by_node.setdefault(slice_.node_name, {})[slice_.name] = slice_
+            self._by_node.add(slice_.node_name, slice_)
             if slice_.counter_sets:
                 self._counter_slices[slice_.name] = slice_
         else:
@@ -83,19 +126,11 @@ class Inventory:
         self._node_allocatable_slices.discard(slice_.name)
         pool_key = (slice_.driver, slice_.pool)
         self._pool_summaries.pop(pool_key, None)
-        pool = self._by_pool.get(pool_key)
-        if pool is not None:
-            pool.pop(slice_.name, None)
-            if not pool:
-                del self._by_pool[pool_key]
-                self._pool_order = None
+        if self._by_pool.remove(pool_key, slice_.name):
+            self._pool_order = None
         if slice_.node_name:
             self._counter_slices.pop(slice_.name, None)
-            on_node = self._by_node.get(slice_.node_name)
-            if on_node is not None:
-                on_node.pop(slice_.name, None)
-                if not on_node:
-                    del self._by_node[slice_.node_name]
+            self._by_node.remove(slice_.node_name, slice_.name)
         else:
             self._shared.pop(slice_.name, None)
 
@@ -111,7 +146,7 @@ class Inventory:
         nodes = {new.node_name} | ({old.node_name} if old is not None else set())
         pools = {(new.driver, new.pool)} | ({(old.driver, old.pool)} if old is not None else set())
         for pool in pools:
-            for s in self._by_pool.get(pool, {}).values():
+            for s in self._by_pool.members(pool):
                 if self._seen_everywhere(s):
                     self._clear_views()
                     return
@@ -137,7 +172,7 @@ class Inventory:
     def devices_named(self, driver: str, pool: str, device: str) -> list[tuple[ResourceSlice, Device]]:
         """Every device of that name in the pool's slices, newest pool generation first: what an
         allocation result (driver, pool, device) can refer to."""
-        slices = sorted(self._by_pool.get((driver, pool), {}).values(),
+        slices = sorted(self._by_pool.members((driver, pool)),
                         key=lambda s: (-s.pool_generation, s.name))
         return [(slice_, entry) for slice_ in slices for entry in slice_.devices if entry.name == device]
 
@@ -186,7 +221,7 @@ class Inventory:
                     gates is features or gates == features):
                 self._node_cache.move_to_end(node.name)
                 return cached
-        candidates = list(self._by_node.get(node.name, {}).values())
+        candidates = list(self._by_node.members(node.name))
         candidates.extend(self._shared.values())
         if features.stable_variant:
             self._stable_views = True
@@ -199,28 +234,29 @@ class Inventory:
         return view
 
     def _slices_of_pool(self, driver: str, pool: str) -> Iterable[ResourceSlice]:
-        return self._by_pool.get((driver, pool), {}).values()
+        return self._by_pool.members((driver, pool))
 
     def describe_pools(self, features: FeatureGates | None = None) -> list[dict[str, Any]]:
         """Cluster-wide pool summary (newest generation of each pool), sorted by driver and pool. The
         entries are kept between calls: read them, do not change them."""
         groups_off = not (features or FeatureGates()).enabled("DRADeviceCompatibilityGroups")
         if self._pool_order is None:
-            self._pool_order = sorted(self._by_pool)
+            self._pool_order = sorted(self._by_pool.keys())
         summaries = self._pool_summaries
         summary = []
         for key in self._pool_order:
             kept = summaries.get(key)
             if kept is None or kept[0] != groups_off:
-                kept = summaries[key] = (groups_off, _summarize_pool(key, self._by_pool[key], groups_off))
+                summarized = _summarize_pool(key, self._by_pool.members(key), groups_off)
+                kept = summaries[key] = (groups_off, summarized)
             summary.append(kept[1])
         return summary
 
 
-def _summarize_pool(key: tuple[str, str], by_name: dict[str, ResourceSlice],
+def _summarize_pool(key: tuple[str, str], slices: Collection[ResourceSlice],
                     groups_off: bool) -> dict[str, Any]:
-    newest = max(s.pool_generation for s in by_name.values())
-    current = sorted((s for s in by_name.values() if s.pool_generation == newest), key=lambda s: s.name)
+    newest = max(s.pool_generation for s in slices)
+    current = sorted((s for s in slices if s.pool_generation == newest), key=lambda s: s.name)
     expected = current[0].resource_slice_count
     ignored = sum(1 for s in current if groups_off and s.uses_compatibility_groups)
     status, reason = COMPLETE, ""

@@ -142,3 +142,26 @@ def test_a_counter_slice_changes_only_its_pools_views_with_the_default_gates() -
     inv.upsert_slice(ResourceSlice.from_api(slice_obj("counters-1", [], pool="p1", node="node-1", **changed)))
     assert inv.node_pools(NODE_2, GATES) is view_2
     assert inv.node_pools(NODE_1, GATES) is not view_1
+
+
+def test_a_pool_and_a_node_with_several_slices_keep_each_until_it_goes() -> None:
+    slices = [slice_obj(name, [dev(name + "-dev")], pool="p", count=3) for name in ("s1", "s2", "s3")]
+    inv = inventory(slices)
+    names = lambda: [e.device.name for e in inv.node_pools(NODE_1, GATES).candidates]  # noqa: E731
+    assert names() == ["s1-dev", "s2-dev", "s3-dev"]
+    inv.remove_slice("s2")
+    inv.remove_slice("s3")   # one slice of three left: the pool is incomplete, the slice still known
+    assert names() == [] and inv.describe_pools()[0]["slices"] == 1
+    assert [s.name for s, _ in inv.devices_named("gpu.example.com", "p", "s1-dev")] == ["s1"]
+    inv.upsert_slice(ResourceSlice.from_api(slice_obj("s1", [dev("again")], pool="p", count=1)))
+    assert names() == ["again"]   # the one left replaced by its new version
+    inv.remove_slice("s1")
+    assert names() == [] and inv.describe_pools() == []
+
+
+def test_a_node_with_one_pool_shares_the_empty_parts_of_its_view() -> None:
+    inv = inventory([slice_obj("s1", [dev("a"), dev("b")]), slice_obj("s2", [dev("c")], node="node-2")])
+    one, two = inv.node_pools(NODE_1, GATES), inv.node_pools(NODE_2, GATES)
+    assert one.candidates is one.pools[0].entries and [e.index for e in one.candidates] == [0, 1]
+    assert one.pools[0].counter_sets is two.pools[0].counter_sets and not one.pools[0].counter_sets
+    assert one.pools[0].devices_not_targeting == () and one.checks is None
