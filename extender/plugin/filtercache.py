@@ -136,7 +136,9 @@ class FilterCache:
         self._snapshots: OrderedDict[str, _Snapshot] = OrderedDict()
         self._changes: list[PoolId | str] = []
         self._changes_start = 0  # the position of _changes[0] in the log
-        self._pool_nodes: defaultdict[PoolId, set[str]] = defaultdict(set)  # from the node memos
+        # Each pool's nodes, from the node memos: the name alone while the pool has one node (a node's
+        # own pool, the usual case; a set for each was 4 MB at 20,000 nodes), then a set.
+        self._pool_nodes: dict[PoolId, str | set[str]] = {}
         self._snapshot_inventory = -1
         cache.subscribe(self._on_change)
 
@@ -206,7 +208,7 @@ class FilterCache:
             pool_ids = inventory.node_pools(node, self.cache.features).pool_ids
             memo = _NodeMemo(node.verdict_key, inventory.version, self._last_token, pool_ids)
             for pool in pool_ids:
-                self._pool_nodes[pool].add(node.name)
+                self._note_pool_node(pool, node.name)
             self._node_memo.pop(node.name, None)
             if len(self._node_memo) >= MAX_ENTRIES:  # the oldest one, not all at once
                 del self._node_memo[next(iter(self._node_memo))]
@@ -215,6 +217,15 @@ class FilterCache:
         if len(pool_ids) == 1:  # a node with its own pool: the usual case, kept cheap
             return memo.token, versions[pool_ids[0]]
         return (memo.token, *[versions[pool] for pool in pool_ids])
+
+    def _note_pool_node(self, pool: PoolId, name: str) -> None:
+        known = self._pool_nodes.get(pool)
+        if known is None:
+            self._pool_nodes[pool] = name
+        elif isinstance(known, set):
+            known.add(name)
+        elif known != name:
+            self._pool_nodes[pool] = {known, name}
 
     def get(
         self, signature: ClaimsSignature, node: Node
@@ -287,7 +298,8 @@ class FilterCache:
             found, fits, pool_nodes = snapshot.found, snapshot.fits, self._pool_nodes
             drop = snapshot.verdicts.drop
             for change in self._changes[snapshot.position - self._changes_start:]:
-                for name in (change,) if isinstance(change, str) else pool_nodes.get(change, ()):
+                names = change if isinstance(change, str) else pool_nodes.get(change, ())
+                for name in (names,) if isinstance(names, str) else names:
                     found.pop(name, None)
                     fits.pop(name, None)
                     drop(name)

@@ -418,3 +418,19 @@ def test_a_key_found_missing_is_never_used_after_a_change() -> None:
     assert cache.hits_for(plan.signature, NODES, scheduler.cache.node) == []
     sent = Node.from_api(o.node("node-0", {"zone": "c"}))
     assert cache.get(plan.signature, sent)[0] == cache.node_key(sent) != cache.node_key(node("node-0"))
+
+
+async def test_a_change_to_a_pool_every_node_sees_reaches_every_nodes_kept_verdicts() -> None:
+    """The pool's nodes are kept as one name until a second node sees it: both must be looked up again."""
+    shared = o.gpu_slice("shared", 1)
+    del shared["spec"]["nodeName"]
+    shared["spec"]["allNodes"] = True
+    objs = [o.device_class(), o.node("node-0"), o.node("node-1"), shared,
+            o.claim("c0"), o.pod("p0", ["c0"]), o.claim("c1"), o.pod("p1", ["c1"])]
+    scheduler = make(objs)
+    nodes = ["node-0", "node-1"]
+    for name in ("p0", "p1"):   # the same claim shape twice: the second answer comes from the snapshot
+        assert (await scheduler.filter(pod(scheduler, name), nodes)).passed == nodes
+    await scheduler.bind("default", "p0", uid=pod(scheduler, "p0")["metadata"]["uid"], node_name="node-0")
+    after = await scheduler.filter(pod(scheduler, "p1"), nodes)
+    assert after.passed == [] and set(after.failed) | set(after.unresolvable) == set(nodes)
