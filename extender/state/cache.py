@@ -282,6 +282,8 @@ class ClusterCache:
             return self._sharer.resource_slice(raw)
         if kind == "ResourceClaim":
             return self._sharer.resource_claim(raw, old)
+        if kind == "Node":
+            return self._sharer.node(raw)
         return raw
 
     def replace(self, kind: str, items: Iterable[dict]) -> None:

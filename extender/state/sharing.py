@@ -4,7 +4,7 @@ A large cluster repeats the same small values everywhere: every GPU of one model
 attribute values and capacity, every claim made for one kind of workload the same spec, every object on
 a node that node's name, every object of a kind the same apiVersion, every reserved claim its pod's name
 and uid. The JSON decoder makes a fresh copy of each. `ObjectSharer` rewrites a ResourceSlice,
-ResourceClaim or Pod the cache takes (the cache owns what it is given) so that its parts equal to other
+ResourceClaim, Pod or Node the cache takes (the cache owns what it is given) so that its parts equal to other
 stored objects' are the very same objects.
 
 Shared parts must never be edited in place. That already holds for the cache: stored objects are
@@ -133,11 +133,41 @@ class ObjectSharer:
             status["allocation"] = kept
             return raw
         if "nodeSelector" in allocation:
-            allocation["nodeSelector"] = self.value(allocation["nodeSelector"])
+            selector = allocation["nodeSelector"]
+            allocation["nodeSelector"] = shared = self.value(selector)
+            if shared is selector:   # the first of its kind (one per node): its strings as everyone's
+                self._node_selector_strings(selector)
         devices = allocation.get("devices")
         results = devices.get("results") if isinstance(devices, dict) else None
         for result in results if isinstance(results, list) else ():
             self._share_strings(result, ("request", "driver", "pool", "device"))
+        return raw
+
+    def _node_selector_strings(self, selector: Any) -> None:
+        """An allocation's node selector names its node in the terms' values: the same string as the
+        node's name everywhere else, and the same few keys and operators as every other selector."""
+        terms = selector.get("nodeSelectorTerms") if isinstance(selector, dict) else None
+        for term in terms if isinstance(terms, list) else ():
+            for field in ("matchFields", "matchExpressions"):
+                requirements = term.get(field) if isinstance(term, dict) else None
+                for requirement in requirements if isinstance(requirements, list) else ():
+                    self._share_strings(requirement, ("key", "operator"))
+                    values = requirement.get("values") if isinstance(requirement, dict) else None
+                    if isinstance(values, list):
+                        values[:] = [self.string(value) for value in values]
+
+    def node(self, raw: dict) -> dict:
+        """A Node's name, and a label value equal to it (kubernetes.io/hostname, usually), as the string
+        the objects on the node hold."""
+        meta = raw.get("metadata")
+        if not isinstance(meta, dict):
+            return raw
+        self._share_strings(meta, ("name",))
+        name, labels = meta.get("name"), meta.get("labels")
+        if isinstance(name, str) and isinstance(labels, dict):
+            for key, value in labels.items():
+                if value == name:
+                    labels[key] = name
         return raw
 
     def _pod_consumer(self, consumer: Any) -> None:

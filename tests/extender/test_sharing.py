@@ -219,3 +219,31 @@ def test_equal_finalizer_lists_are_one_list() -> None:
     a, b, c = (cache.raw("ResourceClaim", f"default/{name}") for name in "abc")
     assert a["metadata"]["finalizers"] is b["metadata"]["finalizers"]   # type: ignore[index]
     assert c["metadata"]["finalizers"] == ["other"]   # type: ignore[index]
+
+
+def test_allocations_on_one_node_share_its_name_and_selectors_share_their_keys() -> None:
+    cache = ClusterCache(FeatureGates())
+    node = orjson.loads(orjson.dumps(o.node("node-1", {"kubernetes.io/hostname": "node-1"})))
+    cache.apply("Node", "ADDED", node)
+    claims = [o.allocate(o.claim("a"), "node-1", ["gpu-0"]), o.allocate(o.claim("b"), "node-2", ["gpu-0"])]
+    claims = [orjson.loads(orjson.dumps(raw)) for raw in claims]   # fresh strings, as decoded
+    expected = [json_of(raw) for raw in claims]
+    for raw in claims:
+        cache.apply("ResourceClaim", "ADDED", raw)
+    stored = [cache.raw("ResourceClaim", "default/a"), cache.raw("ResourceClaim", "default/b")]
+    assert [json_of(raw) for raw in stored] == expected   # type: ignore[arg-type]
+    one, two = (raw["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]
+                for raw in stored)   # type: ignore[index]
+    assert one["key"] is two["key"] and one["operator"] is two["operator"]
+    stored_node = cache.raw("Node", "node-1")
+    assert stored_node is not None
+    name = stored_node["metadata"]["name"]
+    assert one["values"][0] is name and stored_node["metadata"]["labels"]["kubernetes.io/hostname"] is name
+
+
+def test_a_node_keeps_what_it_says() -> None:
+    sharer = ObjectSharer()
+    raw = {"metadata": {"name": "n", "labels": {"a": "n", "b": "other"}}}
+    assert sharer.node(copy.deepcopy(raw)) == raw
+    assert sharer.node({"metadata": "not an object"}) == {"metadata": "not an object"}
+    assert sharer.node({}) == {}
