@@ -32,6 +32,7 @@ class ObjectSharer:
         self._pod_by_uid = pod_by_uid
         self._strings: dict[str, str] = {}
         self._values: dict[str, Any] = {}   # canonical JSON text -> the shared value
+        self._pinned: dict[str, Any] = {}   # node name -> the shared node selector pinning it alone
 
     def string(self, value: Any) -> Any:
         """The shared str equal to `value`; anything else comes back unchanged."""
@@ -133,15 +134,27 @@ class ObjectSharer:
             status["allocation"] = kept
             return raw
         if "nodeSelector" in allocation:
-            selector = allocation["nodeSelector"]
-            allocation["nodeSelector"] = shared = self.value(selector)
-            if shared is selector:   # the first of its kind (one per node): its strings as everyone's
-                self._node_selector_strings(selector)
+            allocation["nodeSelector"] = self._node_selector(allocation["nodeSelector"])
         devices = allocation.get("devices")
         results = devices.get("results") if isinstance(devices, dict) else None
         for result in results if isinstance(results, list) else ():
             self._share_strings(result, ("request", "driver", "pool", "device"))
         return raw
+
+    def _node_selector(self, selector: Any) -> Any:
+        """The shared node selector equal to `selector`. One that pins a node by name (what every
+        allocation of node-local devices has, one per node) is found by that name, not by its JSON
+        text: at 20,000 nodes those texts were 3 MB of table keys."""
+        name = _pinned_node(selector)
+        if name is None:
+            shared = self.value(selector)
+        else:
+            shared = self._pinned.get(name)
+            if shared is None:
+                shared = self._added(self._pinned, self.string(name), selector)
+        if shared is selector:   # the first of its kind: its strings as everyone's
+            self._node_selector_strings(selector)
+        return shared
 
     def _node_selector_strings(self, selector: Any) -> None:
         """An allocation's node selector names its node in the terms' values: the same string as the
@@ -218,3 +231,28 @@ class ObjectSharer:
             return
         for ref in refs:
             self._share_strings(ref, ("name", "resourceClaimTemplateName"))
+
+
+def _pinned_node(selector: Any) -> str | None:
+    """The node name when `selector` is exactly {"nodeSelectorTerms": [{"matchFields": [{"key":
+    "metadata.name", "operator": "In", "values": [name]}]}]}, else None. Two such selectors with one name
+    are the same JSON."""
+    if not isinstance(selector, dict) or len(selector) != 1:
+        return None
+    terms = selector.get("nodeSelectorTerms")
+    if not isinstance(terms, list) or len(terms) != 1:
+        return None
+    term = terms[0]
+    if not isinstance(term, dict) or len(term) != 1:
+        return None
+    fields = term.get("matchFields")
+    if not isinstance(fields, list) or len(fields) != 1:
+        return None
+    field = fields[0]
+    if not isinstance(field, dict) or len(field) != 3 or field.get("key") != "metadata.name" or (
+            field.get("operator") != "In"):
+        return None
+    values = field.get("values")
+    if not isinstance(values, list) or len(values) != 1 or not isinstance(values[0], str):
+        return None
+    return values[0]

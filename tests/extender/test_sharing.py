@@ -247,3 +247,25 @@ def test_a_node_keeps_what_it_says() -> None:
     assert sharer.node(copy.deepcopy(raw)) == raw
     assert sharer.node({"metadata": "not an object"}) == {"metadata": "not an object"}
     assert sharer.node({}) == {}
+
+
+def test_node_selectors_pinning_one_node_are_one_object_and_others_keep_their_own_json() -> None:
+    sharer = ObjectSharer(max_entries=10)
+
+    def allocated(selector: Any) -> dict:
+        raw = {"metadata": {"name": "c"}, "status": {"allocation": {"nodeSelector": selector}}}
+        return sharer.resource_claim(orjson.loads(orjson.dumps(raw)))["status"]["allocation"]["nodeSelector"]
+
+    def pinning(name: str, **extra: Any) -> dict:
+        return {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [name], **extra}]}]}
+
+    first, again, other = allocated(pinning("n1")), allocated(pinning("n1")), allocated(pinning("n2"))
+    assert first is again and first == pinning("n1") and other == pinning("n2") and other is not first
+    for selector in (pinning("n1", extra=1), {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}]}, pinning("n1") | {"x": 1}):
+        kept = allocated(selector)
+        assert kept == selector and kept is not first and allocated(copy.deepcopy(selector)) is kept
+    for index in range(30):   # bounded like the other tables
+        allocated(pinning(f"node-{index}"))
+    assert len(sharer._pinned) <= 10
