@@ -909,7 +909,9 @@ class Node:
             if not isinstance(value, str):
                 raise ck.fail(f"metadata.labels[{key}]", f"must be a string, got {value!r}")
         self.labels: dict[str, str] = labels
-        self.labels_key = tuple(sorted(labels.items()))
+        # Keys and values in one flat tuple (the keys sorted): a pair tuple per label was 56 bytes each,
+        # 17 MB for 20,000 nodes of 15 labels. Only compared, never read.
+        self.labels_key = tuple([part for item in sorted(labels.items()) for part in item])
         status = ck.mapping(raw, "status", "")
         declared = ck.string_list(status, "declaredFeatures", "status.")
         self.declared_features = frozenset(declared) if declared else _NOTHING_DECLARED

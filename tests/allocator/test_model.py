@@ -176,3 +176,12 @@ def test_feature_gates() -> None:
     with pytest.raises(ValueError, match="expected NAME=true"):
         FeatureGates.parse("DRAAdminAccess=yes")
     assert not FeatureGates({"DRAResourceClaimDeviceStatus": False}).binding_and_status
+
+
+def test_node_label_keys_tell_apart_exactly_the_label_sets_that_differ() -> None:
+    def key(labels: dict[str, str]) -> tuple:
+        return Node.named("n", labels).labels_key
+
+    assert key({"a": "b", "c": "d"}) == key({"c": "d", "a": "b"})
+    assert len({key({}), key({"a": "b"}), key({"a": "bc"}), key({"ab": "c"}), key({"a": "b", "c": "d"}),
+                key({"a": "c", "b": "d"}), key({"a": ""})}) == 7
