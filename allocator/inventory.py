@@ -15,7 +15,7 @@ from allocator.pools import COMPLETE, INCOMPLETE, INVALID, NodePools, gather_poo
 # goes, one per view built: dropping them all at once made the next filters rebuild every view.
 _MAX_CACHED_NODES = 20_000
 
-_NodeView = tuple[tuple[tuple[str, str], ...], FeatureGates, NodePools, Likeness | None]
+_NodeView = tuple[tuple[str, ...], FeatureGates, NodePools, Likeness | None]
 
 
 class _SliceGroups:

@@ -891,13 +891,16 @@ _NOTHING_DECLARED: frozenset[str] = frozenset()
 
 
 class Node:
-    """A node as allocation sees it: its name, labels (node selectors) and status.declaredFeatures.
+    """A node as allocation sees it: its name, labels (node selectors) and status.declaredFeatures, and
+    status.allocatable for the plugins that read it.
 
     ``labels_key`` is what the node's pool view depends on; ``verdict_key`` is what an allocation
     verdict for the node depends on besides its name and the cluster (labels and declared features).
     """
 
-    __slots__ = ("declared_features", "labels", "labels_key", "name", "raw", "uid", "verdict_key")
+    __slots__ = (
+        "allocatable", "declared_features", "labels", "labels_key", "name", "raw", "uid", "verdict_key",
+    )
 
     def __init__(self, raw: dict[str, Any]) -> None:
         ck, meta = _metadata(raw, "Node")
@@ -911,8 +914,10 @@ class Node:
         self.labels: dict[str, str] = labels
         # Keys and values in one flat tuple (the keys sorted): a pair tuple per label was 56 bytes each,
         # 17 MB for 20,000 nodes of 15 labels. Only compared, never read.
-        self.labels_key = tuple([part for item in sorted(labels.items()) for part in item])
+        self.labels_key: tuple[str, ...] = tuple([part for item in sorted(labels.items()) for part in item])
         status = ck.mapping(raw, "status", "")
+        # status.allocatable as written (extended and node allocatable resources read it for each node).
+        self.allocatable: Any = status.get("allocatable")
         declared = ck.string_list(status, "declaredFeatures", "status.")
         self.declared_features = frozenset(declared) if declared else _NOTHING_DECLARED
         self.verdict_key = (self.labels_key, tuple(sorted(self.declared_features)))

@@ -98,7 +98,7 @@ def requested_names(pod: Mapping) -> set[str]:
 
 def _allocatable(node: Node, name: str) -> int | None:
     """The node's allocatable for `name`; None when the node does not list it."""
-    allocatable = (node.raw.get("status") or {}).get("allocatable") or {}
+    allocatable = node.allocatable or {}
     if not isinstance(allocatable, dict) or name not in allocatable:
         return None
     return _whole_number(allocatable[name]) or 0

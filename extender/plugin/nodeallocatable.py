@@ -495,7 +495,7 @@ class NodeFit:
 
 
 def node_allocatable(node: Node) -> dict[str, int]:
-    return as_fit_units(_quantities((node.raw.get("status") or {}).get("allocatable")))
+    return as_fit_units(_quantities(node.allocatable))
 
 
 class Demand(NamedTuple):

@@ -29,7 +29,7 @@ from allocator import (
 from common.claimrefs import check_group_claims, group_name_of
 from common.objects import metadata_of
 from extender.state.nodetransform import slim_node
-from extender.state.packing import CLAIM_SECTIONS, PackedClaim, PackedStore
+from extender.state.packing import CLAIM_SECTIONS, PackedClaim, PackedNode, PackedStore
 from extender.state.podtransform import slim_pod
 from extender.state.sharing import ObjectSharer
 
@@ -113,9 +113,10 @@ class ClusterCache:
         self.allocated = AllocatedState()
         self.ready = False
         # Every object currently known, valid or not (the snapshot endpoint returns all of them). Pods and
-        # claims, the most numerous, and ResourceSlices, the largest, are kept packed
+        # claims, the most numerous, ResourceSlices, the largest, and Nodes are kept packed
         # (extender.state.packing): a read of one is a new dict. What allocation and the hot paths read
-        # is parsed (the inventory's slices, the PackedClaims), so only reads of a whole object unpack it.
+        # is parsed (the inventory's slices, the PackedClaims and PackedNodes), so only reads of a whole
+        # object unpack it.
         self._objects: dict[str, MutableMapping[str, dict]] = {kind: {} for kind in KINDS}
         # A Pod's claim references and statuses: a dict per claim, on every Pod its own statuses, and its
         # own references when it names its claims (a workload's pods share theirs: `shared`).
@@ -125,6 +126,7 @@ class ClusterCache:
         self._claim_store = self._objects["ResourceClaim"] = PackedStore(
             listed=frozenset({("status", "reservedFor")}), sections=CLAIM_SECTIONS)
         self._objects["ResourceSlice"] = PackedStore(listed=frozenset({("spec", "devices")}))
+        self._node_store = self._objects["Node"] = PackedStore()
         self._invalid: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
         self._nodes: dict[str, Node] = {}
         self._node_names: list[str] | None = []
@@ -466,7 +468,8 @@ class ClusterCache:
     def _index(self, kind: str, key: str, raw: dict, old: dict | None) -> None:
         """Add `raw` to the typed indexes, replacing `old`. Raises ValueError before changing anything."""
         if kind == "Node":
-            node = Node.from_api(raw)
+            node = PackedNode(raw)
+            node.keep(self._node_store.packed(key))
             if key not in self._nodes:
                 self._node_names = None
             self._nodes[key] = node

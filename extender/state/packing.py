@@ -19,7 +19,8 @@ own layout, and reads back as a new dict. A slice with 8 devices takes about hal
 
 Claims are packed the same way, with their spec kept whole (CLAIM_SECTIONS). The cache's parsed claim,
 `PackedClaim`, holds the store's tuple instead of the dicts and gives `raw` as a copy; what hot paths
-read of a claim is parsed (allocator.model.ResourceClaim), so they do not unpack it.
+read of a claim is parsed (allocator.model.ResourceClaim), so they do not unpack it. Nodes likewise
+(`PackedNode`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 from functools import partial
 from typing import Any, NamedTuple, cast
 
-from allocator import ResourceClaim
+from allocator import Node, ResourceClaim
 
 # Top-level keys whose object values are flattened into the tuple: a Pod's or a slice's. A claim's spec
 # is one object for every claim of a template, whose identity reuses its parse: claims keep it whole.
@@ -255,12 +256,14 @@ class PackedStore(MutableMapping[str, dict]):
         return len(self._packed)
 
 
-class PackedClaim(ResourceClaim):
-    """A claim as the cache keeps it: parsed, holding the store's packed tuple rather than the dicts, so
-    the object is not kept twice. `raw` is a copy, a new dict on every read: code on hot paths reads the
-    parsed fields (`spec`, `resource_version`, `reserved_uids`, `allocation`) instead."""
+class _HoldsPacked:
+    """A parsed object that holds the store's packed tuple rather than the dicts it was parsed from, so
+    the object is not kept twice: `raw` is a copy, a new dict on every read."""
 
-    __slots__ = ("_packed",)
+    # Each subclass declares the `_packed` slot itself: a slot here would clash with the parsed class's
+    # own slots (two bases cannot both lay out their instances), hence the ignores below.
+    __slots__ = ()
+    _packed: dict[str, Any] | tuple[Any, ...]
 
     @property
     def raw(self) -> dict[str, Any]:
@@ -269,11 +272,25 @@ class PackedClaim(ResourceClaim):
 
     @raw.setter
     def raw(self, value: dict[str, Any]) -> None:
-        self._packed: dict[str, Any] | tuple[Any, ...] = value   # while parsing; then `keep`
+        self._packed = value   # type: ignore[misc]   # while parsing; then `keep`
 
     def keep(self, packed: tuple[Any, ...]) -> None:
-        """Hold `packed`, the store's form of the object this claim was parsed from, instead of it."""
-        self._packed = packed
+        """Hold `packed`, the store's form of the object this was parsed from, instead of it."""
+        self._packed = packed   # type: ignore[misc]
+
+
+class PackedClaim(_HoldsPacked, ResourceClaim):
+    """A claim as the cache keeps it. Code on hot paths reads the parsed fields (`spec`,
+    `resource_version`, `reserved_uids`, `allocation`), not `raw`."""
+
+    __slots__ = ("_packed",)
 
     def parsed_from(self, raw: dict[str, Any]) -> bool:
         return self._packed is raw
+
+
+class PackedNode(_HoldsPacked, Node):
+    """A Node as the cache keeps it. Filters read its parsed fields (`labels`, `allocatable`); `raw` is
+    for bind's checks and the headroom gauges."""
+
+    __slots__ = ("_packed",)

@@ -1,4 +1,4 @@
-"""The cache's Pods and ResourceSlices kept packed (extender.state.packing): what is read back is what was
+"""The cache's Pods, claims, slices and Nodes kept packed (extender.state.packing): what is read back is what was
 stored."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from allocator import FeatureGates
 from extender.state import packing
 from extender.state.cache import ClusterCache
-from extender.state.packing import PackedClaim, PackedStore
+from extender.state.packing import PackedClaim, PackedNode, PackedStore
 from extender.state.podtransform import slim_pod
 
 
@@ -304,3 +304,26 @@ def test_objects_taken_now_are_read_later_as_they_were() -> None:
     cache.apply("ResourceClaim", "ADDED", o.claim("d"))
     assert len(before) == 4 and read() == before   # what was stored when taken, in the same order
     assert cache.objects("ResourceClaim") == [newer, o.claim("d")] != read()
+
+
+def test_the_cache_keeps_nodes_packed_and_filters_read_the_parse() -> None:
+    cache = ClusterCache(FeatureGates())
+    node = o.node("node-1", {"zone": "a"})
+    node["spec"] = {"unschedulable": True}
+    node["status"] = {"allocatable": {"cpu": "8", "example.com/gpu": "4"}, "declaredFeatures": ["F"]}
+    cache.apply("Node", "ADDED", copy.deepcopy(node))
+    parsed = cache.node("node-1")
+    assert isinstance(parsed, PackedNode) and type(parsed._packed) is tuple
+    assert parsed.raw == node and parsed.raw is not parsed.raw   # a copy on every read
+    assert cache.raw("Node", "node-1") == node and cache.objects("Node") == [node]
+    assert parsed.allocatable == node["status"]["allocatable"] and parsed.labels == node["metadata"]["labels"]
+    assert parsed.declares("F") and parsed.name == "node-1"
+    stored = cache._objects["Node"]._packed["node-1"]   # type: ignore[attr-defined]
+    assert sys.getsizeof(stored) < sys.getsizeof(node) + sys.getsizeof(node["metadata"])
+    newer = copy.deepcopy(node)
+    newer["metadata"].update(resourceVersion="2", labels={"zone": "b"})
+    cache.apply("Node", "MODIFIED", newer)
+    again = cache.node("node-1")
+    assert again is not None and again.labels == {"zone": "b"} and again.raw == newer
+    cache.apply("Node", "DELETED", newer)
+    assert cache.node("node-1") is None and cache.raw("Node", "node-1") is None
