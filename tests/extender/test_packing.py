@@ -1,5 +1,5 @@
-"""The cache's Pods, claims, slices and Nodes kept packed (extender.state.packing): what is read back is what was
-stored."""
+"""The cache's Pods, claims, slices and Nodes kept packed (extender.state.packing): what is read back is
+what was stored."""
 
 from __future__ import annotations
 
