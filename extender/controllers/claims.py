@@ -17,6 +17,7 @@ from extender.plugin.podclaims import (
     claim_references,
     reserved_for,
 )
+from extender.state.packing import CLAIM_SECTIONS, PackedStore
 
 log = logging.getLogger(__name__)
 
@@ -92,30 +93,44 @@ def pod_claim_keys(pod: Mapping[str, Any], claims: ClaimIndex, *, groups: bool =
 
 
 class ClaimIndex:
-    """Allocated ResourceClaims by "namespace/name", and which of them hold devices of each pool."""
+    """Allocated ResourceClaims by "namespace/name", and which of them hold devices of each pool.
+
+    The claims are kept packed as the cache keeps its own (extender.state.packing): the dicts an event
+    carries would otherwise stay alive here beside the cache's packed copy, about 1.1 KB for each
+    allocated claim (45 MB at 20,000 nodes). A read is therefore a copy; what the controllers read of
+    every claim at once, its device results, is kept as the very list the claim holds (`results`)."""
 
     def __init__(self) -> None:
-        self._claims: dict[str, dict] = {}
+        self._claims = PackedStore(listed=frozenset({("status", "reservedFor")}), sections=CLAIM_SECTIONS)
+        self._results: dict[str, list[dict]] = {}
         self._by_pool: dict[PoolId, set[str]] = {}
 
     def update(self, event_type: str, raw: dict) -> tuple[dict | None, set[PoolId]]:
         """Apply a claim event; returns the claim stored before and the pools whose holders changed."""
         key = claim_key(raw)
         previous = self._claims.pop(key, None)
+        self._results.pop(key, None)
         touched = self._unindex(key, previous) if previous is not None else set()
-        if event_type != "DELETED" and allocated_results(raw):
+        results = allocated_results(raw)
+        if event_type != "DELETED" and results:
             self._claims[key] = raw
+            self._results[key] = results
             touched |= self._index(key, raw)
         return previous, touched
 
     def get(self, key: str) -> dict | None:
         return self._claims.get(key)
 
+    def results(self, key: str) -> list[dict]:
+        """`allocated_results` of the claim `key` ([] when it is not here), without unpacking it."""
+        return self._results.get(key, [])
+
+    def results_items(self) -> Iterator[tuple[str, list[dict]]]:
+        """(key, `results(key)`) of every claim, for a pass over all of them."""
+        return iter(self._results.items())
+
     def keys(self) -> list[str]:
         return list(self._claims)
-
-    def items(self) -> Iterator[tuple[str, dict]]:
-        return iter(self._claims.items())
 
     def pools(self) -> list[PoolId]:
         return list(self._by_pool)

@@ -18,7 +18,6 @@ from common.claimrefs import pod_uid
 from common.objects import metadata_of
 from extender.controllers.claims import (
     ClaimIndex,
-    allocated_results,
     claim_key,
     consumers,
     pod_claim_keys,
@@ -184,8 +183,7 @@ class TaintEvictionController:
         rules = self._no_execute_rules()
         changed = []
         for key in keys:
-            claim = self._claims.get(key)
-            eviction = self._eviction_of_claim(claim, rules) if claim is not None else None
+            eviction = self._eviction_of_claim(key, self._claims.results(key), rules)
             if self._claim_eviction.get(key) != eviction:
                 changed.append(key)
             if eviction is None:
@@ -209,9 +207,10 @@ class TaintEvictionController:
     def _no_execute_rules(self) -> list[dict]:
         return [rule for rule in self._rules.values() if _rule_taint(rule).get("effect") == NO_EXECUTE]
 
-    def _eviction_of_claim(self, claim: Mapping[str, Any], rules: list[dict]) -> Eviction | None:
+    def _eviction_of_claim(self, key: str, results: list[dict], rules: list[dict]) -> Eviction | None:
+        """When the claim `key`'s devices (`results`, as ClaimIndex keeps them) evict its pods."""
         candidates: list[Eviction] = []
-        for result in allocated_results(claim):
+        for result in results:
             device = result_device(result)
             if device is None:
                 continue
@@ -232,7 +231,7 @@ class TaintEvictionController:
                 try:
                     when = eviction_time(taint, tolerations)
                 except ValueError as err:
-                    log.warning("claim %s: ignoring taint %s: %s", claim_key(claim), reason, err)
+                    log.warning("claim %s: ignoring taint %s: %s", key, reason, err)
                     continue
                 if when is not None:
                     candidates.append(Eviction(when, (reason,)))
@@ -304,9 +303,9 @@ class TaintEvictionController:
         as_no_execute = {**_rule_taint(rule), "effect": NO_EXECUTE}
         pods: set[PodRef] = set()
         allocated = 0
-        for key, claim in self._claims.items():
+        for key, results in self._claims.results_items():
             hit = False
-            for result in allocated_results(claim):
+            for result in results:
                 device = result_device(result)
                 if device is None or not rule_matches(rule, device):
                     continue
@@ -315,7 +314,8 @@ class TaintEvictionController:
                     hit = hit or eviction_time(as_no_execute, result.get("tolerations") or []) is not None
                 except ValueError:
                     continue
-            if not hit:
+            claim = self._claims.get(key) if hit else None
+            if claim is None:
                 continue
             for pod in consumers(claim, self._pods, groups=self._groups):
                 ref = PodRef.of(pod)
