@@ -31,6 +31,7 @@ server of the tests, run in a child process so that its copies of the objects do
 
     python bench/scale_bench.py --json --nodes 5000
     python bench/scale_bench.py --json --curve 500,5000,20000   # one object per size, and the growth
+    python bench/scale_bench.py --nodes 20000 --controllers taint-eviction,driver-loss   # with them
 
 Where the memory and the time go, in this process (the same watcher, cache and scheduler as serve):
 
@@ -337,6 +338,8 @@ async def measure_server(args: argparse.Namespace, nodes: int, fake: FakeApi) ->
         command = [*serve_command(), "serve", "--kubeconfig", str(write_kubeconfig(Path(tmp), url)),
                    "--extender-port", str(extender_port), "--debug-port", str(debug_port),
                    "--log-level", "warning"]
+        if args.controllers:
+            command += ["--controllers", args.controllers]
         server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
@@ -719,6 +722,8 @@ def main() -> int:
     parser.add_argument("--ready-timeout", type=float, default=600.0)
     parser.add_argument("--skip-object-sizes", action="store_true",
                         help="do not sync a second cache in this process to size objects")
+    parser.add_argument("--controllers", default="",
+                        help="serve's --controllers (default: none), to measure their memory too")
     parser.add_argument("--json", action="store_true", help="print JSON only")
     parser.add_argument("--profile-memory", action="store_true",
                         help="instead of the figures: sync here under tracemalloc, print the top lines")
