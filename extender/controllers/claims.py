@@ -84,9 +84,11 @@ def pod_claim_keys(pod: Mapping[str, Any], claims: ClaimIndex, *, groups: bool =
         if name is None:
             continue
         key = f"{namespace}/{name}"
-        claim = claims.get(key)
-        if claim is None or (must_own and not (
-                is_controlled_by(claim, pod_uid(pod)) or (groups and controlled_by_group_of(claim, pod)))):
+        if key not in claims:
+            continue
+        claim = claims.get(key) if must_own else None   # read (a copy) only to check its owner
+        if claim is not None and not (
+                is_controlled_by(claim, pod_uid(pod)) or (groups and controlled_by_group_of(claim, pod))):
             continue
         keys.append(key)
     return keys
@@ -120,6 +122,9 @@ class ClaimIndex:
 
     def get(self, key: str) -> dict | None:
         return self._claims.get(key)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._claims
 
     def results(self, key: str) -> list[dict]:
         """`allocated_results` of the claim `key` ([] when it is not here), without unpacking it."""

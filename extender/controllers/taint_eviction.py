@@ -242,9 +242,9 @@ class TaintEvictionController:
             return None
         evictions = []
         for key in pod_claim_keys(pod, self._claims, groups=self._groups):
-            eviction = self._claim_eviction.get(key)
-            claim = self._claims.get(key) or {}
-            if eviction is not None and reserved_for_pod(claim, pod, accept_group=self._groups):
+            eviction = self._claim_eviction.get(key)   # None for most: then the claim is not read
+            if eviction is not None and reserved_for_pod(self._claims.get(key) or {}, pod,
+                                                         accept_group=self._groups):
                 evictions.append(eviction)
         return Eviction.combine(evictions)
 
