@@ -110,14 +110,16 @@ class ClaimIndex:
     def update(self, event_type: str, raw: dict) -> tuple[dict | None, set[PoolId]]:
         """Apply a claim event; returns the claim stored before and the pools whose holders changed."""
         key = claim_key(raw)
-        previous = self._claims.pop(key, None)
-        self._results.pop(key, None)
-        touched = self._unindex(key, previous) if previous is not None else set()
+        previous = self._claims.get(key)
+        touched: set[PoolId] = set()
+        if previous is not None:
+            del self._claims[key]
+            touched = self._unindex(key, self._results.pop(key))
         results = allocated_results(raw)
         if event_type != "DELETED" and results:
             self._claims[key] = raw
             self._results[key] = results
-            touched |= self._index(key, raw)
+            touched |= self._index(key, results)
         return previous, touched
 
     def get(self, key: str) -> dict | None:
@@ -148,19 +150,19 @@ class ClaimIndex:
             {
                 device[2]
                 for key in self.in_pool(pool)
-                for device in _devices(self._claims[key])
+                for device in _devices(self._results[key])
                 if (device[0], device[1]) == pool
             }
         )
 
-    def _index(self, key: str, raw: dict) -> set[PoolId]:
-        pools = {(device[0], device[1]) for device in _devices(raw)}
+    def _index(self, key: str, results: list[dict]) -> set[PoolId]:
+        pools = {(device[0], device[1]) for device in _devices(results)}
         for pool in pools:
             self._by_pool.setdefault(pool, set()).add(key)
         return pools
 
-    def _unindex(self, key: str, raw: dict) -> set[PoolId]:
-        pools = {(device[0], device[1]) for device in _devices(raw)}
+    def _unindex(self, key: str, results: list[dict]) -> set[PoolId]:
+        pools = {(device[0], device[1]) for device in _devices(results)}
         for pool in pools:
             holders = self._by_pool.get(pool)
             if holders is not None:
@@ -170,8 +172,8 @@ class ClaimIndex:
         return pools
 
 
-def _devices(raw: Mapping[str, Any]) -> Iterator[DeviceId]:
-    for result in allocated_results(raw):
+def _devices(results: list[dict]) -> Iterator[DeviceId]:
+    for result in results:
         device = result_device(result)
         if device is not None:
             yield device
