@@ -190,11 +190,11 @@ class ClusterCache:
         ClaimWriter stores what it wrote before the watch delivers it, and the late event must not
         roll that back. An equal copy with the same resourceVersion (the watch echoing that write, or
         an unchanged object in a re-list) is skipped without parsing it again; passing the stored
-        object itself again re-indexes it (not a Pod, claim or slice: those are kept packed, what the
-        cache gives of them is a copy, and an equal copy is skipped). The cache owns `raw` from here on
+        object itself again re-indexes it (not a Pod, claim, slice or Node: those are kept packed, what
+        the cache gives of them is a copy, and an equal copy is skipped). The cache owns `raw` from here on
         (its managedFields are dropped); a Pod is stored as `slim_pod(raw)`, a Node as `slim_node(raw)`,
-        and Pods, ResourceSlices and ResourceClaims as copies whose parts equal to other stored objects'
-        are shared with them (`_shared`), then packed.
+        and Pods, ResourceSlices, ResourceClaims and Nodes as copies whose parts equal to other stored
+        objects' are shared with them (`_shared`), then packed.
         """
         if kind not in KINDS:
             raise CacheError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
