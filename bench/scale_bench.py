@@ -38,6 +38,7 @@ Where the memory and the time go, in this process (the same watcher, cache and s
     python bench/scale_bench.py --nodes 5000 --profile-memory   # tracemalloc, top lines after sync
     python bench/scale_bench.py --nodes 5000 --profile-cpu      # cProfile of sync, a cold filter, cycles
     python bench/scale_bench.py --nodes 20000 --profile-relist  # the event loop's steps in a re-list, CPU ms
+    python bench/scale_bench.py --nodes 20000 --profile-controllers  # the same while the controllers seed
 """
 
 from __future__ import annotations
@@ -615,20 +616,28 @@ async def profile_cycles(args: argparse.Namespace, cache: Any, scheduler: Any,
             "cycle_cpu_ms_per_pod": round(cycle_cpu_ms, 2)}
 
 
-async def profile_relist(args: argparse.Namespace, fake: FakeApi, nodes: int) -> dict[str, Any]:
-    """Sync here as serve does, then have every kind listed again: the CPU time (this thread's) of the
-    event loop's longest turns meanwhile (every step run between two polls, which a request arriving
-    waits for), of its longest steps, by task, and of the collections. Unlike relist_longest_stall_ms
-    it does not grow when other processes take the cores."""
+@dataclasses.dataclass
+class LoopTiming:
+    """The event loop's work while `timed_loop()` is active, in this thread's CPU ms: every turn (the
+    steps run between two polls, which a request arriving waits for), every step with its task's
+    name, and every garbage collection."""
+
+    turns: list[float] = dataclasses.field(default_factory=list)
+    steps: list[tuple[float, str]] = dataclasses.field(default_factory=list)
+    collections: list[float] = dataclasses.field(default_factory=list)
+
+    def summary(self, top: int) -> dict[str, Any]:
+        return {"longest_turns_cpu_ms": [round(ms, 1) for ms in sorted(self.turns, reverse=True)[:top]],
+                "longest_steps_cpu_ms": [[round(ms, 1), name]
+                                         for ms, name in sorted(self.steps, reverse=True)[:top]],
+                "longest_collection_cpu_ms": round(max(self.collections, default=0.0), 1)}
+
+
+@contextlib.contextmanager
+def timed_loop() -> Iterator[LoopTiming]:
     import asyncio.events
 
-    from extender.tuning import tune_gc_after_sync
-
-    client, watcher, _ = await synced_cluster(fake.url)
-    tune_gc_after_sync()
-    steps: list[tuple[float, str]] = []
-    turns: list[float] = []
-    collections: list[float] = []
+    timing = LoopTiming()
     run = asyncio.events.Handle._run
     run_once = asyncio.base_events.BaseEventLoop._run_once
     collecting = [0.0]
@@ -636,43 +645,79 @@ async def profile_relist(args: argparse.Namespace, fake: FakeApi, nodes: int) ->
     def timed_run_once(loop: Any) -> None:
         started = time.thread_time()
         run_once(loop)
-        turns.append((time.thread_time() - started) * 1000)
+        timing.turns.append((time.thread_time() - started) * 1000)
 
     def timed_run(handle: Any) -> None:
         started = time.thread_time()
         run(handle)
         owner = getattr(handle._callback, "__self__", None)
         name = owner.get_name() if isinstance(owner, asyncio.Task) else repr(handle._callback)[:60]
-        steps.append(((time.thread_time() - started) * 1000, name))
+        timing.steps.append(((time.thread_time() - started) * 1000, name))
 
     def on_gc(phase: str, _info: dict[str, Any]) -> None:
         if phase == "start":
             collecting[0] = time.thread_time()
         else:
-            collections.append((time.thread_time() - collecting[0]) * 1000)
+            timing.collections.append((time.thread_time() - collecting[0]) * 1000)
 
-    lists = {kind: health["lists"] for kind, health in watcher.health()["kinds"].items()}
     asyncio.events.Handle._run = timed_run   # type: ignore[method-assign]
     asyncio.base_events.BaseEventLoop._run_once = timed_run_once   # type: ignore[method-assign]
     gc.callbacks.append(on_gc)
     try:
-        started = time.perf_counter()
-        fake.relist()
-        while not all(health["lists"] > lists[kind] for kind, health in watcher.health()["kinds"].items()):
-            await asyncio.sleep(0.05)
-        relist_s = time.perf_counter() - started
+        yield timing
     finally:
         asyncio.events.Handle._run = run   # type: ignore[method-assign]
         asyncio.base_events.BaseEventLoop._run_once = run_once   # type: ignore[method-assign]
         gc.callbacks.remove(on_gc)
+
+
+async def profile_relist(args: argparse.Namespace, fake: FakeApi, nodes: int) -> dict[str, Any]:
+    """Sync here as serve does, then have every kind listed again: the event loop's longest turns,
+    steps and collections meanwhile (`LoopTiming`). Unlike relist_longest_stall_ms they do not grow
+    when other processes take the cores."""
+    from extender.tuning import tune_gc_after_sync
+
+    client, watcher, _ = await synced_cluster(fake.url)
+    tune_gc_after_sync()
+    lists = {kind: health["lists"] for kind, health in watcher.health()["kinds"].items()}
+    try:
+        with timed_loop() as timing:
+            started = time.perf_counter()
+            fake.relist()
+            while any(health["lists"] <= lists[kind] for kind, health in watcher.health()["kinds"].items()):
+                await asyncio.sleep(0.05)
+            relist_s = time.perf_counter() - started
+    finally:
         await watcher.stop()
         await client.close()
-    steps.sort(reverse=True)
-    turns.sort(reverse=True)
-    return {"nodes": nodes, "relist_s": round(relist_s, 2),
-            "longest_turns_cpu_ms": [round(ms, 1) for ms in turns[:args.profile_top]],
-            "longest_steps_cpu_ms": [[round(ms, 1), name] for ms, name in steps[:args.profile_top]],
-            "longest_collection_cpu_ms": round(max(collections, default=0.0), 1)}
+    return {"nodes": nodes, "relist_s": round(relist_s, 2), **timing.summary(args.profile_top)}
+
+
+async def profile_controllers(args: argparse.Namespace, url: str, nodes: int) -> dict[str, Any]:
+    """Sync here as serve does, then start the controllers (`--controllers`, default all) as a replica
+    does when it starts or wins their Lease: how long until they act (their seed), its CPU, and the
+    event loop's longest turns, steps and collections meanwhile."""
+    from prometheus_client import CollectorRegistry
+
+    from extender.controllers import CONTROLLER_NAMES, ControllerOptions, start_controllers
+    from extender.tuning import tune_gc_after_sync
+
+    client, watcher, cache = await synced_cluster(url)
+    tune_gc_after_sync()
+    names = tuple(args.controllers.split(",")) if args.controllers else CONTROLLER_NAMES
+    try:
+        with timed_loop() as timing:
+            started, cpu_started = time.perf_counter(), time.process_time()
+            controllers = await asyncio.create_task(start_controllers(
+                cache, client, ControllerOptions(names=names), registry=CollectorRegistry()),
+                name="start_controllers")
+            seeded_s, seed_cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+        await controllers.stop()
+    finally:
+        await watcher.stop()
+        await client.close()
+    return {"nodes": nodes, "controllers": list(names), "seed_s": round(seeded_s, 2),
+            "seed_cpu_s": round(seed_cpu_s, 2), **timing.summary(args.profile_top)}
 
 
 async def run_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
@@ -684,6 +729,8 @@ async def run_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
             return await profile_cpu(args, url, nodes)
         if args.profile_relist:
             return await profile_relist(args, fake, nodes)
+        if args.profile_controllers:
+            return await profile_controllers(args, url, nodes)
         result: dict[str, Any] = {"nodes": nodes, "devices_per_node": args.devices,
                                   "pods": nodes * PODS_PER_NODE + args.probes + args.cycles,
                                   "allocated_claims": nodes * PODS_PER_NODE // 2}
@@ -732,6 +779,9 @@ def main() -> int:
     parser.add_argument("--profile-relist", action="store_true",
                         help="instead of the figures: sync here, re-list every kind, print the event "
                              "loop's longest steps in CPU time")
+    parser.add_argument("--profile-controllers", action="store_true",
+                        help="instead of the figures: sync here, start the controllers (--controllers, "
+                             "default all), print their seed's time and the event loop's longest steps")
     parser.add_argument("--profile-top", type=int, default=30, help="lines per profile (default 30)")
     parser.add_argument("--fake-api-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
