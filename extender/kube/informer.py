@@ -24,6 +24,7 @@ from allocator import FeatureGates
 from common.claimrefs import WORKLOAD_CLAIMS
 from common.heap import collector_paused, return_free_memory
 from common.objects import list_metadata_of, metadata_of
+from common.tasks import SharedSlices, in_slices
 from extender.kube.client import ApiError, KubeClient
 
 log = logging.getLogger(__name__)
@@ -176,39 +177,15 @@ def _handed_over(items: list[Any]) -> Iterator[Any]:
 LIST_SLICE_S = 0.005
 
 
-class SharedSlices:
-    """The lists running at once (a re-list reads every kind together): each runs for its share of
-    LIST_SLICE_S between two yields, so that one turn of the event loop, which runs a slice of each,
-    stays about LIST_SLICE_S long. With a whole slice each, requests waited for the sum of them."""
-
-    def __init__(self) -> None:
-        self.running = 0
-
-
-async def _in_slices(steps: Iterable[object], shared: SharedSlices | None = None) -> None:
-    """Run `steps` (an iterator doing one piece of work per item), yielding to the event loop every
-    LIST_SLICE_S, or every share of it when `shared` with other lists."""
-    shared = shared or SharedSlices()
-    shared.running += 1
-    try:
-        until = time.perf_counter() + LIST_SLICE_S / shared.running
-        for _ in steps:
-            if time.perf_counter() >= until:
-                await asyncio.sleep(0)
-                until = time.perf_counter() + LIST_SLICE_S / shared.running
-    finally:
-        shared.running -= 1
-
-
 async def _apply_in_slices(replacement: Replacing, items: list[Any],
                            shared: SharedSlices | None = None) -> None:
-    """Hand `items` to `replacement` (see _handed_over), a slice at a time (`_in_slices`)."""
+    """Hand `items` to `replacement` (see _handed_over), a slice at a time (`in_slices`)."""
     def adding() -> Iterator[None]:
         for raw in _handed_over(items):
             replacement.add(raw)
             yield
 
-    await _in_slices(adding(), shared)
+    await in_slices(adding(), LIST_SLICE_S, shared)
 
 
 class ClusterWatcher:
@@ -349,7 +326,7 @@ class ClusterWatcher:
             del items
         if version is None:   # not reached: pages yields at least one response
             raise ValueError(f"list of {watched.path} returned nothing")
-        await _in_slices(replacement.finishing(), self._list_slices)
+        await in_slices(replacement.finishing(), LIST_SLICE_S, self._list_slices)
         return version
 
     async def _watch_list(self, watched: WatchedKind) -> str:
@@ -368,7 +345,7 @@ class ClusterWatcher:
                         version = meta.get("resourceVersion")
                         if not isinstance(version, str) or not version:
                             raise ValueError(f"watch-list of {watched.path}: a bookmark without version")
-                        await _in_slices(replacement.finishing(), self._list_slices)
+                        await in_slices(replacement.finishing(), LIST_SLICE_S, self._list_slices)
                         return version
                 elif event.get("type") in ("ADDED", "MODIFIED"):
                     replacement.add(obj)

@@ -258,6 +258,7 @@ async def test_lists_running_at_once_share_one_slice_per_turn_of_the_event_loop(
     import time
     from types import SimpleNamespace
 
+    from common import tasks
     from extender.kube import informer
 
     now = [0.0]
@@ -278,10 +279,10 @@ async def test_lists_running_at_once_share_one_slice_per_turn_of_the_event_loop(
             await asyncio.sleep(0)
 
     monkeypatch.setattr(informer, "LIST_SLICE_S", 0.004)
-    monkeypatch.setattr(informer, "time", SimpleNamespace(perf_counter=lambda: now[0], time=time.time,
-                                                          monotonic=time.monotonic))
+    monkeypatch.setattr(tasks, "time", SimpleNamespace(perf_counter=lambda: now[0], time=time.time,
+                                                       monotonic=time.monotonic))
 
-    async def two_lists(shared: informer.SharedSlices | None) -> list[list[str]]:
+    async def two_lists(shared: tasks.SharedSlices | None) -> list[list[str]]:
         added.clear()
         task = asyncio.create_task(ticker())
         await asyncio.sleep(0)
@@ -291,7 +292,7 @@ async def test_lists_running_at_once_share_one_slice_per_turn_of_the_event_loop(
         return [len(kinds) for _, kinds in sorted(added.items())]
 
     # The first list starts alone (its first slice is whole), then both take half a slice per turn.
-    shared = await two_lists(informer.SharedSlices())
+    shared = await two_lists(tasks.SharedSlices())
     assert shared == [6, 4, 4, 4, 4, 2]   # the first list ends a turn before the second
     assert await two_lists(None) == [8, 8, 8]   # each list a whole slice per turn
 
