@@ -221,9 +221,10 @@ class PackedStore(MutableMapping[str, dict]):
         self._lists[items] = items
         return items
 
-    def packed_items(self) -> Iterator[tuple[str, tuple[Any, ...]]]:
-        """(key, packed object) of every object stored: for a reader that unpacks them later."""
-        return iter(self._packed.items())
+    def packed_copy(self) -> dict[str, tuple[Any, ...]]:
+        """Key -> packed object of every object stored, a shallow copy: for a reader that unpacks them
+        later (a dict's copy is about five times cheaper than a list of its items)."""
+        return self._packed.copy()
 
     def packed(self, key: str) -> tuple[Any, ...]:
         """The packed form of `self[key]`, for a PackedClaim to hold (KeyError when there is none)."""

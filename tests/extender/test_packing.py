@@ -302,8 +302,8 @@ def test_objects_taken_now_are_read_later_as_they_were() -> None:
     cache.apply("ResourceClaim", "MODIFIED", newer)
     cache.apply("Pod", "DELETED", o.pod("p", ["c"]))
     cache.apply("ResourceClaim", "ADDED", o.claim("d"))
-    assert len(before) == 4 and read() == before   # what was stored when taken, in the same order
-    assert cache.objects("ResourceClaim") == [newer, o.claim("d")] != read()
+    assert len(before) == 4 and list(read()) == before   # what was stored when taken, in the same order
+    assert cache.objects("ResourceClaim") == [newer, o.claim("d")] != list(read())
 
 
 def test_the_cache_keeps_nodes_packed_and_filters_read_the_parse() -> None:
