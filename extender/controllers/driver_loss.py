@@ -11,6 +11,7 @@ configured, the pods are evicted through the shared PodEvictor.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,10 +75,12 @@ class DriverLossTracker:
         self._claims = claims
         self._lost: dict[PoolId, _LostPool] = {}
 
-    def seed(self) -> None:
-        """Initial state from the shared PoolIndex and ClaimIndex (filled already)."""
+    def seeding(self) -> Iterator[None]:
+        """Initial state from the shared PoolIndex and ClaimIndex (filled already), as steps to run in
+        slices."""
         for pool in self._claims.pools():
             self._check(pool)
+            yield
 
     def stop(self) -> None:
         for lost in self._lost.values():

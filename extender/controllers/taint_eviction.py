@@ -11,7 +11,7 @@ allocation result's tolerations do not tolerate forever; the earliest eviction t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from common.claimrefs import pod_uid
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 SOURCE = "taint"
 RULE_STATUS_PERIOD = 10.0
 RULE_PATH = "/apis/resource.k8s.io/v1/devicetaintrules/{name}/status"
+SEED_BATCH = 100  # claims whose eviction times the seed computes per step
 
 
 class RuleRef(NamedTuple):
@@ -107,18 +108,17 @@ class TaintEvictionController:
 
     # ---- startup ------------------------------------------------------------------------------
 
-    def seed(self, objects: Iterable[dict]) -> None:
-        """Initial state; the shared PoolIndex and ClaimIndex are filled already."""
-        pods: list[dict] = []
-        for raw in objects:
-            kind = raw.get("kind")
-            if kind == "DeviceTaintRule":
-                self._rules[str(metadata_of(raw).get("name"))] = raw
-            elif kind == "Pod":
-                pods.append(raw)
-        self._recompute(self._claims.keys())
+    def seeding(self, rules: Iterable[dict], pods: Iterable[dict]) -> Iterator[None]:
+        """Initial state, as steps to run in slices; the shared PoolIndex and ClaimIndex are filled."""
+        for raw in rules:
+            self._rules[str(metadata_of(raw).get("name"))] = raw
+        keys = self._claims.keys()
+        for first in range(0, len(keys), SEED_BATCH):
+            self._recompute(keys[first:first + SEED_BATCH])
+            yield
         for pod in pods:
             self._evaluate_pod(pod)
+            yield
         now = self._clock.now()
         for rule in self._rules.values():
             self._schedule_rule(RuleRef(str(rule["metadata"].get("name")), _uid(rule)), now)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -33,8 +33,11 @@ class MirrorCache:
     def subscribe(self, callback: Any) -> None:
         self._subscribers.append(callback)
 
-    def objects(self) -> list[dict]:
-        return [copy.deepcopy(obj) for obj in self._objects.values()]
+    def objects_taken(self, *kinds: str) -> Callable[[], Iterator[dict]]:
+        """As ClusterCache's: what is stored is taken now, a kind at a time in the order given."""
+        taken = [obj for kind in kinds for (stored, _, _), obj in sorted(self._objects.items())
+                 if stored == kind]
+        return lambda: (copy.deepcopy(obj) for obj in taken)
 
     def pod(self, namespace: str, name: str) -> dict | None:
         return self._objects.get(("Pod", namespace, name))
@@ -136,6 +139,7 @@ class Env:
             while any(self.client.in_flight.values()):
                 await asyncio.sleep(0.001)  # real loopback I/O, not controller time
             for controllers in self.controllers:
+                await controllers.seeded()
                 term = controllers.term
                 if term is not None:
                     await term.queue.wait_idle()

@@ -1,0 +1,123 @@
+"""The controllers' seed: in slices of the event loop, events that arrive meanwhile held until it is done,
+stopped with its term, and a failed seed reported without leaving a half-made term behind."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from ctrl_objects import DRIVER, claim, consumer, pod, resource_slice, taint
+
+import extender.controllers as controllers_module
+from extender.controllers.taint_eviction import TaintEvictionController
+
+
+def tainted_cluster(env, pods: int = 1) -> list[dict]:
+    """Two slices of two pools (node-0 listed first), pods using node-1's tainted gpu-1."""
+    now = env.clock.now()
+    users = [pod(f"p{index}", claims=[f"c{index}"]) for index in range(pods)]
+    env.server.seed([
+        resource_slice("s0", {"gpu-0": []}, pool="node-0"),
+        resource_slice("s1", {"gpu-1": [taint("broken", added=now)]}),
+        *users,
+        *(claim(f"c{index}", devices=["gpu-1"], reserved_for=[consumer(user)])
+          for index, user in enumerate(users)),
+    ])
+    return users
+
+
+async def test_the_seed_lets_other_work_run_between_its_steps(env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controllers_module, "SEED_SLICE_S", 0.0)   # a yield after every step
+    tainted_cluster(env, pods=3)
+    controllers = await env.start(leader_elect=True)
+    turns_while_seeding = 0
+
+    async def other_work() -> None:
+        nonlocal turns_while_seeding
+        while True:
+            term = controllers.term
+            turns_while_seeding += term is not None and not term.seeded
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(other_work())
+    await controllers.lead()
+    await controllers.seeded()
+    ticker.cancel()
+    # a step per slice and claim taken, one for the claims' eviction times, one per pod, and the
+    # ticker between any two of them
+    assert turns_while_seeding >= 2 + 3 + 1 + 3, turns_while_seeding
+    await env.settle()
+    assert env.pod_names() == set(), "the seed's outcome is the same: every user of gpu-1 goes"
+
+
+async def test_events_during_the_seed_wait_until_it_is_done(env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slice s1 loses its taint after the seed took the cache's objects and read s0, before it read
+    its own older copy of s1: that copy must not win over the event."""
+    monkeypatch.setattr(controllers_module, "SEED_SLICE_S", 0.0)
+    tainted_cluster(env)
+    controllers = await env.start(leader_elect=True)
+    await controllers.lead()
+    term = controllers.term
+    assert term is not None and not term.seeded
+    while not term.pools.has_pool((DRIVER, "node-0")):
+        await asyncio.sleep(0)
+    assert not term.pools.has_pool((DRIVER, "node-1"))
+    env.server.put_object(resource_slice("s1", {"gpu-1": []}))   # the taint goes
+    assert not term.seeded
+    await env.settle()
+    assert term.seeded and controllers.state()["seeded"]
+    assert env.pod_names() == {"default/p0"}
+    assert env.deletes() == []
+
+
+async def test_a_term_that_ends_during_its_seed_does_nothing(env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controllers_module, "SEED_SLICE_S", 0.0)
+    tainted_cluster(env)
+    controllers = await env.start(leader_elect=True)
+    await controllers.lead()
+    await asyncio.sleep(0)
+    assert controllers.term is not None and not controllers.term.seeded
+    await controllers.stand_down()
+    assert not controllers.active
+    await env.settle()
+    env.clock.advance(3600)
+    await env.settle()
+    assert env.pod_names() == {"default/p0"} and env.deletes() == []
+    await controllers.lead()   # the next term seeds afresh and acts
+    await env.settle()
+    assert env.pod_names() == set()
+
+
+async def test_a_failed_seed_is_reported_and_leaves_no_term(env, monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    tainted_cluster(env)
+    broken = [True]
+    seeding = TaintEvictionController.seeding
+
+    def failing(self, rules, pods):
+        if broken[0]:
+            raise RuntimeError("seed bug")
+        return seeding(self, rules, pods)
+
+    monkeypatch.setattr(TaintEvictionController, "seeding", failing)
+    await env.settle()
+    with pytest.raises(RuntimeError, match="seed bug"):
+        await controllers_module.start_controllers(
+            env.cache, env.client, controllers_module.ControllerOptions(names=("taint-eviction",)),
+            clock=env.clock, registry=env.registry)
+
+    caplog.set_level(logging.ERROR, logger="extender.controllers")
+    elected = await env.start(leader_elect=True)
+    await elected.lead()
+    await env.settle()
+    assert not elected.active and elected.state() == {
+        "controllers": ["taint-eviction"], "active": False, "leader_election": True}
+    assert "their seed failed" in caplog.text
+    env.server.put_object(resource_slice("s0", {"gpu-0": []}, pool="node-0", generation=2))
+    await env.settle()
+    assert env.pod_names() == {"default/p0"}, "events after a failed seed reach no half-made term"
+    broken[0] = False
+    await elected.lead()
+    await env.settle()
+    assert env.pod_names() == set()
