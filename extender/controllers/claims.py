@@ -132,10 +132,6 @@ class ClaimIndex:
         """`allocated_results` of the claim `key` ([] when it is not here), without unpacking it."""
         return self._results.get(key, [])
 
-    def results_items(self) -> Iterator[tuple[str, list[dict]]]:
-        """(key, `results(key)`) of every claim, for a pass over all of them."""
-        return iter(self._results.items())
-
     def keys(self) -> list[str]:
         return list(self._claims)
 

@@ -72,6 +72,21 @@ def rule_matches(rule: Mapping[str, Any], device: DeviceId) -> bool:
     )
 
 
+def selected_pools(rule: Mapping[str, Any], known: Callable[[], Iterable[PoolId]]) -> Iterable[PoolId] | None:
+    """The pools, out of `known()`, that hold every device `rule` can match; None when its selector
+    names neither a driver nor a pool (its devices may be in any pool)."""
+    selector = (rule.get("spec") or {}).get("deviceSelector")
+    if not isinstance(selector, dict):
+        return ()
+    driver, pool = selector.get("driver"), selector.get("pool")
+    if driver and pool:
+        return ((driver, pool),)
+    if not driver and not pool:
+        return None
+    return [known_pool for known_pool in known()
+            if (not driver or known_pool[0] == driver) and (not pool or known_pool[1] == pool)]
+
+
 def _rule_taint(rule: Mapping[str, Any]) -> dict:
     return (rule.get("spec") or {}).get("taint") or {}
 
@@ -160,7 +175,8 @@ class TaintEvictionController:
             or _uid(previous) != _uid(new)
         )
         if spec_changed:
-            self._reevaluate(self._recompute(self._claims.keys()))
+            # Only claims with a device the rule matched or matches can change their eviction time.
+            self._reevaluate(self._recompute(self._claims_selected(previous, new)))
         generation = metadata_of(new).get("generation")
         if event_type != "DELETED" and (
             spec_changed or (previous or {}).get("metadata", {}).get("generation") != generation
@@ -203,6 +219,17 @@ class TaintEvictionController:
                 if ref not in seen:
                     seen.add(ref)
                     self._evaluate_pod(pod)
+
+    def _claims_selected(self, *rules: Mapping[str, Any] | None) -> list[str]:
+        """The claims holding a device in a pool one of `rules` can select (`selected_pools`)."""
+        keys: set[str] = set()
+        for rule in rules:
+            pools = selected_pools(rule, self._claims.pools) if rule is not None else ()
+            if pools is None:
+                return self._claims.keys()
+            for pool in pools:
+                keys |= self._claims.in_pool(pool)
+        return sorted(keys)
 
     def _no_execute_rules(self) -> list[dict]:
         return [rule for rule in self._rules.values() if _rule_taint(rule).get("effect") == NO_EXECUTE]
@@ -274,7 +301,8 @@ class TaintEvictionController:
             return written.at + RULE_STATUS_PERIOD
         pods, namespaces, allocated = self._affected_pods(rule)
         published = (
-            sum(1 for device in self._pools.all_devices() if rule_matches(rule, device))
+            sum(1 for device in self._pools.all_devices(selected_pools(rule, self._pools.pool_ids))
+                if rule_matches(rule, device))
             if effect != NO_EXECUTE
             else 0
         )
@@ -303,7 +331,8 @@ class TaintEvictionController:
         as_no_execute = {**_rule_taint(rule), "effect": NO_EXECUTE}
         pods: set[PodRef] = set()
         allocated = 0
-        for key, results in self._claims.results_items():
+        for key in self._claims_selected(rule):
+            results = self._claims.results(key)
             hit = False
             for result in results:
                 device = result_device(result)

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import asyncio
 
-from ctrl_objects import claim, consumer, pod, resource_slice, rule, taint, toleration
+from ctrl_objects import DRIVER, claim, consumer, pod, resource_slice, rule, taint, toleration
+
+from extender.controllers.taint_eviction import selected_pools
 
 DELETIONS = "device_taint_eviction_controller_pod_deletions_total"
 
@@ -354,3 +356,37 @@ async def test_pod_that_no_longer_holds_the_claim_is_not_evicted(env) -> None:
     await env.advance(120, step=30)
     assert env.pod_names() == {"default/victim"}
     assert env.events() == [("Pod/default/victim", "DeviceTaintManagerEviction", "Cancelling deletion")]
+
+
+async def test_a_rule_moved_to_other_devices_lets_go_of_the_pods_it_left(env) -> None:
+    """A rule's change recomputes only the claims in pools it selected before or selects now."""
+    now = env.clock.now()
+    pods = [pod(f"p{i}", claims=[f"c{i}"]) for i in range(2)]
+    patient = [toleration("example.com/broken", seconds=60)]
+    env.server.seed([
+        resource_slice("s1", {"gpu-0": []}),
+        resource_slice("s2", {"gpu-0": []}, pool="node-2"),
+        *pods,
+        claim("c0", reserved_for=[consumer(pods[0])], tolerations=patient),
+        claim("c1", pool="node-2", reserved_for=[consumer(pods[1])], tolerations=patient),
+        rule("maintenance", selector={"driver": DRIVER, "pool": "node-1"}, added=now),
+    ])
+    controllers = await env.start()
+    assert [entry["pod"] for entry in controllers.state()["pending_evictions"]] == ["default/p0"]
+    env.server.put_object(rule("maintenance", selector={"driver": DRIVER, "pool": "node-2"}, added=now))
+    await env.settle()
+    assert [entry["pod"] for entry in controllers.state()["pending_evictions"]] == ["default/p1"]
+    await env.advance(120)
+    assert env.pod_names() == {"default/p0"}
+
+
+def test_the_pools_a_rule_can_select() -> None:
+    known = [(DRIVER, "node-1"), (DRIVER, "node-2"), ("nic.example.com", "node-1")]
+    pools = {name: selected_pools(rule(name, selector=selector), lambda: known)
+             for name, selector in {"none": None, "empty": {}, "device": {"device": "gpu-0"},
+                                    "driver": {"driver": DRIVER}, "pool": {"pool": "node-1"},
+                                    "both": {"driver": "nic.example.com", "pool": "node-9"}}.items()}
+    assert pools == {"none": (), "empty": None, "device": None,
+                     "driver": [(DRIVER, "node-1"), (DRIVER, "node-2")],
+                     "pool": [(DRIVER, "node-1"), ("nic.example.com", "node-1")],
+                     "both": (("nic.example.com", "node-9"),)}
