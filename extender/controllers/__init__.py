@@ -15,6 +15,7 @@ Imports plugin/, state/, kube/, allocator/ and common/; never http/ or the compo
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -44,9 +45,11 @@ DRIVER_LOSS = "driver-loss"
 CONTROLLER_NAMES = (TAINT_EVICTION, DRIVER_LOSS)
 COMPONENT = "dra-extender-controllers"
 MAX_STATE_ENTRIES = 100
-# The seed's work on the event loop between two yields. At 20,000 nodes the whole seed is about 3 s of
-# CPU, which as one step held every verb that long at each start and each Lease won.
-SEED_SLICE_S = 0.005
+# Long work (a term's seed, a DeviceTaintRule's change) on the event loop between two yields. At 20,000
+# nodes the seed is about 2.5 s of CPU, which as one step held every verb that long at each start and
+# each Lease won; a rule over a whole driver 0.8-2.3 s.
+SLICE_S = 0.005
+BUSY_RETRY_S = 0.05  # how soon an eviction due while the term is busy is looked at again
 SEED_KINDS = ("ResourceSlice", "ResourceClaim", "DeviceTaintRule")
 
 Event = tuple[str, str, dict, "dict | None"]
@@ -97,6 +100,7 @@ class _Term:
         options: ControllerOptions,
         metrics: ControllerMetrics,
     ) -> None:
+        self._clock = clock
         self.pools = PoolIndex()
         self.claims = ClaimIndex()
         self.recorder = EventRecorder(client, clock, COMPONENT)
@@ -137,11 +141,15 @@ class _Term:
                 evictor=self.evictor if options.evict_on_driver_loss else None,
             )
 
-        self._held: deque[Event] | None = deque()  # events that arrive while seeding, in order
+        # Events that arrive while the term is busy (its seed, a long change worked through in slices),
+        # in order; None when it is not.
+        self._held: deque[Event] | None = deque()
+        self._job: asyncio.Task[None] | None = None
+        self.seeded = False
 
     @property
-    def seeded(self) -> bool:
-        return self._held is None
+    def busy(self) -> bool:
+        return self._held is not None
 
     def seeding(self, cache: ControllerCache) -> Iterator[None]:
         """The initial state, as steps to run in slices (`in_slices`), then the events held meanwhile.
@@ -167,15 +175,34 @@ class _Term:
             yield from self.taint.seeding(rules, pods)
         if self.driver_loss is not None:
             yield from self.driver_loss.seeding()
-        held = self._held
-        while held:
-            self._apply(*held.popleft())
-            yield
-        self._held = None
+        yield from self._held_events()
+        self.seeded = True
         self.recorder.start()
         self.queue.start()
 
+    def _held_events(self) -> Iterator[None]:
+        """Apply the held events in order, with the work any of them needs, until none is left; then
+        the term is no longer busy (in the same step as the last check)."""
+        held = self._held
+        while held:
+            work = self._apply(*held.popleft())
+            if work is not None:
+                yield from self._guarded(work)
+            yield
+        self._held = None
+
+    async def _work_through(self, work: Iterator[None]) -> None:
+        await in_slices(itertools.chain(self._guarded(work), self._held_events()), SLICE_S)
+
+    def _guarded(self, work: Iterator[None]) -> Iterator[None]:
+        try:
+            yield from work
+        except Exception:
+            log.exception("controllers: working through a change failed")
+
     async def stop(self) -> None:
+        job, self._job = self._job, None
+        await cancel_and_wait(job)
         if self.driver_loss is not None:
             self.driver_loss.stop()
         await self.queue.stop()
@@ -184,17 +211,22 @@ class _Term:
     def on_event(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if self._held is not None:
             self._held.append((kind, event_type, new, old))
-        else:
-            self._apply(kind, event_type, new, old)
+            return
+        work = self._apply(kind, event_type, new, old)
+        if work is not None:
+            self._held = deque()
+            self._job = asyncio.create_task(self._work_through(work), name="controllers-change")
 
-    def _apply(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+    def _apply(self, kind: str, event_type: str, new: dict, old: dict | None) -> Iterator[None] | None:
+        """Handle one event; returns the steps of what is left to do, when it is long."""
         try:
-            self._handle(kind, event_type, new, old)
+            return self._handle(kind, event_type, new, old)
         except Exception:
             # Never let a controller bug break the cache's apply() for everybody else.
             log.exception("controllers: handling %s %s failed", event_type, kind)
+            return None
 
-    def _handle(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
+    def _handle(self, kind: str, event_type: str, new: dict, old: dict | None) -> Iterator[None] | None:
         if kind == "ResourceSlice":
             name = str(metadata_of(new).get("name") or "")
             touched = self.pools.remove(name) if event_type == "DELETED" else self.pools.upsert(new)
@@ -216,10 +248,14 @@ class _Term:
             elif self.taint is not None:
                 self.taint.on_pod(new, old)
         elif kind == "DeviceTaintRule" and self.taint is not None:
-            self.taint.on_rule(event_type, new, old)
+            return self.taint.on_rule(event_type, new, old)
+        return None
 
     async def _process(self, key: Any) -> float | None:
         if isinstance(key, PodRef) and self.evictor is not None:
+            if self.busy:
+                # The change being worked through may cancel or move this eviction: after it, then.
+                return self._clock.now() + BUSY_RETRY_S
             return await self.evictor.process(key)
         if isinstance(key, RuleRef) and self.taint is not None:
             return await self.taint.process_rule(key)
@@ -280,7 +316,7 @@ class Controllers:
             # The indexes it fills stay alive: the collector's passes over them would free nothing and
             # held the loop for up to 90 ms each at 20,000 nodes.
             with collector_paused():
-                await in_slices(steps, SEED_SLICE_S)
+                await in_slices(steps, SLICE_S)
         except Exception as err:
             log.exception("controllers: their seed failed; they do not act until the next term")
             if self._term is term:
@@ -318,6 +354,7 @@ class Controllers:
         if term is None:
             return state
         state["seeded"] = term.seeded
+        state["busy"] = term.busy
         state["queue"] = {"depth": term.queue.depth(), "in_flight": term.queue.in_flight()}
         if term.evictor is not None:
             pending = sorted(term.evictor.pending().items(), key=lambda item: item[1].when)

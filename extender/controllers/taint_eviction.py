@@ -11,7 +11,7 @@ allocation result's tolerations do not tolerate forever; the earliest eviction t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from common.claimrefs import pod_uid
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 SOURCE = "taint"
 RULE_STATUS_PERIOD = 10.0
 RULE_PATH = "/apis/resource.k8s.io/v1/devicetaintrules/{name}/status"
-SEED_BATCH = 100  # claims whose eviction times the seed computes per step
+RECOMPUTE_BATCH = 100  # claims whose eviction times a long recomputation computes per step
 
 
 class RuleRef(NamedTuple):
@@ -127,10 +127,7 @@ class TaintEvictionController:
         """Initial state, as steps to run in slices; the shared PoolIndex and ClaimIndex are filled."""
         for raw in rules:
             self._rules[str(metadata_of(raw).get("name"))] = raw
-        keys = self._claims.keys()
-        for first in range(0, len(keys), SEED_BATCH):
-            self._recompute(keys[first:first + SEED_BATCH])
-            yield
+        yield from self._recomputing(self._claims.keys())
         for pod in pods:
             self._evaluate_pod(pod)
             yield
@@ -138,7 +135,7 @@ class TaintEvictionController:
         for rule in self._rules.values():
             self._schedule_rule(RuleRef(str(rule["metadata"].get("name")), _uid(rule)), now)
 
-    # ---- event handlers (synchronous, never block) --------------------------------------------
+    # ---- event handlers (synchronous; what can be long is returned as steps) ------------------
 
     def on_claim(self, new: dict, previous: dict | None) -> None:
         """A claim changed (the ClaimIndex has it already); `previous` is the claim before."""
@@ -160,7 +157,10 @@ class TaintEvictionController:
         keys = sorted({key for pool in touched for key in self._claims.in_pool(pool)})
         self._reevaluate(self._recompute(keys))
 
-    def on_rule(self, event_type: str, new: dict, old: dict | None) -> None:
+    def on_rule(self, event_type: str, new: dict, old: dict | None) -> Iterator[None] | None:
+        """A rule was added, changed or deleted. What its change needs (recomputing the claims it
+        selected or selects, re-evaluating their pods: seconds for a rule over a whole driver at
+        20,000 nodes) is returned as steps to run in slices, with later events held until they are done."""
         name = str(metadata_of(new).get("name"))
         previous = self._rules.get(name) or old
         if event_type == "DELETED":
@@ -174,14 +174,24 @@ class TaintEvictionController:
             or previous.get("spec") != new.get("spec")
             or _uid(previous) != _uid(new)
         )
-        if spec_changed:
-            # Only claims with a device the rule matched or matches can change their eviction time.
-            self._reevaluate(self._recompute(self._claims_selected(previous, new)))
         generation = metadata_of(new).get("generation")
+        status = None
         if event_type != "DELETED" and (
             spec_changed or (previous or {}).get("metadata", {}).get("generation") != generation
         ):
-            self._schedule_rule(RuleRef(name, _uid(new)), self._clock.now())
+            status = RuleRef(name, _uid(new))
+        if not spec_changed:
+            if status is not None:
+                self._schedule_rule(status, self._clock.now())
+            return None
+        # Only claims with a device the rule matched or matches can change their eviction time.
+        return self._rule_changed(self._claims_selected(previous, new), status)
+
+    def _rule_changed(self, keys: list[str], status: RuleRef | None) -> Iterator[None]:
+        changed = yield from self._recomputing(keys)
+        yield from self._reevaluating(changed)
+        if status is not None:
+            self._schedule_rule(status, self._clock.now())
 
     def on_evicted(self, ref: PodRef, eviction: Eviction) -> None:
         for reason in eviction.reasons:
@@ -208,7 +218,20 @@ class TaintEvictionController:
                 self._claim_eviction[key] = eviction
         return changed
 
+    def _recomputing(self, keys: list[str]) -> Generator[None, None, list[str]]:
+        """`_recompute` as steps of RECOMPUTE_BATCH claims; returns the keys whose eviction changed."""
+        changed: list[str] = []
+        for first in range(0, len(keys), RECOMPUTE_BATCH):
+            changed += self._recompute(keys[first:first + RECOMPUTE_BATCH])
+            yield
+        return changed
+
     def _reevaluate(self, claim_keys: list[str]) -> None:
+        for _ in self._reevaluating(claim_keys):
+            pass
+
+    def _reevaluating(self, claim_keys: list[str]) -> Iterator[None]:
+        """Evaluate the pods of the claims again, a step per pod."""
         seen: set[PodRef] = set()
         for key in claim_keys:
             claim = self._claims.get(key)
@@ -219,6 +242,7 @@ class TaintEvictionController:
                 if ref not in seen:
                     seen.add(ref)
                     self._evaluate_pod(pod)
+                    yield
 
     def _claims_selected(self, *rules: Mapping[str, Any] | None) -> list[str]:
         """The claims holding a device in a pool one of `rules` can select (`selected_pools`)."""

@@ -141,6 +141,12 @@ class Env:
             for controllers in self.controllers:
                 await controllers.seeded()
                 term = controllers.term
+                for _ in range(100_000):   # a long change worked through in slices
+                    if term is None or not term.busy:
+                        break
+                    await asyncio.sleep(0)
+                else:
+                    raise AssertionError("the controllers stay busy")
                 if term is not None:
                     await term.queue.wait_idle()
                     await term.recorder.flush()

@@ -1,5 +1,6 @@
-"""The controllers' seed: in slices of the event loop, events that arrive meanwhile held until it is done,
-stopped with its term, and a failed seed reported without leaving a half-made term behind."""
+"""Long work of the controllers in slices of the event loop: the seed (events that arrive meanwhile held
+until it is done, stopped with its term, a failed seed reported without leaving a half-made term
+behind) and a DeviceTaintRule's change (later events after it, no eviction while it runs)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import logging
 
 import pytest
-from ctrl_objects import DRIVER, claim, consumer, pod, resource_slice, taint
+from ctrl_objects import DRIVER, claim, consumer, pod, resource_slice, rule, taint
 
 import extender.controllers as controllers_module
 from extender.controllers.taint_eviction import TaintEvictionController
@@ -28,7 +29,7 @@ def tainted_cluster(env, pods: int = 1) -> list[dict]:
 
 
 async def test_the_seed_lets_other_work_run_between_its_steps(env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(controllers_module, "SEED_SLICE_S", 0.0)   # a yield after every step
+    monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)   # a yield after every step
     tainted_cluster(env, pods=3)
     controllers = await env.start(leader_elect=True)
     turns_while_seeding = 0
@@ -54,7 +55,7 @@ async def test_the_seed_lets_other_work_run_between_its_steps(env, monkeypatch: 
 async def test_events_during_the_seed_wait_until_it_is_done(env, monkeypatch: pytest.MonkeyPatch) -> None:
     """The slice s1 loses its taint after the seed took the cache's objects and read s0, before it read
     its own older copy of s1: that copy must not win over the event."""
-    monkeypatch.setattr(controllers_module, "SEED_SLICE_S", 0.0)
+    monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)
     tainted_cluster(env)
     controllers = await env.start(leader_elect=True)
     await controllers.lead()
@@ -72,7 +73,7 @@ async def test_events_during_the_seed_wait_until_it_is_done(env, monkeypatch: py
 
 
 async def test_a_term_that_ends_during_its_seed_does_nothing(env, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(controllers_module, "SEED_SLICE_S", 0.0)
+    monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)
     tainted_cluster(env)
     controllers = await env.start(leader_elect=True)
     await controllers.lead()
@@ -121,3 +122,45 @@ async def test_a_failed_seed_is_reported_and_leaves_no_term(env, monkeypatch: py
     await elected.lead()
     await env.settle()
     assert env.pod_names() == set()
+
+
+async def test_a_rule_change_is_worked_through_in_slices_and_nothing_is_evicted_meanwhile(
+        env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule over the whole driver is added, then deleted while its change is still being worked
+    through: the deletion waits for it, and no pod is evicted in between."""
+    monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)
+    users = [pod(f"p{index}", claims=[f"c{index}"]) for index in range(3)]
+    claims = [claim(f"c{index}", reserved_for=[consumer(user)]) for index, user in enumerate(users)]
+    env.server.seed([resource_slice("s1", {"gpu-0": []}), *users, *claims])
+    controllers = await env.start()
+    term = controllers.term
+    env.server.put_object(rule("whole-driver", selector={"driver": DRIVER}, added=env.clock.now()))
+    assert term.busy and controllers.state()["busy"]
+    for _ in range(4):   # the recomputation and a pod or two: evictions are wished for, not made
+        await asyncio.sleep(0)
+    env.server.remove_object("DeviceTaintRule", "whole-driver")
+    await env.settle()
+    assert not term.busy
+    assert env.pod_names() == {f"default/p{index}" for index in range(3)} and env.deletes() == []
+
+
+async def test_a_rule_change_that_fails_midway_leaves_the_term_working(
+        env, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    user = pod("p0", claims=["c0"])
+    env.server.seed([resource_slice("s1", {"gpu-1": []}), user,
+                     claim("c0", devices=["gpu-1"], reserved_for=[consumer(user)])])
+    controllers = await env.start()
+
+    def failing(self, keys, status):
+        yield
+        raise RuntimeError("change bug")
+
+    monkeypatch.setattr(TaintEvictionController, "_rule_changed", failing)
+    caplog.set_level(logging.ERROR, logger="extender.controllers")
+    env.server.put_object(rule("whole-driver", selector={"driver": DRIVER}, effect="None"))
+    assert controllers.term.busy
+    env.server.put_object(resource_slice("s1", {"gpu-1": [taint("broken", added=env.clock.now())]}))
+    await env.settle()
+    assert "working through a change failed" in caplog.text
+    assert not controllers.term.busy
+    assert env.pod_names() == set(), "the slice's taint, held behind the failed change, still evicts"
