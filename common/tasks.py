@@ -18,6 +18,11 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
         await task
 
 
+# Long work on the event loop between two yields, unless its caller says otherwise: a request that
+# arrives meanwhile waits about this long.
+SLICE_S = 0.005
+
+
 class SharedSlices:
     """Pieces of work running at once (a re-list reads every kind together): each runs for its share of
     the slice between two yields, so that one turn of the event loop, which runs a slice of each, stays

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from common.heap import collector_paused, return_free_memory
 from common.objects import metadata_of
-from common.tasks import cancel_and_wait, in_slices
+from common.tasks import SLICE_S, cancel_and_wait, in_slices
 from extender.controllers.claims import ClaimIndex
 from extender.controllers.clock import Clock, RealClock
 from extender.controllers.driver_loss import DEFAULT_GRACE_PERIOD_S, DriverLossTracker
@@ -45,10 +45,6 @@ DRIVER_LOSS = "driver-loss"
 CONTROLLER_NAMES = (TAINT_EVICTION, DRIVER_LOSS)
 COMPONENT = "dra-extender-controllers"
 MAX_STATE_ENTRIES = 100
-# Long work (a term's seed, a DeviceTaintRule's change) on the event loop between two yields. At 20,000
-# nodes the seed is about 2.5 s of CPU, which as one step held every verb that long at each start and
-# each Lease won; a rule over a whole driver 0.8-2.3 s.
-SLICE_S = 0.005
 BUSY_RETRY_S = 0.05  # how soon an eviction due while the term is busy is looked at again
 SEED_KINDS = ("ResourceSlice", "ResourceClaim", "DeviceTaintRule")
 
@@ -192,6 +188,8 @@ class _Term:
         self._held = None
 
     async def _work_through(self, work: Iterator[None]) -> None:
+        # At 20,000 nodes a seed is about 2.5 s of CPU, a rule over a whole driver 0.8-2.3 s: as one
+        # step each held every verb that long.
         await in_slices(itertools.chain(self._guarded(work), self._held_events()), SLICE_S)
 
     def _guarded(self, work: Iterator[None]) -> Iterator[None]:

@@ -6,7 +6,7 @@ does not matter here (a taint is a taint even while the driver republishes).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -110,11 +110,6 @@ class PoolIndex:
     def pool_ids(self) -> list[PoolId]:
         return list(self._pools)
 
-    def all_devices(self, pools: Iterable[PoolId] | None = None) -> Iterator[DeviceId]:
-        """Every device, or those of `pools`."""
-        for pool_id in self.pool_ids() if pools is None else pools:
-            for name in self.device_names(pool_id):
-                yield (*pool_id, name)
 
     def no_execute_taints(self, device: DeviceId) -> list[dict]:
         pool = self._pools.get((device[0], device[1]))

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+
 from ctrl_objects import claim, consumer, pod, resource_slice, rule, taint, toleration
 
 from extender.controllers.rule_status import eviction_condition
@@ -154,3 +156,46 @@ def test_message_wording() -> None:
         "1 published device selected. 0 allocated devices selected. 0 pods would be evicted in 0 different "
         "namespaces if"
     )
+
+
+async def test_a_rule_is_counted_in_slices_and_a_count_it_outlived_is_not_written(env, monkeypatch) -> None:
+    from extender.controllers import taint_eviction
+
+    monkeypatch.setattr(taint_eviction, "SLICE_S", 0.0)   # a yield after every claim
+    now = env.clock.now()
+    pods = [pod(f"p{i}", claims=[f"c{i}"]) for i in range(3)]
+    env.server.seed([
+        resource_slice("s1", {f"gpu-{i}": [] for i in range(3)}),
+        *pods,
+        *(claim(f"c{i}", devices=[f"gpu-{i}"], reserved_for=[consumer(pods[i])]) for i in range(3)),
+    ])
+    await env.start()
+    turn = 0
+    turns_counted: list[int] = []
+    counted = taint_eviction.TaintEvictionController._affected_by
+
+    def affected_by(self, *args):
+        turns_counted.append(turn)
+        if len(turns_counted) == 2:   # the rule changes while its first count is under way
+            changed = env.server.get_object("DeviceTaintRule", "dry-run")
+            changed["spec"]["deviceSelector"] = {"device": "gpu-0"}
+            env.server.put_object(changed)
+        return counted(self, *args)
+
+    async def ticker() -> None:
+        nonlocal turn
+        while True:
+            turn += 1
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(taint_eviction.TaintEvictionController, "_affected_by", affected_by)
+    ticking = asyncio.create_task(ticker())
+    env.server.seed([rule("dry-run", selector={"pool": "node-1"}, effect="None", added=now)])
+    await env.settle()
+    ticking.cancel()
+    # each claim counted in a turn of its own; then the new selector's count, of every claim again
+    assert len(turns_counted) == 3 + 3 and len(set(turns_counted[:3])) == 3, turns_counted
+    assert status_patches(env, "dry-run") == 1
+    condition = condition_of(env, "dry-run")
+    assert condition["observedGeneration"] == 2
+    assert condition["message"].startswith("1 published device selected. 1 allocated device selected.")
