@@ -45,7 +45,6 @@ DRIVER_LOSS = "driver-loss"
 CONTROLLER_NAMES = (TAINT_EVICTION, DRIVER_LOSS)
 COMPONENT = "dra-extender-controllers"
 MAX_STATE_ENTRIES = 100
-BUSY_RETRY_S = 0.05  # how soon an eviction due while the term is busy is looked at again
 SEED_KINDS = ("ResourceSlice", "ResourceClaim", "DeviceTaintRule")
 
 Event = tuple[str, str, dict, "dict | None"]
@@ -140,6 +139,7 @@ class _Term:
         # Events that arrive while the term is busy (its seed, a long change worked through in slices),
         # in order; None when it is not.
         self._held: deque[Event] | None = deque()
+        self._settled = asyncio.Event()  # set while not busy
         self._job: asyncio.Task[None] | None = None
         self.seeded = False
 
@@ -186,6 +186,7 @@ class _Term:
                 yield from self._guarded(work)
             yield
         self._held = None
+        self._settled.set()
 
     async def _work_through(self, work: Iterator[None]) -> None:
         # At 20,000 nodes a seed is about 2.5 s of CPU, a rule over a whole driver 0.8-2.3 s: as one
@@ -213,6 +214,7 @@ class _Term:
         work = self._apply(kind, event_type, new, old)
         if work is not None:
             self._held = deque()
+            self._settled.clear()
             self._job = asyncio.create_task(self._work_through(work), name="controllers-change")
 
     def _apply(self, kind: str, event_type: str, new: dict, old: dict | None) -> Iterator[None] | None:
@@ -251,9 +253,8 @@ class _Term:
 
     async def _process(self, key: Any) -> float | None:
         if isinstance(key, PodRef) and self.evictor is not None:
-            if self.busy:
-                # The change being worked through may cancel or move this eviction: after it, then.
-                return self._clock.now() + BUSY_RETRY_S
+            # The change being worked through may cancel or move this eviction: after it, then.
+            await self._settled.wait()
             return await self.evictor.process(key)
         if isinstance(key, RuleRef) and self.taint is not None:
             return await self.taint.process_rule(key)

@@ -185,10 +185,12 @@ class TaintEvictionController:
             if status is not None:
                 self._schedule_rule(status, self._clock.now())
             return None
-        # Only claims with a device the rule matched or matches can change their eviction time.
-        return self._rule_changed(self._claims_selected(previous, new), status)
+        return self._rule_changed(previous, new, status)
 
-    def _rule_changed(self, keys: list[str], status: RuleRef | None) -> Iterator[None]:
+    def _rule_changed(self, previous: dict | None, new: dict, status: RuleRef | None) -> Iterator[None]:
+        # Only claims with a device the rule matched or matches can change their eviction time.
+        keys = self._claims_selected(previous, new)
+        yield
         changed = yield from self._recomputing(keys)
         yield from self._reevaluating(changed)
         if status is not None:

@@ -16,9 +16,12 @@ import contextlib
 import heapq
 import itertools
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
+from common.tasks import SLICE_S
 from extender.controllers.clock import Clock, TimerHandle
 
 log = logging.getLogger(__name__)
@@ -97,7 +100,9 @@ class WorkQueue(Generic[K]):
         self._due: dict[K, float] = {}  # waiting keys -> when
         self._heap: list[tuple[float, int, K]] = []  # may hold stale entries, see _compact
         self._seq = itertools.count()
-        self._ready: dict[K, None] = {}  # insertion-ordered set, FIFO
+        # Insertion-ordered set, FIFO. Not a dict: taking a dict's first key walks every key deleted
+        # before it, 0.6 s for 40,000 ready keys in all (a mass eviction), where popitem is O(1).
+        self._ready: OrderedDict[K, None] = OrderedDict()
         self._running: set[K] = set()
         self._rerun: dict[K, float] = {}  # running keys scheduled again meanwhile
         self._ready_signal = asyncio.Semaphore(0)
@@ -224,12 +229,17 @@ class WorkQueue(Generic[K]):
                     timer.cancel()
 
     async def _worker(self) -> None:
+        # Acquiring a ready key does not suspend, nor does a key whose processing ends without I/O:
+        # a worker would take every ready key in one step (40,000 in a mass eviction) without this.
+        slice_end = time.perf_counter() + SLICE_S
         while not self._stopping:
+            if time.perf_counter() >= slice_end:
+                await asyncio.sleep(0)
+                slice_end = time.perf_counter() + SLICE_S
             await self._ready_signal.acquire()
             if not self._ready:
                 continue  # the key was cancelled after it became ready
-            key = next(iter(self._ready))
-            del self._ready[key]
+            key, _ = self._ready.popitem(last=False)
             self._running.add(key)
             again: float | None = None
             try:

@@ -151,7 +151,7 @@ async def test_a_rule_change_that_fails_midway_leaves_the_term_working(
                      claim("c0", devices=["gpu-1"], reserved_for=[consumer(user)])])
     controllers = await env.start()
 
-    def failing(self, keys, status):
+    def failing(self, previous, new, status):
         yield
         raise RuntimeError("change bug")
 

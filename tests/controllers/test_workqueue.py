@@ -181,3 +181,31 @@ async def test_real_clock_timers_fire() -> None:
         await asyncio.wait_for(ran.wait(), 30)  # bounds a hang only
     finally:
         await queue.stop()
+
+
+async def test_workers_let_the_event_loop_run_between_keys_that_need_no_io(monkeypatch) -> None:
+    from extender.controllers import workqueue
+
+    monkeypatch.setattr(workqueue, "SLICE_S", 0.0)   # yield after every key
+    clock = FakeClock()
+    turns_at_run: list[int] = []
+    turn = 0
+
+    async def instant(key: str) -> None:
+        turns_at_run.append(turn)
+
+    async def ticker() -> None:
+        nonlocal turn
+        while True:
+            turn += 1
+            await asyncio.sleep(0)
+
+    queue: WorkQueue[str] = WorkQueue(instant, clock=clock, workers=1, rate_limiter=RateLimiter(clock))
+    for index in range(50):
+        queue.schedule(f"k{index}", clock.now())
+    ticking = asyncio.create_task(ticker())
+    queue.start()
+    await drain(queue)
+    ticking.cancel()
+    await queue.stop()
+    assert len(turns_at_run) == 50 and len(set(turns_at_run)) == 50   # one key per turn
