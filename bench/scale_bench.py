@@ -38,7 +38,8 @@ Where the memory and the time go, in this process (the same watcher, cache and s
     python bench/scale_bench.py --nodes 5000 --profile-memory   # tracemalloc, top lines after sync
     python bench/scale_bench.py --nodes 5000 --profile-cpu      # cProfile of sync, a cold filter, cycles
     python bench/scale_bench.py --nodes 20000 --profile-relist  # the event loop's steps in a re-list, CPU ms
-    python bench/scale_bench.py --nodes 20000 --profile-controllers  # the same while the controllers seed
+    python bench/scale_bench.py --nodes 20000 --profile-controllers  # the same for the controllers' seed
+                                                                     # and a whole-driver DeviceTaintRule
 """
 
 from __future__ import annotations
@@ -696,28 +697,51 @@ async def profile_relist(args: argparse.Namespace, fake: FakeApi, nodes: int) ->
 async def profile_controllers(args: argparse.Namespace, url: str, nodes: int) -> dict[str, Any]:
     """Sync here as serve does, then start the controllers (`--controllers`, default all) as a replica
     does when it starts or wins their Lease: how long until they act (their seed), its CPU, and the
-    event loop's longest turns, steps and collections meanwhile."""
+    event loop's longest turns, steps and collections meanwhile. With taint-eviction, then a
+    DeviceTaintRule over the whole driver (effect None, so nothing is evicted) is created: how long
+    until its status is written, and the same loop figures over that time."""
     from prometheus_client import CollectorRegistry
 
-    from extender.controllers import CONTROLLER_NAMES, ControllerOptions, start_controllers
+    from extender.controllers import CONTROLLER_NAMES, TAINT_EVICTION, ControllerOptions, start_controllers
     from extender.tuning import tune_gc_after_sync
 
     client, watcher, cache = await synced_cluster(url)
     tune_gc_after_sync()
     names = tuple(args.controllers.split(",")) if args.controllers else CONTROLLER_NAMES
+    result: dict[str, Any] = {"nodes": nodes, "controllers": list(names)}
     try:
         with timed_loop() as timing:
             started, cpu_started = time.perf_counter(), time.process_time()
             controllers = await asyncio.create_task(start_controllers(
                 cache, client, ControllerOptions(names=names), registry=CollectorRegistry()),
                 name="start_controllers")
-            seeded_s, seed_cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+            result.update(seed_s=round(time.perf_counter() - started, 2),
+                          seed_cpu_s=round(time.process_time() - cpu_started, 2))
+        result.update(timing.summary(args.profile_top))
+        if TAINT_EVICTION in names:
+            result["whole_driver_rule"] = await time_whole_driver_rule(client, args.profile_top)
         await controllers.stop()
     finally:
         await watcher.stop()
         await client.close()
-    return {"nodes": nodes, "controllers": list(names), "seed_s": round(seeded_s, 2),
-            "seed_cpu_s": round(seed_cpu_s, 2), **timing.summary(args.profile_top)}
+    return result
+
+
+async def time_whole_driver_rule(client: Any, top: int) -> dict[str, Any]:
+    path = "/apis/resource.k8s.io/v1/devicetaintrules"
+    rule = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "metadata": {"name": "whole-driver"},
+            "spec": {"deviceSelector": {"driver": o.DRIVER},
+                     "taint": {"key": "example.com/maintenance", "effect": "None"}}}
+    with timed_loop() as timing:
+        started = time.perf_counter()
+        await client.create(path, rule)
+        while not ((await client.get(f"{path}/whole-driver")).get("status") or {}).get("conditions"):
+            if time.perf_counter() - started > 300:
+                raise RuntimeError("the rule's status was not written within 300 s")
+            await asyncio.sleep(0.01)
+        reported_s = time.perf_counter() - started
+    return {"status_written_s": round(reported_s, 2), **timing.summary(top)}
 
 
 async def run_size(args: argparse.Namespace, nodes: int) -> dict[str, Any]:
