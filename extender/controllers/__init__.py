@@ -206,6 +206,10 @@ class _Term:
             self.driver_loss.stop()
         await self.queue.stop()
         await self.recorder.stop()
+        # The seed froze the term (collector_paused) and it is full of reference cycles, so the
+        # collector would never free it: its indexes go by reference counting, now.
+        self.pools.clear()
+        self.claims.clear()
 
     def on_event(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if self._held is not None:
@@ -253,8 +257,10 @@ class _Term:
 
     async def _process(self, key: Any) -> float | None:
         if isinstance(key, PodRef) and self.evictor is not None:
-            # The change being worked through may cancel or move this eviction: after it, then.
-            await self._settled.wait()
+            # The change being worked through may cancel or move this eviction: after it, then. (Once
+            # set, the event wakes its waiters even if a new change clears it before they run.)
+            while self.busy:
+                await self._settled.wait()
             return await self.evictor.process(key)
         if isinstance(key, RuleRef) and self.taint is not None:
             return await self.taint.process_rule(key)
@@ -304,8 +310,8 @@ class Controllers:
         """A term begins now (events from here on are its own) and seeds in the task returned."""
         if self._seeding is None:
             term = _Term(self._cache, self._client, self._clock, self.options, self.metrics)
-            self._term = term
-            steps = term.seeding(self._cache)   # in this step, with the term taking every event after
+            steps = term.seeding(self._cache)
+            self._term = term   # in the step the cache was taken: every event after it is the term's
             self._seeding = asyncio.create_task(self._seed(term, steps), name="controllers-seed")
         return self._seeding
 
@@ -316,6 +322,11 @@ class Controllers:
             # held the loop for up to 90 ms each at 20,000 nodes.
             with collector_paused():
                 await in_slices(steps, SLICE_S)
+        except asyncio.CancelledError:
+            if self._term is term:   # not by _stop_term: start() was cancelled
+                self._term, self._seeding = None, None
+                await term.stop()
+            raise
         except Exception as err:
             log.exception("controllers: their seed failed; they do not act until the next term")
             if self._term is term:

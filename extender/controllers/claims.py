@@ -122,6 +122,11 @@ class ClaimIndex:
             touched |= self._index(key, results)
         return previous, touched
 
+    def clear(self) -> None:
+        self._claims.clear()
+        self._results.clear()
+        self._by_pool.clear()
+
     def get(self, key: str) -> dict | None:
         return self._claims.get(key)
 

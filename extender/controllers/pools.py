@@ -96,6 +96,10 @@ class PoolIndex:
             del self._pools[pool_id]
         return {pool_id}
 
+    def clear(self) -> None:
+        self._pools.clear()
+        self._pool_of_slice.clear()
+
     def has_pool(self, pool_id: PoolId) -> bool:
         return pool_id in self._pools
 

@@ -80,6 +80,8 @@ def selected_pools(rule: Mapping[str, Any], known: Callable[[], Iterable[PoolId]
     if not isinstance(selector, dict):
         return ()
     driver, pool = selector.get("driver"), selector.get("pool")
+    if any(value and not isinstance(value, str) for value in (driver, pool)):
+        return ()   # equal to no driver or pool name (rule_matches compares)
     if driver and pool:
         return ((driver, pool),)
     if not driver and not pool:
@@ -329,7 +331,8 @@ class TaintEvictionController:
         pods, namespaces, allocated = await self._affected_pods(rule)
         published = await self._published_devices(rule) if effect != NO_EXECUTE else 0
         if self._rules.get(ref.name) is not rule:
-            return None   # changed or gone meanwhile: a change schedules its own report
+            return self._clock.now()   # updated or gone while counted: count again (or forget a gone rule)
+        now = self._clock.now()
         condition = eviction_condition(
             rule,
             pending_pods=len(pods),

@@ -247,6 +247,11 @@ class PackedStore(MutableMapping[str, dict]):
     def __delitem__(self, key: str) -> None:
         del self._packed[key]
 
+    def clear(self) -> None:
+        """At once (MutableMapping's clear unpacks and deletes one object at a time)."""
+        self._packed.clear()
+        self._lists.clear()
+
     def __contains__(self, key: object) -> bool:
         return key in self._packed
 

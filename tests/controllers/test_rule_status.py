@@ -199,3 +199,36 @@ async def test_a_rule_is_counted_in_slices_and_a_count_it_outlived_is_not_writte
     condition = condition_of(env, "dry-run")
     assert condition["observedGeneration"] == 2
     assert condition["message"].startswith("1 published device selected. 1 allocated device selected.")
+
+
+async def test_a_metadata_update_during_the_count_still_gets_the_report_written(env, monkeypatch) -> None:
+    """A label added while the one-time report is counted: counted again and written, not dropped."""
+    from extender.controllers import taint_eviction
+
+    monkeypatch.setattr(taint_eviction, "SLICE_S", 0.0)
+    now = env.clock.now()
+    pods = [pod(f"p{i}", claims=[f"c{i}"]) for i in range(3)]
+    env.server.seed([
+        resource_slice("s1", {f"gpu-{i}": [] for i in range(3)}),
+        *pods,
+        *(claim(f"c{i}", devices=[f"gpu-{i}"], reserved_for=[consumer(pods[i])]) for i in range(3)),
+    ])
+    await env.start()
+    calls = 0
+    counted = taint_eviction.TaintEvictionController._affected_by
+
+    def affected_by(self, *args):
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            labelled = env.server.get_object("DeviceTaintRule", "dry-run")
+            labelled["metadata"].setdefault("labels", {})["team"] = "gpu"   # no new generation
+            env.server.put_object(labelled)
+        return counted(self, *args)
+
+    monkeypatch.setattr(taint_eviction.TaintEvictionController, "_affected_by", affected_by)
+    env.server.seed([rule("dry-run", selector={"pool": "node-1"}, effect="None", added=now)])
+    await env.settle()
+    await env.advance(30, step=10)
+    assert status_patches(env, "dry-run") == 1
+    assert condition_of(env, "dry-run")["message"].startswith("3 published devices selected.")

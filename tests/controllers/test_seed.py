@@ -164,3 +164,62 @@ async def test_a_rule_change_that_fails_midway_leaves_the_term_working(
     assert "working through a change failed" in caplog.text
     assert not controllers.term.busy
     assert env.pod_names() == set(), "the slice's taint, held behind the failed change, still evicts"
+
+
+async def test_a_change_that_starts_as_another_ends_still_holds_the_evictions(
+        env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first change ends and wakes the waiting evictions; the rule's deletion starts a second one
+    before they run: they wait for it too (an asyncio.Event, once set, wakes its waiters even if it is
+    cleared before they resume)."""
+    monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)
+    users = [pod(f"p{index}", claims=[f"c{index}"]) for index in range(3)]
+    claims = [claim(f"c{index}", reserved_for=[consumer(user)]) for index, user in enumerate(users)]
+    env.server.seed([resource_slice("s1", {"gpu-0": []}), *users, *claims])
+    controllers = await env.start()
+    term = controllers.term
+    settled = term._settled
+    set_event = settled.set
+
+    def set_then_delete() -> None:
+        if not set_then_delete.done:   # type: ignore[attr-defined]
+            set_then_delete.done = True   # type: ignore[attr-defined]
+            asyncio.get_running_loop().call_soon(env.server.remove_object, "DeviceTaintRule", "whole-driver")
+        set_event()
+
+    set_then_delete.done = False   # type: ignore[attr-defined]
+    monkeypatch.setattr(settled, "set", set_then_delete)
+    env.server.put_object(rule("whole-driver", selector={"driver": DRIVER}, added=env.clock.now()))
+    await env.settle()
+    assert env.deletes() == [] and len(env.pod_names()) == 3
+
+
+async def test_a_stopped_term_lets_go_of_its_indexes(env) -> None:
+    """The seed froze the term (the collector never walks it again), so what it held must go by
+    reference counting when it ends."""
+    tainted_cluster(env, pods=2)
+    controllers = await env.start(leader_elect=True)
+    await controllers.lead()
+    await env.settle()
+    term = controllers.term
+    assert term.claims.keys() and term.pools.pool_ids()
+    await controllers.stand_down()
+    assert term.claims.keys() == [] and term.pools.pool_ids() == [] and term.claims.pools() == []
+
+
+async def test_a_start_cancelled_during_the_seed_leaves_no_term(env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)
+    tainted_cluster(env, pods=3)
+    await env.settle()
+    starting = asyncio.create_task(controllers_module.start_controllers(
+        env.cache, env.client, controllers_module.ControllerOptions(names=("taint-eviction",)),
+        clock=env.clock, registry=env.registry))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    controllers = env.cache._subscribers[-1].__self__   # start_controllers never returned it
+    assert controllers.term is None and not controllers.active
+    env.server.put_object(resource_slice("s0", {"gpu-0": []}, pool="node-0", generation=2))
+    assert controllers.term is None, "events reach no half-made term"
+    assert env.deletes() == [] and len(env.pod_names()) == 3

@@ -385,8 +385,10 @@ def test_the_pools_a_rule_can_select() -> None:
     pools = {name: selected_pools(rule(name, selector=selector), lambda: known)
              for name, selector in {"none": None, "empty": {}, "device": {"device": "gpu-0"},
                                     "driver": {"driver": DRIVER}, "pool": {"pool": "node-1"},
-                                    "both": {"driver": "nic.example.com", "pool": "node-9"}}.items()}
+                                    "both": {"driver": "nic.example.com", "pool": "node-9"},
+                                    "not a name": {"driver": ["gpu.example.com"], "pool": "node-1"},
+                                    "empty names": {"driver": "", "pool": ""}}.items()}
     assert pools == {"none": (), "empty": None, "device": None,
                      "driver": [(DRIVER, "node-1"), (DRIVER, "node-2")],
                      "pool": [(DRIVER, "node-1"), ("nic.example.com", "node-1")],
-                     "both": (("nic.example.com", "node-9"),)}
+                     "both": (("nic.example.com", "node-9"),), "not a name": (), "empty names": None}
