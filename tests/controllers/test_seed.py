@@ -223,3 +223,58 @@ async def test_a_start_cancelled_during_the_seed_leaves_no_term(env, monkeypatch
     env.server.put_object(resource_slice("s0", {"gpu-0": []}, pool="node-0", generation=2))
     assert controllers.term is None, "events reach no half-made term"
     assert env.deletes() == [] and len(env.pod_names()) == 3
+
+
+async def test_with_the_real_cache_a_slice_changed_during_the_seed_wins(
+        cluster_cache_env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As test_events_during_the_seed_wait_until_it_is_done, over ClusterCache's packed snapshot."""
+    env = cluster_cache_env
+    monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)
+    tainted_cluster(env)
+    controllers = await env.start(leader_elect=True)
+    await controllers.lead()
+    term = controllers.term
+    while not term.pools.has_pool((DRIVER, "node-0")):
+        await asyncio.sleep(0)
+    env.server.put_object(resource_slice("s1", {"gpu-1": []}))
+    assert not term.seeded
+    await env.settle()
+    assert env.pod_names() == {"default/p0"} and env.deletes() == []
+
+
+async def test_a_rule_held_during_the_seed_is_worked_through_after_it(
+        env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)
+    user = pod("p0", claims=["c0"])
+    env.server.seed([resource_slice("s1", {"gpu-0": []}), user,
+                     claim("c0", reserved_for=[consumer(user)])])
+    controllers = await env.start(leader_elect=True)
+    await controllers.lead()
+    term = controllers.term
+    env.server.put_object(rule("whole-driver", selector={"driver": DRIVER}, added=env.clock.now()))
+    assert not term.seeded   # the rule is held, its change then made inside the seed's last steps
+    await env.settle()
+    assert term.seeded and not term.busy
+    assert env.pod_names() == set()
+
+
+async def test_standing_down_during_a_rule_change_stops_it_and_the_waiting_evictions(
+        env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)
+    users = [pod(f"p{index}", claims=[f"c{index}"]) for index in range(10)]
+    claims = [claim(f"c{index}", reserved_for=[consumer(user)]) for index, user in enumerate(users)]
+    env.server.seed([resource_slice("s1", {"gpu-0": []}), *users, *claims])
+    controllers = await env.start(leader_elect=True)
+    await controllers.lead()
+    await env.settle()
+    term = controllers.term
+    env.server.put_object(rule("whole-driver", selector={"driver": DRIVER}, added=env.clock.now()))
+    for _ in range(4):   # part of the change: some evictions wished for, waiting for the term
+        await asyncio.sleep(0)
+    assert term.busy
+    await controllers.stand_down()
+    assert term._job is None and not controllers.active
+    await env.settle()
+    env.clock.advance(60)
+    await env.settle()
+    assert env.deletes() == [] and len(env.pod_names()) == 10
