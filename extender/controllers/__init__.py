@@ -322,16 +322,13 @@ class Controllers:
             # held the loop for up to 90 ms each at 20,000 nodes.
             with collector_paused():
                 await in_slices(steps, SLICE_S)
-        except asyncio.CancelledError:
-            if self._term is term:   # not by _stop_term: start() was cancelled
+        except (Exception, asyncio.CancelledError) as err:
+            if self._term is term:   # not ended by _stop_term: the seed failed, or start() was cancelled
                 self._term, self._seeding = None, None
                 await term.stop()
-            raise
-        except Exception as err:
+            if isinstance(err, asyncio.CancelledError):
+                raise
             log.exception("controllers: their seed failed; they do not act until the next term")
-            if self._term is term:
-                self._term, self._seeding = None, None
-            await term.stop()
             return err
         return_free_memory()   # the objects unpacked for the seed are gone
         log.info("controllers running: %s", ", ".join(self.options.names))

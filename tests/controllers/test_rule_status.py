@@ -158,17 +158,21 @@ def test_message_wording() -> None:
     )
 
 
-async def test_a_rule_is_counted_in_slices_and_a_count_it_outlived_is_not_written(env, monkeypatch) -> None:
-    from extender.controllers import taint_eviction
-
-    monkeypatch.setattr(taint_eviction, "SLICE_S", 0.0)   # a yield after every claim
-    now = env.clock.now()
+def three_pods_on_three_devices(env) -> None:
     pods = [pod(f"p{i}", claims=[f"c{i}"]) for i in range(3)]
     env.server.seed([
         resource_slice("s1", {f"gpu-{i}": [] for i in range(3)}),
         *pods,
         *(claim(f"c{i}", devices=[f"gpu-{i}"], reserved_for=[consumer(pods[i])]) for i in range(3)),
     ])
+
+
+async def test_a_rule_is_counted_in_slices_and_a_count_it_outlived_is_not_written(env, monkeypatch) -> None:
+    from extender.controllers import taint_eviction
+
+    monkeypatch.setattr(taint_eviction, "SLICE_S", 0.0)   # a yield after every claim
+    now = env.clock.now()
+    three_pods_on_three_devices(env)
     await env.start()
     turn = 0
     turns_counted: list[int] = []
@@ -207,12 +211,7 @@ async def test_a_metadata_update_during_the_count_still_gets_the_report_written(
 
     monkeypatch.setattr(taint_eviction, "SLICE_S", 0.0)
     now = env.clock.now()
-    pods = [pod(f"p{i}", claims=[f"c{i}"]) for i in range(3)]
-    env.server.seed([
-        resource_slice("s1", {f"gpu-{i}": [] for i in range(3)}),
-        *pods,
-        *(claim(f"c{i}", devices=[f"gpu-{i}"], reserved_for=[consumer(pods[i])]) for i in range(3)),
-    ])
+    three_pods_on_three_devices(env)
     await env.start()
     calls = 0
     counted = taint_eviction.TaintEvictionController._affected_by

@@ -28,6 +28,13 @@ def tainted_cluster(env, pods: int = 1) -> list[dict]:
     return users
 
 
+def shared_gpu_cluster(env, pods: int) -> None:
+    """One untainted slice; `pods` pods, each with its own claim reserved on gpu-0."""
+    users = [pod(f"p{index}", claims=[f"c{index}"]) for index in range(pods)]
+    claims = [claim(f"c{index}", reserved_for=[consumer(user)]) for index, user in enumerate(users)]
+    env.server.seed([resource_slice("s1", {"gpu-0": []}), *users, *claims])
+
+
 async def test_the_seed_lets_other_work_run_between_its_steps(env, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)   # a yield after every step
     tainted_cluster(env, pods=3)
@@ -129,9 +136,7 @@ async def test_a_rule_change_is_worked_through_in_slices_and_nothing_is_evicted_
     """A rule over the whole driver is added, then deleted while its change is still being worked
     through: the deletion waits for it, and no pod is evicted in between."""
     monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)
-    users = [pod(f"p{index}", claims=[f"c{index}"]) for index in range(3)]
-    claims = [claim(f"c{index}", reserved_for=[consumer(user)]) for index, user in enumerate(users)]
-    env.server.seed([resource_slice("s1", {"gpu-0": []}), *users, *claims])
+    shared_gpu_cluster(env, 3)
     controllers = await env.start()
     term = controllers.term
     env.server.put_object(rule("whole-driver", selector={"driver": DRIVER}, added=env.clock.now()))
@@ -172,9 +177,7 @@ async def test_a_change_that_starts_as_another_ends_still_holds_the_evictions(
     before they run: they wait for it too (an asyncio.Event, once set, wakes its waiters even if it is
     cleared before they resume)."""
     monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)
-    users = [pod(f"p{index}", claims=[f"c{index}"]) for index in range(3)]
-    claims = [claim(f"c{index}", reserved_for=[consumer(user)]) for index, user in enumerate(users)]
-    env.server.seed([resource_slice("s1", {"gpu-0": []}), *users, *claims])
+    shared_gpu_cluster(env, 3)
     controllers = await env.start()
     term = controllers.term
     settled = term._settled
@@ -261,9 +264,7 @@ async def test_a_rule_held_during_the_seed_is_worked_through_after_it(
 async def test_standing_down_during_a_rule_change_stops_it_and_the_waiting_evictions(
         env, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(controllers_module, "SLICE_S", 0.0)
-    users = [pod(f"p{index}", claims=[f"c{index}"]) for index in range(10)]
-    claims = [claim(f"c{index}", reserved_for=[consumer(user)]) for index, user in enumerate(users)]
-    env.server.seed([resource_slice("s1", {"gpu-0": []}), *users, *claims])
+    shared_gpu_cluster(env, 10)
     controllers = await env.start(leader_elect=True)
     await controllers.lead()
     await env.settle()
