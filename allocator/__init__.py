@@ -70,7 +70,7 @@ from allocator.pools import NodePools
 from allocator.quantity import Quantity
 from allocator.reasons import REJECTION_PHRASES
 from allocator.search import Allocator
-from allocator.state import AllocatedState, AllocationReading
+from allocator.state import AllocatedState, AllocationReading, AllocationUse, allocation_use
 from allocator.taints import tolerates
 
 __all__ = [
@@ -83,6 +83,7 @@ __all__ = [
     "AllocationOutcome",
     "AllocationReading",
     "AllocationTimeout",
+    "AllocationUse",
     "Allocator",
     "Device",
     "DeviceClass",
@@ -103,6 +104,7 @@ __all__ = [
     "ResourceSlice",
     "Stranded",
     "allocation_skips_node_operations",
+    "allocation_use",
     "claim_problems",
     "declared_features",
     "devices_in_use",

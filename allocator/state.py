@@ -12,8 +12,10 @@ from allocator.quantity import Quantity
 _SharedUse = tuple[DeviceKey, str, dict[str, Quantity]]   # (device, shareID, consumed)
 
 
-class _ClaimUse:
-    """Tuples, not lists: one is kept per allocated claim, and most claims share no device (the empty
+class AllocationUse:
+    """The devices one allocation uses, read once (:func:`allocation_use`).
+
+    Tuples, not lists: one is kept per allocated claim, and most claims share no device (the empty
     tuple is a single object)."""
 
     __slots__ = ("exclusive", "key", "shared")
@@ -35,19 +37,19 @@ class AllocationReading(NamedTuple):
 _RESULTS_PATH = "status.allocation.devices.results"
 
 
-def _claim_use(claim_key: str, allocation: Any, problems: list[str]) -> _ClaimUse:
+def _claim_use(claim_key: str, allocation: Any, problems: list[str]) -> AllocationUse:
     """Read the devices an allocation uses, skipping (and describing in `problems`) what is unreadable.
 
     Lenient on purpose: the API server accepted this allocation, so every device it names must count
     as used even when other parts of the claim are beyond our object model."""
     if not isinstance(allocation, Mapping):
         problems.append("status.allocation: must be an object; no device counted")
-        return _ClaimUse(claim_key)
+        return AllocationUse(claim_key)
     devices = allocation.get("devices") or {}
     results = (devices.get("results") or []) if isinstance(devices, Mapping) else None
     if not isinstance(results, list):
         problems.append(f"{_RESULTS_PATH}: must be a list of objects; no device counted")
-        return _ClaimUse(claim_key)
+        return AllocationUse(claim_key)
     exclusive: list[DeviceKey] = []
     shared: list[_SharedUse] = []
     for i, result in enumerate(results):
@@ -69,7 +71,14 @@ def _claim_use(claim_key: str, allocation: Any, problems: list[str]) -> _ClaimUs
             shared.append((key, str(share_id), consumed))
         else:
             exclusive.append(key)
-    return _ClaimUse(claim_key, tuple(exclusive), tuple(shared))
+    return AllocationUse(claim_key, tuple(exclusive), tuple(shared))
+
+
+def allocation_use(claim_key: str, allocation: Any) -> AllocationUse:
+    """The devices `allocation` (a ``status.allocation``) uses, read leniently, for
+    :meth:`AllocatedState.with_in_flight`: whoever keeps an allocation in flight reads it once, not
+    for every view."""
+    return _claim_use(claim_key, allocation, [])
 
 
 def _consumed(raw: Any, where: str, problems: list[str]) -> dict[str, Quantity]:
@@ -136,13 +145,14 @@ class AllocatedState:
     """Maintained incrementally. :meth:`with_in_flight` views never change this state."""
 
     def __init__(self) -> None:
-        self._claims: dict[str, _ClaimUse] = {}
+        self._claims: dict[str, AllocationUse] = {}
         # device -> claim key ("ns/name") using it exclusively
         self.devices: dict[DeviceKey, str] = {}
         # device -> {claim uid: consumed capacity} for shared (shareID) allocations
         self._shares: dict[DeviceKey, dict[str, dict[str, Quantity]]] = {}
         # device -> total consumed capacity by name (only devices with shared allocations)
         self.capacity: dict[DeviceKey, dict[str, Quantity]] = {}
+        self.changes = 0  # claims recorded or removed so far: whoever keeps a view of this state compares it
 
     def add_claim(self, claim: ResourceClaim) -> None:
         """Record a claim's written allocation; a claim without one just drops what was recorded."""
@@ -169,6 +179,7 @@ class AllocatedState:
         use = self._claims.pop(uid, None)
         if use is None:
             return
+        self.changes += 1
         for key in use.exclusive:
             if self.devices.get(key) == use.key:
                 del self.devices[key]
@@ -177,7 +188,8 @@ class AllocatedState:
             shares.pop(uid, None)
             self._set_shares(key, shares)
 
-    def _add(self, uid: str, use: _ClaimUse) -> None:
+    def _add(self, uid: str, use: AllocationUse) -> None:
+        self.changes += 1
         self._claims[uid] = use
         for key in use.exclusive:
             self.devices[key] = use.key
@@ -204,8 +216,9 @@ class AllocatedState:
                 total[name] = total[name] + value if name in total else value
         self.capacity[key] = total
 
-    def with_in_flight(self, items: Iterable[tuple[str, ResourceClaim, dict[str, Any]]]) -> AllocatedState:
-        """A view that also counts allocations chosen but not yet written: (claim uid, claim, allocation).
+    def with_in_flight(self, items: Iterable[tuple[str, AllocationUse]]) -> AllocatedState:
+        """A view that also counts allocations chosen but not yet written: (claim uid, what the
+        allocation uses, from :func:`allocation_use`).
 
         Usually a thin layer over this state, made in O(len(items)): it reads through to this state,
         so it sees later changes of it (a device freed since is free in the view too), while the
@@ -217,7 +230,7 @@ class AllocatedState:
         if not items:
             return self
         copy = AllocatedState()
-        if any(uid in self._claims for uid, _, _ in items):
+        if any(uid in self._claims for uid, _ in items):
             copy._claims = _flat(self._claims)
             copy.devices = _flat(self.devices)
             copy._shares = _flat(self._shares)
@@ -227,9 +240,9 @@ class AllocatedState:
             copy.devices = _Layered(self.devices)
             copy._shares = _Layered(self._shares)
             copy.capacity = _Layered(self.capacity)
-        for uid, claim, allocation in items:
+        for uid, use in items:
             copy.remove_claim(uid)
-            copy._add(uid, _claim_use(claim.key, allocation, []))
+            copy._add(uid, use)
         return copy
 
     def copy(self) -> AllocatedState:

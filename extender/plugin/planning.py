@@ -320,9 +320,5 @@ class Planner:
         this bind replaces."""
         if own_pod_uid is None:
             return self.assume.allocated_view(self.cache)
-        others = []
-        for claim_uid, claim, allocation in self.assume.in_flight():
-            entry = self.assume.pending(claim_uid)
-            if entry is not None and entry.pod_uid not in (own_pod_uid, own_group):
-                others.append((claim_uid, claim, allocation))
-        return self.cache.allocated.with_in_flight(others)
+        own = (own_pod_uid, own_group) if own_group is not None else (own_pod_uid,)
+        return self.assume.allocated_view(self.cache, excluding_owners=own)

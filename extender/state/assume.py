@@ -20,11 +20,11 @@ an allocation the devices are counted by the cache before the entry here is drop
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 from typing import Any
 
-from allocator import AllocatedState, ResourceClaim
+from allocator import AllocatedState, AllocationUse, ResourceClaim, allocation_use
 from common.objects import metadata_of
 from extender.state.cache import ClusterCache
 
@@ -41,6 +41,11 @@ class InFlight:
     expires_at: float | None
     # Unsettled: the claim's resourceVersion at which a write of this allocation may still apply.
     pending_at: str | None = None
+    # The devices the allocation uses, read once for all the views that count it.
+    use: AllocationUse = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "use", allocation_use(self.claim.key, self.allocation))
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and self.expires_at <= now
@@ -50,6 +55,11 @@ class AssumeCache:
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._entries: dict[str, InFlight] = {}
+        # The last view without exclusions and what it rests on: (entries' changes, the cache's
+        # allocated state and its changes). Filter, prioritize and bind each ask for a view, and most
+        # of those calls find nothing changed since the last.
+        self._changes = 0
+        self._view: tuple[tuple[int, int, int], AllocatedState] | None = None
 
     def reserve(self, claim: ResourceClaim, allocation: dict, pod_uid: str, *,
                 ttl_s: float | None = None, pending_at: str | None = None) -> None:
@@ -64,13 +74,14 @@ class AssumeCache:
                                   f"(pod uid {current.pod_uid})")
         expires_at = self._clock() + ttl_s if ttl_s is not None else None
         self._entries[claim.uid] = InFlight(claim, allocation, pod_uid, expires_at, pending_at)
+        self._changes += 1
 
     def release(self, claim_uid: str, *, allocation: dict | None = None) -> None:
         """Drop the claim's entry; with `allocation`, only if the entry still holds that very object
         (a caller releasing its own hold must not drop what a later bind reserved for the claim)."""
         entry = self._entries.get(claim_uid)
         if entry is not None and (allocation is None or entry.allocation is allocation):
-            del self._entries[claim_uid]
+            self._drop(claim_uid)
 
     def extend(self, claim_uid: str, ttl_s: float) -> None:
         """Push back the expiry of an entry that has one (a hold still in use); others are left alone."""
@@ -83,13 +94,13 @@ class AssumeCache:
         """Drop every entry `owner` (a pod UID, or a PodGroup's owner key) holds; returns how many."""
         owned = [uid for uid, entry in self._entries.items() if entry.pod_uid == owner]
         for uid in owned:
-            del self._entries[uid]
+            self._drop(uid)
         return len(owned)
 
     def pending(self, claim_uid: str) -> InFlight | None:
         entry = self._entries.get(claim_uid)
         if entry is not None and entry.expired(self._clock()):
-            del self._entries[claim_uid]
+            self._drop(claim_uid)
             return None
         return entry
 
@@ -97,17 +108,33 @@ class AssumeCache:
         self._expire()
         return [(uid, entry.claim, entry.allocation) for uid, entry in self._entries.items()]
 
-    def allocated_view(self, cache: ClusterCache) -> AllocatedState:
-        """Devices in use: the cache's allocated state plus every in-flight allocation it lacks."""
+    def allocated_view(self, cache: ClusterCache, *,
+                       excluding_owners: Collection[str] = ()) -> AllocatedState:
+        """Devices in use: the cache's allocated state plus every in-flight allocation it lacks, but
+        those of `excluding_owners` (a bind replaces its own pod's and PodGroup's entries).
+
+        Views are read-only, so a view is handed out again for as long as neither the entries nor the
+        cache's allocated state changed."""
         self._expire()
+        entries = self._entries
+        if excluding_owners and not any(entry.pod_uid in excluding_owners for entry in entries.values()):
+            excluding_owners = ()
+        allocated = cache.allocated
+        rests_on = (self._changes, id(allocated), allocated.changes)
+        if not excluding_owners and self._view is not None and self._view[0] == rests_on:
+            return self._view[1]
         items = []
         for uid, entry in list(self._entries.items()):
             cached = cache.claim_by_uid(uid)
             if cached is not None and cached.allocation is not None:
-                del self._entries[uid]   # the cache counts it already; no confirmation was wired up
+                self._drop(uid)   # the cache counts it already; no confirmation was wired up
                 continue
-            items.append((uid, entry.claim, entry.allocation))
-        return cache.allocated.with_in_flight(items)
+            if entry.pod_uid not in excluding_owners:
+                items.append((uid, entry.use))
+        view = allocated.with_in_flight(items)
+        if not excluding_owners:
+            self._view = ((self._changes, id(allocated), allocated.changes), view)
+        return view
 
     def attach(self, cache: ClusterCache) -> None:
         """Confirm or drop entries as claim changes reach `cache` (from the watch or the ClaimWriter)."""
@@ -140,7 +167,11 @@ class AssumeCache:
         now = self._clock()
         expired = [uid for uid, entry in self._entries.items() if entry.expired(now)]
         for uid in expired:
-            del self._entries[uid]
+            self._drop(uid)
+
+    def _drop(self, claim_uid: str) -> None:
+        del self._entries[claim_uid]
+        self._changes += 1
 
     def _on_change(self, kind: str, event_type: str, new: dict, old: dict | None) -> None:
         if kind != "ResourceClaim":
@@ -152,4 +183,4 @@ class AssumeCache:
             return
         if (event_type == "DELETED" or (new.get("status") or {}).get("allocation") is not None
                 or (entry.pending_at is not None and meta.get("resourceVersion") != entry.pending_at)):
-            del self._entries[uid]
+            self._drop(uid)

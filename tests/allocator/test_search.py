@@ -17,7 +17,14 @@ from allocator_objects import (
     slice_obj,
 )
 
-from allocator import AllocatedState, AllocationError, AllocationTimeout, Node, NodeAllocationError
+from allocator import (
+    AllocatedState,
+    AllocationError,
+    AllocationTimeout,
+    Node,
+    NodeAllocationError,
+    allocation_use,
+)
 
 FOUR = slice_obj("s1", [dev(f"gpu-{i}", attrs={"index": i, "root": f"r{i // 2}"}) for i in range(4)])
 
@@ -356,7 +363,8 @@ def test_in_flight_allocations_count() -> None:
 
     other = ResourceClaim.from_api(claim_obj("other", req("r")))
     result = {"request": "r", "driver": DRIVER, "pool": "node-1", "device": "gpu-0"}
-    state = AllocatedState().with_in_flight([("uid-other", other, {"devices": {"results": [result]}})])
+    in_flight = allocation_use(other.key, {"devices": {"results": [result]}})
+    state = AllocatedState().with_in_flight([("uid-other", in_flight)])
     assert picked(allocate(inventory([FOUR]), claim_obj("c", req("a")), state=state)) == ["a=gpu-1"]
 
 

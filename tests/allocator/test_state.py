@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from allocator_objects import DRIVER, allocated_claim, claim_obj, req
 
-from allocator import AllocatedState, ResourceClaim
+from allocator import AllocatedState, ResourceClaim, allocation_use
 
 DEVICE = (DRIVER, "pool", "gpu-0")
 
@@ -55,9 +55,9 @@ def test_in_flight_overlay_leaves_the_base_untouched() -> None:
     pending = ResourceClaim.from_api(claim_obj("p", req("r")))
     result = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-0"}
     shared = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "nic", "shareID": "s"}
-    overlay = state.with_in_flight(
-        [("uid-p", pending, {"devices": {"results": [result, {**shared, "consumedCapacity": {"bw": "1G"}}]}})]
-    )
+    results = [result, {**shared, "consumedCapacity": {"bw": "1G"}}]
+    in_flight = allocation_use(pending.key, {"devices": {"results": results}})
+    overlay = state.with_in_flight([("uid-p", in_flight)])
     assert overlay.owner_of(*DEVICE) == "default/p"
     assert str(overlay.capacity[(DRIVER, "pool", "nic")]["bw"]) == "3G"
     assert state.owner_of(*DEVICE) is None
@@ -71,7 +71,7 @@ def test_in_flight_view_reads_through_to_later_changes_of_the_state() -> None:
     state.add_claim(allocated_claim("a", other))
     pending = ResourceClaim.from_api(claim_obj("p", req("r")))
     result = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-0"}
-    view = state.with_in_flight([("uid-p", pending, {"devices": {"results": [result]}})])
+    view = state.with_in_flight([("uid-p", allocation_use(pending.key, {"devices": {"results": [result]}}))])
     assert view.owner_of(*DEVICE) == "default/p" and view.owner_of(*other) == "default/a"
     state.remove_claim("uid-a")   # freed after the view was made: free in the view too
     state.add_claim(allocated_claim("b", (DRIVER, "pool", "gpu-2")))
@@ -86,7 +86,7 @@ def test_view_owner_of_a_shared_device_survives_the_sharer_leaving_the_state() -
     pending = ResourceClaim.from_api(claim_obj("p", req("r")))
     shared = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "nic", "shareID": "s",
               "consumedCapacity": {"bw": "1G"}}
-    view = state.with_in_flight([("uid-p", pending, {"devices": {"results": [shared]}})])
+    view = state.with_in_flight([("uid-p", allocation_use(pending.key, {"devices": {"results": [shared]}}))])
     state.remove_claim("uid-a")   # the view's layer still lists uid-a among the sharers of the nic
     assert view.owner_of(*nic) in ("default/p", None)
 
@@ -96,12 +96,22 @@ def test_a_view_of_a_view_keeps_every_layer() -> None:
     state.add_claim(allocated_claim("a", DEVICE))
     first = ResourceClaim.from_api(claim_obj("p", req("r")))
     gpu1 = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-1"}
-    view = state.with_in_flight([("uid-p", first, {"devices": {"results": [gpu1]}})])
+    view = state.with_in_flight([("uid-p", allocation_use(first.key, {"devices": {"results": [gpu1]}}))])
     gpu2 = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-2"}
     # uid-p is recorded in `view`, so this one is a full copy of it: nothing of `state` may be lost.
-    again = view.with_in_flight([("uid-p", first, {"devices": {"results": [gpu2]}})])
+    again = view.with_in_flight([("uid-p", allocation_use(first.key, {"devices": {"results": [gpu2]}}))])
     assert again.owner_of(*DEVICE) == "default/a"
     assert again.is_allocated((DRIVER, "pool", "gpu-2")) and not again.is_allocated((DRIVER, "pool", "gpu-1"))
+
+
+def test_changes_count_what_is_recorded_and_removed() -> None:
+    state = AllocatedState()
+    state.add_claim(allocated_claim("a", DEVICE))
+    recorded = state.changes
+    state.remove_claim("uid-unknown")
+    assert state.changes == recorded, "nothing removed, nothing changed"
+    state.remove_claim("uid-a")
+    assert state.changes > recorded
 
 
 def test_in_flight_allocation_replacing_a_recorded_one_hides_the_recorded_devices() -> None:
@@ -109,7 +119,8 @@ def test_in_flight_allocation_replacing_a_recorded_one_hides_the_recorded_device
     state.add_claim(allocated_claim("p", DEVICE))   # recorded under uid-p
     replacement = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-1"}
     claim = ResourceClaim.from_api(claim_obj("p", req("r")))
-    view = state.with_in_flight([("uid-p", claim, {"devices": {"results": [replacement]}})])
+    view = state.with_in_flight(
+        [("uid-p", allocation_use(claim.key, {"devices": {"results": [replacement]}}))])
     assert not view.is_allocated(DEVICE) and view.owner_of(DRIVER, "pool", "gpu-1") == "default/p"
     assert state.owner_of(*DEVICE) == "default/p" and not state.is_allocated((DRIVER, "pool", "gpu-1"))
 
@@ -172,9 +183,10 @@ def test_allocated_flags_agree_with_is_allocated_through_every_layer() -> None:
     first = ResourceClaim.from_api(claim_obj("p", req("r")))
     second = ResourceClaim.from_api(claim_obj("q", req("r")))
     result = {"request": "r", "driver": DRIVER, "pool": "pool"}
-    view = state.with_in_flight([("uid-p", first, {"devices": {"results": [{**result, "device": "gpu-1"}]}})])
+    view = state.with_in_flight(
+        [("uid-p", allocation_use(first.key, {"devices": {"results": [{**result, "device": "gpu-1"}]}}))])
     layered = view.with_in_flight(
-        [("uid-q", second, {"devices": {"results": [{**result, "device": "gpu-2"}]}})])
+        [("uid-q", allocation_use(second.key, {"devices": {"results": [{**result, "device": "gpu-2"}]}}))])
     keys = (free, DEVICE, gpu1, gpu2, nic)
     for current in (state, view, layered):
         assert current.allocated_flags(keys) == tuple(current.is_allocated(key) for key in keys)

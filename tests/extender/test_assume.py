@@ -135,3 +135,44 @@ async def test_concurrent_allocators_never_share_a_device(cache: ClusterCache) -
 
     await asyncio.gather(*(schedule(i) for i in range(25)))
     assert len(chosen) == 10 and sorted(chosen.values()) == sorted(devices)
+
+
+def test_a_view_is_handed_out_again_until_what_it_rests_on_changes(cache: ClusterCache) -> None:
+    clock = FakeClock()
+    assume = AssumeCache(clock=clock)   # not attached: the view alone must notice the cache's changes
+    assume.reserve(ResourceClaim.from_api(raw_claim("a")), allocation("gpu-0"), "pod-1")
+    first = assume.allocated_view(cache)
+    assert assume.allocated_view(cache) is first, "nothing changed: the same view"
+
+    assume.reserve(ResourceClaim.from_api(raw_claim("b")), allocation("gpu-1"), "pod-2", ttl_s=5)
+    with_b = assume.allocated_view(cache)
+    assert with_b is not first and with_b.owner_of(DRIVER, POOL, "gpu-1") == "ns/b"
+    clock.now += 6   # b's hold expires: the next view must not count it
+    assert not assume.allocated_view(cache).is_allocated((DRIVER, POOL, "gpu-1"))
+
+    # The cache now holds a's allocation, on another device than the one in flight: the view must
+    # drop the entry (the cache counts the claim) rather than keep counting gpu-0 too.
+    before = assume.allocated_view(cache)
+    cache.apply("ResourceClaim", "ADDED", raw_claim("a", allocation=allocation("gpu-2")))
+    after = assume.allocated_view(cache)
+    assert after is not before and len(assume) == 0
+    assert not after.is_allocated((DRIVER, POOL, "gpu-0")) and after.owner_of(DRIVER, POOL, "gpu-2") == "ns/a"
+
+    assume.reserve(ResourceClaim.from_api(raw_claim("c")), allocation("gpu-3"), "pod-3")
+    counted = assume.allocated_view(cache)
+    assume.release("uid-c")
+    assert assume.allocated_view(cache) is not counted
+    assert not assume.allocated_view(cache).is_allocated((DRIVER, POOL, "gpu-3"))
+
+
+def test_a_bind_view_leaves_out_its_own_entries_and_is_not_handed_to_others(cache: ClusterCache) -> None:
+    assume = AssumeCache()
+    assume.reserve(ResourceClaim.from_api(raw_claim("a")), allocation("gpu-0"), "pod-1")
+    assume.reserve(ResourceClaim.from_api(raw_claim("b")), allocation("gpu-1"), "group-1")
+    shared = assume.allocated_view(cache)
+    own = assume.allocated_view(cache, excluding_owners=("pod-1", "group-1"))
+    assert not own.is_allocated((DRIVER, POOL, "gpu-0")) and not own.is_allocated((DRIVER, POOL, "gpu-1"))
+    assert assume.allocated_view(cache) is shared, "the shared view still counts both"
+    assert shared.is_allocated((DRIVER, POOL, "gpu-0")) and shared.is_allocated((DRIVER, POOL, "gpu-1"))
+    nothing_to_leave_out = assume.allocated_view(cache, excluding_owners=("pod-9",))
+    assert nothing_to_leave_out is shared
