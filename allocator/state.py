@@ -256,12 +256,9 @@ class AllocatedState:
 
     def without(self, uids: Iterable[str]) -> AllocatedState:
         """A copy in which the claims recorded under `uids` hold no devices (what evicting their users
-        would free); this state is not changed."""
-        copy = AllocatedState()
-        copy._claims = dict(self._claims)
-        copy.devices = dict(self.devices)
-        copy._shares = dict(self._shares)
-        copy.capacity = dict(self.capacity)
+        would free); this state is not changed. Every layer of a view is copied (``dict()`` would take
+        the top one alone: only the in-flight allocations)."""
+        copy = self.copy()
         for uid in uids:
             copy.remove_claim(uid)
         return copy

@@ -104,6 +104,21 @@ def test_a_view_of_a_view_keeps_every_layer() -> None:
     assert again.is_allocated((DRIVER, "pool", "gpu-2")) and not again.is_allocated((DRIVER, "pool", "gpu-1"))
 
 
+def test_a_view_without_some_claims_keeps_every_other_layer() -> None:
+    """Preempt's question (would evicting these pods free enough?) is asked of a view with
+    allocations in flight: the devices the state below it records stay in use."""
+    state = AllocatedState()
+    state.add_claim(allocated_claim("a", DEVICE))
+    state.add_claim(allocated_claim("b", (DRIVER, "pool", "gpu-1")))
+    pending = ResourceClaim.from_api(claim_obj("p", req("r")))
+    gpu2 = {"request": "r", "driver": DRIVER, "pool": "pool", "device": "gpu-2"}
+    view = state.with_in_flight([("uid-p", allocation_use(pending.key, {"devices": {"results": [gpu2]}}))])
+    freed = view.without({"uid-b"})
+    assert freed.owner_of(*DEVICE) == "default/a" and freed.owner_of(DRIVER, "pool", "gpu-2") == "default/p"
+    assert not freed.is_allocated((DRIVER, "pool", "gpu-1"))
+    assert view.owner_of(DRIVER, "pool", "gpu-1") == "default/b", "the view itself is unchanged"
+
+
 def test_changes_count_what_is_recorded_and_removed() -> None:
     state = AllocatedState()
     state.add_claim(allocated_claim("a", DEVICE))

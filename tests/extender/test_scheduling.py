@@ -233,6 +233,24 @@ async def test_preempt_keeps_only_candidates_where_evicting_the_victims_frees_th
     assert kept == {"node-0": victims["node-0"], "node-1": victims["node-1"]}
 
 
+async def test_preempt_counts_the_devices_victims_keep_while_allocations_are_in_flight() -> None:
+    """Evicting x frees one of node-1's two devices; the pod needs both. An allocation in flight
+    elsewhere (node-0) must not hide the devices the cache counts on node-1."""
+    holder, used = _holding("x", "used-1", "node-1")
+    keeper, kept_claim = _holding("w", "used-2", "node-1")
+    kept_claim["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu-1"
+    objs = [*o.cluster(2, 2), o.claim("c", count=2), o.pod("p", ["c"]), holder, used, keeper, kept_claim,
+            o.claim("elsewhere")]
+    scheduler = make(objs)
+    elsewhere = scheduler.cache.claim("default", "elsewhere")
+    assert elsewhere is not None
+    scheduler.assume.reserve(elsewhere, {"devices": {"results": [
+        {"request": "gpu", "driver": o.DRIVER, "pool": "node-0", "device": "gpu-0"}]}}, "another-pod")
+    x_uid = scheduler.cache.pod("default", "x")["metadata"]["uid"]
+    kept = await scheduler.preempt(pod_of(scheduler, "p"), {"node-1": _victims(x_uid)})
+    assert kept == {}
+
+
 @pytest.mark.parametrize("verb", ["filter", "prioritize", "preempt"])
 async def test_node_checks_yield_every_few_milliseconds_of_work(verb: str) -> None:
     ticks = [0.0]
