@@ -60,6 +60,9 @@ class AssumeCache:
         # of those calls find nothing changed since the last.
         self._changes = 0
         self._view: tuple[tuple[int, int, int], AllocatedState] | None = None
+        # No entry expires before this (None: none has a TTL): the views need not look at every
+        # entry's expiry each time (a bind's entries have none, and dozens are in flight under load).
+        self._next_expiry: float | None = None
 
     def reserve(self, claim: ResourceClaim, allocation: dict, pod_uid: str, *,
                 ttl_s: float | None = None, pending_at: str | None = None) -> None:
@@ -74,6 +77,7 @@ class AssumeCache:
                                   f"(pod uid {current.pod_uid})")
         expires_at = self._clock() + ttl_s if ttl_s is not None else None
         self._entries[claim.uid] = InFlight(claim, allocation, pod_uid, expires_at, pending_at)
+        self._expiring_at(expires_at)
         self._changes += 1
 
     def release(self, claim_uid: str, *, allocation: dict | None = None) -> None:
@@ -163,11 +167,19 @@ class AssumeCache:
         self._expire()
         return len(self._entries)
 
+    def _expiring_at(self, expires_at: float | None) -> None:
+        if expires_at is not None and (self._next_expiry is None or expires_at < self._next_expiry):
+            self._next_expiry = expires_at
+
     def _expire(self) -> None:
         now = self._clock()
+        if self._next_expiry is None or now < self._next_expiry:
+            return
         expired = [uid for uid, entry in self._entries.items() if entry.expired(now)]
         for uid in expired:
             self._drop(uid)
+        self._next_expiry = min((entry.expires_at for entry in self._entries.values()
+                                 if entry.expires_at is not None), default=None)
 
     def _drop(self, claim_uid: str) -> None:
         del self._entries[claim_uid]

@@ -176,3 +176,22 @@ def test_a_bind_view_leaves_out_its_own_entries_and_is_not_handed_to_others(cach
     assert shared.is_allocated((DRIVER, POOL, "gpu-0")) and shared.is_allocated((DRIVER, POOL, "gpu-1"))
     nothing_to_leave_out = assume.allocated_view(cache, excluding_owners=("pod-9",))
     assert nothing_to_leave_out is shared
+
+
+def test_holds_expire_in_any_order_they_were_made_or_extended(cache: ClusterCache) -> None:
+    clock = FakeClock()
+    assume = AssumeCache(clock=clock)
+    assume.reserve(ResourceClaim.from_api(raw_claim("a")), allocation("gpu-0"), "pod-1", ttl_s=10)
+    assume.reserve(ResourceClaim.from_api(raw_claim("b")), allocation("gpu-1"), "pod-2", ttl_s=3)
+    assume.reserve(ResourceClaim.from_api(raw_claim("c")), allocation("gpu-2"), "pod-3")   # a bind's: no TTL
+    assume.extend("uid-b", 8)
+    clock.now += 5
+    assert sorted(uid for uid, _, _ in assume.in_flight()) == ["uid-a", "uid-b", "uid-c"]
+    clock.now += 4   # b's extended hold (8 s) is over, a's (10 s) is not
+    assert not assume.allocated_view(cache).is_allocated((DRIVER, POOL, "gpu-1"))
+    assert sorted(uid for uid, _, _ in assume.in_flight()) == ["uid-a", "uid-c"]
+    clock.now += 2
+    assert [uid for uid, _, _ in assume.in_flight()] == ["uid-c"]
+    assume.reserve(ResourceClaim.from_api(raw_claim("d")), allocation("gpu-3"), "pod-4", ttl_s=1)
+    clock.now += 1
+    assert [uid for uid, _, _ in assume.in_flight()] == ["uid-c"]
