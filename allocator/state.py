@@ -193,6 +193,10 @@ class AllocatedState:
         self._claims[uid] = use
         for key in use.exclusive:
             self.devices[key] = use.key
+        if use.shared:
+            self._add_shares(uid, use)
+
+    def _add_shares(self, uid: str, use: AllocationUse) -> None:
         for key, _share_id, consumed in use.shared:
             shares = dict(self._shares.get(key, {}))
             previous = shares.get(uid)
@@ -230,7 +234,8 @@ class AllocatedState:
         if not items:
             return self
         copy = AllocatedState()
-        if any(uid in self._claims for uid, _ in items):
+        uids = {uid for uid, _ in items}
+        if any(uid in self._claims for uid in uids):
             copy._claims = _flat(self._claims)
             copy.devices = _flat(self.devices)
             copy._shares = _flat(self._shares)
@@ -240,7 +245,18 @@ class AllocatedState:
             copy.devices = _Layered(self.devices)
             copy._shares = _Layered(self._shares)
             copy.capacity = _Layered(self.capacity)
-        for uid, use in items:
+            if len(uids) == len(items):
+                # The usual view: claims new to this state, each once (the in-flight entries are
+                # keyed by claim), so the layers are filled in bulk; only shared devices need their
+                # sums worked out.
+                copy._claims.update(items)
+                copy.devices.update({key: use.key for _, use in items for key in use.exclusive})
+                for uid, use in items:
+                    if use.shared:
+                        copy._add_shares(uid, use)
+                copy.changes = len(items)
+                return copy
+        for uid, use in items:   # one after the other, each replacing what was recorded for its claim
             copy.remove_claim(uid)
             copy._add(uid, use)
         return copy

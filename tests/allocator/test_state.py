@@ -215,3 +215,32 @@ def test_allocated_flags_of_a_state_without_shared_allocations() -> None:
     state.add_claim(allocated_claim("a", DEVICE))
     free = (DRIVER, "pool", "gpu-9")
     assert state.allocated_flags((free, DEVICE, free)) == (False, True, False)
+
+
+def test_a_view_made_in_bulk_counts_what_recording_each_claim_would() -> None:
+    """with_in_flight fills a view's layers in bulk when its claims are distinct and new; the view must
+    answer as a copy of the state with each in-flight claim recorded one after the other."""
+    state = AllocatedState()
+    state.add_claim(allocated_claim("a", DEVICE))
+    state.add_claim(shared_claim("s", "1G"))
+    result = {"request": "r", "driver": DRIVER, "pool": "pool"}
+    nic = {**result, "device": "nic", "consumedCapacity": {"bw": "2G"}}
+    allocations = {
+        "uid-p": {"devices": {"results": [{**result, "device": "gpu-1"}, {**result, "device": "gpu-2"}]}},
+        "uid-q": {"devices": {"results": [{**nic, "shareID": "q"}]}},
+        "uid-r": {"devices": {"results": [{**result, "device": "gpu-3"}, {**nic, "shareID": "r"}]}},
+        "uid-t": {"devices": {"results": [{**result, "device": "gpu-4", "adminAccess": True}]}},
+    }
+    items = [(uid, allocation_use(f"default/{uid[4:]}", allocation))
+             for uid, allocation in allocations.items()]
+    view = state.with_in_flight(items)
+    expected = state.copy()
+    for uid, use in items:
+        expected._add(uid, use)
+    keys = tuple((DRIVER, "pool", name) for name in ("gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "nic"))
+    flags = view.allocated_flags(keys)
+    assert flags == expected.allocated_flags(keys) == (True, True, True, True, False, True)
+    assert [view.owner_of(*key) for key in keys] == [expected.owner_of(*key) for key in keys]
+    nic_use = view.capacity[(DRIVER, "pool", "nic")]
+    assert {name: str(value) for name, value in nic_use.items()} == {"bw": "5G"}
+    assert state.changes != view.changes and not state.is_allocated((DRIVER, "pool", "gpu-1"))
